@@ -1,0 +1,40 @@
+# The two commands a newcomer needs: `make run` and `make test`.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+INSTALLED := $(VENV)/.installed
+
+.PHONY: setup run test lint format bench clean
+
+$(INSTALLED): requirements/base.txt requirements/local.txt requirements/production.txt
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -r requirements/local.txt
+	touch $@
+
+setup: $(INSTALLED)
+
+## Run web + worker + beat on the embedded default (SQLite, filesystem broker); Ctrl-C stops all.
+run: setup
+	mkdir -p var
+	$(PY) manage.py migrate --noinput
+	$(PY) manage.py collectstatic --noinput --verbosity 0
+	$(PY) manage.py demo_setup
+	$(VENV)/bin/honcho start -f Procfile
+
+## Run the whole test suite against PostgreSQL (127.0.0.1:5432) and Redis (127.0.0.1:6379).
+test: setup
+	$(PY) scripts/check_services.py
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/pytest $(PYTEST_ARGS)
+
+lint: setup
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+format: setup
+	$(VENV)/bin/ruff format .
+	$(VENV)/bin/ruff check --fix .
+
+clean:
+	rm -rf $(VENV) var staticfiles .pytest_cache .ruff_cache

@@ -1,0 +1,201 @@
+"""Settings shared by every environment.
+
+Configuration comes from the environment (django-environ). The environment-specific modules
+(local, production, test) decide the defaults; this module holds what does not change.
+"""
+
+from pathlib import Path
+
+import environ
+
+BASE_DIR = Path(__file__).resolve().parent.parent.parent
+env = environ.Env()
+
+DEBUG = env.bool("DJANGO_DEBUG", default=False)
+ALLOWED_HOSTS = env.list("DJANGO_ALLOWED_HOSTS", default=["localhost", "127.0.0.1"])
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
+    "django_celery_results",
+    "core",
+    "webhooks",
+    "research",
+    "deployments",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "config.urls"
+WSGI_APPLICATION = "config.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+DATABASES = {
+    "default": env.db(
+        "DATABASE_URL", default=f"sqlite:///{BASE_DIR / 'var' / 'db.sqlite3'}"
+    )
+}
+DATABASES["default"]["ATOMIC_REQUESTS"] = False
+DATABASES["default"].setdefault(
+    "CONN_MAX_AGE", env.int("DATABASE_CONN_MAX_AGE", default=60)
+)
+DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {
+        "NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"
+    },
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = BASE_DIR / "staticfiles"
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {
+        "BACKEND": "whitenoise.storage.CompressedManifestStaticFilesStorage"
+    },
+}
+
+# --- Django REST framework ---------------------------------------------------------------
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": ["core.authentication.BearerTokenAuthentication"],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "DEFAULT_PAGINATION_CLASS": "core.pagination.CursorPage",
+    "PAGE_SIZE": 50,
+    "EXCEPTION_HANDLER": "core.exceptions.api_exception_handler",
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "UNAUTHENTICATED_USER": None,
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Retry-safe webhook inbox and CI/CD trigger API",
+    "VERSION": "1.0.0",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+}
+
+# --- Celery: at-least-once delivery, stated explicitly ------------------------------------
+CELERY_BROKER_URL = env("CELERY_BROKER_URL", default="")
+CELERY_TASK_ACKS_LATE = True  # a message is acked only once its task finished
+CELERY_TASK_REJECT_ON_WORKER_LOST = (
+    True  # a killed worker's message goes back to the queue
+)
+CELERY_WORKER_PREFETCH_MULTIPLIER = (
+    1  # a worker holds at most one unacked message per process
+)
+CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = True
+CELERY_TASK_SERIALIZER = "json"
+CELERY_RESULT_SERIALIZER = "json"
+CELERY_ACCEPT_CONTENT = ["json"]
+CELERY_TASK_IGNORE_RESULT = True  # results are stored only where a task asks for it
+CELERY_RESULT_BACKEND = "django-db"
+CELERY_RESULT_EXTENDED = True
+# Time limits stay well below the broker's visibility timeout, so that Redis never redelivers
+# a message whose task is still legitimately running.
+CELERY_BROKER_VISIBILITY_TIMEOUT = env.int(
+    "CELERY_BROKER_VISIBILITY_TIMEOUT", default=3600
+)
+CELERY_TASK_TIME_LIMIT = env.int("CELERY_TASK_TIME_LIMIT", default=300)
+CELERY_TASK_SOFT_TIME_LIMIT = env.int("CELERY_TASK_SOFT_TIME_LIMIT", default=240)
+CELERY_BROKER_TRANSPORT_OPTIONS = {
+    "visibility_timeout": CELERY_BROKER_VISIBILITY_TIMEOUT
+}
+CELERY_RESULT_BACKEND_TRANSPORT_OPTIONS = {
+    "visibility_timeout": CELERY_BROKER_VISIBILITY_TIMEOUT
+}
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# Publishing happens on the request path: fail fast when the broker is down. The inbox row is
+# the outbox, and the sweep publishes what could not be published here.
+CELERY_BROKER_CONNECTION_TIMEOUT = env.float(
+    "CELERY_BROKER_CONNECTION_TIMEOUT", default=2.0
+)
+CELERY_TASK_PUBLISH_RETRY = False
+# Celery's Django fixup closes the connection around every task unless this is set.
+CELERY_DB_REUSE_MAX = env.int("CELERY_DB_REUSE_MAX", default=1000)
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+CELERY_BEAT_SCHEDULE: dict = {}
+
+# --- Product tunables (seconds unless named otherwise) ------------------------------------
+WEBHOOK_TIMESTAMP_TOLERANCE_SECONDS = env.int(
+    "WEBHOOK_TIMESTAMP_TOLERANCE_SECONDS", default=300
+)
+WEBHOOK_MAX_BODY_BYTES = env.int("WEBHOOK_MAX_BODY_BYTES", default=1048576)
+IDEMPOTENCY_KEY_TTL_SECONDS = env.int("IDEMPOTENCY_KEY_TTL_SECONDS", default=86400)
+INBOX_MAX_ATTEMPTS = env.int("INBOX_MAX_ATTEMPTS", default=8)
+INBOX_RETRY_BASE_SECONDS = env.float("INBOX_RETRY_BASE_SECONDS", default=2)
+INBOX_RETRY_MAX_SECONDS = env.float("INBOX_RETRY_MAX_SECONDS", default=3600)
+INBOX_SWEEP_INTERVAL_SECONDS = env.float("INBOX_SWEEP_INTERVAL_SECONDS", default=30)
+INBOX_PROCESSING_LEASE_SECONDS = env.int("INBOX_PROCESSING_LEASE_SECONDS", default=300)
+INBOX_REDISPATCH_AFTER_SECONDS = env.int("INBOX_REDISPATCH_AFTER_SECONDS", default=60)
+DEPLOY_REDISPATCH_AFTER_SECONDS = env.int("DEPLOY_REDISPATCH_AFTER_SECONDS", default=60)
+DEPLOY_SIMULATED_SECONDS = env.float("DEPLOY_SIMULATED_SECONDS", default=1)
+
+# Django's own cap on in-memory request bodies; the webhook view enforces its own limit on the
+# raw body before anything is parsed.
+DATA_UPLOAD_MAX_MEMORY_SIZE = max(WEBHOOK_MAX_BODY_BYTES, 2621440)
+
+# --- Logging: structured JSON, one line per record -----------------------------------------
+LOG_LEVEL = env("LOG_LEVEL", default="INFO")
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {
+        "json": {
+            "()": "pythonjsonlogger.json.JsonFormatter",
+            "fmt": "%(asctime)s %(levelname)s %(name)s %(message)s",
+            "rename_fields": {
+                "asctime": "time",
+                "levelname": "level",
+                "name": "logger",
+            },
+        },
+    },
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "json"}},
+    "root": {"handlers": ["console"], "level": LOG_LEVEL},
+    "loggers": {
+        "django.db.backends": {"level": "INFO"},
+        "celery": {"level": "INFO"},
+    },
+}

@@ -1,0 +1,24 @@
+"""Tests: the real PostgreSQL and Redis of the machine (override with the environment)."""
+
+from .base import *  # noqa: F403
+from .base import env
+
+SECRET_KEY = env(
+    "DJANGO_SECRET_KEY", default="test-insecure-key-6c1d9e0a2b3f4c5d6e7f8a9b0c1d2e3f"
+)
+DEBUG = False
+ALLOWED_HOSTS = ["*"]
+DATABASES = {
+    "default": env.db("DATABASE_URL", default="postgres://postgres@127.0.0.1:5432/app")
+}
+DATABASES["default"]["CONN_MAX_AGE"] = 0
+DATABASES["default"]["TEST"] = {"NAME": env("TEST_DATABASE_NAME", default=None)}
+CELERY_BROKER_URL = env("CELERY_BROKER_URL", default="redis://127.0.0.1:6379/15")
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
+}
+# Static files straight from the apps' folders: no collectstatic before a test run.
+WHITENOISE_USE_FINDERS = True
+WHITENOISE_AUTOREFRESH = True

@@ -1,0 +1,21 @@
+from django.contrib import admin
+from django.urls import include, path
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+
+from core import views as core_views
+from core.apis import WhoAmIApi
+
+urlpatterns = [
+    path("healthz", core_views.healthz, name="healthz"),
+    path("readyz", core_views.readyz, name="readyz"),
+    path("admin/", admin.site.urls),
+    path("webhooks/", include("webhooks.urls")),
+    path("api/whoami/", WhoAmIApi.as_view(), name="whoami"),
+    path("api/", include("webhooks.api_urls")),
+    path("api/", include("research.urls")),
+    path("api/", include("deployments.urls")),
+    path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
+    path(
+        "api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"
+    ),
+]

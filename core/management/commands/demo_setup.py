@@ -1,0 +1,37 @@
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.core.management.base import BaseCommand, CommandError
+
+from core.models import ApiClient, token_hash
+from core.services import api_client_create
+
+DEMO_ADMIN = ("admin", "admin")
+DEMO_API_TOKEN = "demo-api-token-change-me"  # noqa: S105 - a published demo credential
+
+
+class Command(BaseCommand):
+    help = (
+        "Create the demo data of the embedded default (idempotent): an admin user and an API "
+        "client with published credentials. Refuses to run with DEBUG off."
+    )
+
+    def add_arguments(self, parser):
+        parser.add_argument(
+            "--force", action="store_true", help="run even with DEBUG off"
+        )
+
+    def handle(self, *args, force, **options):
+        if not settings.DEBUG and not force:
+            raise CommandError(
+                "demo_setup creates known credentials; it runs only with DEBUG"
+            )
+        user_model = get_user_model()
+        username, password = DEMO_ADMIN
+        if not user_model.objects.filter(username=username).exists():
+            user_model.objects.create_superuser(username, "admin@example.com", password)
+        if not ApiClient.objects.filter(token_hash=token_hash(DEMO_API_TOKEN)).exists():
+            api_client_create(name="demo", token=DEMO_API_TOKEN)
+        self.stdout.write(
+            f"demo admin: http://127.0.0.1:8000/admin/ user {username!r} password {password!r}"
+        )
+        self.stdout.write(f"demo API token: {DEMO_API_TOKEN}")

@@ -1,0 +1,67 @@
+import hashlib
+import secrets
+
+from django.db import models
+
+
+class BaseModel(models.Model):
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        abstract = True
+
+
+def token_hash(token: str) -> str:
+    """Tokens are 256-bit random strings, so one SHA-256 is enough to store them safely
+    (a slow password hash would cost every API request and add nothing)."""
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def token_generate() -> str:
+    return secrets.token_urlsafe(32)
+
+
+class ApiClient(BaseModel):
+    """A caller of the /api/ endpoints (a CI system, an internal tool). Its token is stored hashed;
+    only its first characters are kept to tell tokens apart."""
+
+    name = models.CharField(max_length=100)
+    token_hash = models.CharField(max_length=64, editable=False)
+    token_prefix = models.CharField(max_length=8, editable=False)
+    is_active = models.BooleanField(default=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["name"], name="core_apiclient_name_uniq"),
+            models.UniqueConstraint(
+                fields=["token_hash"], name="core_apiclient_token_hash_uniq"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+    # DRF's IsAuthenticated asks the authenticated principal this.
+    @property
+    def is_authenticated(self) -> bool:
+        return True
+
+
+class WorkerHeartbeat(models.Model):
+    """Written by the worker when asked to (``worker_ping``): proof that a task went from the
+    broker through a worker process into the database."""
+
+    token = models.CharField(max_length=64)
+    hostname = models.CharField(max_length=255)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["token"], name="core_workerheartbeat_token_uniq"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.hostname} {self.created_at:%Y-%m-%d %H:%M:%S}"

@@ -1,0 +1,45 @@
+import logging
+
+from django.db import connection
+from django.http import JsonResponse
+from django.views.decorators.http import require_GET
+
+from config.celery_app import app as celery_app
+
+logger = logging.getLogger(__name__)
+
+
+@require_GET
+def healthz(request):
+    """The process is alive and answers; nothing else is checked."""
+    return JsonResponse({"status": "ok"})
+
+
+def _database_ready() -> bool:
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+            cursor.fetchone()
+    except Exception as exc:  # any failure means "not ready", never a 500
+        logger.warning("readyz.database_unreachable", extra={"error": str(exc)})
+        return False
+    return True
+
+
+def _broker_ready() -> bool:
+    try:
+        with celery_app.connection_for_write() as conn:
+            conn.ensure_connection(max_retries=1, timeout=2)
+    except Exception as exc:
+        logger.warning("readyz.broker_unreachable", extra={"error": str(exc)})
+        return False
+    return True
+
+
+@require_GET
+def readyz(request):
+    """Database and broker reachable: 200; otherwise 503 naming what is down."""
+    checks = {"database": _database_ready(), "broker": _broker_ready()}
+    ready = all(checks.values())
+    body = {"status": "ok" if ready else "unavailable", "checks": checks}
+    return JsonResponse(body, status=200 if ready else 503)

@@ -1,0 +1,1 @@
+from celery import shared_task  # noqa: F401

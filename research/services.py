@@ -1,0 +1,1 @@
+"""Writes. Functions with keyword-only, typed arguments: <entity>_<action>."""

@@ -1,0 +1,58 @@
+import pytest
+from django.core.management import call_command
+from rest_framework.test import APIClient
+
+from core.models import ApiClient, token_hash
+
+pytestmark = pytest.mark.django_db
+
+
+def test_create_prints_the_token_once_as_last_line_and_stores_only_its_hash(capsys):
+    call_command("api_client", "create", "github-actions")
+    out = capsys.readouterr().out.strip().splitlines()
+    token = out[-1]
+    client = ApiClient.objects.get(name="github-actions")
+    assert client.token_hash == token_hash(token)
+    assert token not in (client.token_hash, client.token_prefix)
+    assert len(token) >= 32
+
+
+def test_create_with_given_token(capsys):
+    call_command("api_client", "create", "tool", "--token", "given-token-0123456789")
+    assert capsys.readouterr().out.strip().splitlines()[-1] == "given-token-0123456789"
+    assert ApiClient.objects.get(name="tool").token_hash == token_hash(
+        "given-token-0123456789"
+    )
+
+
+@pytest.mark.parametrize(
+    "header",
+    [
+        None,
+        "Bearer",
+        "Bearer wrong-token",
+        "Token test-token-ci-0123456789abcdef",
+        "Bearer a b",
+    ],
+)
+def test_api_rejects_missing_or_wrong_bearer_tokens_with_401(api_client_token, header):
+    http = APIClient()
+    if header is not None:
+        http.credentials(HTTP_AUTHORIZATION=header)
+    response = http.get("/api/whoami/")
+    assert response.status_code == 401
+    assert response.json() == {"error": "unauthorized"}
+    assert response["WWW-Authenticate"] == "Bearer"
+
+
+def test_api_accepts_the_bearer_token(api, api_client_token):
+    response = api.get("/api/whoami/")
+    assert response.status_code == 200
+    assert response.json() == {"client": "ci"}
+
+
+def test_inactive_client_is_refused(api, api_client_token):
+    client, _ = api_client_token
+    client.is_active = False
+    client.save()
+    assert api.get("/api/whoami/").status_code == 401

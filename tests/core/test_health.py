@@ -1,0 +1,45 @@
+import pytest
+from django.db import connection
+
+from config.celery_app import app as celery_app
+
+pytestmark = pytest.mark.django_db
+
+
+def test_healthz_answers_without_checking_anything(client):
+    response = client.get("/healthz")
+    assert response.status_code == 200
+    assert response.json() == {"status": "ok"}
+
+
+def test_readyz_is_ready_with_real_database_and_broker(client):
+    response = client.get("/readyz")
+    assert response.status_code == 200, response.content
+    assert response.json()["checks"] == {"database": True, "broker": True}
+
+
+def test_readyz_is_503_when_the_broker_is_unreachable(client, monkeypatch):
+    # A real connection attempt to a closed port, not a mocked failure.
+    monkeypatch.setattr(celery_app.conf, "broker_url", "redis://127.0.0.1:1/0")
+    response = client.get("/readyz")
+    assert response.status_code == 503
+    assert response.json()["checks"] == {"database": True, "broker": False}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_readyz_is_503_when_the_database_is_unreachable(client):
+    original_port = connection.settings_dict["PORT"]
+    connection.close()
+    connection.settings_dict["PORT"] = "1"
+    try:
+        response = client.get("/readyz")
+    finally:
+        connection.close()
+        connection.settings_dict["PORT"] = original_port
+    assert response.status_code == 503
+    assert response.json()["checks"]["database"] is False
+
+
+def test_healthz_and_readyz_refuse_other_methods(client):
+    assert client.post("/healthz").status_code == 405
+    assert client.post("/readyz").status_code == 405

@@ -1,0 +1,183 @@
+"""Real processes for tests: Celery workers, beat and gunicorn, started as a user would start
+them, against the test database and the test broker."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import requests
+from django.conf import settings
+from django.db import connection
+
+ROOT = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_database_url() -> str:
+    """The URL of the database the test run created (``test_...``), for child processes."""
+    db = connection.settings_dict
+    user = db.get("USER") or ""
+    password = f":{db['PASSWORD']}" if db.get("PASSWORD") else ""
+    auth = f"{user}{password}@" if user else ""
+    return f"postgres://{auth}{db.get('HOST') or '127.0.0.1'}:{db.get('PORT') or 5432}/{db['NAME']}"
+
+
+def child_env(**overrides: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(
+        {
+            "DJANGO_SETTINGS_MODULE": "config.settings.test",
+            "DATABASE_URL": test_database_url(),
+            "CELERY_BROKER_URL": settings.CELERY_BROKER_URL,
+            "PYTHONUNBUFFERED": "1",
+        }
+    )
+    env.update(overrides)
+    return env
+
+
+class Process:
+    """A child process in its own process group, so that stopping it stops its children."""
+
+    def __init__(self, args: list[str], env: dict[str, str], log_path: Path):
+        self.args = args
+        self.env = env
+        self.log_path = log_path
+        self.popen: subprocess.Popen | None = None
+
+    def start(self) -> Process:
+        log = open(self.log_path, "ab")  # noqa: SIM115 - closed by the child's exit
+        self.popen = subprocess.Popen(
+            self.args,
+            cwd=ROOT,
+            env=self.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        log.close()
+        return self
+
+    @property
+    def pid(self) -> int:
+        assert self.popen is not None
+        return self.popen.pid
+
+    def alive(self) -> bool:
+        return self.popen is not None and self.popen.poll() is None
+
+    def signal_group(self, sig: int) -> None:
+        if self.alive():
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.pid, sig)
+
+    def kill(self) -> None:
+        """kill -9 of the whole group: no cleanup, no acks, as when a machine dies."""
+        self.signal_group(signal.SIGKILL)
+        if self.popen is not None:
+            self.popen.wait(timeout=30)
+
+    def stop(self, timeout: float = 20) -> None:
+        if not self.alive():
+            return
+        self.signal_group(signal.SIGTERM)
+        try:
+            self.popen.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+
+    def log(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+
+def celery_worker(
+    tmp_path: Path, *, concurrency: int = 1, name: str = "w1", env: dict | None = None
+) -> Process:
+    args = [
+        str(BIN / "celery"),
+        "-A",
+        "config",
+        "worker",
+        "--loglevel",
+        "INFO",
+        "--concurrency",
+        str(concurrency),
+        "--hostname",
+        f"{name}@%h",
+        "--without-gossip",
+        "--without-mingle",
+    ]
+    return Process(args, child_env(**(env or {})), tmp_path / f"worker-{name}.log")
+
+
+def celery_beat(tmp_path: Path, *, env: dict | None = None) -> Process:
+    args = [
+        str(BIN / "celery"),
+        "-A",
+        "config",
+        "beat",
+        "--loglevel",
+        "INFO",
+        "--schedule",
+        str(tmp_path / "celerybeat-schedule"),
+    ]
+    return Process(args, child_env(**(env or {})), tmp_path / "beat.log")
+
+
+def gunicorn(
+    tmp_path: Path, *, port: int, workers: int = 2, env: dict | None = None
+) -> Process:
+    args = [
+        str(BIN / "gunicorn"),
+        "config.wsgi",
+        "--bind",
+        f"127.0.0.1:{port}",
+        "--workers",
+        str(workers),
+    ]
+    return Process(args, child_env(**(env or {})), tmp_path / "gunicorn.log")
+
+
+def wait_until(
+    predicate, *, timeout: float = 30, interval: float = 0.1, what: str = ""
+):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        result = predicate()
+        if result:
+            return result
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what or predicate}")
+
+
+def wait_http_ok(url: str, *, timeout: float = 30) -> None:
+    def ok() -> bool:
+        try:
+            return requests.get(url, timeout=2).status_code == 200
+        except requests.RequestException:
+            return False
+
+    wait_until(ok, timeout=timeout, what=url)
+
+
+def purge_broker() -> None:
+    from config.celery_app import app
+
+    with app.connection_for_write() as conn:
+        app.control.purge(connection=conn)
