@@ -155,7 +155,6 @@ CELERY_TASK_PUBLISH_RETRY = False
 # Celery's Django fixup closes the connection around every task unless this is set.
 CELERY_DB_REUSE_MAX = env.int("CELERY_DB_REUSE_MAX", default=1000)
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
-CELERY_BEAT_SCHEDULE: dict = {}
 
 # --- Product tunables (seconds unless named otherwise) ------------------------------------
 WEBHOOK_TIMESTAMP_TOLERANCE_SECONDS = env.int(
@@ -171,6 +170,14 @@ INBOX_PROCESSING_LEASE_SECONDS = env.int("INBOX_PROCESSING_LEASE_SECONDS", defau
 INBOX_REDISPATCH_AFTER_SECONDS = env.int("INBOX_REDISPATCH_AFTER_SECONDS", default=60)
 DEPLOY_REDISPATCH_AFTER_SECONDS = env.int("DEPLOY_REDISPATCH_AFTER_SECONDS", default=60)
 DEPLOY_SIMULATED_SECONDS = env.float("DEPLOY_SIMULATED_SECONDS", default=1)
+
+CELERY_BEAT_SCHEDULE = {
+    "periodic-sweep": {
+        "task": "core.periodic_sweep",
+        "schedule": INBOX_SWEEP_INTERVAL_SECONDS,
+        "options": {"expires": INBOX_SWEEP_INTERVAL_SECONDS},
+    },
+}
 
 # Django's own cap on in-memory request bodies; the webhook view enforces its own limit on the
 # raw body before anything is parsed.
