@@ -1,1 +1,124 @@
-from django.contrib import admin  # noqa: F401
+from datetime import timedelta
+
+from django.contrib import admin
+from django.utils import timezone
+from django.utils.html import format_html
+
+from .models import Build, Deployment, IdempotencyRecord, JobTransition, StatusSync
+
+STUCK_PROCESSING_AFTER = timedelta(hours=1)
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):
+    """Audit views: browse, never add, change or delete."""
+
+    show_full_result_count = False
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+
+class TransitionInline(admin.TabularInline):
+    model = JobTransition
+    fields = ["from_status", "to_status", "at", "actor", "detail"]
+    readonly_fields = fields
+    extra = 0
+    can_delete = False
+    ordering = ["at", "id"]
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+
+class JobAdmin(ReadOnlyAdmin):
+    list_select_related = ["client"]
+    list_filter = ["status"]
+    search_fields = ["=public_id", "=idempotency_key", "=commit_sha"]
+    date_hierarchy = "created_at"
+    inlines = [TransitionInline]
+
+
+@admin.register(Deployment)
+class DeploymentAdmin(JobAdmin):
+    list_display = [
+        "public_id",
+        "status",
+        "repository",
+        "environment",
+        "commit_sha",
+        "client",
+        "created_at",
+    ]
+
+
+@admin.register(Build)
+class BuildAdmin(JobAdmin):
+    list_display = [
+        "public_id",
+        "status",
+        "repository",
+        "ref",
+        "commit_sha",
+        "client",
+        "created_at",
+    ]
+
+
+@admin.register(IdempotencyRecord)
+class IdempotencyRecordAdmin(ReadOnlyAdmin):
+    list_display = [
+        "key",
+        "operation_type",
+        "client",
+        "status_display",
+        "resource_id",
+        "created_at",
+        "expires_at",
+        "expired_at",
+    ]
+    list_filter = ["status", "operation_type"]
+    list_select_related = ["client"]
+    search_fields = ["=key", "=resource_id"]
+    exclude = ["response_body"]
+
+    @admin.display(description="status", ordering="status")
+    def status_display(self, record):
+        stuck = (
+            record.status == "processing"
+            and record.created_at < timezone.now() - STUCK_PROCESSING_AFTER
+        )
+        if stuck:
+            return format_html(
+                '<strong style="color:#ba2121">{} (stuck)</strong>', record.status
+            )
+        return record.status
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).defer("response_body")
+
+
+@admin.register(StatusSync)
+class StatusSyncAdmin(ReadOnlyAdmin):
+    list_display = [
+        "public_id",
+        "deployment",
+        "build",
+        "status",
+        "applied",
+        "resulting_status",
+        "reported_at",
+        "client",
+    ]
+    list_filter = ["applied"]
+    list_select_related = ["client", "deployment", "build"]
+    search_fields = ["=public_id"]
+    raw_id_fields = ["deployment", "build"]

@@ -1,1 +1,292 @@
-from django.db import models  # noqa: F401
+import secrets
+
+from django.db import models
+from django.db.models import Q
+from django.utils import timezone
+
+from core.models import ApiClient, BaseModel
+
+
+class JobStatus(models.TextChoices):
+    QUEUED = "queued"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+
+
+TERMINAL_JOB_STATUSES = frozenset({JobStatus.SUCCEEDED, JobStatus.FAILED})
+
+
+def public_id_generate(prefix: str) -> str:
+    return f"{prefix}_{secrets.token_hex(12)}"
+
+
+class Job(BaseModel):
+    """What deployments and builds share: the triggering client and key, the status lifecycle
+    driven by the worker (and by external reports), and the executor guard.
+
+    ``executor_started_at`` is set in the committed transition that claims the job, before the
+    executor runs: a job with it set is never handed to an executor again."""
+
+    public_id_prefix = ""
+
+    public_id = models.CharField(max_length=32, editable=False)
+    client = models.ForeignKey(ApiClient, on_delete=models.PROTECT, related_name="+")
+    idempotency_key = models.CharField(max_length=255)
+    repository = models.CharField(max_length=200)
+    commit_sha = models.CharField(max_length=40)
+    workflow = models.CharField(max_length=200, blank=True, default="")
+    triggered_by = models.CharField(max_length=200, blank=True, default="")
+    status = models.CharField(
+        max_length=16, choices=JobStatus.choices, default=JobStatus.QUEUED
+    )
+    # When the current status was reported or reached: external reports older than this are
+    # not applied.
+    status_changed_at = models.DateTimeField(default=timezone.now)
+    last_dispatched_at = models.DateTimeField(default=timezone.now)
+    executor_started_at = models.DateTimeField(null=True, blank=True)
+    executor_finished_at = models.DateTimeField(null=True, blank=True)
+    claimed_by = models.CharField(max_length=255, blank=True, default="")
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    detail = models.TextField(blank=True, default="")
+
+    class Meta:
+        abstract = True
+
+    def __str__(self) -> str:
+        return self.public_id
+
+    def save(self, *args, **kwargs):
+        if not self.public_id:
+            self.public_id = public_id_generate(self.public_id_prefix)
+        super().save(*args, **kwargs)
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.status in TERMINAL_JOB_STATUSES
+
+
+class Deployment(Job):
+    public_id_prefix = "dep"
+
+    environment = models.CharField(max_length=64)
+    # The highest GitHub deployment_status id applied; lower or equal ids are out of order.
+    last_github_status_id = models.BigIntegerField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["public_id"], name="deployments_deployment_public_id_uniq"
+            ),
+        ]
+        indexes = [
+            models.Index(
+                fields=["client", "idempotency_key"],
+                name="deployments_dep_client_key_idx",
+            ),
+            models.Index(
+                fields=["status", "last_dispatched_at"],
+                name="deployments_dep_sweep_idx",
+                condition=Q(status__in=["queued", "running"]),
+            ),
+            models.Index(
+                fields=["repository", "environment", "-id"],
+                name="deployments_dep_github_idx",
+            ),
+            models.Index(
+                fields=["status", "-created_at"], name="deployments_dep_status_idx"
+            ),
+        ]
+
+    def get_absolute_url(self) -> str:
+        return f"/api/deployments/{self.public_id}/"
+
+
+class Build(Job):
+    public_id_prefix = "bld"
+
+    ref = models.CharField(max_length=255, blank=True, default="")
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["public_id"], name="deployments_build_public_id_uniq"
+            ),
+        ]
+        indexes = [
+            models.Index(
+                fields=["client", "idempotency_key"],
+                name="deployments_bld_client_key_idx",
+            ),
+            models.Index(
+                fields=["status", "last_dispatched_at"],
+                name="deployments_bld_sweep_idx",
+                condition=Q(status__in=["queued", "running"]),
+            ),
+            models.Index(
+                fields=["status", "-created_at"], name="deployments_bld_status_idx"
+            ),
+        ]
+
+    def get_absolute_url(self) -> str:
+        return f"/api/builds/{self.public_id}/"
+
+
+class JobTransition(models.Model):
+    """One status change of a deployment or build (append-only): from, to, when, by whom."""
+
+    deployment = models.ForeignKey(
+        Deployment,
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="transitions",
+    )
+    build = models.ForeignKey(
+        Build,
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="transitions",
+    )
+    from_status = models.CharField(max_length=16, choices=JobStatus.choices)
+    to_status = models.CharField(max_length=16, choices=JobStatus.choices)
+    at = models.DateTimeField(default=timezone.now)
+    # worker:<hostname>/<pid>, sweep, status-sync:<client>, github:<delivery>
+    actor = models.CharField(max_length=255)
+    detail = models.TextField(blank=True, default="")
+    recorded_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(deployment__isnull=False, build__isnull=True)
+                | Q(deployment__isnull=True, build__isnull=False),
+                name="deployments_transition_one_target",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.from_status} -> {self.to_status}"
+
+
+class IdempotencyStatus(models.TextChoices):
+    PROCESSING = "processing"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+
+
+class IdempotencyRecord(models.Model):
+    """The outcome of one (client, operation_type, key): the fingerprint that defines the
+    operation, the resource it created and the exact response to replay.
+
+    Only one live (not expired) record may exist per (client, operation_type, key): the partial
+    unique constraint decides concurrent first requests. Expired records stay for audit until
+    the retention purge."""
+
+    client = models.ForeignKey(ApiClient, on_delete=models.PROTECT, related_name="+")
+    operation_type = models.CharField(max_length=64)
+    key = models.CharField(max_length=255)
+    fingerprint = models.CharField(max_length=64)
+    # The canonical values the fingerprint was computed from: names what differs on a 409.
+    fingerprint_fields = models.JSONField(default=dict)
+    resource_id = models.CharField(max_length=64, blank=True, default="")
+    status = models.CharField(
+        max_length=16,
+        choices=IdempotencyStatus.choices,
+        default=IdempotencyStatus.PROCESSING,
+    )
+    response_status = models.PositiveSmallIntegerField(null=True, blank=True)
+    response_body = models.BinaryField(null=True, blank=True)
+    response_location = models.CharField(max_length=255, blank=True, default="")
+    expires_at = models.DateTimeField()
+    expired_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["client", "operation_type", "key"],
+                condition=Q(expired_at__isnull=True),
+                name="deployments_idem_live_key_uniq",
+            ),
+        ]
+        indexes = [
+            models.Index(
+                fields=["client", "operation_type", "key", "-created_at"],
+                name="deployments_idem_lookup_idx",
+            ),
+            models.Index(
+                fields=["operation_type", "resource_id"],
+                name="deployments_idem_resource_idx",
+            ),
+            # Cleanup: live records past their expiry, and expired ones past retention.
+            models.Index(
+                fields=["expires_at"],
+                name="deployments_idem_expiry_idx",
+                condition=Q(expired_at__isnull=True),
+            ),
+            models.Index(fields=["expired_at"], name="deployments_idem_expired_idx"),
+            models.Index(
+                fields=["status", "-created_at"], name="deployments_idem_status_idx"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.operation_type}:{self.key}"
+
+    @property
+    def is_expired(self) -> bool:
+        return self.expired_at is not None or self.expires_at <= timezone.now()
+
+
+class StatusSync(BaseModel):
+    """An external report of a deployment's or build's status, with whether it applied."""
+
+    public_id = models.CharField(max_length=32, editable=False)
+    client = models.ForeignKey(ApiClient, on_delete=models.PROTECT, related_name="+")
+    deployment = models.ForeignKey(
+        Deployment,
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="status_syncs",
+    )
+    build = models.ForeignKey(
+        Build,
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="status_syncs",
+    )
+    status = models.CharField(max_length=16, choices=JobStatus.choices)
+    reported_at = models.DateTimeField()
+    detail = models.TextField(blank=True, default="")
+    applied = models.BooleanField()
+    resulting_status = models.CharField(max_length=16, choices=JobStatus.choices)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["public_id"], name="deployments_statussync_public_id_uniq"
+            ),
+            models.CheckConstraint(
+                condition=Q(deployment__isnull=False, build__isnull=True)
+                | Q(deployment__isnull=True, build__isnull=False),
+                name="deployments_statussync_one_target",
+            ),
+        ]
+        indexes = [
+            models.Index(
+                fields=["applied", "-created_at"], name="deployments_sync_applied_idx"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.public_id
+
+    def save(self, *args, **kwargs):
+        if not self.public_id:
+            self.public_id = public_id_generate("ss")
+        super().save(*args, **kwargs)

@@ -1,1 +1,54 @@
 """Reads."""
+
+from __future__ import annotations
+
+from django.db.models import OuterRef, QuerySet, Subquery
+
+from core.models import ApiClient
+
+from .models import Build, Deployment, IdempotencyRecord, Job
+
+
+def job_get(*, model: type[Job], client: ApiClient, public_id: str) -> Job | None:
+    """The client's own deployment or build; another client's is as good as absent."""
+    return model.objects.filter(client=client, public_id=public_id).first()
+
+
+def job_list_by_key(
+    *, model: type[Job], client: ApiClient, idempotency_key: str | None
+) -> QuerySet:
+    """The client's jobs; with a key, only the latest operation made with it (a key reused
+    after its TTL expired leads to the newer operation)."""
+    jobs = model.objects.filter(client=client)
+    if idempotency_key is None:
+        return jobs
+    latest = (
+        model.objects.filter(client=OuterRef("client"), idempotency_key=idempotency_key)
+        .order_by("-id")
+        .values("id")[:1]
+    )
+    return jobs.filter(idempotency_key=idempotency_key, id=Subquery(latest))
+
+
+def deployment_list(*, client: ApiClient, idempotency_key: str | None) -> QuerySet:
+    return job_list_by_key(
+        model=Deployment, client=client, idempotency_key=idempotency_key
+    )
+
+
+def build_list(*, client: ApiClient, idempotency_key: str | None) -> QuerySet:
+    return job_list_by_key(model=Build, client=client, idempotency_key=idempotency_key)
+
+
+def idempotency_record_get(
+    *, client: ApiClient, operation_type: str, key: str
+) -> IdempotencyRecord | None:
+    """The live record of the client's key, else its latest expired one."""
+    return (
+        IdempotencyRecord.objects.filter(
+            client=client, operation_type=operation_type, key=key
+        )
+        .order_by("-created_at", "-id")
+        .defer("response_body")
+        .first()
+    )

@@ -1,1 +1,338 @@
 """Writes. Functions with keyword-only, typed arguments: <entity>_<action>."""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from core.errors import NotFound
+from core.models import ApiClient
+
+from .executors import ExecutionResult, executor_get
+from .models import (
+    TERMINAL_JOB_STATUSES,
+    Build,
+    Deployment,
+    IdempotencyRecord,
+    IdempotencyStatus,
+    Job,
+    JobStatus,
+    JobTransition,
+    StatusSync,
+)
+
+logger = logging.getLogger(__name__)
+
+JOB_MODELS: dict[str, type[Job]] = {"deployment": Deployment, "build": Build}
+OPERATION_TYPES: dict[str, str] = {
+    "deployment": "deployment.create",
+    "build": "build.create",
+}
+
+
+def job_kind(job: Job) -> str:
+    return "deployment" if isinstance(job, Deployment) else "build"
+
+
+def job_dispatch(*, job: Job) -> None:
+    """Publishes the job's task once the surrounding transaction commits. A failed publish is
+    only logged: the job row is the outbox, and the sweep publishes it again."""
+    from .tasks import job_run_task
+
+    kind, public_id = job_kind(job), job.public_id
+
+    def publish() -> None:
+        try:
+            job_run_task.delay(kind, public_id)
+        except Exception:
+            logger.warning(
+                "job.dispatch_failed", extra={"kind": kind, "job_id": public_id}
+            )
+
+    transaction.on_commit(publish)
+
+
+def deployment_create(
+    *, client: ApiClient, idempotency_key: str, data: dict
+) -> Deployment:
+    """Creates a queued deployment and dispatches its job after commit. The caller holds the
+    idempotency record in the same transaction."""
+    deployment = Deployment.objects.create(
+        client=client,
+        idempotency_key=idempotency_key,
+        repository=data["repository"],
+        commit_sha=data["commit_sha"],
+        environment=data["environment"],
+        workflow=data.get("workflow") or "",
+        triggered_by=data.get("triggered_by") or "",
+    )
+    job_dispatch(job=deployment)
+    logger.info(
+        "deployment.created",
+        extra={"job_id": deployment.public_id, "idempotency_key": idempotency_key},
+    )
+    return deployment
+
+
+def build_create(*, client: ApiClient, idempotency_key: str, data: dict) -> Build:
+    """Creates a queued build and dispatches its job after commit."""
+    build = Build.objects.create(
+        client=client,
+        idempotency_key=idempotency_key,
+        repository=data["repository"],
+        commit_sha=data["commit_sha"],
+        ref=data.get("ref") or "",
+        workflow=data.get("workflow") or "",
+        triggered_by=data.get("triggered_by") or "",
+    )
+    job_dispatch(job=build)
+    logger.info(
+        "build.created",
+        extra={"job_id": build.public_id, "idempotency_key": idempotency_key},
+    )
+    return build
+
+
+def _transition_record(
+    *, job: Job, from_status: str, to_status: str, at: datetime, actor: str, detail: str
+) -> JobTransition:
+    target = {job_kind(job): job}
+    return JobTransition.objects.create(
+        from_status=from_status,
+        to_status=to_status,
+        at=at,
+        actor=actor[:255],
+        detail=detail,
+        **target,
+    )
+
+
+def report_applies(*, job: Job, status: str, at: datetime) -> bool:
+    """The ordering rule for reported statuses (status-sync, the worker's own results): a
+    non-terminal status never replaces a terminal one, and a report older than the last applied
+    change is not applied; a newer terminal status may replace an older terminal one."""
+    if job.status in TERMINAL_JOB_STATUSES and status not in TERMINAL_JOB_STATUSES:
+        return False
+    return at >= job.status_changed_at
+
+
+def job_status_set(
+    *, job: Job, status: str, at: datetime, actor: str, detail: str = ""
+) -> None:
+    """Moves a locked job to ``status`` (the caller decided that it applies): the transition
+    row, and the idempotency record's status once the job is terminal."""
+    previous = job.status
+    job.status = status
+    job.status_changed_at = at
+    if detail:
+        job.detail = detail
+    job.save(update_fields=["status", "status_changed_at", "detail", "updated_at"])
+    if previous != status:
+        _transition_record(
+            job=job,
+            from_status=previous,
+            to_status=status,
+            at=at,
+            actor=actor,
+            detail=detail,
+        )
+    if status in TERMINAL_JOB_STATUSES:
+        IdempotencyRecord.objects.filter(
+            operation_type=OPERATION_TYPES[job_kind(job)], resource_id=job.public_id
+        ).update(
+            status=IdempotencyStatus.SUCCEEDED
+            if status == JobStatus.SUCCEEDED
+            else IdempotencyStatus.FAILED,
+            updated_at=timezone.now(),
+        )
+    logger.info(
+        "job.transition",
+        extra={
+            "job_id": job.public_id,
+            "from_status": previous,
+            "to_status": status,
+            "actor": actor,
+        },
+    )
+
+
+def _job_locked(*, kind: str, public_id: str) -> Job | None:
+    return (
+        JOB_MODELS[kind].objects.select_for_update().filter(public_id=public_id).first()
+    )
+
+
+def _worker_lost_fail(*, job: Job, actor: str, now: datetime) -> None:
+    job_status_set(
+        job=job,
+        status=JobStatus.FAILED,
+        at=now,
+        actor=actor,
+        detail="worker_lost: the executor was started but never reported a result",
+    )
+
+
+def job_run(*, kind: str, public_id: str, worker: str) -> str:
+    """Runs one job's executor, at most once per job, whatever the message deliveries.
+
+    The claim (``queued -> running`` with ``executor_started_at``) commits before the executor
+    starts. A delivery that finds the executor already started does not run it again: if the
+    claim's lease has expired the worker that held it is taken as lost and the job is failed
+    (``worker_lost``; an external status-sync may still report the real outcome), otherwise the
+    delivery is a duplicate of a job that is running elsewhere and does nothing."""
+    now = timezone.now()
+    with transaction.atomic():
+        job = _job_locked(kind=kind, public_id=public_id)
+        if job is None:
+            return "missing"
+        if job.executor_started_at is not None:
+            if (
+                job.status == JobStatus.RUNNING
+                and job.lease_expires_at is not None
+                and job.lease_expires_at <= now
+                and job.executor_finished_at is None
+            ):
+                _worker_lost_fail(job=job, actor=worker, now=now)
+                return "worker_lost"
+            return "already_started"
+        if job.status != JobStatus.QUEUED:
+            return "not_queued"  # an external report moved it on before any worker
+        job.executor_started_at = now
+        job.claimed_by = worker[:255]
+        job.lease_expires_at = now + timedelta(
+            seconds=settings.DEPLOY_RUNNING_LEASE_SECONDS
+        )
+        job.save(
+            update_fields=["executor_started_at", "claimed_by", "lease_expires_at"]
+        )
+        job_status_set(job=job, status=JobStatus.RUNNING, at=now, actor=worker)
+
+    try:
+        result = executor_get()(job)
+    except Exception as exc:  # the executor's failure is the job's failure
+        logger.exception("job.executor_error", extra={"job_id": public_id})
+        result = ExecutionResult(succeeded=False, detail=f"executor error: {exc!r}")
+
+    finished = timezone.now()
+    status = JobStatus.SUCCEEDED if result.succeeded else JobStatus.FAILED
+    with transaction.atomic():
+        job = _job_locked(kind=kind, public_id=public_id)
+        job.executor_finished_at = finished
+        job.save(update_fields=["executor_finished_at"])
+        if not report_applies(job=job, status=status, at=finished):
+            return "superseded"
+        job_status_set(
+            job=job, status=status, at=finished, actor=worker, detail=result.detail
+        )
+    return status
+
+
+def deployment_jobs_redispatch(*, batch_size: int = 500) -> int:
+    """Publishes again queued jobs that no worker picked up within
+    ``DEPLOY_REDISPATCH_AFTER_SECONDS``, and fails running jobs whose worker was lost.
+    Rows are claimed with ``SKIP LOCKED``: overlapping sweeps never take the same row."""
+    now = timezone.now()
+    cutoff = now - timedelta(seconds=settings.DEPLOY_REDISPATCH_AFTER_SECONDS)
+    count = 0
+    for model in JOB_MODELS.values():
+        with transaction.atomic():
+            jobs = list(
+                model.objects.select_for_update(skip_locked=True)
+                .filter(
+                    status=JobStatus.QUEUED,
+                    executor_started_at__isnull=True,
+                    last_dispatched_at__lt=cutoff,
+                )
+                .order_by("last_dispatched_at")[:batch_size]
+            )
+            if jobs:
+                model.objects.filter(pk__in=[job.pk for job in jobs]).update(
+                    last_dispatched_at=now
+                )
+                for job in jobs:
+                    job_dispatch(job=job)
+            count += len(jobs)
+        with transaction.atomic():
+            lost = list(
+                model.objects.select_for_update(skip_locked=True)
+                .filter(
+                    status=JobStatus.RUNNING,
+                    executor_finished_at__isnull=True,
+                    lease_expires_at__lt=now,
+                )
+                .order_by("lease_expires_at")[:batch_size]
+            )
+            for job in lost:
+                _worker_lost_fail(job=job, actor="sweep", now=now)
+            count += len(lost)
+    return count
+
+
+def status_sync_record(
+    *,
+    client: ApiClient,
+    target_kind: str,
+    target_id: str,
+    status: str,
+    reported_at: datetime,
+    detail: str = "",
+) -> StatusSync:
+    """Applies an external status report to one of the client's deployments or builds under
+    ``report_applies``, and records the report whether it applied or not."""
+    job = (
+        JOB_MODELS[target_kind]
+        .objects.select_for_update()
+        .filter(client=client, public_id=target_id)
+        .first()
+    )
+    if job is None:
+        raise NotFound()
+    applied = report_applies(job=job, status=status, at=reported_at)
+    if applied:
+        job_status_set(
+            job=job,
+            status=status,
+            at=reported_at,
+            actor=f"status-sync:{client.name}",
+            detail=detail,
+        )
+    return StatusSync.objects.create(
+        client=client,
+        status=status,
+        reported_at=reported_at,
+        detail=detail,
+        applied=applied,
+        resulting_status=job.status,
+        **{target_kind: job},
+    )
+
+
+def idempotency_records_cleanup(*, batch_size: int = 5000) -> dict:
+    """Marks live records past their TTL as expired, and purges expired records older than
+    ``IDEMPOTENCY_AUDIT_RETENTION_SECONDS``. The resources they created stay."""
+    now = timezone.now()
+    retention_cutoff = now - timedelta(
+        seconds=settings.IDEMPOTENCY_AUDIT_RETENTION_SECONDS
+    )
+    with transaction.atomic():
+        to_expire = list(
+            IdempotencyRecord.objects.select_for_update(skip_locked=True)
+            .filter(expired_at__isnull=True, expires_at__lte=now)
+            .values_list("pk", flat=True)[:batch_size]
+        )
+        expired = IdempotencyRecord.objects.filter(pk__in=to_expire).update(
+            expired_at=now, updated_at=now
+        )
+    purged_ids = list(
+        IdempotencyRecord.objects.filter(expired_at__lt=retention_cutoff).values_list(
+            "pk", flat=True
+        )[:batch_size]
+    )
+    purged, _ = IdempotencyRecord.objects.filter(pk__in=purged_ids).delete()
+    if expired or purged:
+        logger.info("idempotency.cleanup", extra={"expired": expired, "purged": purged})
+    return {"expired": expired, "purged": purged}

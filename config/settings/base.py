@@ -206,3 +206,24 @@ LOGGING = {
         "celery": {"level": "INFO"},
     },
 }
+
+# --- Deployments and builds: executor, worker lease, idempotency-key retention -------------
+DEPLOY_EXECUTOR = env("DEPLOY_EXECUTOR", default="simulated")
+DEPLOY_SIMULATED_FAILURE_RATE = env.float("DEPLOY_SIMULATED_FAILURE_RATE", default=0.0)
+# A running job whose worker has not finished it after this long is taken as lost (the task's
+# hard time limit has long passed): it is failed, never handed to an executor a second time.
+DEPLOY_RUNNING_LEASE_SECONDS = env.int(
+    "DEPLOY_RUNNING_LEASE_SECONDS", default=CELERY_TASK_TIME_LIMIT + 60
+)
+# Expired idempotency records are kept this long for audit, then purged.
+IDEMPOTENCY_AUDIT_RETENTION_SECONDS = env.int(
+    "IDEMPOTENCY_AUDIT_RETENTION_SECONDS", default=30 * 86400
+)
+IDEMPOTENCY_CLEANUP_INTERVAL_SECONDS = env.float(
+    "IDEMPOTENCY_CLEANUP_INTERVAL_SECONDS", default=3600
+)
+CELERY_BEAT_SCHEDULE["idempotency-cleanup"] = {
+    "task": "deployments.idempotency_cleanup",
+    "schedule": IDEMPOTENCY_CLEANUP_INTERVAL_SECONDS,
+    "options": {"expires": IDEMPOTENCY_CLEANUP_INTERVAL_SECONDS},
+}

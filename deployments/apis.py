@@ -1,0 +1,326 @@
+from __future__ import annotations
+
+import re
+
+from django.http import HttpResponse
+from drf_spectacular.utils import extend_schema
+from rest_framework import serializers
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from core.errors import NotFound
+from core.pagination import CursorPage
+
+from . import selectors, services
+from .idempotency import OperationResult, idempotency_key_validate, idempotent_execute
+from .models import Build, Deployment, IdempotencyStatus, JobStatus
+
+REPOSITORY_REGEX = r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+"
+COMMIT_SHA_REGEX = r"[0-9a-f]{7,40}"
+
+
+class IdempotentPostMixin:
+    """Opts a DRF ``APIView`` POST into the Idempotency-Key contract.
+
+    A view declares ``operation_type``, ``fingerprint_fields`` and ``input_serializer_class``
+    and implements ``perform(*, client, key, data) -> OperationResult``. The mixin validates
+    the key, then the body (400 ``invalid_json`` / 422 ``invalid_payload``, nothing recorded),
+    then runs ``perform`` through ``idempotent_execute`` and answers the first response or its
+    byte-identical replay (200, same ``Location``, ``Idempotent-Replayed: true``)."""
+
+    operation_type: str = ""
+    fingerprint_fields: tuple[str, ...] = ()
+    input_serializer_class: type[serializers.Serializer]
+
+    def fingerprint_values(self, data: dict) -> dict:
+        return {name: data.get(name) for name in self.fingerprint_fields}
+
+    def perform(self, *, client, key: str, data: dict) -> OperationResult:
+        raise NotImplementedError
+
+    def post(self, request, *args, **kwargs):
+        key = idempotency_key_validate(key=request.headers.get("Idempotency-Key"))
+        serializer = self.input_serializer_class(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        data = serializer.validated_data
+        client = request.user
+        result = idempotent_execute(
+            client=client,
+            operation_type=self.operation_type,
+            key=key,
+            fingerprint_fields=self.fingerprint_values(data),
+            perform=lambda: self.perform(client=client, key=key, data=data),
+        )
+        response = HttpResponse(
+            result.body, status=result.status_code, content_type="application/json"
+        )
+        if result.location:
+            response["Location"] = result.location
+        if result.replayed:
+            response["Idempotent-Replayed"] = "true"
+        return response
+
+
+class LowercaseCharField(serializers.CharField):
+    def to_internal_value(self, data):
+        return super().to_internal_value(data).lower()
+
+
+class DeploymentOutputSerializer(serializers.Serializer):
+    deployment_id = serializers.CharField(source="public_id")
+    status = serializers.CharField()
+    idempotency_key = serializers.CharField()
+    repository = serializers.CharField()
+    commit_sha = serializers.CharField()
+    environment = serializers.CharField()
+    workflow = serializers.CharField()
+    triggered_by = serializers.CharField()
+    created_at = serializers.DateTimeField()
+    updated_at = serializers.DateTimeField()
+
+
+class BuildOutputSerializer(serializers.Serializer):
+    build_id = serializers.CharField(source="public_id")
+    status = serializers.CharField()
+    idempotency_key = serializers.CharField()
+    repository = serializers.CharField()
+    commit_sha = serializers.CharField()
+    ref = serializers.CharField()
+    workflow = serializers.CharField()
+    triggered_by = serializers.CharField()
+    created_at = serializers.DateTimeField()
+    updated_at = serializers.DateTimeField()
+
+
+class DeploymentCreateApi(IdempotentPostMixin, APIView):
+    operation_type = "deployment.create"
+    fingerprint_fields = ("repository", "commit_sha", "environment", "workflow")
+
+    class InputSerializer(serializers.Serializer):
+        repository = LowercaseCharField(max_length=200)
+        commit_sha = LowercaseCharField()
+        environment = serializers.SlugField(max_length=64)
+        workflow = serializers.CharField(
+            max_length=200, required=False, allow_blank=True, default=""
+        )
+        triggered_by = serializers.CharField(
+            max_length=200, required=False, allow_blank=True, default=""
+        )
+
+        def validate_repository(self, value):
+            return _repository_validate(value)
+
+        def validate_commit_sha(self, value):
+            return _commit_sha_validate(value)
+
+    input_serializer_class = InputSerializer
+
+    def perform(self, *, client, key, data) -> OperationResult:
+        deployment = services.deployment_create(
+            client=client, idempotency_key=key, data=data
+        )
+        return OperationResult(
+            status_code=202,
+            body=DeploymentOutputSerializer(deployment).data,
+            resource_id=deployment.public_id,
+            location=deployment.get_absolute_url(),
+            record_status=IdempotencyStatus.PROCESSING,
+        )
+
+    @extend_schema(request=InputSerializer, responses={202: DeploymentOutputSerializer})
+    def post(self, request, *args, **kwargs):
+        return super().post(request, *args, **kwargs)
+
+
+class BuildCreateApi(IdempotentPostMixin, APIView):
+    operation_type = "build.create"
+    fingerprint_fields = ("repository", "commit_sha", "ref", "workflow")
+
+    class InputSerializer(serializers.Serializer):
+        repository = LowercaseCharField(max_length=200)
+        commit_sha = LowercaseCharField()
+        ref = serializers.CharField(
+            max_length=255, required=False, allow_blank=True, default=""
+        )
+        workflow = serializers.CharField(
+            max_length=200, required=False, allow_blank=True, default=""
+        )
+        triggered_by = serializers.CharField(
+            max_length=200, required=False, allow_blank=True, default=""
+        )
+
+        def validate_repository(self, value):
+            return _repository_validate(value)
+
+        def validate_commit_sha(self, value):
+            return _commit_sha_validate(value)
+
+    input_serializer_class = InputSerializer
+
+    def perform(self, *, client, key, data) -> OperationResult:
+        build = services.build_create(client=client, idempotency_key=key, data=data)
+        return OperationResult(
+            status_code=202,
+            body=BuildOutputSerializer(build).data,
+            resource_id=build.public_id,
+            location=build.get_absolute_url(),
+            record_status=IdempotencyStatus.PROCESSING,
+        )
+
+    @extend_schema(request=InputSerializer, responses={202: BuildOutputSerializer})
+    def post(self, request, *args, **kwargs):
+        return super().post(request, *args, **kwargs)
+
+
+def _repository_validate(value: str) -> str:
+    if not re.fullmatch(REPOSITORY_REGEX, value):
+        raise serializers.ValidationError("Expected owner/name.")
+    return value
+
+
+def _commit_sha_validate(value: str) -> str:
+    if not re.fullmatch(COMMIT_SHA_REGEX, value):
+        raise serializers.ValidationError("Expected 7 to 40 hexadecimal characters.")
+    return value
+
+
+class _JobApiBase(APIView):
+    model: type = Deployment
+    output_serializer_class: type[serializers.Serializer] = DeploymentOutputSerializer
+
+    def job_or_404(self, request, public_id: str):
+        job = selectors.job_get(
+            model=self.model, client=request.user, public_id=public_id
+        )
+        if job is None:
+            raise NotFound()
+        return job
+
+
+class DeploymentCollectionApi(DeploymentCreateApi):
+    """POST creates (idempotent), GET lists the client's deployments (``?idempotency_key=``)."""
+
+    @extend_schema(responses=DeploymentOutputSerializer(many=True))
+    def get(self, request):
+        jobs = selectors.deployment_list(
+            client=request.user,
+            idempotency_key=request.query_params.get("idempotency_key"),
+        )
+        return _page(request, self, jobs, DeploymentOutputSerializer)
+
+
+class DeploymentDetailApi(_JobApiBase):
+    @extend_schema(responses=DeploymentOutputSerializer)
+    def get(self, request, deployment_id: str):
+        return Response(
+            DeploymentOutputSerializer(self.job_or_404(request, deployment_id)).data
+        )
+
+
+class BuildCollectionApi(BuildCreateApi):
+    """POST creates (idempotent), GET lists the client's builds (``?idempotency_key=``)."""
+
+    @extend_schema(responses=BuildOutputSerializer(many=True))
+    def get(self, request):
+        jobs = selectors.build_list(
+            client=request.user,
+            idempotency_key=request.query_params.get("idempotency_key"),
+        )
+        return _page(request, self, jobs, BuildOutputSerializer)
+
+
+class BuildDetailApi(_JobApiBase):
+    model = Build
+
+    @extend_schema(responses=BuildOutputSerializer)
+    def get(self, request, build_id: str):
+        return Response(BuildOutputSerializer(self.job_or_404(request, build_id)).data)
+
+
+def _page(request, view, queryset, serializer_class):
+    paginator = CursorPage()
+    page = paginator.paginate_queryset(queryset, request, view=view)
+    return paginator.get_paginated_response(serializer_class(page, many=True).data)
+
+
+class StatusSyncApi(IdempotentPostMixin, APIView):
+    """An external system reports a deployment's or build's status; applied at once under
+    the ordering rule. The Idempotency-Key contract comes whole from the mixin."""
+
+    operation_type = "status.sync"
+    fingerprint_fields = ("deployment_id", "build_id", "status", "reported_at")
+
+    class InputSerializer(serializers.Serializer):
+        deployment_id = serializers.CharField(max_length=32, required=False)
+        build_id = serializers.CharField(max_length=32, required=False)
+        status = serializers.ChoiceField(choices=JobStatus.choices)
+        reported_at = serializers.DateTimeField()
+        detail = serializers.CharField(required=False, allow_blank=True, default="")
+
+        def validate(self, attrs):
+            if ("deployment_id" in attrs) == ("build_id" in attrs):
+                raise serializers.ValidationError(
+                    "Exactly one of deployment_id and build_id is required."
+                )
+            return attrs
+
+    input_serializer_class = InputSerializer
+
+    class OutputSerializer(serializers.Serializer):
+        status_sync_id = serializers.CharField(source="public_id")
+        applied = serializers.BooleanField()
+        current_status = serializers.CharField(source="resulting_status")
+
+    def fingerprint_values(self, data: dict) -> dict:
+        values = {
+            name: data[name]
+            for name in ("deployment_id", "build_id", "status")
+            if name in data
+        }
+        values["reported_at"] = data["reported_at"].isoformat()
+        return values
+
+    def perform(self, *, client, key, data) -> OperationResult:
+        kind = "deployment" if "deployment_id" in data else "build"
+        sync = services.status_sync_record(
+            client=client,
+            target_kind=kind,
+            target_id=data[f"{kind}_id"],
+            status=data["status"],
+            reported_at=data["reported_at"],
+            detail=data.get("detail") or "",
+        )
+        return OperationResult(
+            status_code=201,
+            body=self.OutputSerializer(sync).data,
+            resource_id=sync.public_id,
+        )
+
+    @extend_schema(request=InputSerializer, responses={201: OutputSerializer})
+    def post(self, request, *args, **kwargs):
+        return super().post(request, *args, **kwargs)
+
+
+class IdempotencyKeyDetailApi(APIView):
+    """What became of one of the client's keys (for a client whose response was lost)."""
+
+    class OutputSerializer(serializers.Serializer):
+        operation_type = serializers.CharField()
+        idempotency_key = serializers.CharField(source="key")
+        status = serializers.SerializerMethodField()
+        fingerprint = serializers.CharField()
+        resource_id = serializers.CharField()
+        created_at = serializers.DateTimeField()
+        expires_at = serializers.DateTimeField()
+
+        def get_status(self, record) -> str:
+            return "expired" if record.is_expired else record.status
+
+    @extend_schema(responses=OutputSerializer)
+    def get(self, request, operation_type: str, key: str):
+        record = selectors.idempotency_record_get(
+            client=request.user, operation_type=operation_type, key=key
+        )
+        if record is None:
+            raise NotFound()
+        return Response(self.OutputSerializer(record).data)

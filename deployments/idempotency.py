@@ -1,0 +1,257 @@
+"""One Idempotency-Key mechanism for every POST that opts into it.
+
+``idempotent_execute`` runs an operation at most once per live (client, operation_type, key):
+the idempotency record and whatever ``perform`` writes commit in one transaction, and the
+database's partial unique constraint on live records decides concurrent first requests. A
+concurrent retry blocks on the first request's uncommitted row (``INSERT ... ON CONFLICT DO
+NOTHING`` waits for it), then reads the committed record and replays its response bytes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
+
+from django.conf import settings
+from django.core.serializers.json import DjangoJSONEncoder
+from django.db import connection, transaction
+from django.utils import timezone
+
+from core.errors import TemporarilyUnavailable
+from core.metrics import IDEMPOTENCY_REQUESTS
+from core.models import ApiClient
+
+from .errors import IdempotencyKeyRequired, IdempotencyKeyReused, InvalidIdempotencyKey
+from .models import IdempotencyRecord, IdempotencyStatus
+
+logger = logging.getLogger(__name__)
+
+KEY_MAX_LENGTH = 255
+# A live record that vanished between the conflicting INSERT and the read (expired and
+# replaced by a third request) is retried this often before giving up.
+MAX_CLAIM_ROUNDS = 5
+
+
+@dataclass(frozen=True)
+class OperationResult:
+    """What ``perform`` returns: the first response, and the record's status."""
+
+    status_code: int
+    body: dict
+    resource_id: str = ""
+    location: str = ""
+    record_status: str = IdempotencyStatus.SUCCEEDED
+
+
+@dataclass(frozen=True)
+class IdempotentResponse:
+    status_code: int
+    body: bytes
+    location: str
+    replayed: bool
+
+
+def idempotency_key_validate(*, key: str | None) -> str:
+    """The Idempotency-Key header: required, 1-255 printable ASCII characters."""
+    if key is None or key == "":
+        raise IdempotencyKeyRequired()
+    if len(key) > KEY_MAX_LENGTH or not all(" " <= ch <= "~" for ch in key):
+        raise InvalidIdempotencyKey()
+    return key
+
+
+def canonical_json(value) -> bytes:
+    return json.dumps(
+        value,
+        sort_keys=True,
+        separators=(",", ":"),
+        ensure_ascii=False,
+        cls=DjangoJSONEncoder,
+    ).encode()
+
+
+def fingerprint_compute(*, fields: dict) -> str:
+    return hashlib.sha256(canonical_json(fields)).hexdigest()
+
+
+def response_body_render(body: dict) -> bytes:
+    return json.dumps(body, cls=DjangoJSONEncoder, separators=(",", ":")).encode()
+
+
+def _record_claim(
+    *,
+    client: ApiClient,
+    operation_type: str,
+    key: str,
+    fingerprint: str,
+    fingerprint_fields: dict,
+    now,
+) -> int | None:
+    """Inserts the live record, or returns None when another live one exists (waiting for
+    it to commit or roll back if it is still in flight)."""
+    table = IdempotencyRecord._meta.db_table
+    expires_at = now + timedelta(seconds=settings.IDEMPOTENCY_KEY_TTL_SECONDS)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"""
+            INSERT INTO {table} (client_id, operation_type, key, fingerprint,
+                fingerprint_fields, resource_id, status, response_location, expires_at,
+                created_at, updated_at)
+            VALUES (%s, %s, %s, %s, %s, '', %s, '', %s, %s, %s)
+            ON CONFLICT DO NOTHING
+            RETURNING id
+            """,  # noqa: S608 - the table name is ours, every value is a parameter
+            [
+                client.pk,
+                operation_type,
+                key,
+                fingerprint,
+                canonical_json(fingerprint_fields).decode(),
+                IdempotencyStatus.PROCESSING,
+                expires_at,
+                now,
+                now,
+            ],
+        )
+        row = cursor.fetchone()
+    return row[0] if row else None
+
+
+def _differing_fields(stored: dict, current: dict) -> list[str]:
+    names = sorted(set(stored) | set(current))
+    return [name for name in names if stored.get(name) != current.get(name)]
+
+
+def idempotent_execute(
+    *,
+    client: ApiClient,
+    operation_type: str,
+    key: str,
+    fingerprint_fields: dict,
+    perform: Callable[[], OperationResult],
+) -> IdempotentResponse:
+    """Runs ``perform`` at most once per live (client, operation_type, key).
+
+    - new key: ``perform`` runs in the transaction that writes the record; its response is
+      stored byte for byte and returned;
+    - same key and fingerprint: the stored response, ``replayed=True``; ``perform`` not run;
+    - same key, other fingerprint: ``IdempotencyKeyReused`` naming the differing fields;
+    - key past ``IDEMPOTENCY_KEY_TTL_SECONDS``: the old record is marked expired (kept for
+      audit) and the operation runs again as new.
+    An exception from ``perform`` rolls the record back with it: nothing is recorded.
+    """
+    fingerprint = fingerprint_compute(fields=fingerprint_fields)
+    outcome = "new"
+    existing = None
+    with transaction.atomic():
+        for _ in range(MAX_CLAIM_ROUNDS):
+            now = timezone.now()
+            record_id = _record_claim(
+                client=client,
+                operation_type=operation_type,
+                key=key,
+                fingerprint=fingerprint,
+                fingerprint_fields=fingerprint_fields,
+                now=now,
+            )
+            if record_id is not None:
+                return _perform_and_record(
+                    client=client,
+                    operation_type=operation_type,
+                    key=key,
+                    record_id=record_id,
+                    perform=perform,
+                    outcome=outcome,
+                )
+            existing = (
+                IdempotencyRecord.objects.filter(
+                    client=client,
+                    operation_type=operation_type,
+                    key=key,
+                    expired_at__isnull=True,
+                )
+                .only(
+                    "id",
+                    "fingerprint",
+                    "fingerprint_fields",
+                    "expires_at",
+                    "response_body",
+                    "response_location",
+                )
+                .first()
+            )
+            if existing is None:
+                continue  # expired and taken over between the INSERT and this read
+            if existing.expires_at > now:
+                break
+            # Past its TTL: the record stays for audit, marked expired, and the key is free
+            # for a new operation (the next claim, in this same transaction).
+            IdempotencyRecord.objects.filter(
+                pk=existing.pk, expired_at__isnull=True
+            ).update(expired_at=now, updated_at=now)
+            outcome = "expired"
+            existing = None
+    if existing is None:
+        raise TemporarilyUnavailable("idempotency record could not be claimed")
+    if existing.fingerprint != fingerprint:
+        differing = _differing_fields(existing.fingerprint_fields, fingerprint_fields)
+        IDEMPOTENCY_REQUESTS.labels(operation_type, "conflict").inc()
+        logger.info(
+            "idempotency.conflict",
+            extra={
+                "operation_type": operation_type,
+                "idempotency_key": key,
+                "client_id": client.pk,
+                "differing_fields": differing,
+            },
+        )
+        raise IdempotencyKeyReused(differing_fields=differing)
+    IDEMPOTENCY_REQUESTS.labels(operation_type, "replayed").inc()
+    return IdempotentResponse(
+        status_code=200,
+        body=bytes(existing.response_body),
+        location=existing.response_location,
+        replayed=True,
+    )
+
+
+def _perform_and_record(
+    *,
+    client: ApiClient,
+    operation_type: str,
+    key: str,
+    record_id: int,
+    perform: Callable[[], OperationResult],
+    outcome: str,
+) -> IdempotentResponse:
+    result = perform()
+    body = response_body_render(result.body)
+    IdempotencyRecord.objects.filter(pk=record_id).update(
+        resource_id=result.resource_id,
+        status=result.record_status,
+        response_status=result.status_code,
+        response_body=body,
+        response_location=result.location,
+        updated_at=timezone.now(),
+    )
+    IDEMPOTENCY_REQUESTS.labels(operation_type, outcome).inc()
+    logger.info(
+        "idempotency.executed",
+        extra={
+            "operation_type": operation_type,
+            "idempotency_key": key,
+            "client_id": client.pk,
+            "resource_id": result.resource_id,
+            "outcome": outcome,
+        },
+    )
+    return IdempotentResponse(
+        status_code=result.status_code,
+        body=body,
+        location=result.location,
+        replayed=False,
+    )
