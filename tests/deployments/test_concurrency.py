@@ -1,0 +1,122 @@
+"""Concurrent first requests with one key, against a real gunicorn server, PostgreSQL and the
+Redis broker (no worker runs: the dispatched messages stay countable in the queue)."""
+
+import json
+import threading
+
+import pytest
+import redis
+import requests
+from django.conf import settings
+
+from core.services import api_client_create
+from deployments.models import Deployment, IdempotencyRecord
+from tests import processes
+from tests.deployments.conftest import deployment_body
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+
+TOKEN = "test-token-race-0123456789abcdef"
+
+
+@pytest.fixture
+def server(tmp_path):
+    api_client_create(name="race", token=TOKEN)
+    processes.purge_broker()
+    port = processes.free_port()
+    # Threaded workers: up to 2 x 16 requests inside the view at the same moment.
+    args = [
+        str(processes.BIN / "gunicorn"),
+        "config.wsgi",
+        "--bind",
+        f"127.0.0.1:{port}",
+        "--workers",
+        "2",
+        "--worker-class",
+        "gthread",
+        "--threads",
+        "16",
+    ]
+    proc = processes.Process(args, processes.child_env(), tmp_path / "gunicorn.log")
+    proc.start()
+    try:
+        processes.wait_http_ok(f"http://127.0.0.1:{port}/healthz", timeout=60)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.stop()
+        processes.purge_broker()
+
+
+def broker_queue() -> list[dict]:
+    conn = redis.Redis.from_url(settings.CELERY_BROKER_URL)
+    return [json.loads(raw) for raw in conn.lrange("celery", 0, -1)]
+
+
+def fire(url: str, bodies: list[dict], key: str) -> list[requests.Response]:
+    barrier = threading.Barrier(len(bodies))
+    responses: list = [None] * len(bodies)
+
+    def one(i: int) -> None:
+        with requests.Session() as session:
+            barrier.wait()
+            responses[i] = session.post(
+                url,
+                data=json.dumps(bodies[i]),
+                headers={
+                    "Authorization": f"Bearer {TOKEN}",
+                    "Content-Type": "application/json",
+                    "Idempotency-Key": key,
+                },
+                timeout=60,
+            )
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(len(bodies))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return responses
+
+
+def test_fifty_concurrent_requests_with_one_key_make_one_deployment(server):
+    responses = fire(f"{server}/api/deployments/", [deployment_body()] * 50, "race-1")
+
+    statuses = sorted(r.status_code for r in responses)
+    assert statuses == [200] * 49 + [202]
+    first = next(r for r in responses if r.status_code == 202)
+    replays = [r for r in responses if r.status_code == 200]
+    assert all(r.content == first.content for r in replays)
+    assert all(r.headers["Location"] == first.headers["Location"] for r in replays)
+    assert all(r.headers["Idempotent-Replayed"] == "true" for r in replays)
+    assert "Idempotent-Replayed" not in first.headers
+
+    deployment = Deployment.objects.get()
+    assert first.json()["deployment_id"] == deployment.public_id
+    assert IdempotencyRecord.objects.count() == 1
+    messages = broker_queue()
+    assert len(messages) == 1
+    assert messages[0]["headers"]["task"] == "deployments.run_job"
+    assert deployment.public_id in messages[0]["headers"]["argsrepr"]
+
+
+def test_concurrent_requests_with_one_key_and_two_bodies_never_5xx(server):
+    bodies = [deployment_body()] * 20 + [deployment_body(environment="prod")] * 20
+    responses = fire(f"{server}/api/deployments/", bodies, "race-2")
+
+    assert Deployment.objects.count() == 1
+    winner = Deployment.objects.get()
+    codes = [r.status_code for r in responses]
+    assert codes.count(202) == 1
+    for body, response in zip(bodies, responses, strict=True):
+        same = body["environment"] == winner.environment
+        if response.status_code == 202:
+            assert same
+        elif same:
+            assert response.status_code == 200
+        else:
+            assert response.status_code == 409
+            assert response.json() == {
+                "error": "idempotency_key_reused",
+                "differing_fields": ["environment"],
+            }
+    assert len(broker_queue()) == 1
