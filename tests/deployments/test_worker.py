@@ -1,0 +1,211 @@
+"""The job worker: the executor runs at most once per job, every transition is recorded."""
+
+import threading
+from datetime import timedelta
+
+import pytest
+from django.db import connection
+from django.test import override_settings
+from django.utils import timezone
+
+from core.services import api_client_create
+from deployments import executors
+from deployments.executors import ExecutionResult
+from deployments.models import Build, Deployment, IdempotencyRecord, JobTransition
+from deployments.services import deployment_jobs_redispatch, job_run
+
+
+@pytest.fixture
+def counting_executor(monkeypatch):
+    runs: list[str] = []
+    outcome = {"succeeded": True}
+
+    def execute(job):
+        runs.append(job.public_id)
+        return ExecutionResult(succeeded=outcome["succeeded"], detail="counted")
+
+    monkeypatch.setattr(executors, "counting_execute", execute, raising=False)
+    monkeypatch.setitem(
+        executors.EXECUTORS, "counting", "deployments.executors.counting_execute"
+    )
+    with override_settings(DEPLOY_EXECUTOR="counting"):
+        yield runs, outcome
+
+
+def deployment_make(**fields) -> Deployment:
+    client, _ = api_client_create(name=f"c-{Deployment.objects.count()}")
+    defaults = {
+        "client": client,
+        "idempotency_key": "k",
+        "repository": "acme/x",
+        "commit_sha": "abcdef1",
+        "environment": "staging",
+    }
+    defaults.update(fields)
+    return Deployment.objects.create(**defaults)
+
+
+def transitions(job) -> list[tuple[str, str]]:
+    return list(
+        JobTransition.objects.filter(deployment=job)
+        .order_by("id")
+        .values_list("from_status", "to_status")
+    )
+
+
+@pytest.mark.django_db
+def test_a_job_runs_once_and_records_its_transitions(counting_executor):
+    runs, _ = counting_executor
+    job = deployment_make()
+    IdempotencyRecord.objects.create(
+        client=job.client,
+        operation_type="deployment.create",
+        key="k",
+        fingerprint="f" * 64,
+        resource_id=job.public_id,
+        expires_at=timezone.now() + timedelta(days=1),
+    )
+
+    assert (
+        job_run(kind="deployment", public_id=job.public_id, worker="w1") == "succeeded"
+    )
+    assert job_run(kind="deployment", public_id=job.public_id, worker="w2") == (
+        "already_started"
+    )
+
+    assert runs == [job.public_id]
+    job.refresh_from_db()
+    assert job.status == "succeeded"
+    assert transitions(job) == [("queued", "running"), ("running", "succeeded")]
+    assert set(JobTransition.objects.values_list("actor", flat=True)) == {"w1"}
+    assert IdempotencyRecord.objects.get().status == "succeeded"
+
+
+@pytest.mark.django_db
+def test_a_failing_or_raising_executor_fails_the_job(counting_executor, monkeypatch):
+    _, outcome = counting_executor
+    outcome["succeeded"] = False
+    job = deployment_make()
+    assert job_run(kind="deployment", public_id=job.public_id, worker="w") == "failed"
+
+    def explode(job):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(executors, "counting_execute", explode, raising=False)
+    other = deployment_make()
+    assert job_run(kind="deployment", public_id=other.public_id, worker="w") == "failed"
+    other.refresh_from_db()
+    assert "boom" in other.detail
+
+
+@pytest.mark.django_db
+def test_a_job_moved_on_by_a_report_is_not_executed(counting_executor):
+    runs, _ = counting_executor
+    job = deployment_make(status="succeeded")
+    assert job_run(kind="deployment", public_id=job.public_id, worker="w") == (
+        "not_queued"
+    )
+    # a report moving an executed job back to queued does not make it runnable again
+    started = deployment_make(
+        status="queued", executor_started_at=timezone.now(), claimed_by="gone"
+    )
+    assert job_run(kind="deployment", public_id=started.public_id, worker="w") == (
+        "already_started"
+    )
+    assert runs == []
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_concurrent_deliveries_run_the_executor_once(counting_executor):
+    runs, _ = counting_executor
+    job = deployment_make()
+    barrier = threading.Barrier(2)
+    results = []
+
+    def deliver(name):
+        barrier.wait()
+        try:
+            results.append(
+                job_run(kind="deployment", public_id=job.public_id, worker=name)
+            )
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=deliver, args=(f"w{i}",)) for i in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(results) == ["already_started", "succeeded"]
+    assert runs == [job.public_id]
+    assert transitions(job) == [("queued", "running"), ("running", "succeeded")]
+
+
+@pytest.mark.django_db(transaction=True)
+@override_settings(DEPLOY_REDISPATCH_AFTER_SECONDS=60)
+def test_sweep_redispatches_only_stale_queued_jobs_and_fails_lost_ones(
+    counting_executor,
+):
+    from tests import processes
+    from tests.deployments.test_concurrency import broker_queue
+
+    processes.purge_broker()
+    try:
+        old = timezone.now() - timedelta(seconds=120)
+        stale = deployment_make(last_dispatched_at=old)
+        deployment_make()  # fresh: its own message is still on its way
+        lost = deployment_make(
+            status="running",
+            executor_started_at=old,
+            lease_expires_at=timezone.now() - timedelta(seconds=1),
+        )
+        Build.objects.create(
+            client=stale.client,
+            idempotency_key="b",
+            repository="acme/x",
+            commit_sha="abcdef1",
+            last_dispatched_at=old,
+        )
+
+        assert deployment_jobs_redispatch() == 3
+        assert deployment_jobs_redispatch() == 0
+        messages = broker_queue()
+        assert len(messages) == 2
+        assert {m["headers"]["task"] for m in messages} == {"deployments.run_job"}
+        assert any(stale.public_id in m["headers"]["argsrepr"] for m in messages)
+        lost.refresh_from_db()
+        assert lost.status == "failed"
+        assert lost.detail.startswith("worker_lost")
+        assert transitions(lost) == [("running", "failed")]
+    finally:
+        processes.purge_broker()
+
+
+@pytest.mark.django_db
+def test_a_redelivered_message_fails_a_job_whose_worker_was_lost(counting_executor):
+    runs, _ = counting_executor
+    started = timezone.now() - timedelta(minutes=10)
+    job = deployment_make(
+        status="running",
+        executor_started_at=started,
+        lease_expires_at=started + timedelta(minutes=5),
+        claimed_by="worker:gone",
+    )
+    assert job_run(kind="deployment", public_id=job.public_id, worker="w") == (
+        "worker_lost"
+    )
+    job.refresh_from_db()
+    assert job.status == "failed"
+    assert job.detail.startswith("worker_lost")
+    # within its lease, a redelivery leaves a running job to its worker
+    alive = deployment_make(
+        status="running",
+        executor_started_at=timezone.now(),
+        lease_expires_at=timezone.now() + timedelta(minutes=5),
+    )
+    assert job_run(kind="deployment", public_id=alive.public_id, worker="w") == (
+        "already_started"
+    )
+    alive.refresh_from_db()
+    assert alive.status == "running"
+    assert runs == []

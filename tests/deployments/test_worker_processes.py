@@ -1,0 +1,160 @@
+"""Real Celery worker and beat processes, the Redis broker and PostgreSQL."""
+
+import json
+
+import pytest
+import redis
+from django.conf import settings
+from rest_framework.test import APIClient
+
+from core.services import api_client_create
+from deployments.models import Deployment, IdempotencyRecord, JobTransition
+from tests import processes
+from tests.deployments.conftest import deployment_body
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+
+
+@pytest.fixture
+def api_http():
+    _, token = api_client_create(name="ci-proc", token="test-token-proc-0123456789abcd")
+    http = APIClient()
+    http.credentials(HTTP_AUTHORIZATION=f"Bearer {token}")
+    processes.purge_broker()
+    yield http
+    processes.purge_broker()
+    # A killed worker's unacknowledged message waits in Redis for its visibility timeout;
+    # drop it so that it cannot reach a later test's worker.
+    redis.Redis.from_url(settings.CELERY_BROKER_URL).delete("unacked", "unacked_index")
+
+
+def create(http, key: str) -> Deployment:
+    response = http.post(
+        "/api/deployments/",
+        data=json.dumps(deployment_body()),
+        content_type="application/json",
+        HTTP_IDEMPOTENCY_KEY=key,
+    )
+    assert response.status_code == 202
+    return Deployment.objects.get(public_id=response.json()["deployment_id"])
+
+
+def status_of(deployment: Deployment) -> str:
+    deployment.refresh_from_db()
+    return deployment.status
+
+
+def worker_runs(deployment: Deployment) -> int:
+    """Executor starts: each is preceded by its committed queued -> running claim."""
+    return JobTransition.objects.filter(
+        deployment=deployment, to_status="running", actor__startswith="worker:"
+    ).count()
+
+
+def test_a_real_worker_takes_a_deployment_to_succeeded(tmp_path, api_http):
+    worker = processes.celery_worker(
+        tmp_path, env={"DEPLOY_SIMULATED_SECONDS": "0.2"}
+    ).start()
+    try:
+        deployment = create(api_http, "real-1")
+        processes.wait_until(
+            lambda: status_of(deployment) == "succeeded",
+            timeout=60,
+            what="the deployment to succeed",
+        )
+    finally:
+        worker.stop()
+    assert list(
+        JobTransition.objects.filter(deployment=deployment)
+        .order_by("id")
+        .values_list("from_status", "to_status")
+    ) == [("queued", "running"), ("running", "succeeded")]
+    assert worker_runs(deployment) == 1
+    assert IdempotencyRecord.objects.get(resource_id=deployment.public_id).status == (
+        "succeeded"
+    )
+    lookup = api_http.get("/api/idempotency-keys/deployment.create/real-1/").json()
+    assert lookup["status"] == "succeeded"
+
+
+def test_a_worker_killed_mid_run_never_runs_the_executor_twice(tmp_path, api_http):
+    """kill -9 while the executor runs; after a restart (worker and beat, with the sweep) the
+    job is failed as ``worker_lost`` once its lease expires (the documented outcome), and the
+    executor is not started a second time."""
+    first = processes.celery_worker(
+        tmp_path,
+        name="doomed",
+        env={"DEPLOY_SIMULATED_SECONDS": "60", "DEPLOY_RUNNING_LEASE_SECONDS": "3"},
+    ).start()
+    try:
+        deployment = create(api_http, "kill-1")
+        processes.wait_until(
+            lambda: status_of(deployment) == "running",
+            timeout=60,
+            what="the job to be claimed",
+        )
+    finally:
+        first.kill()
+    assert worker_runs(deployment) == 1
+
+    restart_env = {
+        "DEPLOY_SIMULATED_SECONDS": "0.2",
+        "CELERY_BROKER_VISIBILITY_TIMEOUT": "2",
+        "INBOX_SWEEP_INTERVAL_SECONDS": "1",
+    }
+    worker = processes.celery_worker(tmp_path, name="again", env=restart_env).start()
+    beat = processes.celery_beat(tmp_path, env=restart_env).start()
+    try:
+        processes.wait_until(
+            lambda: status_of(deployment) == "failed",
+            timeout=90,
+            what="the lost job to be failed",
+        )
+        # Let the redelivered message and further sweeps arrive: nothing runs it again.
+        # A few more sweeps (and any redelivery of the killed worker's message) find the
+        # job already decided: nothing starts the executor again.
+        sent = beat.log().count("core.periodic_sweep")
+        processes.wait_until(
+            lambda: beat.log().count("core.periodic_sweep") >= sent + 2,
+            timeout=30,
+            what="two more sweeps",
+        )
+    finally:
+        beat.stop()
+        worker.stop()
+
+    deployment.refresh_from_db()
+    assert deployment.status == "failed"
+    assert deployment.detail.startswith("worker_lost")
+    assert worker_runs(deployment) == 1
+    assert list(
+        JobTransition.objects.filter(deployment=deployment)
+        .order_by("id")
+        .values_list("from_status", "to_status")
+    ) == [("queued", "running"), ("running", "failed")]
+    assert IdempotencyRecord.objects.get(resource_id=deployment.public_id).status == (
+        "failed"
+    )
+
+
+def test_a_job_whose_message_was_lost_is_redispatched_by_the_sweep(tmp_path, api_http):
+    # The message is published with no worker running, then dropped: only the sweep can help.
+    deployment = create(api_http, "lost-1")
+    processes.purge_broker()
+    env = {
+        "DEPLOY_SIMULATED_SECONDS": "0.1",
+        "DEPLOY_REDISPATCH_AFTER_SECONDS": "1",
+        "INBOX_SWEEP_INTERVAL_SECONDS": "1",
+    }
+    worker = processes.celery_worker(tmp_path, env=env).start()
+    beat = processes.celery_beat(tmp_path, env=env).start()
+    try:
+        processes.wait_until(
+            lambda: status_of(deployment) == "succeeded",
+            timeout=90,
+            what="the swept job to succeed",
+        )
+    finally:
+        beat.stop()
+        worker.stop()
+    assert worker_runs(deployment) == 1
