@@ -33,6 +33,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "core.logging.CorrelationIdMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -202,10 +203,22 @@ LOGGING = {
             },
         },
     },
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "json"}},
+    "filters": {"correlation": {"()": "core.logging.CorrelationIdFilter"}},
+    "handlers": {
+        "console": {
+            "class": "logging.StreamHandler",
+            "formatter": "json",
+            "filters": ["correlation"],
+        }
+    },
     "root": {"handlers": ["console"], "level": LOG_LEVEL},
     "loggers": {
         "django.db.backends": {"level": "INFO"},
         "celery": {"level": "INFO"},
     },
 }
+
+# Error pages and reports hide connection URLs and credentials as well as Django's defaults.
+DEFAULT_EXCEPTION_REPORTER_FILTER = (
+    "core.reporting.SecretsHidingExceptionReporterFilter"
+)
