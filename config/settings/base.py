@@ -33,6 +33,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "core.logging.CorrelationIdMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -179,6 +180,9 @@ CELERY_BEAT_SCHEDULE = {
     },
 }
 
+# Floor endpoints under /_bench/ for the benchmarks; never on in production.
+BENCH_ENDPOINTS = env.bool("BENCH_ENDPOINTS", default=False)
+
 # Django's own cap on in-memory request bodies; the webhook view enforces its own limit on the
 # raw body before anything is parsed.
 DATA_UPLOAD_MAX_MEMORY_SIZE = max(WEBHOOK_MAX_BODY_BYTES, 2621440)
@@ -199,13 +203,25 @@ LOGGING = {
             },
         },
     },
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "json"}},
+    "filters": {"correlation": {"()": "core.logging.CorrelationIdFilter"}},
+    "handlers": {
+        "console": {
+            "class": "logging.StreamHandler",
+            "formatter": "json",
+            "filters": ["correlation"],
+        }
+    },
     "root": {"handlers": ["console"], "level": LOG_LEVEL},
     "loggers": {
         "django.db.backends": {"level": "INFO"},
         "celery": {"level": "INFO"},
     },
 }
+
+# Error pages and reports hide connection URLs and credentials as well as Django's defaults.
+DEFAULT_EXCEPTION_REPORTER_FILTER = (
+    "core.reporting.SecretsHidingExceptionReporterFilter"
+)
 
 # --- Deployments and builds: executor, worker lease, idempotency-key retention -------------
 DEPLOY_EXECUTOR = env("DEPLOY_EXECUTOR", default="simulated")
