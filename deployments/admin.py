@@ -1,12 +1,11 @@
 from datetime import timedelta
 
+from django.conf import settings
 from django.contrib import admin
 from django.utils import timezone
 from django.utils.html import format_html
 
 from .models import Build, Deployment, IdempotencyRecord, JobTransition, StatusSync
-
-STUCK_PROCESSING_AFTER = timedelta(hours=1)
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
@@ -92,10 +91,11 @@ class IdempotencyRecordAdmin(ReadOnlyAdmin):
 
     @admin.display(description="status", ordering="status")
     def status_display(self, record):
-        stuck = (
-            record.status == "processing"
-            and record.created_at < timezone.now() - STUCK_PROCESSING_AFTER
+        # Same horizon as the idempotency_stuck_processing gauge.
+        horizon = timezone.now() - timedelta(
+            seconds=settings.DEPLOY_REDISPATCH_AFTER_SECONDS
         )
+        stuck = record.status == "processing" and record.created_at < horizon
         if stuck:
             return format_html(
                 '<strong style="color:#ba2121">{} (stuck)</strong>', record.status

@@ -10,6 +10,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from core.errors import NotFound
+from core.logging import correlation_id_bound, correlation_id_get
 from core.models import ApiClient
 
 from .executors import ExecutionResult, executor_get
@@ -44,10 +45,13 @@ def job_dispatch(*, job: Job) -> None:
     from .tasks import job_run_task
 
     kind, public_id = job_kind(job), job.public_id
+    # The idempotency key is the job's correlation id, also when the sweep publishes it.
+    correlation_id = correlation_id_get() or job.idempotency_key
 
     def publish() -> None:
         try:
-            job_run_task.delay(kind, public_id)
+            with correlation_id_bound(correlation_id):
+                job_run_task.delay(kind, public_id)
         except Exception:
             logger.warning(
                 "job.dispatch_failed", extra={"kind": kind, "job_id": public_id}
