@@ -2,9 +2,14 @@
 
 ``idempotent_execute`` runs an operation at most once per live (client, operation_type, key):
 the idempotency record and whatever ``perform`` writes commit in one transaction, and the
-database's partial unique constraint on live records decides concurrent first requests. A
-concurrent retry blocks on the first request's uncommitted row (``INSERT ... ON CONFLICT DO
-NOTHING`` waits for it), then reads the committed record and replays its response bytes.
+database's partial unique constraint on live records decides concurrent first requests.
+
+A retry is one indexed read of the committed record, outside any transaction. A request that
+finds no live record runs ``perform`` and inserts the complete record (response included) with
+``INSERT ... ON CONFLICT DO NOTHING``: a concurrent first request with the same key blocks on the
+other's uncommitted row; when that one commits, this INSERT does nothing, the whole transaction
+(with what ``perform`` wrote and the dispatch it scheduled) is rolled back, and the committed
+record is replayed. Two operations never commit for one live key.
 """
 
 from __future__ import annotations
@@ -31,8 +36,8 @@ from .models import IdempotencyRecord, IdempotencyStatus
 logger = logging.getLogger(__name__)
 
 KEY_MAX_LENGTH = 255
-# A live record that vanished between the conflicting INSERT and the read (expired and
-# replaced by a third request) is retried this often before giving up.
+# A live record that vanished between a conflicting INSERT and the read (expired and replaced
+# by a third request) sends the request round again, this often before giving up.
 MAX_CLAIM_ROUNDS = 5
 
 
@@ -82,16 +87,18 @@ def response_body_render(body: dict) -> bytes:
     return json.dumps(body, cls=DjangoJSONEncoder, separators=(",", ":")).encode()
 
 
-def _record_claim(
+def _record_insert(
     *,
     client: ApiClient,
     operation_type: str,
     key: str,
     fingerprint: str,
     fingerprint_fields: dict,
+    result: OperationResult,
+    body: bytes,
     now,
 ) -> int | None:
-    """Inserts the live record, or returns None when another live one exists (waiting for
+    """Inserts the complete live record; None when another live one exists (after waiting for
     it to commit or roll back if it is still in flight)."""
     table = IdempotencyRecord._meta.db_table
     expires_at = now + timedelta(seconds=settings.IDEMPOTENCY_KEY_TTL_SECONDS)
@@ -99,9 +106,9 @@ def _record_claim(
         cursor.execute(
             f"""
             INSERT INTO {table} (client_id, operation_type, key, fingerprint,
-                fingerprint_fields, resource_id, status, response_location, expires_at,
-                created_at, updated_at)
-            VALUES (%s, %s, %s, %s, %s, '', %s, '', %s, %s, %s)
+                fingerprint_fields, resource_id, status, response_status, response_body,
+                response_location, expires_at, created_at, updated_at)
+            VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
             ON CONFLICT DO NOTHING
             RETURNING id
             """,  # noqa: S608 - the table name is ours, every value is a parameter
@@ -111,7 +118,11 @@ def _record_claim(
                 key,
                 fingerprint,
                 canonical_json(fingerprint_fields).decode(),
-                IdempotencyStatus.PROCESSING,
+                result.resource_id,
+                result.record_status,
+                result.status_code,
+                body,
+                result.location,
                 expires_at,
                 now,
                 now,
@@ -121,84 +132,44 @@ def _record_claim(
     return row[0] if row else None
 
 
+def _live_record(
+    *, client: ApiClient, operation_type: str, key: str
+) -> IdempotencyRecord | None:
+    return (
+        IdempotencyRecord.objects.filter(
+            client=client,
+            operation_type=operation_type,
+            key=key,
+            expired_at__isnull=True,
+        )
+        .only(
+            "id",
+            "fingerprint",
+            "fingerprint_fields",
+            "expires_at",
+            "response_body",
+            "response_location",
+        )
+        .first()
+    )
+
+
 def _differing_fields(stored: dict, current: dict) -> list[str]:
     names = sorted(set(stored) | set(current))
     return [name for name in names if stored.get(name) != current.get(name)]
 
 
-def idempotent_execute(
+def _replay(
     *,
     client: ApiClient,
     operation_type: str,
     key: str,
+    record: IdempotencyRecord,
+    fingerprint: str,
     fingerprint_fields: dict,
-    perform: Callable[[], OperationResult],
 ) -> IdempotentResponse:
-    """Runs ``perform`` at most once per live (client, operation_type, key).
-
-    - new key: ``perform`` runs in the transaction that writes the record; its response is
-      stored byte for byte and returned;
-    - same key and fingerprint: the stored response, ``replayed=True``; ``perform`` not run;
-    - same key, other fingerprint: ``IdempotencyKeyReused`` naming the differing fields;
-    - key past ``IDEMPOTENCY_KEY_TTL_SECONDS``: the old record is marked expired (kept for
-      audit) and the operation runs again as new.
-    An exception from ``perform`` rolls the record back with it: nothing is recorded.
-    """
-    fingerprint = fingerprint_compute(fields=fingerprint_fields)
-    outcome = "new"
-    existing = None
-    with transaction.atomic():
-        for _ in range(MAX_CLAIM_ROUNDS):
-            now = timezone.now()
-            record_id = _record_claim(
-                client=client,
-                operation_type=operation_type,
-                key=key,
-                fingerprint=fingerprint,
-                fingerprint_fields=fingerprint_fields,
-                now=now,
-            )
-            if record_id is not None:
-                return _perform_and_record(
-                    client=client,
-                    operation_type=operation_type,
-                    key=key,
-                    record_id=record_id,
-                    perform=perform,
-                    outcome=outcome,
-                )
-            existing = (
-                IdempotencyRecord.objects.filter(
-                    client=client,
-                    operation_type=operation_type,
-                    key=key,
-                    expired_at__isnull=True,
-                )
-                .only(
-                    "id",
-                    "fingerprint",
-                    "fingerprint_fields",
-                    "expires_at",
-                    "response_body",
-                    "response_location",
-                )
-                .first()
-            )
-            if existing is None:
-                continue  # expired and taken over between the INSERT and this read
-            if existing.expires_at > now:
-                break
-            # Past its TTL: the record stays for audit, marked expired, and the key is free
-            # for a new operation (the next claim, in this same transaction).
-            IdempotencyRecord.objects.filter(
-                pk=existing.pk, expired_at__isnull=True
-            ).update(expired_at=now, updated_at=now)
-            outcome = "expired"
-            existing = None
-    if existing is None:
-        raise TemporarilyUnavailable("idempotency record could not be claimed")
-    if existing.fingerprint != fingerprint:
-        differing = _differing_fields(existing.fingerprint_fields, fingerprint_fields)
+    if record.fingerprint != fingerprint:
+        differing = _differing_fields(record.fingerprint_fields, fingerprint_fields)
         IDEMPOTENCY_REQUESTS.labels(operation_type, "conflict").inc()
         logger.info(
             "idempotency.conflict",
@@ -213,45 +184,75 @@ def idempotent_execute(
     IDEMPOTENCY_REQUESTS.labels(operation_type, "replayed").inc()
     return IdempotentResponse(
         status_code=200,
-        body=bytes(existing.response_body),
-        location=existing.response_location,
+        body=bytes(record.response_body),
+        location=record.response_location,
         replayed=True,
     )
 
 
-def _perform_and_record(
+def idempotent_execute(
     *,
     client: ApiClient,
     operation_type: str,
     key: str,
-    record_id: int,
+    fingerprint_fields: dict,
     perform: Callable[[], OperationResult],
-    outcome: str,
 ) -> IdempotentResponse:
-    result = perform()
-    body = response_body_render(result.body)
-    IdempotencyRecord.objects.filter(pk=record_id).update(
-        resource_id=result.resource_id,
-        status=result.record_status,
-        response_status=result.status_code,
-        response_body=body,
-        response_location=result.location,
-        updated_at=timezone.now(),
-    )
-    IDEMPOTENCY_REQUESTS.labels(operation_type, outcome).inc()
-    logger.info(
-        "idempotency.executed",
-        extra={
-            "operation_type": operation_type,
-            "idempotency_key": key,
-            "client_id": client.pk,
-            "resource_id": result.resource_id,
-            "outcome": outcome,
-        },
-    )
-    return IdempotentResponse(
-        status_code=result.status_code,
-        body=body,
-        location=result.location,
-        replayed=False,
-    )
+    """Runs ``perform`` at most once per live (client, operation_type, key).
+
+    - new key: ``perform`` runs in the transaction that writes the record; its response is
+      stored byte for byte and returned;
+    - same key and fingerprint: the stored response, ``replayed=True``; nothing is written;
+    - same key, other fingerprint: ``IdempotencyKeyReused`` naming the differing fields;
+    - key past ``IDEMPOTENCY_KEY_TTL_SECONDS``: the old record is marked expired (kept for
+      audit) and the operation runs again as new.
+    An exception from ``perform`` rolls the record back with it: nothing is recorded.
+    """
+    fingerprint = fingerprint_compute(fields=fingerprint_fields)
+    replay_args = {
+        "client": client,
+        "operation_type": operation_type,
+        "key": key,
+        "fingerprint": fingerprint,
+        "fingerprint_fields": fingerprint_fields,
+    }
+    existing = _live_record(client=client, operation_type=operation_type, key=key)
+    for _ in range(MAX_CLAIM_ROUNDS):
+        now = timezone.now()
+        if existing is not None and existing.expires_at > now:
+            return _replay(record=existing, **replay_args)
+        outcome = "new" if existing is None else "expired"
+        with transaction.atomic():
+            if existing is not None:
+                # Past its TTL: the record stays for audit, marked expired, and the key is
+                # free for a new operation in this same transaction.
+                IdempotencyRecord.objects.filter(
+                    pk=existing.pk, expired_at__isnull=True
+                ).update(expired_at=now, updated_at=now)
+            result = perform()
+            body = response_body_render(result.body)
+            record_id = _record_insert(result=result, body=body, now=now, **replay_args)
+            if record_id is None:
+                # Another request committed this key first: undo ours, replay theirs.
+                transaction.set_rollback(True)
+            else:
+                IDEMPOTENCY_REQUESTS.labels(operation_type, outcome).inc()
+                logger.info(
+                    "idempotency.executed",
+                    extra={
+                        "operation_type": operation_type,
+                        "idempotency_key": key,
+                        "client_id": client.pk,
+                        "resource_id": result.resource_id,
+                        "outcome": outcome,
+                    },
+                )
+        if record_id is not None:
+            return IdempotentResponse(
+                status_code=result.status_code,
+                body=body,
+                location=result.location,
+                replayed=False,
+            )
+        existing = _live_record(client=client, operation_type=operation_type, key=key)
+    raise TemporarilyUnavailable("idempotency record could not be claimed")
