@@ -3,7 +3,7 @@ from __future__ import annotations
 import re
 
 from django.http import HttpResponse
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -17,6 +17,16 @@ from .models import Build, Deployment, IdempotencyStatus, JobStatus
 
 REPOSITORY_REGEX = r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+"
 COMMIT_SHA_REGEX = r"[0-9a-f]{7,40}"
+IDEMPOTENCY_KEY_HEADER = OpenApiParameter(
+    "Idempotency-Key",
+    str,
+    OpenApiParameter.HEADER,
+    required=True,
+    description="1-255 printable ASCII characters, stable across retries of one operation.",
+)
+IDEMPOTENCY_KEY_QUERY = OpenApiParameter(
+    "idempotency_key", str, OpenApiParameter.QUERY, required=False
+)
 
 
 class IdempotentPostMixin:
@@ -96,7 +106,7 @@ class DeploymentCreateApi(IdempotentPostMixin, APIView):
     operation_type = "deployment.create"
     fingerprint_fields = ("repository", "commit_sha", "environment", "workflow")
 
-    class InputSerializer(serializers.Serializer):
+    class DeploymentCreateInputSerializer(serializers.Serializer):
         repository = LowercaseCharField(max_length=200)
         commit_sha = LowercaseCharField()
         environment = serializers.SlugField(max_length=64)
@@ -113,7 +123,7 @@ class DeploymentCreateApi(IdempotentPostMixin, APIView):
         def validate_commit_sha(self, value):
             return _commit_sha_validate(value)
 
-    input_serializer_class = InputSerializer
+    input_serializer_class = DeploymentCreateInputSerializer
 
     def perform(self, *, client, key, data) -> OperationResult:
         deployment = services.deployment_create(
@@ -127,7 +137,11 @@ class DeploymentCreateApi(IdempotentPostMixin, APIView):
             record_status=IdempotencyStatus.PROCESSING,
         )
 
-    @extend_schema(request=InputSerializer, responses={202: DeploymentOutputSerializer})
+    @extend_schema(
+        request=DeploymentCreateInputSerializer,
+        responses={202: DeploymentOutputSerializer},
+        parameters=[IDEMPOTENCY_KEY_HEADER],
+    )
     def post(self, request, *args, **kwargs):
         return super().post(request, *args, **kwargs)
 
@@ -136,7 +150,7 @@ class BuildCreateApi(IdempotentPostMixin, APIView):
     operation_type = "build.create"
     fingerprint_fields = ("repository", "commit_sha", "ref", "workflow")
 
-    class InputSerializer(serializers.Serializer):
+    class BuildCreateInputSerializer(serializers.Serializer):
         repository = LowercaseCharField(max_length=200)
         commit_sha = LowercaseCharField()
         ref = serializers.CharField(
@@ -155,7 +169,7 @@ class BuildCreateApi(IdempotentPostMixin, APIView):
         def validate_commit_sha(self, value):
             return _commit_sha_validate(value)
 
-    input_serializer_class = InputSerializer
+    input_serializer_class = BuildCreateInputSerializer
 
     def perform(self, *, client, key, data) -> OperationResult:
         build = services.build_create(client=client, idempotency_key=key, data=data)
@@ -167,7 +181,11 @@ class BuildCreateApi(IdempotentPostMixin, APIView):
             record_status=IdempotencyStatus.PROCESSING,
         )
 
-    @extend_schema(request=InputSerializer, responses={202: BuildOutputSerializer})
+    @extend_schema(
+        request=BuildCreateInputSerializer,
+        responses={202: BuildOutputSerializer},
+        parameters=[IDEMPOTENCY_KEY_HEADER],
+    )
     def post(self, request, *args, **kwargs):
         return super().post(request, *args, **kwargs)
 
@@ -200,7 +218,10 @@ class _JobApiBase(APIView):
 class DeploymentCollectionApi(DeploymentCreateApi):
     """POST creates (idempotent), GET lists the client's deployments (``?idempotency_key=``)."""
 
-    @extend_schema(responses=DeploymentOutputSerializer(many=True))
+    @extend_schema(
+        responses=DeploymentOutputSerializer(many=True),
+        parameters=[IDEMPOTENCY_KEY_QUERY],
+    )
     def get(self, request):
         jobs = selectors.deployment_list(
             client=request.user,
@@ -220,7 +241,10 @@ class DeploymentDetailApi(_JobApiBase):
 class BuildCollectionApi(BuildCreateApi):
     """POST creates (idempotent), GET lists the client's builds (``?idempotency_key=``)."""
 
-    @extend_schema(responses=BuildOutputSerializer(many=True))
+    @extend_schema(
+        responses=BuildOutputSerializer(many=True),
+        parameters=[IDEMPOTENCY_KEY_QUERY],
+    )
     def get(self, request):
         jobs = selectors.build_list(
             client=request.user,
@@ -250,7 +274,7 @@ class StatusSyncApi(IdempotentPostMixin, APIView):
     operation_type = "status.sync"
     fingerprint_fields = ("deployment_id", "build_id", "status", "reported_at")
 
-    class InputSerializer(serializers.Serializer):
+    class StatusSyncInputSerializer(serializers.Serializer):
         deployment_id = serializers.CharField(max_length=32, required=False)
         build_id = serializers.CharField(max_length=32, required=False)
         status = serializers.ChoiceField(choices=JobStatus.choices)
@@ -264,9 +288,9 @@ class StatusSyncApi(IdempotentPostMixin, APIView):
                 )
             return attrs
 
-    input_serializer_class = InputSerializer
+    input_serializer_class = StatusSyncInputSerializer
 
-    class OutputSerializer(serializers.Serializer):
+    class StatusSyncOutputSerializer(serializers.Serializer):
         status_sync_id = serializers.CharField(source="public_id")
         applied = serializers.BooleanField()
         current_status = serializers.CharField(source="resulting_status")
@@ -292,11 +316,15 @@ class StatusSyncApi(IdempotentPostMixin, APIView):
         )
         return OperationResult(
             status_code=201,
-            body=self.OutputSerializer(sync).data,
+            body=self.StatusSyncOutputSerializer(sync).data,
             resource_id=sync.public_id,
         )
 
-    @extend_schema(request=InputSerializer, responses={201: OutputSerializer})
+    @extend_schema(
+        request=StatusSyncInputSerializer,
+        responses={201: StatusSyncOutputSerializer},
+        parameters=[IDEMPOTENCY_KEY_HEADER],
+    )
     def post(self, request, *args, **kwargs):
         return super().post(request, *args, **kwargs)
 
@@ -304,7 +332,7 @@ class StatusSyncApi(IdempotentPostMixin, APIView):
 class IdempotencyKeyDetailApi(APIView):
     """What became of one of the client's keys (for a client whose response was lost)."""
 
-    class OutputSerializer(serializers.Serializer):
+    class IdempotencyKeyOutputSerializer(serializers.Serializer):
         operation_type = serializers.CharField()
         idempotency_key = serializers.CharField(source="key")
         status = serializers.SerializerMethodField()
@@ -316,11 +344,11 @@ class IdempotencyKeyDetailApi(APIView):
         def get_status(self, record) -> str:
             return "expired" if record.is_expired else record.status
 
-    @extend_schema(responses=OutputSerializer)
+    @extend_schema(responses=IdempotencyKeyOutputSerializer)
     def get(self, request, operation_type: str, key: str):
         record = selectors.idempotency_record_get(
             client=request.user, operation_type=operation_type, key=key
         )
         if record is None:
             raise NotFound()
-        return Response(self.OutputSerializer(record).data)
+        return Response(self.IdempotencyKeyOutputSerializer(record).data)
