@@ -52,6 +52,7 @@ def job_dispatch(*, job: Job) -> None:
         try:
             with correlation_id_bound(correlation_id):
                 job_run_task.delay(kind, public_id)
+            logger.info("job.dispatched", extra={"kind": kind, "job_id": public_id})
         except Exception:
             logger.warning(
                 "job.dispatch_failed", extra={"kind": kind, "job_id": public_id}
@@ -75,10 +76,6 @@ def deployment_create(
         triggered_by=data.get("triggered_by") or "",
     )
     job_dispatch(job=deployment)
-    logger.info(
-        "deployment.created",
-        extra={"job_id": deployment.public_id, "idempotency_key": idempotency_key},
-    )
     return deployment
 
 
@@ -94,10 +91,6 @@ def build_create(*, client: ApiClient, idempotency_key: str, data: dict) -> Buil
         triggered_by=data.get("triggered_by") or "",
     )
     job_dispatch(job=build)
-    logger.info(
-        "build.created",
-        extra={"job_id": build.public_id, "idempotency_key": idempotency_key},
-    )
     return build
 
 
