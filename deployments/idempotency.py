@@ -135,23 +135,18 @@ def _record_insert(
 def _live_record(
     *, client: ApiClient, operation_type: str, key: str
 ) -> IdempotencyRecord | None:
-    return (
-        IdempotencyRecord.objects.filter(
-            client=client,
-            operation_type=operation_type,
-            key=key,
-            expired_at__isnull=True,
-        )
-        .only(
-            "id",
-            "fingerprint",
-            "fingerprint_fields",
-            "expires_at",
-            "response_body",
-            "response_location",
-        )
-        .first()
-    )
+    # At most one live record (the partial unique index): no ORDER BY needed, none wanted.
+    records = IdempotencyRecord.objects.filter(
+        client=client, operation_type=operation_type, key=key, expired_at__isnull=True
+    ).only(
+        "id",
+        "fingerprint",
+        "fingerprint_fields",
+        "expires_at",
+        "response_body",
+        "response_location",
+    )[:1]
+    return next(iter(records), None)
 
 
 def _differing_fields(stored: dict, current: dict) -> list[str]:

@@ -31,7 +31,10 @@ class Job(BaseModel):
     public_id_prefix = ""
 
     public_id = models.CharField(max_length=32, editable=False)
-    client = models.ForeignKey(ApiClient, on_delete=models.PROTECT, related_name="+")
+    # No index of its own: the (client, idempotency_key) index serves it.
+    client = models.ForeignKey(
+        ApiClient, on_delete=models.PROTECT, related_name="+", db_index=False
+    )
     idempotency_key = models.CharField(max_length=255)
     repository = models.CharField(max_length=200)
     commit_sha = models.CharField(max_length=40)
@@ -184,7 +187,11 @@ class IdempotencyRecord(models.Model):
     unique constraint decides concurrent first requests. Expired records stay for audit until
     the retention purge."""
 
-    client = models.ForeignKey(ApiClient, on_delete=models.PROTECT, related_name="+")
+    # No index of its own: the lookups below lead with it, and a bare client index would
+    # tempt the planner into scanning all of one client's records for a key.
+    client = models.ForeignKey(
+        ApiClient, on_delete=models.PROTECT, related_name="+", db_index=False
+    )
     operation_type = models.CharField(max_length=64)
     key = models.CharField(max_length=255)
     fingerprint = models.CharField(max_length=64)
