@@ -220,9 +220,11 @@ class IdempotencyRecord(models.Model):
             ),
         ]
         indexes = [
+            # Expired records of a key, for the key lookup API; live ones stay out of it.
             models.Index(
-                fields=["client", "operation_type", "key", "-created_at"],
-                name="deployments_idem_lookup_idx",
+                fields=["client", "operation_type", "key"],
+                name="deployments_idem_oldkey_idx",
+                condition=Q(expired_at__isnull=False),
             ),
             models.Index(
                 fields=["operation_type", "resource_id"],
@@ -234,7 +236,11 @@ class IdempotencyRecord(models.Model):
                 name="deployments_idem_expiry_idx",
                 condition=Q(expired_at__isnull=True),
             ),
-            models.Index(fields=["expired_at"], name="deployments_idem_expired_idx"),
+            models.Index(
+                fields=["expired_at"],
+                name="deployments_idem_expired_idx",
+                condition=Q(expired_at__isnull=False),
+            ),
             models.Index(
                 fields=["status", "-created_at"], name="deployments_idem_status_idx"
             ),

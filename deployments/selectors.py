@@ -44,11 +44,12 @@ def idempotency_record_get(
     *, client: ApiClient, operation_type: str, key: str
 ) -> IdempotencyRecord | None:
     """The live record of the client's key, else its latest expired one."""
+    records = IdempotencyRecord.objects.filter(
+        client=client, operation_type=operation_type, key=key
+    ).defer("response_body")
+    live = next(iter(records.filter(expired_at__isnull=True)[:1]), None)
+    if live is not None:
+        return live
     return (
-        IdempotencyRecord.objects.filter(
-            client=client, operation_type=operation_type, key=key
-        )
-        .order_by("-created_at", "-id")
-        .defer("response_body")
-        .first()
+        records.filter(expired_at__isnull=False).order_by("-expired_at", "-id").first()
     )
