@@ -257,19 +257,18 @@ def idempotent_execute(
             if record_id is None:
                 # Another request committed this key first: undo ours, replay theirs.
                 transaction.set_rollback(True)
-            else:
-                IDEMPOTENCY_REQUESTS.labels(operation_type, outcome).inc()
-                logger.info(
-                    "idempotency.executed",
-                    extra={
-                        "operation_type": operation_type,
-                        "idempotency_key": key,
-                        "client_id": client.pk,
-                        "resource_id": result.resource_id,
-                        "outcome": outcome,
-                    },
-                )
         if record_id is not None:
+            IDEMPOTENCY_REQUESTS.labels(operation_type, outcome).inc()
+            logger.info(
+                "idempotency.executed",
+                extra={
+                    "operation_type": operation_type,
+                    "idempotency_key": key,
+                    "client_id": client.pk,
+                    "resource_id": result.resource_id,
+                    "outcome": outcome,
+                },
+            )
             return IdempotentResponse(
                 status_code=result.status_code,
                 body=body,
