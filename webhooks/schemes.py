@@ -85,7 +85,7 @@ class HmacSha256Scheme:
         candidates = _hex_entries(signature, "v1=")
         if not candidates:
             raise InvalidSignature(REASON_MALFORMED)
-        message = timestamp.encode("latin-1") + b"." + raw_body
+        message = timestamp.encode("latin-1", "replace") + b"." + raw_body
         expected = [_hmac_sha256(secret.encode(), message) for secret in secrets]
         if not _any_match(candidates, expected):
             raise InvalidSignature(REASON_MISMATCH)
@@ -126,7 +126,7 @@ class StandardWebhooksScheme:
         if not candidates:
             raise InvalidSignature(REASON_MALFORMED)
         event_id = _header(headers, self.id_header)
-        message = f"{event_id}.{timestamp}.".encode("latin-1") + raw_body
+        message = f"{event_id}.{timestamp}.".encode("latin-1", "replace") + raw_body
         expected = [
             _hmac_sha256(standard_webhooks_key(secret), message) for secret in secrets
         ]

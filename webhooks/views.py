@@ -27,9 +27,10 @@ _READ_CHUNK = 65536
 def raw_body_read(request: HttpRequest, *, limit: int) -> bytes:
     """The raw body, reading at most ``limit + 1`` bytes whatever ``Content-Length`` says.
 
-    A declared length above the limit is refused without reading. Without a usable
-    ``Content-Length`` (chunked transfer), Django sees an empty body, so the server's own input
-    stream is read: the WSGI server delimits the body (gunicorn decodes the chunks)."""
+    A declared length above the limit is refused without reading. With chunked transfer there is
+    no ``Content-Length`` and Django sees an empty body, so the server's own input stream is
+    read: the WSGI server delimits the body (gunicorn decodes the chunks). With neither, the
+    request has no body (RFC 9112, 6.3)."""
     declared = request.META.get("CONTENT_LENGTH")
     try:
         length = int(declared) if declared else None
@@ -37,7 +38,12 @@ def raw_body_read(request: HttpRequest, *, limit: int) -> bytes:
         length = None
     if length is not None and length > limit:
         raise PayloadTooLarge()
-    stream = request if length is not None else request.META["wsgi.input"]
+    if length is not None:
+        stream = request
+    elif "chunked" in request.META.get("HTTP_TRANSFER_ENCODING", "").lower():
+        stream = request.META["wsgi.input"]
+    else:
+        return b""
     chunks = []
     size = 0
     while size <= limit:
