@@ -7,6 +7,7 @@ from core.services import api_client_create
 
 DEMO_ADMIN = ("admin", "admin")
 DEMO_API_TOKEN = "demo-api-token-change-me"  # noqa: S105 - a published demo credential
+DEMO_WEBHOOK_SECRET = "demo-webhook-secret-change-me"  # noqa: S105 - published, like the token
 
 
 class Command(BaseCommand):
@@ -35,3 +36,20 @@ class Command(BaseCommand):
             f"demo admin: http://127.0.0.1:8000/admin/ user {username!r} password {password!r}"
         )
         self.stdout.write(f"demo API token: {DEMO_API_TOKEN}")
+        self._demo_webhook_source()
+
+    def _demo_webhook_source(self):
+        from webhooks.models import WebhookSource
+        from webhooks.services import webhook_source_create
+
+        if not WebhookSource.objects.filter(slug="demo").exists():
+            webhook_source_create(
+                slug="demo",
+                scheme="hmac-sha256",
+                handler="research",
+                secret=DEMO_WEBHOOK_SECRET,
+            )
+        self.stdout.write(
+            "demo webhook source: http://127.0.0.1:8000/webhooks/demo/ (hmac-sha256, "
+            f"research) secret {DEMO_WEBHOOK_SECRET}"
+        )
