@@ -28,6 +28,12 @@ test: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/pytest $(PYTEST_ARGS)
 
+## Benchmarks on PostgreSQL and Redis: figures next to floors from the same run.
+bench: setup
+	@command -v wrk >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk)
+	$(PY) scripts/check_services.py
+	$(PY) -m bench.run $(BENCH)
+
 lint: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .

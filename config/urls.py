@@ -1,3 +1,4 @@
+from django.conf import settings
 from django.contrib import admin
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
@@ -19,3 +20,7 @@ urlpatterns = [
         "api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"
     ),
 ]
+
+if settings.BENCH_ENDPOINTS:
+    # Floor endpoints for `make bench`; off unless BENCH_ENDPOINTS=true.
+    urlpatterns += [path("_bench/", include("bench.urls"))]

@@ -179,6 +179,9 @@ CELERY_BEAT_SCHEDULE = {
     },
 }
 
+# Floor endpoints under /_bench/ for the benchmarks; never on in production.
+BENCH_ENDPOINTS = env.bool("BENCH_ENDPOINTS", default=False)
+
 # Django's own cap on in-memory request bodies; the webhook view enforces its own limit on the
 # raw body before anything is parsed.
 DATA_UPLOAD_MAX_MEMORY_SIZE = max(WEBHOOK_MAX_BODY_BYTES, 2621440)
