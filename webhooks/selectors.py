@@ -14,6 +14,24 @@ def webhook_source_get_enabled(*, slug: str) -> WebhookSource | None:
     return WebhookSource.objects.filter(slug=slug, is_enabled=True).first()
 
 
+def webhook_source_with_secrets(
+    *, slug: str, now: datetime | None = None
+) -> tuple[WebhookSource, list[str]] | None:
+    """The enabled source and its valid secrets, in one query on the hot path (a second one
+    only when no secret is valid or the slug is unknown)."""
+    now = now or timezone.now()
+    rows = list(
+        WebhookSecret.objects.filter(source__slug=slug, source__is_enabled=True)
+        .filter(Q(expires_at__isnull=True) | Q(expires_at__gt=now))
+        .select_related("source")
+        .only("secret", "source")
+    )
+    if rows:
+        return rows[0].source, [row.secret for row in rows]
+    source = webhook_source_get_enabled(slug=slug)
+    return None if source is None else (source, [])
+
+
 def webhook_source_list() -> QuerySet[WebhookSource]:
     from django.db.models import Count
 

@@ -7,7 +7,7 @@ import functools
 import hashlib
 import logging
 import secrets
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -268,20 +268,20 @@ def inbox_event_record(
     raw_body: bytes,
     headers: Mapping[str, str],
     remote_addr: str | None = None,
+    secrets: Sequence[str] | None = None,
 ) -> IngestResult:
     """Verifies, validates and records one delivery. Idempotent per (source, event_id): the
     first delivery creates the row and publishes its processing task after commit; a delivery
     with the same content fingerprint only counts (``delivery_count``); one with another
     fingerprint leaves the original untouched, keeps the evidence and raises
     ``InconsistentDuplicate``. Raises ``InvalidSignature``, ``StaleTimestamp``, ``InvalidJson``
-    or ``InvalidPayload`` before anything is written (failed authentication is counted)."""
+    or ``InvalidPayload`` before anything is written (failed authentication is counted).
+    ``secrets`` are the source's valid secrets when the caller already loaded them."""
     scheme = scheme_get(source.scheme)
+    if secrets is None:
+        secrets = webhook_secrets_valid(source=source)
     try:
-        verified = scheme.verify(
-            raw_body=raw_body,
-            headers=headers,
-            secrets=webhook_secrets_valid(source=source),
-        )
+        verified = scheme.verify(raw_body=raw_body, headers=headers, secrets=secrets)
         tolerance = source.timestamp_tolerance_seconds
         if tolerance is None:
             tolerance = settings.WEBHOOK_TIMESTAMP_TOLERANCE_SECONDS
@@ -346,11 +346,14 @@ def _inbox_upsert(
         for name in _INBOX_COLUMNS
     ]
     log_extra = {"source": source.slug, "event_id": envelope.event_id}
-    with transaction.atomic():
-        with connection.cursor() as cursor:
-            cursor.execute(_inbox_upsert_sql(connection.vendor), params)
-            row = cursor.fetchone()
-        if row is None:
+    # One statement in autocommit is its own transaction: when execute() returns, the row is
+    # committed, and ``on_commit`` (outside any atomic block) publishes right away. Inside a
+    # caller's atomic block, the publish waits for that block's commit.
+    with connection.cursor() as cursor:
+        cursor.execute(_inbox_upsert_sql(connection.vendor), params)
+        row = cursor.fetchone()
+    if row is None:
+        with transaction.atomic():
             original = (
                 InboxEvent.objects.filter(source=source, event_id=envelope.event_id)
                 .only("id", "content_fingerprint")
@@ -366,13 +369,11 @@ def _inbox_upsert(
                 remote_addr=remote_addr,
                 received_at=now,
             )
-        else:
-            inbox_event_id, delivery_count, processing_status = row
-            created = delivery_count == 1
-            if created:
-                transaction.on_commit(
-                    lambda: _dispatch(inbox_event_id, envelope.event_id)
-                )
+    else:
+        inbox_event_id, delivery_count, processing_status = row
+        created = delivery_count == 1
+        if created:
+            transaction.on_commit(lambda: _dispatch(inbox_event_id, envelope.event_id))
     if row is None:
         WEBHOOK_INCONSISTENT_DUPLICATES.inc()
         logger.warning("inbox.inconsistent_duplicate", extra=log_extra)

@@ -16,7 +16,7 @@ from core.exceptions import error_json_response
 from core.metrics import WEBHOOK_REQUESTS
 
 from .errors import UnknownSource
-from .selectors import webhook_source_get_enabled
+from .selectors import webhook_source_with_secrets
 from .services import inbox_event_record
 
 logger = logging.getLogger(__name__)
@@ -67,9 +67,10 @@ def webhook_receive(request: HttpRequest, slug: str) -> HttpResponse:
     # Unknown slugs are counted under one label, so that probing cannot grow the metrics.
     label = "unknown"
     try:
-        source = webhook_source_get_enabled(slug=slug)
-        if source is None:
+        found = webhook_source_with_secrets(slug=slug)
+        if found is None:
             raise UnknownSource()
+        source, secrets = found
         label = source.slug
         if request.method != "POST":
             return _respond(label, HttpResponseNotAllowed(["POST"]))
@@ -79,6 +80,7 @@ def webhook_receive(request: HttpRequest, slug: str) -> HttpResponse:
             raw_body=raw_body,
             headers=request.headers,
             remote_addr=request.META.get("REMOTE_ADDR") or None,
+            secrets=secrets,
         )
     except ServiceError as exc:
         return _respond(label, error_json_response(exc))
