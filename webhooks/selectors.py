@@ -11,11 +11,6 @@ from django.utils import timezone
 
 from .models import InboxEvent, WebhookSecret, WebhookSource
 
-
-def webhook_source_get_enabled(*, slug: str) -> WebhookSource | None:
-    return WebhookSource.objects.filter(slug=slug, is_enabled=True).first()
-
-
 _SOURCE_FIELDS = ("id", "slug", "scheme", "handler", "timestamp_tolerance_seconds")
 
 

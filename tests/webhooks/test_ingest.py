@@ -584,3 +584,10 @@ def test_view_is_csrf_exempt_under_csrf_checks(source):
 
     strict = Client(enforce_csrf_checks=True)
     assert post_signed(strict, research_event()).status_code == 202
+
+
+def test_source_whose_secrets_all_expired_is_401_not_404(http, source):
+    WebhookSecret.objects.update(expires_at=timezone.now() - timedelta(seconds=1))
+    response = post_signed(http, research_event())
+    assert response.status_code == 401
+    assert failures("mismatch") == 1
