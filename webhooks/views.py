@@ -4,6 +4,7 @@ source, method, size, signature, timestamp, JSON, envelope, then the one upsert.
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 
 from django.conf import settings
@@ -57,6 +58,15 @@ def raw_body_read(request: HttpRequest, *, limit: int) -> bytes:
     return b"".join(chunks)
 
 
+def _remote_addr(request: HttpRequest) -> str | None:
+    """The peer's address, or None when the server gives none that is an IP (a unix socket)."""
+    value = request.META.get("REMOTE_ADDR") or ""
+    try:
+        return str(ipaddress.ip_address(value))
+    except ValueError:
+        return None
+
+
 def _respond(slug: str, response: HttpResponse) -> HttpResponse:
     WEBHOOK_REQUESTS.labels(source=slug, status=str(response.status_code)).inc()
     return response
@@ -79,7 +89,7 @@ def webhook_receive(request: HttpRequest, slug: str) -> HttpResponse:
             source=source,
             raw_body=raw_body,
             headers=request.headers,
-            remote_addr=request.META.get("REMOTE_ADDR") or None,
+            remote_addr=_remote_addr(request),
             secrets=secrets,
         )
     except ServiceError as exc:

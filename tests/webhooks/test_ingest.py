@@ -591,3 +591,12 @@ def test_source_whose_secrets_all_expired_is_401_not_404(http, source):
     response = post_signed(http, research_event())
     assert response.status_code == 401
     assert failures("mismatch") == 1
+
+
+def test_a_peer_address_that_is_not_an_ip_is_stored_as_none(http, source):
+    body = research_event()
+    raw = encode(body)
+    headers = signed_headers(raw_body=raw, event_id=body["event_id"])
+    response = post(http, raw, headers, REMOTE_ADDR="unix:/run/gunicorn.sock")
+    assert response.status_code == 202
+    assert InboxEvent.objects.get().remote_addr is None
