@@ -197,7 +197,8 @@ def _timestamp_check(*, timestamp: str | None, tolerance: int) -> None:
         value = int(timestamp)
     except ValueError as exc:
         raise StaleTimestamp() from exc
-    if abs(timezone.now().timestamp() - value) > tolerance:
+    # Integer arithmetic: a signed timestamp of 400 digits must not overflow a float.
+    if abs(int(timezone.now().timestamp()) - value) > tolerance:
         raise StaleTimestamp()
 
 

@@ -368,7 +368,10 @@ def test_source_tolerance_overrides_the_default(http, source):
     assert response.status_code == 400
 
 
-@pytest.mark.parametrize("timestamp", ["1.5e9", "soon", "0x10", "17e8"])
+@pytest.mark.parametrize(
+    "timestamp",
+    ["1.5e9", "soon", "0x10", "17e8", "9" * 400, "-" + "9" * 400, "9" * 5000],
+)
 def test_signed_timestamp_that_is_not_an_integer_is_400(http, source, timestamp):
     body = research_event()
     raw = encode(body)

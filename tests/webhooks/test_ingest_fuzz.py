@@ -130,9 +130,14 @@ def test_unsigned_requests_never_5xx_and_never_store(sources, slug, headers, raw
     github_event=st.text(alphabet=st.characters(max_codepoint=255), max_size=20),
     raw=bodies,
     use_body_id=st.booleans(),
+    timestamp=st.one_of(
+        st.none(),
+        st.integers(min_value=0, max_value=2**40),
+        st.integers(min_value=-(10**500), max_value=10**500),
+    ),
 )
 def test_signed_requests_with_any_body_never_5xx(
-    sources, scheme, event_id, github_event, raw, use_body_id
+    sources, scheme, event_id, github_event, raw, use_body_id, timestamp
 ):
     slug = {"hmac-sha256": "fz-hmac", "standard-webhooks": "fz-sw", "github": "fz-gh"}
     if use_body_id:  # reach the envelope checks and the insert, not only the id check
@@ -142,7 +147,9 @@ def test_signed_requests_with_any_body_never_5xx(
             body_id = None
         if isinstance(body_id, str) and all(ord(c) < 128 for c in body_id):
             event_id = body_id
-    headers = signed_headers(scheme=scheme, raw_body=raw, event_id=event_id)
+    headers = signed_headers(
+        scheme=scheme, raw_body=raw, event_id=event_id, timestamp=timestamp
+    )
     if scheme == "github":
         headers["X-GitHub-Event"] = github_event
     before = InboxEvent.objects.count()
