@@ -603,3 +603,32 @@ def test_a_peer_address_that_is_not_an_ip_is_stored_as_none(http, source):
     response = post(http, raw, headers, REMOTE_ADDR="unix:/run/gunicorn.sock")
     assert response.status_code == 202
     assert InboxEvent.objects.get().remote_addr is None
+
+
+def test_logs_carry_the_reason_but_never_body_signature_or_secret(http, source, caplog):
+    from .factories import HMAC_SECRET
+
+    body = research_event(data={"summary": "a very private summary"})
+    raw = encode(body)
+    headers = signed_headers(raw_body=raw, event_id=body["event_id"])
+    signature = headers["X-Webhook-Signature"].removeprefix("v1=")
+    bad = headers | {"X-Webhook-Signature": "v1=" + "ab" * 32}
+    with caplog.at_level("INFO"):
+        assert post(http, raw, bad).status_code == 401
+        assert post(http, raw, headers).status_code == 202
+    records = [vars(record) for record in caplog.records]
+    assert any(r.get("reason") == "mismatch" for r in records)
+    assert any(r.get("msg") == "inbox.accepted" for r in records)
+    dumped = repr(records)
+    for secret_or_body in (HMAC_SECRET, signature, "ab" * 32, "a very private summary"):
+        assert secret_or_body not in dumped
+
+
+def test_unknown_slugs_share_one_metrics_label(http, db):
+    before = metric("webhook_requests_total", source="unknown", status="404")
+    for slug in ("probe-1", "probe-2", "probe-3"):
+        http.post(f"/webhooks/{slug}/", data=b"{}", content_type="application/json")
+    assert (
+        metric("webhook_requests_total", source="unknown", status="404") == before + 3
+    )
+    assert metric("webhook_requests_total", source="probe-1", status="404") == 0
