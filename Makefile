@@ -20,6 +20,7 @@ run: setup
 	$(PY) manage.py migrate --noinput
 	$(PY) manage.py collectstatic --noinput --verbosity 0
 	$(PY) manage.py demo_setup
+	rm -rf var/prometheus && mkdir -p var/prometheus
 	$(VENV)/bin/honcho start -f Procfile
 
 ## Run the whole test suite against PostgreSQL (127.0.0.1:5432) and Redis (127.0.0.1:6379).

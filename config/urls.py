@@ -9,6 +9,7 @@ from core.apis import WhoAmIApi
 urlpatterns = [
     path("healthz", core_views.healthz, name="healthz"),
     path("readyz", core_views.readyz, name="readyz"),
+    path("metrics", core_views.metrics, name="metrics"),
     path("admin/", admin.site.urls),
     path("webhooks/", include("webhooks.urls")),
     path("api/whoami/", WhoAmIApi.as_view(), name="whoami"),
