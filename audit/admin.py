@@ -149,6 +149,9 @@ class BulkReplayJobAdmin(admin.ModelAdmin):
         "error",
     )
 
+    def get_readonly_fields(self, request, obj=None):
+        return () if obj is None else self.readonly_fields
+
     def get_fields(self, request, obj=None):
         if obj is None:
             return ("source", "status", "since", "event_ids_text", "reason")
