@@ -67,7 +67,7 @@ class EventTypeFilter(admin.SimpleListFilter):
         table = InboxEvent._meta.db_table
         sql = f"""
             WITH RECURSIVE types(event_type) AS (
-                (SELECT event_type FROM {table} ORDER BY event_type LIMIT 1)
+                SELECT MIN(event_type) FROM {table}
                 UNION ALL
                 SELECT (SELECT e.event_type FROM {table} e
                         WHERE e.event_type > types.event_type
@@ -135,7 +135,7 @@ class InboxEventAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     change_list_template = "admin/webhooks/bounded_change_list.html"
     list_display = (
         "event_id",
-        "processing_status",
+        "status",
         "source",
         "event_type",
         "entity_id",
@@ -180,7 +180,7 @@ class InboxEventAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
             "Processing",
             {
                 "fields": (
-                    "processing_status",
+                    "status",
                     "attempts",
                     "next_attempt_at",
                     "error_message",
@@ -218,7 +218,7 @@ class InboxEventAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         "occurred_at",
         "tenant_id",
         "idempotency_key",
-        "processing_status",
+        "status",
         "attempts",
         "next_attempt_at",
         "error_message",
@@ -247,6 +247,10 @@ class InboxEventAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         if not term:
             return queryset, False
         return queryset.filter(Q(event_id=term) | Q(entity_id=term)), False
+
+    @admin.display(description="status", ordering="processing_status")
+    def status(self, obj):
+        return obj.processing_status  # the exact status string of the API and the SPEC
 
     @admin.display(description="latency")
     def latency(self, obj):
@@ -293,7 +297,7 @@ class InboxEventAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
 class DeadLetteredEventAdmin(InboxEventAdmin):
     list_display = (
         "event_id",
-        "processing_status",
+        "status",
         "source",
         "event_type",
         "entity_id",

@@ -457,3 +457,21 @@ def test_operator_cannot_change_or_delete_ledgers(operator_client, trail):
     )
     assert operator_client.post(delete, {"post": "yes"}).status_code == 403
     assert FingerprintMismatch.objects.count() == 1
+
+
+def test_demo_setup_creates_the_roles_and_their_demo_users():
+    from django.contrib.auth import get_user_model
+    from django.core.management import call_command
+
+    call_command("demo_setup", "--force")
+    call_command("demo_setup", "--force")
+    users = get_user_model().objects
+    assert list(
+        users.get(username="operator").groups.values_list("name", flat=True)
+    ) == [OPERATORS]
+    assert list(
+        users.get(username="auditor").groups.values_list("name", flat=True)
+    ) == [AUDITORS]
+    assert users.get(username="auditor").has_perm("webhooks.view_inboxevent")
+    assert not users.get(username="auditor").has_perm("webhooks.replay_inboxevent")
+    assert users.get(username="operator").has_perm("webhooks.replay_inboxevent")
