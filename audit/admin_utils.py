@@ -27,6 +27,7 @@ class ReadOnlyAdminMixin:
 
     show_full_result_count = False
     paginator = BoundedCountPaginator
+    change_list_template = "admin/webhooks/bounded_change_list.html"
 
     def has_add_permission(self, request, obj=None):
         return False

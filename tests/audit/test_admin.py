@@ -475,3 +475,37 @@ def test_demo_setup_creates_the_roles_and_their_demo_users():
     assert users.get(username="auditor").has_perm("webhooks.view_inboxevent")
     assert not users.get(username="auditor").has_perm("webhooks.replay_inboxevent")
     assert users.get(username="operator").has_perm("webhooks.replay_inboxevent")
+
+
+def test_no_page_runs_a_full_table_count_or_distinct_scan(operator_client, trail):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    pages = [reverse(f"admin:{name}_changelist") for name in CHANGELISTS]
+    inbox = reverse("admin:webhooks_inboxevent_changelist")
+    pages += [
+        inbox + "?processing_status__exact=processed",
+        inbox + f"?source__id__exact={trail['source'].pk}",
+        inbox + "?event_type=research.document.updated",
+        inbox + f"?received_at__year={timezone.now().year}",
+        reverse("admin:index"),
+    ]
+    for url in pages:
+        with CaptureQueriesContext(connection) as queries:
+            assert operator_client.get(url).status_code == 200
+        for query in queries:
+            sql = query["sql"].upper()
+            if "WEBHOOKS_INBOXEVENT" not in sql:
+                continue
+            if "COUNT(" in sql:
+                assert "LIMIT" in sql or "WHERE" in sql, (url, sql)
+            assert "SELECT DISTINCT" not in sql, (url, sql)
+
+
+def test_changelist_count_is_capped(operator_client, trail, monkeypatch):
+    import audit.admin_utils
+
+    monkeypatch.setattr(audit.admin_utils, "COUNT_CAP", 1)
+    InboxEventFactory.create_batch(3)
+    response = operator_client.get(reverse("admin:webhooks_inboxevent_changelist"))
+    assert response.context["cl"].result_count == 2  # cap + 1: "more than the cap"
