@@ -11,6 +11,7 @@ from datetime import UTC, datetime, timedelta
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import connection, transaction
+from django.db.models import QuerySet
 from django.utils import timezone
 
 from webhooks.models import FingerprintMismatch, InboxEvent, WebhookSource
@@ -153,7 +154,7 @@ def bulk_replay_job_run(
 
 
 def fingerprint_mismatches_mark_investigated(
-    *, mismatches, actor: AbstractBaseUser, note: str
+    *, mismatches: QuerySet[FingerprintMismatch], actor: AbstractBaseUser, note: str
 ) -> OperatorAction:
     """Marks the open mismatches investigated with the note and records one operator action."""
     now = timezone.now()

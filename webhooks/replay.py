@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
@@ -15,6 +16,9 @@ from django.db.models import QuerySet
 from django.utils import timezone
 
 from .models import InboxEvent, ProcessingStatus
+
+if TYPE_CHECKING:
+    from audit.models import BulkReplayJob, OperatorAction
 
 logger = logging.getLogger(__name__)
 
@@ -65,8 +69,8 @@ def inbox_events_replay(
     actor_name: str | None = None,
     reason: str,
     action: str = "replay",
-    bulk_job=None,
-):
+    bulk_job: BulkReplayJob | None = None,
+) -> OperatorAction:
     """Moves the replayable rows of ``events_queryset`` back to ``received`` with a fresh round
     of attempts (the attempt history stays), clears their error and retry time, dispatches each
     one after commit, and records ONE operator action naming them. Returns that action.
