@@ -18,8 +18,16 @@ class BoundedCountPaginator(Paginator):
     Past the cap, narrow the list with a filter or the date hierarchy."""
 
     @cached_property
+    def cap(self) -> int:
+        return COUNT_CAP
+
+    @cached_property
     def count(self) -> int:
-        return capped_count(self.object_list, cap=COUNT_CAP)
+        return capped_count(self.object_list, cap=self.cap)
+
+    @property
+    def is_capped(self) -> bool:
+        return self.count > self.cap
 
 
 class ReadOnlyAdminMixin:

@@ -509,3 +509,9 @@ def test_changelist_count_is_capped(operator_client, trail, monkeypatch):
     InboxEventFactory.create_batch(3)
     response = operator_client.get(reverse("admin:webhooks_inboxevent_changelist"))
     assert response.context["cl"].result_count == 2  # cap + 1: "more than the cap"
+    assert b'<span id="count-capped"' in response.content
+    assert b"more than 1</span>" in response.content
+    monkeypatch.setattr(audit.admin_utils, "COUNT_CAP", 100)
+    response = operator_client.get(reverse("admin:webhooks_inboxevent_changelist"))
+    assert b"count-capped" not in response.content
+    assert b"5 inbox events" in response.content

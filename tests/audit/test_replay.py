@@ -172,3 +172,18 @@ def test_bulk_replay_job_counts_first_then_replays_in_chunks(operator, settings)
     actions = OperatorAction.objects.filter(bulk_job=job)
     assert [a.event_count for a in actions.order_by("pk")] == [4, 4, 2]
     assert all(a.actor == operator for a in actions)
+
+
+def test_operator_actions_and_seals_are_append_only(operator):
+    from audit.models import AppendOnlyError
+
+    action = OperatorAction.objects.create(
+        action="replay", actor=operator, actor_name="operator", event_ids=[1]
+    )
+    action.reason = "rewritten"
+    with pytest.raises(AppendOnlyError):
+        action.save()
+    with pytest.raises(AppendOnlyError):
+        action.delete()
+    action.refresh_from_db()
+    assert action.reason == ""
