@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import connection, transaction
-from django.db.models import QuerySet
+from django.db.models import Exists, OuterRef, QuerySet
 from django.utils import timezone
 
 from webhooks.models import FingerprintMismatch, InboxEvent, WebhookSource
@@ -206,7 +206,7 @@ _SEAL_LOCK_KEY = 0x5EA1  # one sealer at a time, across every worker
 
 
 def inbox_rows_seal(
-    *, now: datetime | None = None, max_batches: int = 20
+    *, now: datetime | None = None, max_batches: int = 50
 ) -> list[AuditSeal]:
     """Seals inbox rows older than the horizon that no seal holds yet, in id order, into
     hash-chained batches. Idempotent and safe to run concurrently (one sealer at a time)."""
@@ -235,12 +235,13 @@ def inbox_rows_seal(
             )
             if old_seal is not None:
                 floor = old_seal.last_event_id
+            # NOT EXISTS: an anti-join on the entries' unique index, whatever their number.
             candidates = list(
                 InboxEvent.objects.filter(pk__gt=floor, received_at__lt=horizon)
-                .exclude(
-                    pk__in=AuditSealEntry.objects.filter(
-                        inbox_event_id__gt=floor
-                    ).values("inbox_event_id")
+                .filter(
+                    ~Exists(
+                        AuditSealEntry.objects.filter(inbox_event_id=OuterRef("pk"))
+                    )
                 )
                 .order_by("pk")
                 .values_list("pk", "payload_hash", "received_at")[:batch_size]
