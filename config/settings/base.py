@@ -239,3 +239,18 @@ LOGGING = {
 DEFAULT_EXCEPTION_REPORTER_FILTER = (
     "core.reporting.SecretsHidingExceptionReporterFilter"
 )
+
+# --- Admin audit console -------------------------------------------------------------------
+INSTALLED_APPS += ["audit"]
+# Rows are sealed once they are older than the horizon; a row whose transaction commits later
+# still gets sealed by a later run, as long as it commits within the lookback.
+AUDIT_SEAL_INTERVAL_SECONDS = env.float("AUDIT_SEAL_INTERVAL_SECONDS", default=60)
+AUDIT_SEAL_HORIZON_SECONDS = env.int("AUDIT_SEAL_HORIZON_SECONDS", default=60)
+AUDIT_SEAL_LOOKBACK_SECONDS = env.int("AUDIT_SEAL_LOOKBACK_SECONDS", default=86400)
+AUDIT_SEAL_BATCH_SIZE = env.int("AUDIT_SEAL_BATCH_SIZE", default=5000)
+AUDIT_BULK_REPLAY_CHUNK_SIZE = env.int("AUDIT_BULK_REPLAY_CHUNK_SIZE", default=200)
+CELERY_BEAT_SCHEDULE["audit-seal"] = {
+    "task": "audit.seal_inbox",
+    "schedule": AUDIT_SEAL_INTERVAL_SECONDS,
+    "options": {"expires": AUDIT_SEAL_INTERVAL_SECONDS},
+}
