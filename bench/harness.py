@@ -216,6 +216,21 @@ class BenchContext:
         self.processes.append(process)
         return process
 
+    def celery_beat(self, **env: str) -> Process:
+        args = [
+            str(BIN / "celery"),
+            "-A",
+            "config",
+            "beat",
+            "--loglevel",
+            "INFO",
+            "--schedule",
+            str(self.tmp / "celerybeat-schedule"),
+        ]
+        process = Process(args, stack_env(**env), self.tmp / "beat.log").start()
+        self.processes.append(process)
+        return process
+
     def stop(self, process: Process) -> None:
         process.stop()
         if process in self.processes:

@@ -1,1 +1,392 @@
 """Writes. Functions with keyword-only, typed arguments: <entity>_<action>."""
+
+from __future__ import annotations
+
+import base64
+import functools
+import hashlib
+import logging
+import secrets
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import connection, transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from core.errors import InvalidPayload
+from core.metrics import (
+    WEBHOOK_DUPLICATES,
+    WEBHOOK_INCONSISTENT_DUPLICATES,
+    WEBHOOK_SIGNATURE_FAILURES,
+)
+
+from .envelopes import ENVELOPES, Envelope, body_parse
+from .errors import InconsistentDuplicate, InvalidSignature, StaleTimestamp
+from .models import (
+    FingerprintMismatch,
+    InboxEvent,
+    ProcessingStatus,
+    SignatureFailure,
+    SignatureScheme,
+    WebhookSecret,
+    WebhookSource,
+)
+from .schemes import scheme_get, standard_webhooks_key
+from .selectors import webhook_secrets_valid
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_GRACE_SECONDS = 86400
+SIGNATURE_PREFIX_LENGTH = 12
+# Headers kept on the inbox row (lower-case). Signatures are shortened to a prefix.
+STORED_HEADERS = (
+    "content-type",
+    "user-agent",
+    "x-webhook-id",
+    "x-webhook-timestamp",
+    "webhook-id",
+    "webhook-timestamp",
+    "x-github-delivery",
+    "x-github-event",
+    "x-github-hook-id",
+    "x-github-hook-installation-target-type",
+    "x-github-hook-installation-target-id",
+)
+SIGNATURE_HEADERS = ("x-webhook-signature", "webhook-signature", "x-hub-signature-256")
+
+
+# --- sources and secrets --------------------------------------------------------------------
+
+
+def webhook_secret_generate(*, scheme: str) -> str:
+    """A new random secret in the scheme's format (``whsec_<base64>`` for standard-webhooks)."""
+    if scheme == SignatureScheme.STANDARD_WEBHOOKS:
+        return "whsec_" + base64.b64encode(secrets.token_bytes(32)).decode()
+    return secrets.token_urlsafe(32)
+
+
+def _secret_validate(*, scheme: str, secret: str) -> None:
+    if not secret or len(secret) > 255:
+        raise InvalidPayload(details={"secret": ["1-255 characters."]})
+    if scheme == SignatureScheme.STANDARD_WEBHOOKS:
+        try:
+            if not secret.startswith("whsec_") or not standard_webhooks_key(secret):
+                raise ValueError(secret)
+        except ValueError as exc:
+            raise InvalidPayload(
+                details={"secret": ["A standard-webhooks secret is whsec_<base64>."]}
+            ) from exc
+
+
+@transaction.atomic
+def webhook_source_create(
+    *, slug: str, scheme: str, handler: str, secret: str | None = None
+) -> tuple[WebhookSource, str]:
+    """Creates a source with one secret; returns the source and the secret (not shown again)."""
+    secret = secret or webhook_secret_generate(scheme=scheme)
+    _secret_validate(scheme=scheme, secret=secret)
+    source = WebhookSource(slug=slug, scheme=scheme, handler=handler)
+    source.full_clean(validate_constraints=False)
+    source.save()
+    WebhookSecret.objects.create(source=source, secret=secret)
+    logger.info(
+        "webhook_source.created",
+        extra={"source": slug, "scheme": scheme, "handler": handler},
+    )
+    return source, secret
+
+
+@transaction.atomic
+def webhook_source_rotate(
+    *,
+    source: WebhookSource,
+    secret: str | None = None,
+    grace_seconds: int = DEFAULT_GRACE_SECONDS,
+) -> str:
+    """Adds a new secret that signs from now on; the secrets valid until now stay valid for
+    ``grace_seconds`` more (an earlier expiry is kept). Returns the new secret."""
+    secret = secret or webhook_secret_generate(scheme=source.scheme)
+    _secret_validate(scheme=source.scheme, secret=secret)
+    now = timezone.now()
+    grace_end = now + timedelta(seconds=max(grace_seconds, 0))
+    WebhookSecret.objects.select_for_update().filter(source=source).filter(
+        Q(expires_at__isnull=True) | Q(expires_at__gt=grace_end)
+    ).update(expires_at=grace_end)
+    WebhookSecret.objects.create(source=source, secret=secret, created_at=now)
+    logger.info(
+        "webhook_source.rotated",
+        extra={"source": source.slug, "grace_seconds": grace_seconds},
+    )
+    return secret
+
+
+def webhook_source_set_enabled(*, source: WebhookSource, enabled: bool) -> None:
+    WebhookSource.objects.filter(pk=source.pk).update(
+        is_enabled=enabled, updated_at=timezone.now()
+    )
+    logger.info(
+        "webhook_source.enabled" if enabled else "webhook_source.disabled",
+        extra={"source": source.slug},
+    )
+
+
+# --- ingest ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class IngestResult:
+    inbox_event_id: int
+    event_id: str
+    created: bool
+    processing_status: str
+
+
+def _stored_headers(headers: Mapping[str, str]) -> dict[str, str]:
+    stored = {}
+    for name in STORED_HEADERS:
+        value = headers.get(name)
+        if value:
+            stored[name] = value[:255].replace("\x00", "")
+    for name in SIGNATURE_HEADERS:
+        value = headers.get(name)
+        if value:
+            stored[name] = value[:SIGNATURE_PREFIX_LENGTH].replace("\x00", "") + "..."
+    return stored
+
+
+def signature_failure_record(
+    *, source: WebhookSource, reason: str, remote_addr: str | None
+) -> None:
+    """Counts a failed authentication: one upsert of the (source, reason, minute) counter, the
+    bounded write an unauthenticated request may cost. Never the body or the signature."""
+    WEBHOOK_SIGNATURE_FAILURES.labels(source=source.slug, reason=reason).inc()
+    logger.warning(
+        "inbox.signature_failed",
+        extra={"source": source.slug, "reason": reason, "remote_addr": remote_addr},
+    )
+    now = timezone.now()
+    table = connection.ops.quote_name(SignatureFailure._meta.db_table)
+    window = now.replace(second=0, microsecond=0)
+    field = SignatureFailure._meta.get_field
+    params = [
+        source.pk,
+        reason,
+        field("window_start").get_db_prep_save(window, connection),
+        1,
+        field("last_remote_addr").get_db_prep_save(remote_addr, connection),
+        field("last_seen_at").get_db_prep_save(now, connection),
+    ]
+    sql = (
+        f"INSERT INTO {table} (source_id, reason, window_start, count, last_remote_addr,"  # noqa: S608
+        " last_seen_at) VALUES (%s, %s, %s, %s, %s, %s)"
+        " ON CONFLICT (source_id, reason, window_start) DO UPDATE SET"
+        f" count = {table}.count + 1, last_remote_addr = EXCLUDED.last_remote_addr,"
+        " last_seen_at = EXCLUDED.last_seen_at"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+
+
+def _timestamp_check(*, timestamp: str | None, tolerance: int) -> None:
+    if timestamp is None:  # the scheme has no timestamp (github)
+        return
+    try:
+        value = int(timestamp)
+    except ValueError as exc:
+        raise StaleTimestamp() from exc
+    # Integer arithmetic: a signed timestamp of 400 digits must not overflow a float.
+    if abs(int(timezone.now().timestamp()) - value) > tolerance:
+        raise StaleTimestamp()
+
+
+_INBOX_COLUMNS = (
+    "source_id",
+    "event_id",
+    "event_type",
+    "entity_id",
+    "entity_type",
+    "source_version",
+    "occurred_at",
+    "tenant_id",
+    "idempotency_key",
+    "payload_hash",
+    "content_fingerprint",
+    "raw_body",
+    "headers",
+    "signature_valid",
+    "remote_addr",
+    "received_at",
+    "processing_status",
+    "http_status",
+    "error_message",
+    "attempts",
+    "delivery_count",
+    "last_seen_at",
+)
+
+
+@functools.cache
+def _inbox_upsert_sql(vendor: str) -> str:
+    quote = connection.ops.quote_name
+    table = quote(InboxEvent._meta.db_table)
+    columns = ", ".join(quote(name) for name in _INBOX_COLUMNS)
+    placeholders = ", ".join(["%s"] * len(_INBOX_COLUMNS))
+    # One statement decides new / duplicate / conflict, and the unique constraint decides races:
+    # a new row comes back with delivery_count 1; a true duplicate (same fingerprint) is counted
+    # and comes back with delivery_count > 1; a conflicting fingerprint updates nothing and
+    # returns no row. Valid on PostgreSQL and on SQLite >= 3.35.
+    return (
+        f"INSERT INTO {table} ({columns}) VALUES ({placeholders})"  # noqa: S608
+        " ON CONFLICT (source_id, event_id) DO UPDATE SET"
+        f" delivery_count = {table}.delivery_count + 1,"
+        " last_seen_at = EXCLUDED.last_seen_at"
+        f" WHERE {table}.content_fingerprint = EXCLUDED.content_fingerprint"
+        " RETURNING id, delivery_count, processing_status"
+    )
+
+
+def _dispatch(inbox_event_id: int, event_id: str) -> None:
+    """Publishes the processing task. The inbox row is the outbox: when the broker is down the
+    row stays ``received`` and the sweep publishes it later, so a failure here is logged only."""
+    from .tasks import process_inbox_event_task
+
+    try:
+        process_inbox_event_task.apply_async(args=[inbox_event_id])
+    except Exception:
+        logger.warning(
+            "inbox.dispatch_failed",
+            extra={"inbox_event_id": inbox_event_id, "event_id": event_id},
+            exc_info=True,
+        )
+
+
+def inbox_event_record(
+    *,
+    source: WebhookSource,
+    raw_body: bytes,
+    headers: Mapping[str, str],
+    remote_addr: str | None = None,
+    secrets: Sequence[str] | None = None,
+) -> IngestResult:
+    """Verifies, validates and records one delivery. Idempotent per (source, event_id): the
+    first delivery creates the row and publishes its processing task after commit; a delivery
+    with the same content fingerprint only counts (``delivery_count``); one with another
+    fingerprint leaves the original untouched, keeps the evidence and raises
+    ``InconsistentDuplicate``. Raises ``InvalidSignature``, ``StaleTimestamp``, ``InvalidJson``
+    or ``InvalidPayload`` before anything is written (failed authentication is counted).
+    ``secrets`` are the source's valid secrets when the caller already loaded them."""
+    scheme = scheme_get(source.scheme)
+    if secrets is None:
+        secrets = webhook_secrets_valid(source=source)
+    try:
+        verified = scheme.verify(raw_body=raw_body, headers=headers, secrets=secrets)
+        tolerance = source.timestamp_tolerance_seconds
+        if tolerance is None:
+            tolerance = settings.WEBHOOK_TIMESTAMP_TOLERANCE_SECONDS
+        _timestamp_check(timestamp=verified.timestamp, tolerance=tolerance)
+    except (InvalidSignature, StaleTimestamp) as exc:
+        signature_failure_record(
+            source=source, reason=exc.reason, remote_addr=remote_addr
+        )
+        raise
+
+    body = body_parse(raw_body)
+    envelope = ENVELOPES[source.handler](
+        body=body, raw_body=raw_body, headers=headers, verified=verified
+    )
+    return _inbox_upsert(
+        source=source,
+        envelope=envelope,
+        raw_body=raw_body,
+        headers=headers,
+        remote_addr=remote_addr,
+    )
+
+
+def _inbox_upsert(
+    *,
+    source: WebhookSource,
+    envelope: Envelope,
+    raw_body: bytes,
+    headers: Mapping[str, str],
+    remote_addr: str | None,
+) -> IngestResult:
+    now = timezone.now()
+    stored_headers = _stored_headers(headers)
+    payload_hash = hashlib.sha256(raw_body).hexdigest()
+    values = {
+        "source_id": source.pk,
+        "event_id": envelope.event_id,
+        "event_type": envelope.event_type,
+        "entity_id": envelope.entity_id,
+        "entity_type": envelope.entity_type,
+        "source_version": envelope.source_version,
+        "occurred_at": envelope.occurred_at,
+        "tenant_id": envelope.tenant_id,
+        "idempotency_key": envelope.idempotency_key,
+        "payload_hash": payload_hash,
+        "content_fingerprint": envelope.content_fingerprint,
+        "raw_body": raw_body,
+        "headers": stored_headers,
+        "signature_valid": True,
+        "remote_addr": remote_addr,
+        "received_at": now,
+        "processing_status": ProcessingStatus.RECEIVED,
+        "http_status": 202,
+        "error_message": "",
+        "attempts": 0,
+        "delivery_count": 1,
+        "last_seen_at": now,
+    }
+    field = InboxEvent._meta.get_field
+    params = [
+        field(name).get_db_prep_save(values[name], connection)
+        for name in _INBOX_COLUMNS
+    ]
+    log_extra = {"source": source.slug, "event_id": envelope.event_id}
+    # One statement in autocommit is its own transaction: when execute() returns, the row is
+    # committed, and ``on_commit`` (outside any atomic block) publishes right away. Inside a
+    # caller's atomic block, the publish waits for that block's commit.
+    with connection.cursor() as cursor:
+        cursor.execute(_inbox_upsert_sql(connection.vendor), params)
+        row = cursor.fetchone()
+    if row is None:
+        with transaction.atomic():
+            original = (
+                InboxEvent.objects.filter(source=source, event_id=envelope.event_id)
+                .only("id", "content_fingerprint")
+                .get()
+            )
+            FingerprintMismatch.objects.create(
+                event=original,
+                raw_body=raw_body,
+                headers=stored_headers,
+                original_fingerprint=original.content_fingerprint,
+                conflicting_fingerprint=envelope.content_fingerprint,
+                conflicting_payload_hash=payload_hash,
+                remote_addr=remote_addr,
+                received_at=now,
+            )
+    else:
+        inbox_event_id, delivery_count, processing_status = row
+        created = delivery_count == 1
+        if created:
+            transaction.on_commit(lambda: _dispatch(inbox_event_id, envelope.event_id))
+    if row is None:
+        WEBHOOK_INCONSISTENT_DUPLICATES.inc()
+        logger.warning("inbox.inconsistent_duplicate", extra=log_extra)
+        raise InconsistentDuplicate(event_id=envelope.event_id)
+    if created:
+        logger.info("inbox.accepted", extra=log_extra)
+    else:
+        WEBHOOK_DUPLICATES.inc()
+        logger.info("inbox.duplicate", extra=log_extra)
+    return IngestResult(
+        inbox_event_id=inbox_event_id,
+        event_id=envelope.event_id,
+        created=created,
+        processing_status=processing_status,
+    )

@@ -1,2 +1,8 @@
+from django.urls import path
+
+from . import views
+
 app_name = "webhooks"
-urlpatterns: list = []
+urlpatterns = [
+    path("<str:slug>/", views.webhook_receive, name="receive"),
+]

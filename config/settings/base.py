@@ -4,6 +4,7 @@ Configuration comes from the environment (django-environ). The environment-speci
 (local, production, test) decide the defaults; this module holds what does not change.
 """
 
+from datetime import timedelta
 from pathlib import Path
 
 import environ
@@ -25,6 +26,7 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "django_celery_results",
+    "axes",
     "core",
     "webhooks",
     "research",
@@ -41,6 +43,8 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Last, as its documentation asks: turns a locked-out login into a 429.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "config.urls"
@@ -72,6 +76,19 @@ DATABASES["default"].setdefault(
 )
 DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# Admin logins are throttled (django-axes): after AXES_FAILURE_LIMIT failures for one username
+# from one address, that pair is locked out for AXES_COOLOFF_TIME. Attempts are stored in the
+# database, so the limit holds across every web process.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = env.int("AXES_FAILURE_LIMIT", default=5)
+AXES_COOLOFF_TIME = timedelta(minutes=env.int("AXES_COOLOFF_MINUTES", default=15))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_VERBOSE = False
 
 AUTH_PASSWORD_VALIDATORS = [
     {
@@ -222,6 +239,21 @@ LOGGING = {
 DEFAULT_EXCEPTION_REPORTER_FILTER = (
     "core.reporting.SecretsHidingExceptionReporterFilter"
 )
+
+# --- Admin audit console -------------------------------------------------------------------
+INSTALLED_APPS += ["audit"]
+# Rows are sealed once they are older than the horizon; a row whose transaction commits later
+# still gets sealed by a later run, as long as it commits within the lookback.
+AUDIT_SEAL_INTERVAL_SECONDS = env.float("AUDIT_SEAL_INTERVAL_SECONDS", default=60)
+AUDIT_SEAL_HORIZON_SECONDS = env.int("AUDIT_SEAL_HORIZON_SECONDS", default=60)
+AUDIT_SEAL_LOOKBACK_SECONDS = env.int("AUDIT_SEAL_LOOKBACK_SECONDS", default=86400)
+AUDIT_SEAL_BATCH_SIZE = env.int("AUDIT_SEAL_BATCH_SIZE", default=5000)
+AUDIT_BULK_REPLAY_CHUNK_SIZE = env.int("AUDIT_BULK_REPLAY_CHUNK_SIZE", default=200)
+CELERY_BEAT_SCHEDULE["audit-seal"] = {
+    "task": "audit.seal_inbox",
+    "schedule": AUDIT_SEAL_INTERVAL_SECONDS,
+    "options": {"expires": AUDIT_SEAL_INTERVAL_SECONDS},
+}
 
 # --- Deployments and builds: executor, worker lease, idempotency-key retention -------------
 DEPLOY_EXECUTOR = env("DEPLOY_EXECUTOR", default="simulated")

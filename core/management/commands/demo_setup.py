@@ -7,6 +7,9 @@ from core.services import api_client_create
 
 DEMO_ADMIN = ("admin", "admin")
 DEMO_API_TOKEN = "demo-api-token-change-me"  # noqa: S105 - a published demo credential
+DEMO_WEBHOOK_SECRET = "demo-webhook-secret-change-me"  # noqa: S105 - published, like the token
+DEMO_OPERATOR = ("operator", "operator")
+DEMO_AUDITOR = ("auditor", "auditor")
 
 
 class Command(BaseCommand):
@@ -35,3 +38,41 @@ class Command(BaseCommand):
             f"demo admin: http://127.0.0.1:8000/admin/ user {username!r} password {password!r}"
         )
         self.stdout.write(f"demo API token: {DEMO_API_TOKEN}")
+        self._demo_webhook_source()
+        self._demo_roles(user_model)
+
+    def _demo_webhook_source(self):
+        from webhooks.models import WebhookSource
+        from webhooks.services import webhook_source_create
+
+        if not WebhookSource.objects.filter(slug="demo").exists():
+            webhook_source_create(
+                slug="demo",
+                scheme="hmac-sha256",
+                handler="research",
+                secret=DEMO_WEBHOOK_SECRET,
+            )
+        self.stdout.write(
+            "demo webhook source: http://127.0.0.1:8000/webhooks/demo/ (hmac-sha256, "
+            f"research) secret {DEMO_WEBHOOK_SECRET}"
+        )
+
+    def _demo_roles(self, user_model):
+        """The audit console's roles and one demo user in each."""
+        from django.contrib.auth.models import Group
+
+        from audit.roles import AUDITORS, OPERATORS, roles_bootstrap
+
+        roles_bootstrap()
+        for (username, password), group in (
+            (DEMO_OPERATOR, OPERATORS),
+            (DEMO_AUDITOR, AUDITORS),
+        ):
+            if not user_model.objects.filter(username=username).exists():
+                user = user_model.objects.create_user(
+                    username, f"{username}@example.com", password, is_staff=True
+                )
+                user.groups.add(Group.objects.get(name=group))
+            self.stdout.write(
+                f"demo {group[:-1].lower()}: user {username!r} password {password!r}"
+            )

@@ -1,0 +1,67 @@
+"""The two roles of the audit console, computed from the installed models."""
+
+from __future__ import annotations
+
+from django.apps import apps
+from django.contrib.auth.management import create_permissions
+from django.contrib.auth.models import Group, Permission
+from django.contrib.contenttypes.management import create_contenttypes
+from django.db import transaction
+
+OPERATORS = "Operators"
+AUDITORS = "Auditors"
+
+# Apps whose every model an auditor may view.
+AUDITED_APPS = ("core", "webhooks", "research", "deployments", "audit")
+
+OPERATOR_EXTRA_PERMISSIONS = (
+    "webhooks.replay_inboxevent",
+    "webhooks.investigate_fingerprintmismatch",
+    "webhooks.rotate_secret",
+    "audit.add_bulkreplayjob",  # a replay by filter starts as a new job with its dry-run count
+)
+
+
+def _permission(dotted: str) -> Permission:
+    app_label, codename = dotted.split(".", 1)
+    return Permission.objects.get(content_type__app_label=app_label, codename=codename)
+
+
+def view_permissions() -> list[Permission]:
+    """Every ``view_*`` permission of the audited apps' installed models (proxies included)."""
+    wanted = []
+    for app_label in AUDITED_APPS:
+        try:
+            config = apps.get_app_config(app_label)
+        except LookupError:
+            continue
+        # Permissions are created after migrate; make sure models added since exist too.
+        create_contenttypes(config, verbosity=0)
+        create_permissions(config, verbosity=0)
+        for model in config.get_models():
+            wanted.append((app_label, f"view_{model._meta.model_name}"))
+    permissions = []
+    for app_label, codename in wanted:
+        permissions.extend(
+            Permission.objects.filter(
+                content_type__app_label=app_label, codename=codename
+            )
+        )
+    return permissions
+
+
+@transaction.atomic
+def roles_bootstrap() -> dict[str, int]:
+    """Creates or updates the groups; idempotent. Each group gets exactly its permissions
+    (anything else granted to it by hand is removed)."""
+    views = view_permissions()
+    auditors, _ = Group.objects.get_or_create(name=AUDITORS)
+    auditors.permissions.set(views)
+    operators, _ = Group.objects.get_or_create(name=OPERATORS)
+    operators.permissions.set(
+        views + [_permission(p) for p in OPERATOR_EXTRA_PERMISSIONS]
+    )
+    return {
+        AUDITORS: auditors.permissions.count(),
+        OPERATORS: operators.permissions.count(),
+    }

@@ -1,0 +1,152 @@
+"""Reads of the audit console. Every query here is bounded: the dashboard reads only the last
+24 h through the ``received_at`` index, and counts that could grow without limit are capped."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from django.apps import apps
+from django.core.exceptions import FieldError
+from django.db import connection
+from django.db.models import Count, F, Sum
+from django.db.models.functions import TruncHour
+from django.utils import timezone
+
+from webhooks.models import InboxEvent, ProcessingStatus, SignatureFailure
+
+COUNT_CAP = 10_000
+STUCK_KEY_AFTER = timedelta(minutes=5)
+
+
+def capped_count(queryset, *, cap: int = COUNT_CAP) -> int:
+    """``min(count, cap + 1)``: a count that never reads more than ``cap + 1`` rows."""
+    return queryset.order_by().values("pk")[: cap + 1].count()
+
+
+def _latency_percentiles(since: datetime) -> tuple[float | None, float | None]:
+    if connection.vendor == "postgresql":
+        table = InboxEvent._meta.db_table
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"""
+                SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY lat),
+                       percentile_cont(0.95) WITHIN GROUP (ORDER BY lat)
+                FROM (
+                    SELECT EXTRACT(EPOCH FROM (processed_at - occurred_at)) AS lat
+                    FROM {table}
+                    WHERE received_at >= %s
+                      AND processed_at IS NOT NULL AND occurred_at IS NOT NULL
+                ) AS latencies
+                """,  # noqa: S608 - the table name is the model's, not input
+                [since],
+            )
+            p50, p95 = cursor.fetchone()
+        return p50, p95
+    latencies = sorted(
+        (processed - occurred).total_seconds()
+        for processed, occurred in InboxEvent.objects.filter(
+            received_at__gte=since,
+            processed_at__isnull=False,
+            occurred_at__isnull=False,
+        ).values_list("processed_at", "occurred_at")
+    )
+    if not latencies:
+        return None, None
+
+    def pick(q: float) -> float:
+        return latencies[min(len(latencies) - 1, int(q * len(latencies)))]
+
+    return pick(0.5), pick(0.95)
+
+
+def stuck_idempotency_keys(*, now: datetime) -> int | None:
+    """Idempotency records still ``processing`` after a while; None when the deployments app
+    has no such model."""
+    try:
+        model = apps.get_model("deployments", "IdempotencyRecord")
+    except LookupError:
+        return None
+    try:
+        queryset = model.objects.filter(
+            status="processing", updated_at__lt=now - STUCK_KEY_AFTER
+        )
+        return capped_count(queryset)
+    except FieldError:
+        return None
+
+
+def dashboard_figures(*, now: datetime | None = None) -> dict:
+    now = now or timezone.now()
+    since = now - timedelta(hours=24)
+    recent = InboxEvent.objects.filter(received_at__gte=since)
+    by_status = dict(
+        recent.order_by()
+        .values_list("processing_status")
+        .annotate(n=Count("id"))
+        .values_list("processing_status", "n")
+    )
+    totals = recent.order_by().aggregate(
+        events=Count("id"),
+        deliveries=Sum("delivery_count"),
+        duplicates=Sum(F("delivery_count") - 1),
+    )
+    events = totals["events"] or 0
+    deliveries = totals["deliveries"] or 0
+    duplicates = totals["duplicates"] or 0
+    signature_failures = (
+        SignatureFailure.objects.filter(window_start__gte=since).aggregate(
+            n=Sum("count")
+        )["n"]
+        or 0
+    )
+    attempts = deliveries + signature_failures
+    per_hour = dict(
+        recent.order_by()
+        .annotate(hour=TruncHour("received_at"))
+        .values_list("hour")
+        .annotate(n=Count("id"))
+        .values_list("hour", "n")
+    )
+    start = since.replace(minute=0, second=0, microsecond=0) + timedelta(hours=1)
+    hours = [start + timedelta(hours=i) for i in range(24)]
+    series = [(hour, per_hour.get(hour, 0)) for hour in hours]
+    peak = max((n for _, n in series), default=0) or 1
+    p50, p95 = _latency_percentiles(since)
+    dead_letters = capped_count(
+        InboxEvent.objects.filter(processing_status=ProcessingStatus.DEAD_LETTERED)
+    )
+    status_rows = [
+        {
+            "status": status.value,
+            "count": by_status.get(status.value, 0),
+            "percent": round(100 * by_status.get(status.value, 0) / events, 1)
+            if events
+            else 0,
+        }
+        for status in ProcessingStatus
+    ]
+    return {
+        "since": since,
+        "now": now,
+        "events": events,
+        "deliveries": deliveries,
+        "by_status": status_rows,
+        "duplicate_ratio": duplicates / deliveries if deliveries else 0.0,
+        "invalid_signature_ratio": signature_failures / attempts if attempts else 0.0,
+        "signature_failures": signature_failures,
+        "latency_p50": p50,
+        "latency_p95": p95,
+        "dead_letters": min(dead_letters, COUNT_CAP),
+        "dead_letters_capped": dead_letters > COUNT_CAP,
+        "stuck_keys": stuck_idempotency_keys(now=now),
+        "chart": [
+            {
+                "hour": hour,
+                "count": n,
+                "height": round(60 * n / peak, 1),
+                "y": round(64 - 60 * n / peak, 1),
+                "x": i * 12,
+            }
+            for i, (hour, n) in enumerate(series)
+        ],
+    }

@@ -1,0 +1,119 @@
+"""The admin's date hierarchy without ``SELECT DISTINCT date_trunc(...)`` over the whole table:
+the periods offered are the ones between the first and the last row (two index lookups)."""
+
+import calendar
+import datetime
+
+from django import template
+from django.contrib.admin.templatetags.admin_list import date_hierarchy
+from django.db import models
+from django.utils import formats, timezone
+from django.utils.text import capfirst
+from django.utils.translation import gettext as _
+
+register = template.Library()
+
+
+def _range(cl):
+    bounds = cl.queryset.order_by().aggregate(
+        first=models.Min(cl.date_hierarchy), last=models.Max(cl.date_hierarchy)
+    )
+    first, last = bounds["first"], bounds["last"]
+    if first is None or last is None:
+        return None, None
+    if timezone.is_aware(first):
+        first, last = timezone.localtime(first), timezone.localtime(last)
+    return first, last
+
+
+@register.inclusion_tag("admin/date_hierarchy.html")
+def bounded_date_hierarchy(cl):
+    field_name = cl.date_hierarchy
+    year_field, month_field, day_field = (
+        f"{field_name}__year",
+        f"{field_name}__month",
+        f"{field_name}__day",
+    )
+    year_lookup = cl.params.get(year_field)
+    month_lookup = cl.params.get(month_field)
+    day_lookup = cl.params.get(day_field)
+    if year_lookup and month_lookup and day_lookup:
+        return date_hierarchy(cl)  # no query at the day level
+
+    def link(filters):
+        return cl.get_query_string(filters, [f"{field_name}__"])
+
+    first, last = _range(cl)
+    if first is None:
+        return {"show": True, "back": None, "choices": []}
+    if not (year_lookup or month_lookup) and first.year == last.year:
+        year_lookup = first.year
+        if first.month == last.month:
+            month_lookup = first.month
+    if year_lookup and month_lookup:
+        year, month = int(year_lookup), int(month_lookup)
+        days_in_month = calendar.monthrange(year, month)[1]
+        lo = first.day if (first.year, first.month) == (year, month) else 1
+        hi = last.day if (last.year, last.month) == (year, month) else days_in_month
+        return {
+            "show": True,
+            "back": {
+                "link": link({year_field: year_lookup}),
+                "title": str(year_lookup),
+            },
+            "choices": [
+                {
+                    "link": link(
+                        {
+                            year_field: year_lookup,
+                            month_field: month_lookup,
+                            day_field: d,
+                        }
+                    ),
+                    "title": capfirst(
+                        formats.date_format(
+                            datetime.date(year, month, d), "MONTH_DAY_FORMAT"
+                        )
+                    ),
+                }
+                for d in range(lo, hi + 1)
+            ],
+        }
+    if year_lookup:
+        year = int(year_lookup)
+        lo = first.month if first.year == year else 1
+        hi = last.month if last.year == year else 12
+        return {
+            "show": True,
+            "back": {"link": link({}), "title": _("All dates")},
+            "choices": [
+                {
+                    "link": link({year_field: year_lookup, month_field: m}),
+                    "title": capfirst(
+                        formats.date_format(
+                            datetime.date(year, m, 1), "YEAR_MONTH_FORMAT"
+                        )
+                    ),
+                }
+                for m in range(lo, hi + 1)
+            ],
+        }
+    return {
+        "show": True,
+        "back": None,
+        "choices": [
+            {"link": link({year_field: str(y)}), "title": str(y)}
+            for y in range(first.year, last.year + 1)
+        ],
+    }
+
+
+@register.simple_tag(takes_context=True)
+def audit_dashboard(context):
+    """The index page's figures, for users who may view the inbox."""
+    from audit.selectors import dashboard_figures
+
+    request = context.get("request")
+    if request is None or not request.user.has_perm("webhooks.view_inboxevent"):
+        return None
+    return dashboard_figures()

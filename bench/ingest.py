@@ -1,0 +1,192 @@
+"""Webhook ingest (``POST /webhooks/<slug>/``) on gunicorn and PostgreSQL, next to the floors
+measured on the same server in the same run: signed new events against the raw
+``INSERT ... ON CONFLICT`` floor (target >= 0.6), and 100% duplicates against new events
+(target >= 0.9). The product path is complete: signature check, envelope validation, the one
+upsert, the commit and the publish of the processing task to the broker (no worker consumes it).
+
+Run alone: ``python -m bench.ingest`` (BENCH_DATABASE_URL, BENCH_BROKER_URL, BENCH_SECONDS).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+from bench.harness import (
+    BENCH_CONNECTIONS,
+    BENCH_SECONDS,
+    BenchContext,
+    Figure,
+    LoadResult,
+    Request,
+    broker_purge,
+    database_reset,
+    floors_measure,
+    load_run,
+    manage,
+    median,
+    report,
+    sql,
+)
+from webhooks.schemes import signature_headers
+
+SLUG = "bench"
+SECRET = "bench-webhook-secret-0123456789abcdef"  # noqa: S105 - a benchmark-only secret
+DUPLICATE_POOL = 2000
+ROUNDS = 3  # medians of interleaved rounds: the machine may be shared
+
+
+def _event(n: int) -> bytes:
+    body = {
+        "event_id": f"evt-bench-{n}",
+        "event_type": "research.document.updated",
+        "occurred_at": "2026-11-30T12:00:00Z",
+        "delivered_at": "2026-11-30T12:00:01Z",
+        "delivery_attempt": 1,
+        "producer": "bench",
+        "entity": {
+            "entity_id": f"doc-{n % 5000}",
+            "entity_type": "research_document",
+            "source_version": n,
+        },
+        "source": {
+            "url": f"https://example.org/papers/{n}",
+            "title": "A benchmark document",
+            "content_hash": f"sha256:{n:064x}",
+        },
+        "data": {
+            "summary": "Benchmark payload.",
+            "authors": ["A. B."],
+            "citations": [],
+        },
+    }
+    return json.dumps(body, separators=(",", ":")).encode()
+
+
+def _signed(numbers) -> list[Request]:
+    now = int(time.time())
+    requests = []
+    for n in numbers:
+        raw = _event(n)
+        headers = signature_headers(
+            scheme="hmac-sha256",
+            secret=SECRET,
+            raw_body=raw,
+            event_id=f"evt-bench-{n}",
+            timestamp=now,
+        )
+        headers["Content-Type"] = "application/json"
+        requests.append(Request("POST", f"/webhooks/{SLUG}/", headers, raw))
+    return requests
+
+
+def _check(result: LoadResult, *, expected: str, what: str) -> None:
+    others = {k: v for k, v in result.statuses.items() if k != expected}
+    if others or result.socket_errors:
+        raise RuntimeError(
+            f"{what}: unexpected answers {others}, socket errors {result.socket_errors}"
+        )
+
+
+def _round(base: str, *, first: int, seconds: float) -> dict[str, LoadResult]:
+    """One round: the floors, then new events, then duplicates, back to back on one server, so
+    that a neighbour's load on the machine hits every figure of the round alike."""
+    floors = floors_measure(base, seconds=seconds)
+
+    # New events: every request a new signed event id, sent once (``wrapped`` must stay 0).
+    count = int(floors["raw_insert"].rps * seconds * 2) + 2000
+    numbers = range(first, first + count)
+    before = sql("SELECT count(*) FROM webhooks_inboxevent")[0][0]
+    new = load_run(
+        f"{base}/webhooks/{SLUG}/", requests_=_signed(numbers), seconds=seconds
+    )
+    _check(new, expected="202", what="new events")
+    if new.wrapped:
+        raise RuntimeError("the new-event list wrapped: raise its size")
+    stored = sql("SELECT count(*) FROM webhooks_inboxevent")[0][0] - before
+    accepted = new.statuses.get("202", 0)
+    # Requests in flight when wrk stops are committed but not counted by wrk.
+    if not accepted <= stored <= accepted + BENCH_CONNECTIONS:
+        raise RuntimeError(f"{stored} rows for {accepted} answers 202")
+
+    # 100% duplicates: deliveries of events already stored (same content, new signature).
+    stored_ids = sql(
+        "SELECT event_id FROM webhooks_inboxevent ORDER BY id DESC LIMIT %s",
+        [DUPLICATE_POOL],
+    )
+    pool = [int(event_id.removeprefix("evt-bench-")) for (event_id,) in stored_ids]
+    duplicates = load_run(
+        f"{base}/webhooks/{SLUG}/", requests_=_signed(pool), seconds=seconds
+    )
+    _check(duplicates, expected="200", what="duplicates")
+    broker_purge()
+    return {**floors, "new": new, "duplicates": duplicates, "next": first + count}
+
+
+def run(ctx: BenchContext) -> list[Figure]:
+    broker_purge()
+    manage(
+        "webhook_source", "create", SLUG, "--handler", "research", "--secret", SECRET
+    )
+    base = ctx.gunicorn(workers=2)
+    seconds = max(BENCH_SECONDS / 2, 3)
+    rounds = []
+    first = 0
+    for _ in range(ROUNDS):
+        result = _round(base, first=first, seconds=seconds)
+        first = result.pop("next")
+        rounds.append(result)
+
+    def med(name: str, attr: str) -> float:
+        return median([getattr(r[name], attr) for r in rounds])
+
+    per_round = [{k: v.as_dict() for k, v in r.items()} for r in rounds]
+    new_rps, dup_rps = med("new", "rps"), med("duplicates", "rps")
+    figures = [
+        Figure(
+            "ingest",
+            "signed new events req/s",
+            new_rps,
+            "req/s",
+            floor_name="raw_insert",
+            floor_value=med("raw_insert", "rps"),
+            target_ratio=0.6,
+            extra={"rounds": per_round, "bare_rps": med("bare", "rps")},
+        ),
+        Figure(
+            "ingest",
+            "100% duplicates req/s",
+            dup_rps,
+            "req/s",
+            floor_name="new events",
+            floor_value=new_rps,
+            target_ratio=0.9,
+        ),
+    ]
+    for name, label in (
+        ("new", "signed new events"),
+        ("duplicates", "100% duplicates"),
+    ):
+        for pct in ("p50", "p99"):
+            figures.append(
+                Figure(
+                    "ingest",
+                    f"{label} {pct}",
+                    med(name, f"{pct}_ms"),
+                    "ms",
+                    floor_name=f"raw_insert {pct}",
+                    floor_value=med("raw_insert", f"{pct}_ms"),
+                    higher_is_better=False,
+                )
+            )
+    return figures
+
+
+def main() -> None:
+    database_reset()
+    with BenchContext() as ctx:
+        report(run(ctx), name="ingest")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,565 @@
+"""``make chaos``: a mixed load while workers are killed, the broker and the database restart,
+beat stops and two sweeps run at once; then every invariant the product promises is checked.
+
+Runs on a private PostgreSQL and Redis (chaos.services), with the product's real processes:
+gunicorn, two Celery workers and beat. Prints the figures and exits non-zero on any violation.
+
+    python -m chaos.run [--size small|medium|large]
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import hmac
+import itertools
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import requests
+
+from bench.harness import ROOT, BenchContext, manage, stack_env
+from chaos.services import PrivatePostgres, PrivateRedis
+
+SOURCE = "chaos"
+SECRET = "chaos-webhook-secret-0123456789"  # noqa: S105 - a private, throwaway server's secret
+TOKEN = "chaos-api-token-0123456789abcdef"  # noqa: S105
+
+SIZES = {
+    # entities x versions events, each delivered 1-3 times, plus noise and deployments.
+    "small": {"entities": 12, "versions": 5, "deployments": 15, "duration": 40},
+    "medium": {"entities": 40, "versions": 8, "deployments": 60, "duration": 90},
+    "large": {"entities": 150, "versions": 10, "deployments": 200, "duration": 240},
+}
+
+# Fast sweeps and retries, so that recovery is observed within the run.
+TUNABLES = {
+    "INBOX_SWEEP_INTERVAL_SECONDS": "2",
+    "INBOX_REDISPATCH_AFTER_SECONDS": "3",
+    "INBOX_PROCESSING_LEASE_SECONDS": "8",
+    "INBOX_RETRY_BASE_SECONDS": "0.5",
+    "INBOX_RETRY_MAX_SECONDS": "4",
+    "INBOX_MAX_ATTEMPTS": "50",
+    "DEPLOY_REDISPATCH_AFTER_SECONDS": "3",
+    "DEPLOY_SIMULATED_SECONDS": "0.3",
+    "CELERY_BROKER_CONNECTION_TIMEOUT": "1",
+    "LOG_LEVEL": "WARNING",
+}
+
+
+@dataclass
+class Outcome:
+    kind: str  # event | duplicate | inconsistent | invalid | deployment
+    key: str
+    status: int | None  # None: no HTTP answer at all (connection refused/reset)
+    at: float
+
+
+@dataclass
+class Run:
+    outcomes: list[Outcome] = field(default_factory=list)
+    faults: list[tuple[str, float, float]] = field(
+        default_factory=list
+    )  # name, start, end
+    db_outages: list[tuple[float, float]] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def record(self, outcome: Outcome) -> None:
+        with self.lock:
+            self.outcomes.append(outcome)
+
+
+def _now_iso(offset_seconds: float = 0) -> str:
+    moment = datetime.now(UTC) + timedelta(seconds=offset_seconds)
+    return moment.isoformat().replace("+00:00", "Z")
+
+
+def research_event(entity: str, version: int, kind: str, *, salt: str = "") -> dict:
+    content = f"{entity}-v{version}{salt}"
+    event = {
+        "event_id": f"{entity}-v{version}",
+        "event_type": f"research.document.{kind}",
+        "occurred_at": _now_iso(version),
+        "entity": {
+            "entity_id": entity,
+            "entity_type": "document",
+            "source_version": version,
+        },
+        "producer": "chaos",
+        "delivered_at": _now_iso(),
+        "delivery_attempt": 1,
+    }
+    if kind != "deleted":
+        event["source"] = {
+            "url": f"https://papers.example.org/{entity}",
+            "title": f"Paper {entity} v{version}{salt}",
+            "content_hash": "sha256:" + hashlib.sha256(content.encode()).hexdigest(),
+        }
+        event["data"] = {
+            "summary": f"Summary {content}",
+            "authors": ["A. Author"],
+            "citations": [
+                {"text": "Ref", "reference_url": "https://ref.example.org/1"}
+            ],
+        }
+    return event
+
+
+def signed_headers(body: bytes, event_id: str, *, valid: bool = True) -> dict[str, str]:
+    timestamp = str(int(time.time()))
+    key = SECRET.encode() if valid else b"not-the-secret"
+    digest = hmac.new(key, f"{timestamp}.".encode() + body, hashlib.sha256).hexdigest()
+    return {
+        "Content-Type": "application/json",
+        "X-Webhook-Id": event_id,
+        "X-Webhook-Timestamp": timestamp,
+        "X-Webhook-Signature": f"v1={digest}",
+    }
+
+
+class Producer:
+    """Sends like a real producer: retries on no answer and on 503, as webhooks senders do."""
+
+    def __init__(self, base: str, run: Run):
+        self.base = base
+        self.run = run
+        self.http = threading.local()
+
+    def _session(self) -> requests.Session:
+        if not hasattr(self.http, "session"):
+            self.http.session = requests.Session()
+        return self.http.session
+
+    def post(self, kind: str, key: str, path: str, make_request) -> int | None:
+        status = None
+        for attempt in range(30):
+            body, headers = make_request()
+            try:
+                response = self._session().post(
+                    self.base + path, data=body, headers=headers, timeout=15
+                )
+                status = response.status_code
+            except requests.RequestException:
+                status = None
+                self.http.session = requests.Session()
+            self.run.record(Outcome(kind, key, status, time.monotonic()))
+            if status is not None and status != 503:
+                return status
+            time.sleep(min(2.0, 0.2 * (attempt + 1)))
+        return status
+
+
+def plan_events(size: dict, rng: random.Random) -> list[tuple[str, dict]]:
+    plan: list[tuple[str, dict]] = []
+    for n in range(size["entities"]):
+        entity = f"doc-{n:04d}"
+        delete_at = rng.choice([None, None, rng.randint(2, size["versions"])])
+        for version in range(1, size["versions"] + 1):
+            kind = "created" if version == 1 else "updated"
+            if version == delete_at:
+                kind = "deleted"
+            plan.append(("event", research_event(entity, version, kind)))
+    # Deliveries arrive in any order, and 1-3 times each.
+    deliveries = []
+    for kind, event in plan:
+        deliveries.append((kind, event))
+        for _ in range(rng.choice([0, 0, 1, 2])):
+            deliveries.append(("duplicate", event))
+    rng.shuffle(deliveries)
+    # Noise: inconsistent duplicates and invalid signatures.
+    noise = []
+    for _, event in rng.sample(plan, max(1, len(plan) // 10)):
+        changed = dict(event, producer="chaos-conflict")
+        noise.append(("inconsistent", changed))
+    for _, event in rng.sample(plan, max(1, len(plan) // 10)):
+        noise.append(("invalid", event))
+    for item in noise:
+        deliveries.insert(rng.randrange(len(deliveries) + 1), item)
+    return deliveries
+
+
+def send_event(producer: Producer, kind: str, event: dict) -> None:
+    def make():
+        body_event = dict(event)
+        if kind == "duplicate":
+            body_event["delivered_at"] = _now_iso()
+            body_event["delivery_attempt"] = 2
+        body = json.dumps(body_event).encode()
+        return body, signed_headers(body, event["event_id"], valid=kind != "invalid")
+
+    producer.post(kind, event["event_id"], f"/webhooks/{SOURCE}/", make)
+
+
+def send_deployment(producer: Producer, key: str, n: int) -> None:
+    payload = {
+        "repository": "acme/chaos",
+        "commit_sha": hashlib.sha1(key.encode()).hexdigest()[:12],  # noqa: S324 - an id
+        "environment": "staging",
+        "workflow": "deploy.yml",
+        "triggered_by": f"chaos-{n}",
+    }
+
+    def make():
+        return json.dumps(payload).encode(), {
+            "Content-Type": "application/json",
+            "Authorization": f"Bearer {TOKEN}",
+            "Idempotency-Key": key,
+        }
+
+    producer.post("deployment", key, "/api/deployments/", make)
+
+
+def load(base: str, run: Run, size: dict, rng: random.Random, threads: int = 4) -> dict:
+    deliveries = plan_events(size, rng)
+    keys = [f"chaos-key-{uuid.uuid4().hex[:12]}" for _ in range(size["deployments"])]
+    work: list = [("webhook", kind, event) for kind, event in deliveries]
+    for n, key in enumerate(keys):
+        for _ in range(rng.choice([1, 2, 3])):
+            work.insert(rng.randrange(len(work) + 1), ("deployment", key, n))
+    producer = Producer(base, run)
+    pace = size["duration"] * 0.8 / max(1, len(work)) * threads
+    lock = threading.Lock()
+
+    def sender():
+        while True:
+            with lock:
+                if not work:
+                    return
+                item = work.pop(0)
+            if item[0] == "webhook":
+                send_event(producer, item[1], item[2])
+            else:
+                send_deployment(producer, item[1], item[2])
+            time.sleep(pace * rng.random() * 2)
+
+    pool = [threading.Thread(target=sender, daemon=True) for _ in range(threads)]
+    for thread in pool:
+        thread.start()
+    for thread in pool:
+        thread.join()
+    return {"deliveries": len(deliveries), "deployment_keys": keys}
+
+
+class Faults:
+    def __init__(
+        self,
+        ctx: BenchContext,
+        pg: PrivatePostgres,
+        redis: PrivateRedis,
+        env: dict,
+        run: Run,
+    ):
+        self.ctx, self.pg, self.redis, self.env, self.run = ctx, pg, redis, env, run
+        self.workers: dict[str, object] = {}
+        self.beat = None
+
+    def start_worker(self, name: str) -> None:
+        self.workers[name] = self.ctx.celery_worker(
+            concurrency=1, name=name, **self.env
+        )
+
+    def _timed(self, name: str, action) -> None:
+        start = time.monotonic()
+        action()
+        self.run.faults.append((name, start, time.monotonic()))
+
+    def kill_worker(self, name: str) -> None:
+        def action():
+            self.workers[name].kill()
+            self.ctx.processes.remove(self.workers[name])
+            time.sleep(1)
+            self.start_worker(name)
+
+        self._timed(f"kill -9 worker {name}", action)
+
+    def restart_redis(self) -> None:
+        self._timed("restart Redis", self.redis.restart)
+
+    def restart_postgres(self) -> None:
+        start = time.monotonic()
+        self._timed("restart PostgreSQL", self.pg.restart)
+        self.run.db_outages.append((start, time.monotonic()))
+
+    def stop_beat(self, seconds: float) -> None:
+        def action():
+            self.ctx.stop(self.beat)
+            time.sleep(seconds)
+            self.beat = self.ctx.celery_beat(**self.env)
+
+        self._timed("beat stopped", action)
+
+    def concurrent_sweeps(self) -> None:
+        code = (
+            "from core.tasks import periodic_sweep_task; print(periodic_sweep_task())"
+        )
+        env = stack_env(**self.env)
+
+        def action():
+            procs = [
+                subprocess.Popen(
+                    [sys.executable, "manage.py", "shell", "-c", code],
+                    cwd=ROOT,
+                    env=env,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                )
+                for _ in range(2)
+            ]
+            for proc in procs:
+                proc.communicate(timeout=120)
+
+        self._timed("two sweeps at once", action)
+
+    def schedule(self, duration: float) -> None:
+        steps = [
+            (0.10, lambda: self.kill_worker("w1")),
+            (0.22, self.restart_redis),
+            (0.35, lambda: self.kill_worker("w2")),
+            (0.45, self.restart_postgres),
+            (0.55, lambda: self.stop_beat(duration * 0.12)),
+            (0.60, self.concurrent_sweeps),
+            (0.75, lambda: self.kill_worker("w1")),
+            (0.82, self.concurrent_sweeps),
+        ]
+        start = time.monotonic()
+        for at, action in steps:
+            delay = start + at * duration - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+            try:
+                action()
+            except Exception as exc:  # a fault that could not be injected is reported
+                self.run.faults.append(
+                    (f"FAILED to inject: {exc!r}", time.monotonic(), 0)
+                )
+
+
+def _django_setup(env: dict) -> None:
+    os.environ.update(stack_env(**env))
+    import django
+
+    django.setup()
+
+
+def wait_recovered(timeout: float) -> dict:
+    from django.apps import apps
+    from django.db import close_old_connections
+
+    inbox = apps.get_model("webhooks", "InboxEvent")
+    deployment = apps.get_model("deployments", "Deployment")
+    terminal_inbox = [
+        "processed",
+        "ignored_out_of_order",
+        "ignored_duplicate_version",
+        "ignored_unsupported",
+        "dead_lettered",
+    ]
+    deadline = time.monotonic() + timeout
+    pending: dict = {}
+    while time.monotonic() < deadline:
+        close_old_connections()
+        try:
+            pending = {
+                "inbox": inbox.objects.exclude(
+                    processing_status__in=terminal_inbox
+                ).count(),
+                "deployments": deployment.objects.exclude(
+                    status__in=["succeeded", "failed"]
+                ).count(),
+            }
+        except Exception as exc:  # the database may still be coming back
+            pending = {"error": repr(exc)}
+        if pending.get("inbox") == 0 and pending.get("deployments") == 0:
+            return pending
+        time.sleep(1)
+    return pending
+
+
+def check(run: Run, planned: dict) -> tuple[list[str], dict]:
+    from django.apps import apps
+
+    inbox = apps.get_model("webhooks", "InboxEvent")
+    document = apps.get_model("research", "ResearchDocument")
+    revision = apps.get_model("research", "DocumentRevision")
+    deployment = apps.get_model("deployments", "Deployment")
+    violations: list[str] = []
+
+    # 5xx: only 503 during (and shortly after) a database outage is documented.
+    grace = 10.0
+    for outcome in run.outcomes:
+        if outcome.status is None or outcome.status >= 500:
+            in_outage = any(s - 1 <= outcome.at <= e + grace for s, e in run.db_outages)
+            if not (outcome.status == 503 and in_outage):
+                violations.append(
+                    f"{outcome.kind} {outcome.key}: HTTP {outcome.status}"
+                )
+
+    # Nothing lost: every event a producer saw accepted is in the inbox, terminal.
+    accepted = {
+        o.key
+        for o in run.outcomes
+        if o.kind in ("event", "duplicate") and o.status in (200, 202)
+    }
+    rows = dict(
+        inbox.objects.filter(source__slug=SOURCE).values_list(
+            "event_id", "processing_status"
+        )
+    )
+    for event_id in accepted:
+        if event_id not in rows:
+            violations.append(f"accepted event {event_id} is not in the inbox")
+        elif rows[event_id] in ("received", "processing", "failed"):
+            violations.append(f"event {event_id} still {rows[event_id]}")
+        elif rows[event_id] == "dead_lettered":
+            violations.append(f"event {event_id} dead-lettered")
+    unsigned = [o.key for o in run.outcomes if o.kind == "invalid" and o.status != 401]
+    violations += [f"unsigned delivery of {key} was not refused" for key in unsigned]
+
+    # No event applied twice; revisions strictly increasing; no document behind its maximum.
+    applied = Counter(revision.objects.values_list("event_id", flat=True))
+    violations += [f"event {e} applied {n} times" for e, n in applied.items() if n > 1]
+    versions: dict[str, list[int]] = defaultdict(list)
+    for entity, version in revision.objects.order_by("id").values_list(
+        "document__entity_id", "source_version"
+    ):
+        versions[entity].append(version)
+    expected_max: dict[str, int] = defaultdict(int)
+    for event_id in accepted:
+        entity, _, version = event_id.rpartition("-v")
+        expected_max[entity] = max(expected_max[entity], int(version))
+    documents = dict(
+        document.objects.values_list("entity_id", "current_source_version")
+    )
+    for entity, top in expected_max.items():
+        if documents.get(entity) != top:
+            violations.append(
+                f"{entity} at version {documents.get(entity)}, expected {top}"
+            )
+        seq = versions.get(entity, [])
+        if any(b <= a for a, b in itertools.pairwise(seq)):
+            violations.append(f"{entity} revisions not strictly increasing: {seq}")
+
+    # One deployment per key; none executed twice.
+    per_key = Counter(deployment.objects.values_list("idempotency_key", flat=True))
+    for key in planned["deployment_keys"]:
+        if per_key.get(key, 0) != 1:
+            violations.append(
+                f"deployment key {key}: {per_key.get(key, 0)} deployments"
+            )
+    executions = deployment_execution_counts()
+    violations += [
+        f"deployment {d} executed {n} times" for d, n in executions.items() if n > 1
+    ]
+
+    figures = {
+        "requests": len(run.outcomes),
+        "http_statuses": dict(Counter(str(o.status) for o in run.outcomes)),
+        "faults_injected": len(run.faults),
+        "faults": [name for name, _, _ in run.faults],
+        "events_checked": len(accepted),
+        "documents_checked": len(expected_max),
+        "revisions": sum(applied.values()),
+        "deployments_checked": len(planned["deployment_keys"]),
+        "violations": len(violations),
+    }
+    return violations, figures
+
+
+def deployment_execution_counts() -> dict:
+    """How many times the executor started for each deployment (from its audit transitions)."""
+    from django.apps import apps
+
+    transition = apps.get_model("deployments", "JobTransition")
+    return dict(
+        Counter(
+            transition.objects.filter(to_status="running").values_list(
+                "deployment_id", flat=True
+            )
+        )
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--size", choices=sorted(SIZES), default="small")
+    parser.add_argument("--seed", type=int, default=None)
+    args = parser.parse_args(argv)
+    size = SIZES[args.size]
+    seed = args.seed if args.seed is not None else random.randrange(1 << 30)
+    rng = random.Random(seed)
+    print(f"[chaos] size={args.size} seed={seed}", flush=True)
+
+    root = Path(tempfile.mkdtemp(prefix="chaos-"))
+    pg, redis = PrivatePostgres(root), PrivateRedis(root)
+    run = Run()
+    try:
+        pg.init()
+        redis.start()
+        env = {"DATABASE_URL": pg.url, "CELERY_BROKER_URL": redis.url, **TUNABLES}
+        stack = stack_env(**env)
+        manage("migrate", "--noinput", "-v", "0", env=stack)
+        manage(
+            "webhook_source",
+            "create",
+            SOURCE,
+            "--scheme",
+            "hmac-sha256",
+            "--handler",
+            "research",
+            "--secret",
+            SECRET,
+            env=stack,
+        )
+        manage("api_client", "create", "chaos", "--token", TOKEN, env=stack)
+        _django_setup(env)
+        with BenchContext() as ctx:
+            base = ctx.gunicorn(workers=2, **env)
+            faults = Faults(ctx, pg, redis, env, run)
+            faults.start_worker("w1")
+            faults.start_worker("w2")
+            faults.beat = ctx.celery_beat(**env)
+            injector = threading.Thread(
+                target=faults.schedule, args=(size["duration"],), daemon=True
+            )
+            injector.start()
+            planned = load(base, run, size, rng)
+            injector.join()
+            print("[chaos] load and faults done; waiting for recovery", flush=True)
+            pending = wait_recovered(timeout=180)
+            violations, figures = check(run, planned)
+            if pending.get("inbox") or pending.get("deployments") or "error" in pending:
+                violations.append(f"not recovered after 180 s: {pending}")
+                figures["violations"] = len(violations)
+            figures["seed"] = seed
+            figures["size"] = args.size
+    finally:
+        pg.destroy()
+        redis.destroy()
+    print(json.dumps(figures, indent=2))
+    out = ROOT / "var" / "chaos"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "result.json").write_text(
+        json.dumps({**figures, "violation_list": violations})
+    )
+    for violation in violations[:50]:
+        print(f"VIOLATION {violation}")
+    print(
+        f"chaos: {figures['requests']} requests, {figures['faults_injected']} faults, "
+        f"{figures['events_checked']} events checked, violations = {len(violations)}"
+    )
+    return 1 if violations else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

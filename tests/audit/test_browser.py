@@ -1,0 +1,77 @@
+"""A real browser (Debian's chromium, driven by Playwright) against the live server: an operator
+replays a dead-lettered event from the dead-letter queue."""
+
+import pytest
+from playwright.sync_api import expect, sync_playwright
+
+from audit.models import OperatorAction
+from audit.roles import OPERATORS
+from webhooks.models import ProcessingStatus
+
+from .conftest import PASSWORD, broker_messages, make_user
+from .factories import DeadLetteredEventFactory
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+def test_operator_replays_a_dead_letter_in_a_real_browser(
+    live_server, roles, empty_broker, monkeypatch
+):
+    # Playwright's sync API keeps an event loop in this thread; the ORM calls below are plain
+    # synchronous calls between browser steps.
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+    make_user("operator", OPERATORS)
+    dead = DeadLetteredEventFactory()
+    other = DeadLetteredEventFactory()
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page()
+            page.set_default_timeout(15_000)
+            page.goto(
+                f"{live_server.url}/admin/login/?next=/admin/audit/deadletteredevent/"
+            )
+            page.fill("#id_username", "operator")
+            page.fill("#id_password", PASSWORD)
+            page.click("input[type=submit]")
+            page.wait_for_url("**/admin/audit/deadletteredevent/")
+            expect(page.locator("#result_list")).to_contain_text(dead.event_id)
+
+            page.check(f"input[name=_selected_action][value='{dead.pk}']")
+            page.select_option("select[name=action]", "replay_selected")
+            page.click("button[name=index]")
+            page.fill("textarea[name=reason]", "replayed from the browser")
+            page.click("input[name=confirm]")
+
+            expect(page.locator("ul.messagelist li.success")).to_contain_text(
+                "Replayed 1 event(s)"
+            )
+            expect(page.locator("#result_list")).not_to_contain_text(dead.event_id)
+            expect(page.locator("#result_list")).to_contain_text(other.event_id)
+
+            page.goto(f"{live_server.url}/admin/webhooks/inboxevent/{dead.pk}/change/")
+            expect(page.locator(".field-status .readonly")).to_have_text("received")
+        finally:
+            browser.close()
+
+    dead.refresh_from_db()
+    other.refresh_from_db()
+    assert dead.processing_status == ProcessingStatus.RECEIVED
+    assert other.processing_status == ProcessingStatus.DEAD_LETTERED
+    action = OperatorAction.objects.get()
+    assert (action.actor_name, action.reason) == (
+        "operator",
+        "replayed from the browser",
+    )
+    assert [m["args"][0] for m in broker_messages()] == [dead.pk]

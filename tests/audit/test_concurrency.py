@@ -1,0 +1,133 @@
+"""Races, with real threads on their own PostgreSQL connections and a real worker process."""
+
+import threading
+
+import pytest
+from django.db import connections
+
+from audit.models import AuditSeal, AuditSealEntry, BulkReplayJob, OperatorAction
+from audit.services import audit_trail_verify, bulk_replay_job_create, inbox_rows_seal
+from tests import processes
+from webhooks.models import InboxEvent
+from webhooks.replay import NothingToReplay, inbox_events_replay
+
+from .conftest import broker_messages
+from .factories import DeadLetteredEventFactory, InboxEventFactory, WebhookSourceFactory
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def run_in_threads(target, n: int) -> list:
+    barrier = threading.Barrier(n)
+    results, errors = [], []
+
+    def run():
+        try:
+            barrier.wait(timeout=30)
+            results.append(target())
+        except Exception as exc:  # collected and asserted on below
+            errors.append(exc)
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=run) for _ in range(n)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    return results, errors
+
+
+def test_concurrent_replays_of_the_same_rows_replay_each_row_once(
+    operator, empty_broker
+):
+    dead = DeadLetteredEventFactory.create_batch(30)
+    ids = [e.pk for e in dead]
+
+    def replay():
+        return inbox_events_replay(
+            events_queryset=InboxEvent.objects.filter(pk__in=ids),
+            actor=operator,
+            reason="race",
+        ).event_count
+
+    results, errors = run_in_threads(replay, 4)
+
+    assert all(isinstance(e, NothingToReplay) for e in errors), errors
+    assert sum(results) == 30
+    assert (
+        InboxEvent.objects.filter(pk__in=ids, processing_status="received").count()
+        == 30
+    )
+    replayed = [pk for a in OperatorAction.objects.all() for pk in a.event_ids]
+    assert sorted(replayed) == sorted(ids)  # every row in exactly one action
+    assert sorted(m["args"][0] for m in broker_messages()) == sorted(ids)
+
+
+def test_concurrent_sealers_seal_each_row_once_in_one_chain(settings):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    settings.AUDIT_SEAL_BATCH_SIZE = 7
+    events = InboxEventFactory.create_batch(
+        40, received_at=timezone.now() - timedelta(minutes=10)
+    )
+
+    results, errors = run_in_threads(lambda: len(inbox_rows_seal()), 3)
+    later = len(inbox_rows_seal())  # whatever a sealer that lost the lock left behind
+
+    assert errors == []
+    assert sum(results) + later == AuditSeal.objects.count() == 6  # 40 rows by 7
+    assert AuditSealEntry.objects.count() == 40
+    assert sorted(
+        AuditSealEntry.objects.values_list("inbox_event_id", flat=True)
+    ) == sorted(e.pk for e in events)
+    report = audit_trail_verify()
+    assert report.ok and report.rows_checked == 40
+
+
+@pytest.mark.slow
+def test_bulk_replay_job_runs_on_a_real_worker_with_visible_progress(
+    tmp_path, operator, empty_broker, settings
+):
+    source = WebhookSourceFactory()
+    DeadLetteredEventFactory.create_batch(12, source=source)
+    job = bulk_replay_job_create(
+        source=source,
+        status="dead_lettered",
+        since=None,
+        event_ids=[],
+        reason="worker run",
+        created_by=operator,
+    )
+    assert job.dry_run_count == 12
+    worker = processes.celery_worker(
+        tmp_path, env={"AUDIT_BULK_REPLAY_CHUNK_SIZE": "5"}
+    ).start()
+    try:
+        from audit.services import bulk_replay_job_start
+
+        bulk_replay_job_start(job=job)
+        processes.wait_until(
+            lambda: (
+                BulkReplayJob.objects.get(pk=job.pk).state
+                in (BulkReplayJob.State.SUCCEEDED, BulkReplayJob.State.FAILED)
+            ),
+            timeout=60,
+            what="the worker to run the bulk replay job",
+        )
+    finally:
+        worker.stop()
+    job.refresh_from_db()
+    assert job.state == BulkReplayJob.State.SUCCEEDED, worker.log()[-2000:]
+    assert (job.processed, job.total) == (12, 12)
+    chunks = list(
+        OperatorAction.objects.filter(bulk_job=job)
+        .order_by("pk")
+        .values_list("event_count", flat=True)
+    )
+    assert chunks == [5, 5, 2]
+    assert not InboxEvent.objects.filter(
+        source=source, processing_status="dead_lettered"
+    ).exists()

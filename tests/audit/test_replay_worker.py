@@ -1,0 +1,50 @@
+"""End to end with a REAL Celery worker process: a replayed dead letter reaches a terminal status.
+
+Needs the processing pipeline (``webhooks.process_inbox_event``): with the task body still a stub
+the row stays ``received`` and this test fails."""
+
+import pytest
+
+from tests import processes
+from webhooks.models import TERMINAL_STATUSES, InboxAttempt, InboxEvent
+from webhooks.replay import inbox_events_replay
+
+from .factories import (
+    DeadLetteredEventFactory,
+    InboxAttemptFactory,
+    WebhookSourceFactory,
+)
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+
+
+def test_replayed_dead_letter_is_taken_to_a_terminal_status_by_a_real_worker(
+    tmp_path, operator, empty_broker
+):
+    source = WebhookSourceFactory(handler="research")
+    dead = DeadLetteredEventFactory(source=source)
+    InboxAttemptFactory(event=dead, number=1)
+    worker = processes.celery_worker(
+        tmp_path, env={"INBOX_MAX_ATTEMPTS": "1", "INBOX_RETRY_BASE_SECONDS": "0.1"}
+    ).start()
+    try:
+        inbox_events_replay(
+            events_queryset=InboxEvent.objects.filter(pk=dead.pk),
+            actor=operator,
+            reason="end to end",
+        )
+        processes.wait_until(
+            lambda: (
+                InboxEvent.objects.get(pk=dead.pk).processing_status
+                in TERMINAL_STATUSES
+            ),
+            timeout=60,
+            what="the worker to process the replayed event",
+        )
+    finally:
+        worker.stop()
+    dead.refresh_from_db()
+    assert dead.processing_status in TERMINAL_STATUSES
+    assert dead.attempts >= 1
+    # The old attempt stays; the new round added its own.
+    assert InboxAttempt.objects.filter(event=dead).count() >= 2

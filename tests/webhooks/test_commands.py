@@ -1,0 +1,177 @@
+import io
+import json
+import time
+from datetime import UTC, datetime
+
+import pytest
+import redis
+from django.conf import settings
+from django.core.management import CommandError, call_command
+from standardwebhooks.webhooks import Webhook
+
+from webhooks.models import InboxEvent, WebhookSecret, WebhookSource
+
+pytestmark = pytest.mark.django_db
+
+
+def run(*args) -> list[str]:
+    out = io.StringIO()
+    call_command(*args, stdout=out)
+    return out.getvalue().splitlines()
+
+
+def test_create_prints_the_generated_secret_once_as_the_last_line():
+    lines = run("webhook_source", "create", "lab", "--handler", "research")
+    source = WebhookSource.objects.get(slug="lab")
+    assert (source.scheme, source.handler, source.is_enabled) == (
+        "hmac-sha256",
+        "research",
+        True,
+    )
+    secret = lines[-1]
+    assert len(secret) >= 32
+    assert WebhookSecret.objects.get(source=source).secret == secret
+    assert sum(secret in line for line in lines) == 1
+
+
+def test_create_standard_webhooks_secret_works_with_the_reference_library():
+    lines = run(
+        "webhook_source",
+        "create",
+        "sw",
+        "--scheme",
+        "standard-webhooks",
+        "--handler",
+        "research",
+    )
+    secret = lines[-1]
+    assert secret.startswith("whsec_")
+    now = datetime.now(tz=UTC)
+    signature = Webhook(secret).sign("msg_1", now, "{}")
+    headers = {
+        "webhook-id": "msg_1",
+        "webhook-timestamp": str(int(now.timestamp())),
+        "webhook-signature": signature,
+    }
+    Webhook(secret).verify("{}", headers)  # the library accepts its own format
+    from webhooks.schemes import SCHEMES
+
+    SCHEMES["standard-webhooks"].verify(
+        raw_body=b"{}", headers=headers, secrets=[secret]
+    )
+
+
+def test_create_with_a_given_secret_does_not_print_it():
+    lines = run(
+        "webhook_source",
+        "create",
+        "gh",
+        "--scheme",
+        "github",
+        "--handler",
+        "github",
+        "--secret",
+        "given-secret-value",
+    )
+    assert not any("given-secret-value" in line for line in lines)
+    assert WebhookSecret.objects.get().secret == "given-secret-value"
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--scheme", "standard-webhooks", "--secret", "not-whsec"],
+        ["--scheme", "standard-webhooks", "--secret", "whsec_%%%"],
+    ],
+)
+def test_create_refuses_an_invalid_standard_webhooks_secret(args):
+    with pytest.raises(CommandError):
+        run("webhook_source", "create", "sw", "--handler", "research", *args)
+    assert not WebhookSource.objects.exists()
+
+
+def test_create_refuses_a_duplicate_slug_and_a_bad_slug():
+    run("webhook_source", "create", "lab", "--handler", "research")
+    with pytest.raises(CommandError):
+        run("webhook_source", "create", "lab", "--handler", "research")
+    with pytest.raises(CommandError):
+        run("webhook_source", "create", "not a slug!", "--handler", "research")
+    assert WebhookSource.objects.count() == 1
+
+
+def test_list_shows_sources_and_secret_counts_never_secrets():
+    run("webhook_source", "create", "lab", "--handler", "research", "--secret", "s1-x")
+    run("webhook_source", "rotate", "lab", "--secret", "s2-y")
+    output = "\n".join(run("webhook_source", "list"))
+    assert "lab\thmac-sha256\tresearch\t2\tyes" in output
+    assert "s1-x" not in output and "s2-y" not in output
+
+
+def test_rotate_keeps_the_old_secret_for_the_grace_period():
+    run("webhook_source", "create", "lab", "--handler", "research", "--secret", "old")
+    lines = run("webhook_source", "rotate", "lab", "--grace-seconds", "600")
+    new = lines[-1]
+    old_row = WebhookSecret.objects.get(secret="old")
+    remaining = (old_row.expires_at - datetime.now(tz=UTC)).total_seconds()
+    assert 590 < remaining <= 600
+    assert WebhookSecret.objects.get(secret=new).expires_at is None
+
+
+def test_rotate_unknown_source_fails():
+    with pytest.raises(CommandError):
+        run("webhook_source", "rotate", "nope")
+
+
+def test_disable_and_enable(client):
+    run("webhook_source", "create", "lab", "--handler", "research", "--secret", "s")
+    run("webhook_source", "disable", "lab")
+    assert (
+        client.post("/webhooks/lab/", data=b"{}", content_type="x").status_code == 404
+    )
+    run("webhook_source", "enable", "lab")
+    assert (
+        client.post("/webhooks/lab/", data=b"{}", content_type="x").status_code == 401
+    )
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("scheme", ["hmac-sha256", "standard-webhooks"])
+def test_send_test_webhook_against_a_live_server(live_server, scheme):
+    broker = redis.Redis.from_url(settings.CELERY_BROKER_URL)
+    broker.delete("celery")
+    secret = run(
+        "webhook_source", "create", "demo", "--scheme", scheme, "--handler", "research"
+    )[-1]
+    lines = run(
+        "send_test_webhook",
+        "--url",
+        live_server.url,
+        "--source",
+        "demo",
+        "--secret",
+        secret,
+        "--scheme",
+        scheme,
+        "--event-id",
+        "evt-cli-1",
+    )
+    assert lines[0].endswith("-> 202")
+    assert json.loads(lines[1]) == {"status": "accepted", "event_id": "evt-cli-1"}
+    row = InboxEvent.objects.get()
+    assert row.event_type == "research.document.updated"
+    assert abs(row.occurred_at.timestamp() - time.time()) < 60
+    assert broker.llen("celery") == 1
+    broker.delete("celery")
+    broker.close()
+    again = run(
+        "send_test_webhook",
+        "--url",
+        live_server.url,
+        "--source",
+        "demo",
+        "--secret",
+        "wrong" if scheme == "hmac-sha256" else "whsec_d3Jvbmc=",
+        "--scheme",
+        scheme,
+    )
+    assert again[0].endswith("-> 401")

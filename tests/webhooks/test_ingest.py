@@ -1,0 +1,634 @@
+"""``POST /webhooks/<slug>/`` through the real view and PostgreSQL: every row of the SPEC's
+checks table, in order, with the exact status and error codes."""
+
+import hashlib
+import json
+import time
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from django.utils import timezone
+from prometheus_client import REGISTRY
+from standardwebhooks.webhooks import Webhook
+
+from webhooks.envelopes import canonical_json
+from webhooks.models import (
+    FingerprintMismatch,
+    InboxEvent,
+    SignatureFailure,
+    WebhookSecret,
+)
+from webhooks.services import webhook_source_rotate
+
+from .factories import (
+    STANDARD_SECRET,
+    as_meta,
+    encode,
+    fixture_bytes,
+    research_event,
+    signed_headers,
+)
+
+pytestmark = pytest.mark.django_db
+
+URL = "/webhooks/research-sync/"
+
+
+def post(http, raw_body: bytes, headers: dict, url: str = URL, **extra):
+    return http.post(
+        url, data=raw_body, content_type="application/json", **as_meta(headers), **extra
+    )
+
+
+def post_signed(http, body, *, url=URL, **sign):
+    raw = body if isinstance(body, bytes) else encode(body)
+    event_id = sign.pop("event_id", None)
+    if event_id is None:
+        event_id = body["event_id"] if isinstance(body, dict) else "evt-raw"
+    return post(http, raw, signed_headers(raw_body=raw, event_id=event_id, **sign), url)
+
+
+def metric(name: str, **labels) -> float:
+    return REGISTRY.get_sample_value(name, labels) or 0.0
+
+
+def failures(reason: str) -> int:
+    return sum(
+        SignatureFailure.objects.filter(reason=reason).values_list("count", flat=True)
+    )
+
+
+# --- accepted, duplicate, conflict -------------------------------------------------------------
+
+
+def test_new_event_is_accepted_and_stored_with_every_field(http, source):
+    body = research_event()
+    raw = encode(body)
+    before = metric("webhook_requests_total", source="research-sync", status="202")
+    response = post(http, raw, signed_headers(raw_body=raw, event_id=body["event_id"]))
+
+    assert response.status_code == 202, response.content
+    assert response.json() == {"status": "accepted", "event_id": body["event_id"]}
+    row = InboxEvent.objects.get()
+    assert row.source == source
+    assert row.event_id == body["event_id"]
+    assert row.event_type == "research.document.updated"
+    assert (row.entity_id, row.entity_type) == ("doc-42", "research_document")
+    assert row.source_version == 7
+    assert row.occurred_at == datetime(2026, 11, 30, 18, 0, 0, 123000, tzinfo=UTC)
+    assert row.tenant_id == "tenant-7"
+    assert row.idempotency_key == "sync-2026-11-30-0001"
+    assert bytes(row.raw_body) == raw
+    assert row.payload_hash == hashlib.sha256(raw).hexdigest()
+    without_delivery = {
+        k: v for k, v in body.items() if k not in ("delivered_at", "delivery_attempt")
+    }
+    assert (
+        row.content_fingerprint
+        == hashlib.sha256(canonical_json(without_delivery)).hexdigest()
+    )
+    assert row.processing_status == "received"
+    assert row.signature_valid is True
+    assert row.delivery_count == 1
+    assert row.attempts == 0
+    assert row.remote_addr == "127.0.0.1"
+    assert row.headers["x-webhook-id"] == body["event_id"]
+    signature = signed_headers(raw_body=raw, event_id="x")["X-Webhook-Signature"]
+    assert row.headers["x-webhook-signature"].endswith("...")
+    assert len(row.headers["x-webhook-signature"]) < len(signature)
+    assert (
+        metric("webhook_requests_total", source="research-sync", status="202")
+        == before + 1
+    )
+
+
+def test_accepted_event_is_published_after_commit(http, source, monkeypatch):
+    from webhooks import tasks
+
+    published = []
+    monkeypatch.setattr(
+        tasks.process_inbox_event_task,
+        "apply_async",
+        lambda args, **kw: published.append(args),
+    )
+    body = research_event()
+    from django.test import TestCase
+
+    with TestCase.captureOnCommitCallbacks(execute=False) as callbacks:
+        response = post_signed(http, body)
+    assert response.status_code == 202
+    assert published == []  # nothing before the commit
+    assert len(callbacks) == 1
+    callbacks[0]()
+    assert published == [[InboxEvent.objects.get().pk]]
+
+
+def test_redelivery_changing_only_delivery_fields_is_a_duplicate(http, source):
+    first = research_event()
+    assert post_signed(http, first).status_code == 202
+    before = metric("webhook_duplicates_total")
+    retry = research_event(delivered_at="2026-11-30T18:10:00Z", delivery_attempt=2)
+
+    response = post_signed(http, retry)
+
+    assert response.status_code == 200, response.content
+    assert response.json() == {
+        "status": "duplicate",
+        "event_id": first["event_id"],
+        "processing_status": "received",
+    }
+    row = InboxEvent.objects.get()
+    assert row.delivery_count == 2
+    assert row.last_seen_at > row.received_at
+    assert bytes(row.raw_body) == encode(first)  # the stored body never changes
+    assert metric("webhook_duplicates_total") == before + 1
+
+
+def test_same_id_with_other_content_is_409_with_evidence_and_original_untouched(
+    http, source
+):
+    original = research_event()
+    post_signed(http, original)
+    row_before = InboxEvent.objects.values().get()
+    before = metric("webhook_inconsistent_duplicates_total")
+    conflicting = research_event(data={"summary": "rewritten"})
+
+    response = post_signed(http, conflicting)
+
+    assert response.status_code == 409
+    assert response.json() == {
+        "status": "rejected_inconsistent_duplicate",
+        "error": "inconsistent_duplicate",
+        "event_id": original["event_id"],
+    }
+    assert InboxEvent.objects.values().get() == row_before  # not even delivery_count
+    evidence = FingerprintMismatch.objects.get()
+    assert evidence.event_id == row_before["id"]
+    assert bytes(evidence.raw_body) == encode(conflicting)
+    assert evidence.original_fingerprint == row_before["content_fingerprint"]
+    assert evidence.conflicting_fingerprint != row_before["content_fingerprint"]
+    assert (
+        evidence.conflicting_payload_hash
+        == hashlib.sha256(encode(conflicting)).hexdigest()
+    )
+    assert evidence.remote_addr == "127.0.0.1"
+    assert evidence.headers["x-webhook-id"] == original["event_id"]
+    assert metric("webhook_inconsistent_duplicates_total") == before + 1
+
+
+def test_duplicate_reports_the_current_processing_status(http, source):
+    body = research_event()
+    post_signed(http, body)
+    InboxEvent.objects.update(processing_status="processed")
+    response = post_signed(http, body)
+    assert response.json()["processing_status"] == "processed"
+
+
+# --- source, method, size -------------------------------------------------------------------
+
+
+def test_unknown_source_is_404_for_any_method(http, db):
+    assert post_signed(http, research_event(), url="/webhooks/nope/").status_code == 404
+    response = http.get("/webhooks/nope/")
+    assert response.status_code == 404
+    assert response.json() == {"error": "unknown_source"}
+
+
+def test_disabled_source_is_404_and_stores_nothing(http, source):
+    source.is_enabled = False
+    source.save()
+    response = post_signed(http, research_event())
+    assert response.status_code == 404
+    assert response.json() == {"error": "unknown_source"}
+    assert not InboxEvent.objects.exists()
+
+
+@pytest.mark.parametrize("method", ["get", "put", "patch", "delete"])
+def test_other_methods_are_405(http, source, method):
+    response = getattr(http, method)(URL)
+    assert response.status_code == 405
+    assert response["Allow"] == "POST"
+
+
+def test_body_over_the_limit_is_413_before_the_signature(http, source, settings):
+    settings.WEBHOOK_MAX_BODY_BYTES = 2048
+    body = research_event(data={"summary": "x" * 3000})
+    response = post_signed(http, body)
+    assert response.status_code == 413
+    assert response.json() == {"error": "payload_too_large"}
+    assert not InboxEvent.objects.exists()
+    assert not SignatureFailure.objects.exists()  # refused before any verification
+
+
+def test_body_at_the_limit_is_accepted(http, source, settings):
+    raw = encode(research_event())
+    settings.WEBHOOK_MAX_BODY_BYTES = len(raw)
+    assert (
+        post_signed(http, raw, event_id=research_event()["event_id"]).status_code == 202
+    )
+
+
+def test_declared_length_over_the_limit_is_413_without_reading(http, source, settings):
+    settings.WEBHOOK_MAX_BODY_BYTES = 2048
+    body = research_event()
+    raw = encode(body)
+    response = post(
+        http,
+        raw,
+        signed_headers(raw_body=raw, event_id=body["event_id"]),
+        CONTENT_LENGTH="5000000",
+    )
+    assert response.status_code == 413
+
+
+# --- authentication -------------------------------------------------------------------------
+
+
+def test_missing_signature_is_401_counted_with_its_reason(http, source):
+    before = metric(
+        "webhook_signature_failures_total", source="research-sync", reason="missing"
+    )
+    response = post(http, encode(research_event()), {})
+    assert response.status_code == 401
+    assert response.json() == {"error": "unauthorized"}
+    assert failures("missing") == 1
+    assert (
+        metric(
+            "webhook_signature_failures_total", source="research-sync", reason="missing"
+        )
+        == before + 1
+    )
+    assert not InboxEvent.objects.exists()
+
+
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [
+        ({"X-Webhook-Signature": ""}, "missing"),
+        ({"X-Webhook-Timestamp": ""}, "missing"),
+        ({"X-Webhook-Signature": "sha256=abc"}, "malformed"),
+        ({"X-Webhook-Signature": "v2=" + "a" * 64}, "malformed"),
+        ({"X-Webhook-Signature": "v1=" + "a" * 64}, "mismatch"),
+    ],
+)
+def test_bad_signature_headers_are_401(http, source, change, reason):
+    body = research_event()
+    raw = encode(body)
+    headers = signed_headers(raw_body=raw, event_id=body["event_id"]) | change
+    response = post(http, raw, headers)
+    assert response.status_code == 401
+    assert response.json() == {"error": "unauthorized"}
+    assert failures(reason) == 1
+    assert not InboxEvent.objects.exists()
+
+
+def test_signature_over_other_bytes_is_401(http, source):
+    body = research_event()
+    raw = encode(body)
+    headers = signed_headers(raw_body=raw, event_id=body["event_id"])
+    response = post(http, json.dumps(body, indent=1).encode(), headers)
+    assert response.status_code == 401
+    assert failures("mismatch") == 1
+
+
+def test_failures_are_one_bounded_counter_row_per_reason_and_minute(http, source):
+    for _ in range(30):
+        post(
+            http,
+            encode(research_event()),
+            {"X-Webhook-Signature": "v1=" + "a" * 64, "X-Webhook-Timestamp": "1"},
+        )
+    # 30 failures cost one counter row (two if the run straddles a minute boundary).
+    assert SignatureFailure.objects.count() in (1, 2)
+    assert failures("mismatch") == 30
+
+
+def test_several_signatures_one_valid_with_unknown_versions_skipped(http, source):
+    body = research_event()
+    raw = encode(body)
+    headers = signed_headers(raw_body=raw, event_id=body["event_id"])
+    headers["X-Webhook-Signature"] = (
+        f"v0=zz v1={'f' * 64},{headers['X-Webhook-Signature']} v2=abc"
+    )
+    assert post(http, raw, headers).status_code == 202
+
+
+def test_rotation_old_secret_valid_during_grace_then_refused(http, source):
+    old_signed = research_event(event_id="evt-old-1")
+    webhook_source_rotate(source=source, secret="the-new-secret", grace_seconds=3600)
+    assert post_signed(http, old_signed, event_id="evt-old-1").status_code == 202
+    new_signed = research_event(event_id="evt-new-1")
+    assert (
+        post_signed(
+            http, new_signed, event_id="evt-new-1", secret="the-new-secret"
+        ).status_code
+        == 202
+    )
+    # The grace period ends.
+    WebhookSecret.objects.filter(expires_at__isnull=False).update(
+        expires_at=timezone.now() - timedelta(seconds=1)
+    )
+    expired = research_event(event_id="evt-old-2")
+    assert post_signed(http, expired, event_id="evt-old-2").status_code == 401
+    assert failures("mismatch") == 1
+    still_good = research_event(event_id="evt-new-2")
+    response = post_signed(
+        http, still_good, event_id="evt-new-2", secret="the-new-secret"
+    )
+    assert response.status_code == 202
+
+
+def test_rotation_with_zero_grace_refuses_the_old_secret_at_once(http, source):
+    webhook_source_rotate(source=source, secret="the-new-secret", grace_seconds=0)
+    assert post_signed(http, research_event()).status_code == 401
+
+
+# --- timestamp ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("offset", [-301, 301, -86400, 10**6])
+def test_timestamp_outside_the_window_either_way_is_400(http, source, offset):
+    response = post_signed(http, research_event(), timestamp=int(time.time()) + offset)
+    assert response.status_code == 400
+    assert response.json() == {"error": "timestamp_out_of_window"}
+    assert failures("timestamp_out_of_window") == 1
+    assert not InboxEvent.objects.exists()
+
+
+@pytest.mark.parametrize("offset", [-290, 290])
+def test_timestamp_inside_the_window_either_way_is_accepted(http, source, offset):
+    response = post_signed(http, research_event(), timestamp=int(time.time()) + offset)
+    assert response.status_code == 202
+
+
+def test_source_tolerance_overrides_the_default(http, source):
+    source.timestamp_tolerance_seconds = 10
+    source.save()
+    response = post_signed(http, research_event(), timestamp=int(time.time()) - 60)
+    assert response.status_code == 400
+
+
+@pytest.mark.parametrize(
+    "timestamp",
+    ["1.5e9", "soon", "0x10", "17e8", "9" * 400, "-" + "9" * 400, "9" * 5000],
+)
+def test_signed_timestamp_that_is_not_an_integer_is_400(http, source, timestamp):
+    body = research_event()
+    raw = encode(body)
+    digest = hashlib.sha256  # the signature must be valid for the 400 to apply
+    import hmac
+
+    from .factories import HMAC_SECRET
+
+    signature = hmac.new(
+        HMAC_SECRET.encode(), f"{timestamp}.".encode() + raw, digest
+    ).hexdigest()
+    headers = {
+        "X-Webhook-Id": body["event_id"],
+        "X-Webhook-Timestamp": timestamp,
+        "X-Webhook-Signature": f"v1={signature}",
+    }
+    response = post(http, raw, headers)
+    assert response.status_code == 400
+    assert response.json() == {"error": "timestamp_out_of_window"}
+
+
+def test_bad_signature_with_stale_timestamp_is_401_not_400(http, source):
+    raw = encode(research_event())
+    headers = {
+        "X-Webhook-Id": "x",
+        "X-Webhook-Timestamp": "1",
+        "X-Webhook-Signature": "v1=" + "a" * 64,
+    }
+    assert post(http, raw, headers).status_code == 401
+
+
+# --- JSON and envelope ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b'{"event_id": "caf\xe9"}',  # Latin-1, not UTF-8
+        b"\xff\xfe{}",
+        b"[1, 2]",
+        b'"a string"',
+        b"null",
+        b"",
+        b"{not json",
+        b'{"a": NaN}',
+        b'{"a": "\\ud800"}',  # a lone surrogate cannot be stored as UTF-8
+    ],
+)
+def test_signed_body_that_is_not_a_utf8_json_object_is_400(http, source, raw):
+    response = post_signed(http, raw, event_id="evt-1")
+    assert response.status_code == 400
+    assert response.json() == {"error": "invalid_json"}
+    assert not InboxEvent.objects.exists()
+
+
+@pytest.mark.parametrize(
+    ("changes", "field"),
+    [
+        ({"event_id": ""}, "event_id"),
+        ({"event_id": "x" * 129}, "event_id"),
+        ({"event_id": 42}, "event_id"),
+        ({"event_type": None}, "event_type"),
+        ({"occurred_at": "2026-11-30"}, "occurred_at"),
+        ({"occurred_at": "2026-11-30T18:00:00"}, "occurred_at"),
+        ({"occurred_at": "yesterday"}, "occurred_at"),
+        ({"occurred_at": "2026-13-40T18:00:00Z"}, "occurred_at"),
+        ({"entity": None}, "entity"),
+        ({"entity": {"entity_type": "doc"}}, "entity"),
+        (
+            {"entity": {"entity_id": "d", "entity_type": "doc", "source_version": -1}},
+            "entity",
+        ),
+        (
+            {"entity": {"entity_id": "d", "entity_type": "doc", "source_version": "3"}},
+            "entity",
+        ),
+        ({"source": {"title": "no url"}}, "source"),
+        ({"source": "https://x"}, "source"),
+        ({"delivery_attempt": "two"}, "delivery_attempt"),
+        ({"event_id": "evt\x00nul"}, "event_id"),
+    ],
+)
+def test_envelope_that_fails_validation_is_422_with_details(
+    http, source, changes, field
+):
+    body = research_event(**changes)
+    response = post_signed(http, body, event_id=str(body.get("event_id")))
+    assert response.status_code == 422, response.content
+    assert response.json()["error"] == "invalid_payload"
+    assert field in response.json()["details"]
+    assert not InboxEvent.objects.exists()
+
+
+def test_delete_without_version_or_source_is_valid(http, source):
+    body = json.loads(
+        fixture_bytes("research", "research.document.deleted__no-version")
+    )
+    assert post_signed(http, body).status_code == 202
+    assert InboxEvent.objects.get().source_version is None
+
+
+def test_id_header_differing_from_body_event_id_is_422(http, source):
+    body = research_event()
+    response = post_signed(http, body, event_id="evt-something-else")
+    assert response.status_code == 422
+    assert "event_id_header" in response.json()["details"]
+
+
+def test_missing_id_header_is_422(http, source):
+    body = research_event()
+    raw = encode(body)
+    headers = signed_headers(raw_body=raw, event_id=body["event_id"])
+    del headers["X-Webhook-Id"]
+    response = post(http, raw, headers)
+    assert response.status_code == 422
+    assert "event_id_header" in response.json()["details"]
+
+
+# --- the other schemes ----------------------------------------------------------------------
+
+
+def test_standard_webhooks_signed_by_the_reference_library(http, standard_source):
+    body = research_event()
+    raw = encode(body)
+    now = datetime.now(tz=UTC)
+    signature = Webhook(STANDARD_SECRET).sign(body["event_id"], now, raw.decode())
+    headers = {
+        "webhook-id": body["event_id"],
+        "webhook-timestamp": str(int(now.timestamp())),
+        "webhook-signature": f"v1,{'A' * 43}= {signature}",
+    }
+    response = post(http, raw, headers, url="/webhooks/sw-sync/")
+    assert response.status_code == 202, response.content
+    assert post(http, raw, headers, url="/webhooks/sw-sync/").status_code == 200
+
+
+def test_standard_webhooks_id_is_part_of_the_signed_content(http, standard_source):
+    body = research_event()
+    raw = encode(body)
+    now = datetime.now(tz=UTC)
+    headers = {
+        "webhook-id": "evt-other",
+        "webhook-timestamp": str(int(now.timestamp())),
+        "webhook-signature": Webhook(STANDARD_SECRET).sign(
+            body["event_id"], now, raw.decode()
+        ),
+    }
+    assert post(http, raw, headers, url="/webhooks/sw-sync/").status_code == 401
+
+
+GITHUB_URL = "/webhooks/github/"
+
+
+def github_headers(raw: bytes, *, event: str = "ping", delivery: str = "d-1"):
+    headers = signed_headers(scheme="github", raw_body=raw, event_id=delivery)
+    headers["X-GitHub-Event"] = event
+    return headers
+
+
+def test_github_ping_is_accepted_and_redelivery_is_a_duplicate(http, github_source):
+    raw = fixture_bytes("github", "ping__basic")
+    headers = github_headers(raw, delivery="72d3162e-cc78-11e3-81ab-4c9367dc0958")
+    response = post(http, raw, headers, url=GITHUB_URL)
+    assert response.status_code == 202, response.content
+    row = InboxEvent.objects.get()
+    assert row.event_id == "72d3162e-cc78-11e3-81ab-4c9367dc0958"
+    assert row.event_type == "ping"
+    assert row.content_fingerprint == hashlib.sha256(raw).hexdigest()
+    assert row.headers["x-github-event"] == "ping"
+    assert post(http, raw, headers, url=GITHUB_URL).status_code == 200
+
+
+def test_github_deployment_status_records_the_repository(http, github_source):
+    raw = fixture_bytes("github", "deployment_status__basic")
+    response = post(
+        http, raw, github_headers(raw, event="deployment_status"), url=GITHUB_URL
+    )
+    assert response.status_code == 202
+    row = InboxEvent.objects.get()
+    assert row.entity_id == json.loads(raw)["repository"]["full_name"]
+
+
+def test_github_any_byte_change_with_the_same_delivery_is_a_conflict(
+    http, github_source
+):
+    raw = fixture_bytes("github", "ping__basic")
+    post(http, raw, github_headers(raw), url=GITHUB_URL)
+    changed = raw.replace(b"\n", b" ", 1)
+    response = post(http, changed, github_headers(changed), url=GITHUB_URL)
+    assert response.status_code == 409
+    assert FingerprintMismatch.objects.count() == 1
+
+
+@pytest.mark.parametrize("missing", ["X-GitHub-Event", "X-GitHub-Delivery"])
+def test_github_without_event_or_delivery_header_is_422(http, github_source, missing):
+    raw = fixture_bytes("github", "ping__basic")
+    headers = github_headers(raw)
+    del headers[missing]
+    response = post(http, raw, headers, url=GITHUB_URL)
+    assert response.status_code == 422
+    assert missing in response.json()["details"]
+
+
+def test_github_body_must_be_a_json_object(http, github_source):
+    raw = b"[]"
+    response = post(http, raw, github_headers(raw), url=GITHUB_URL)
+    assert response.status_code == 400
+    assert response.json() == {"error": "invalid_json"}
+
+
+def test_view_is_csrf_exempt_under_csrf_checks(source):
+    from django.test import Client
+
+    strict = Client(enforce_csrf_checks=True)
+    assert post_signed(strict, research_event()).status_code == 202
+
+
+def test_source_whose_secrets_all_expired_is_401_not_404(http, source):
+    WebhookSecret.objects.update(expires_at=timezone.now() - timedelta(seconds=1))
+    response = post_signed(http, research_event())
+    assert response.status_code == 401
+    assert failures("mismatch") == 1
+
+
+def test_a_peer_address_that_is_not_an_ip_is_stored_as_none(http, source):
+    body = research_event()
+    raw = encode(body)
+    headers = signed_headers(raw_body=raw, event_id=body["event_id"])
+    response = post(http, raw, headers, REMOTE_ADDR="unix:/run/gunicorn.sock")
+    assert response.status_code == 202
+    assert InboxEvent.objects.get().remote_addr is None
+
+
+def test_logs_carry_the_reason_but_never_body_signature_or_secret(http, source, caplog):
+    from .factories import HMAC_SECRET
+
+    body = research_event(data={"summary": "a very private summary"})
+    raw = encode(body)
+    headers = signed_headers(raw_body=raw, event_id=body["event_id"])
+    signature = headers["X-Webhook-Signature"].removeprefix("v1=")
+    bad = headers | {"X-Webhook-Signature": "v1=" + "ab" * 32}
+    with caplog.at_level("INFO"):
+        assert post(http, raw, bad).status_code == 401
+        assert post(http, raw, headers).status_code == 202
+    records = [vars(record) for record in caplog.records]
+    assert any(r.get("reason") == "mismatch" for r in records)
+    assert any(r.get("msg") == "inbox.accepted" for r in records)
+    dumped = repr(records)
+    for secret_or_body in (HMAC_SECRET, signature, "ab" * 32, "a very private summary"):
+        assert secret_or_body not in dumped
+
+
+def test_unknown_slugs_share_one_metrics_label(http, db):
+    before = metric("webhook_requests_total", source="unknown", status="404")
+    for slug in ("probe-1", "probe-2", "probe-3"):
+        http.post(f"/webhooks/{slug}/", data=b"{}", content_type="application/json")
+    assert (
+        metric("webhook_requests_total", source="unknown", status="404") == before + 3
+    )
+    assert metric("webhook_requests_total", source="probe-1", status="404") == 0

@@ -1,0 +1,178 @@
+"""The ingest path on a real gunicorn server, against the test database and the Redis broker:
+races decided by the database, one dispatch per event, chunked bodies, a broker that is down.
+No worker runs, so every published message stays in the ``celery`` list of the test broker."""
+
+import http.client
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+import redis
+import requests
+from django.conf import settings
+
+from tests import processes
+from webhooks.models import FingerprintMismatch, InboxEvent
+
+from .factories import WebhookSourceFactory, encode, research_event, signed_headers
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+
+THREADS = 24
+MAX_BODY = 4096
+
+
+def start_server(tmp_path, **env):
+    port = processes.free_port()
+    server = processes.gunicorn(
+        tmp_path,
+        port=port,
+        workers=4,
+        env={"WEBHOOK_MAX_BODY_BYTES": str(MAX_BODY), "LOG_LEVEL": "WARNING", **env},
+    ).start()
+    try:
+        processes.wait_http_ok(f"http://127.0.0.1:{port}/healthz", timeout=30)
+    except AssertionError:
+        server.stop()
+        raise AssertionError(server.log()) from None
+    return server, f"http://127.0.0.1:{port}"
+
+
+@pytest.fixture
+def broker():
+    client = redis.Redis.from_url(settings.CELERY_BROKER_URL)
+    client.delete("celery")
+    yield client
+    client.delete("celery")
+    client.close()
+
+
+@pytest.fixture
+def server(tmp_path, broker):
+    server, url = start_server(tmp_path)
+    yield url
+    server.stop()
+
+
+def post_all_at_once(url: str, requests_: list[tuple[bytes, dict]]) -> list[int]:
+    barrier = threading.Barrier(len(requests_))
+
+    def send(item):
+        raw, headers = item
+        with requests.Session() as session:
+            barrier.wait(timeout=30)
+            response = session.post(url, data=raw, headers=headers, timeout=60)
+            return response.status_code
+
+    with ThreadPoolExecutor(max_workers=len(requests_)) as pool:
+        return list(pool.map(send, requests_))
+
+
+def test_same_event_posted_by_many_threads_at_once(server, broker):
+    source = WebhookSourceFactory(slug="race")
+    body = research_event()
+    raw = encode(body)
+    headers = signed_headers(raw_body=raw, event_id=body["event_id"])
+
+    statuses = post_all_at_once(f"{server}/webhooks/race/", [(raw, headers)] * THREADS)
+
+    assert sorted(statuses) == [200] * (THREADS - 1) + [202]
+    row = InboxEvent.objects.get(source=source)
+    assert row.delivery_count == THREADS
+    assert row.processing_status == "received"
+    assert broker.llen("celery") == 1  # exactly one task published
+
+
+def test_conflicting_bodies_posted_at_once(server, broker):
+    source = WebhookSourceFactory(slug="race")
+    bodies = [
+        encode(research_event(data={"summary": f"variant {n}"})) for n in range(THREADS)
+    ]
+    event_id = research_event()["event_id"]
+    statuses = post_all_at_once(
+        f"{server}/webhooks/race/",
+        [(raw, signed_headers(raw_body=raw, event_id=event_id)) for raw in bodies],
+    )
+
+    assert sorted(statuses) == [202] + [409] * (THREADS - 1)
+    row = InboxEvent.objects.get(source=source)
+    assert row.delivery_count == 1
+    evidence = FingerprintMismatch.objects.filter(event=row)
+    assert evidence.count() == THREADS - 1
+    stored = {bytes(e.raw_body) for e in evidence} | {bytes(row.raw_body)}
+    assert stored == set(bodies)  # every delivery is kept: the winner or as evidence
+    assert broker.llen("celery") == 1
+
+
+def chunked_post(base_url: str, path: str, raw: bytes, headers: dict):
+    host, port = base_url.removeprefix("http://").split(":")
+    connection = http.client.HTTPConnection(host, int(port), timeout=30)
+    try:
+        pieces = (raw[i : i + 1000] for i in range(0, len(raw), 1000))
+        connection.request(
+            "POST",
+            path,
+            body=pieces,
+            headers={**headers, "Content-Type": "application/json"},
+            encode_chunked=True,
+        )
+        response = connection.getresponse()
+        return response.status, response.read()
+    finally:
+        connection.close()
+
+
+def test_chunked_body_without_content_length(server, broker):
+    WebhookSourceFactory(slug="chunks")
+    body = research_event()
+    raw = encode(body)
+    status, content = chunked_post(
+        server,
+        "/webhooks/chunks/",
+        raw,
+        signed_headers(raw_body=raw, event_id=body["event_id"]),
+    )
+    assert status == 202, content
+    assert bytes(InboxEvent.objects.get().raw_body) == raw
+
+
+def test_chunked_body_over_the_limit_is_413(server, broker):
+    WebhookSourceFactory(slug="chunks")
+    body = research_event(data={"summary": "x" * (MAX_BODY * 3)})
+    raw = encode(body)
+    status, content = chunked_post(
+        server,
+        "/webhooks/chunks/",
+        raw,
+        signed_headers(raw_body=raw, event_id=body["event_id"]),
+    )
+    assert status == 413
+    assert b"payload_too_large" in content
+    assert not InboxEvent.objects.exists()
+
+
+def test_broker_down_still_accepts_and_leaves_the_row_received(tmp_path, broker):
+    # A real connection attempt to a closed port, not a mocked failure.
+    server, url = start_server(
+        tmp_path, CELERY_BROKER_URL=f"redis://127.0.0.1:{processes.free_port()}/0"
+    )
+    try:
+        WebhookSourceFactory(slug="nobroker")
+        body = research_event()
+        raw = encode(body)
+        headers = signed_headers(raw_body=raw, event_id=body["event_id"])
+        response = requests.post(
+            f"{url}/webhooks/nobroker/", data=raw, headers=headers, timeout=30
+        )
+        assert response.status_code == 202, response.text
+        assert response.elapsed.total_seconds() < 5  # publishing fails fast
+        row = InboxEvent.objects.get()
+        assert row.processing_status == "received"
+        assert row.dispatched_at is None
+        again = requests.post(
+            f"{url}/webhooks/nobroker/", data=raw, headers=headers, timeout=30
+        )
+        assert again.status_code == 200
+    finally:
+        server.stop()
+    assert "inbox.dispatch_failed" in server.log()

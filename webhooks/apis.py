@@ -1,0 +1,29 @@
+from rest_framework import serializers
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from core.errors import NotFound
+
+from .selectors import inbox_event_get
+
+
+class InboxEventDetailApi(APIView):
+    """What became of one delivered event: ``GET /api/webhooks/<slug>/events/<event_id>/``."""
+
+    class OutputSerializer(serializers.Serializer):
+        event_id = serializers.CharField()
+        event_type = serializers.CharField()
+        processing_status = serializers.CharField()
+        attempts = serializers.IntegerField()
+        received_at = serializers.DateTimeField()
+        processed_at = serializers.DateTimeField(allow_null=True)
+        delivery_count = serializers.IntegerField()
+        error_message = serializers.CharField(allow_blank=True)
+
+    serializer_class = OutputSerializer
+
+    def get(self, request, slug: str, event_id: str):
+        event = inbox_event_get(source_slug=slug, event_id=event_id)
+        if event is None:
+            raise NotFound()
+        return Response(self.OutputSerializer(event).data)

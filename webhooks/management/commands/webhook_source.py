@@ -1,0 +1,111 @@
+from django.core.exceptions import ValidationError
+from django.core.management.base import BaseCommand, CommandError
+from django.db import IntegrityError
+
+from core.errors import InvalidPayload
+from webhooks.models import HandlerName, SignatureScheme, WebhookSource
+from webhooks.selectors import webhook_source_list
+from webhooks.services import (
+    DEFAULT_GRACE_SECONDS,
+    webhook_source_create,
+    webhook_source_rotate,
+    webhook_source_set_enabled,
+)
+
+
+class Command(BaseCommand):
+    help = (
+        "Manage webhook sources: create | rotate | list | disable | enable. A generated secret "
+        "is printed once, as the last line; no command ever shows a stored secret."
+    )
+
+    def add_arguments(self, parser):
+        sub = parser.add_subparsers(dest="action", required=True)
+        create = sub.add_parser("create", help="create a source")
+        create.add_argument("slug")
+        create.add_argument(
+            "--scheme",
+            choices=SignatureScheme.values,
+            default=SignatureScheme.HMAC_SHA256,
+        )
+        create.add_argument("--handler", choices=HandlerName.values, required=True)
+        create.add_argument(
+            "--secret", help="use this secret instead of a generated one"
+        )
+        rotate = sub.add_parser(
+            "rotate", help="add a new secret; the old one stays valid"
+        )
+        rotate.add_argument("slug")
+        rotate.add_argument(
+            "--secret", help="use this secret instead of a generated one"
+        )
+        rotate.add_argument(
+            "--grace-seconds",
+            type=int,
+            default=DEFAULT_GRACE_SECONDS,
+            help="how long the previous secrets stay valid (default 86400)",
+        )
+        sub.add_parser("list", help="list sources (never secrets)")
+        for action in ("disable", "enable"):
+            sub.add_parser(action, help=f"{action} a source").add_argument("slug")
+
+    def handle(self, *args, action, **options):
+        try:
+            getattr(self, f"_{action}")(**options)
+        except InvalidPayload as exc:
+            raise CommandError(f"invalid: {exc.details}") from exc
+
+    def _source(self, slug: str) -> WebhookSource:
+        source = WebhookSource.objects.filter(slug=slug).first()
+        if source is None:
+            raise CommandError(f"no webhook source {slug!r}")
+        return source
+
+    def _create(self, *, slug, scheme, handler, secret, **options):
+        generated = secret is None
+        try:
+            source, secret = webhook_source_create(
+                slug=slug, scheme=scheme, handler=handler, secret=secret
+            )
+        except IntegrityError as exc:
+            raise CommandError(f"a webhook source {slug!r} already exists") from exc
+        except ValidationError as exc:
+            raise CommandError(f"invalid: {exc.message_dict}") from exc
+        self.stdout.write(
+            f"created webhook source {source.slug!r} "
+            f"(scheme {source.scheme}, handler {source.handler})"
+        )
+        if generated:
+            self.stdout.write("secret (shown once, store it now):")
+            self.stdout.write(secret)
+
+    def _rotate(self, *, slug, secret, grace_seconds, **options):
+        if grace_seconds < 0:
+            raise CommandError("--grace-seconds must be >= 0")
+        generated = secret is None
+        secret = webhook_source_rotate(
+            source=self._source(slug), secret=secret, grace_seconds=grace_seconds
+        )
+        self.stdout.write(
+            f"rotated webhook source {slug!r}: previous secrets stay valid for "
+            f"{grace_seconds} s"
+        )
+        if generated:
+            self.stdout.write("new secret (shown once, store it now):")
+            self.stdout.write(secret)
+
+    def _list(self, **options):
+        self.stdout.write("slug\tscheme\thandler\tsecrets\tenabled")
+        for source in webhook_source_list():
+            self.stdout.write(
+                f"{source.slug}\t{source.scheme}\t{source.handler}\t"
+                f"{source.secret_count}\t{'yes' if source.is_enabled else 'no'}"
+            )
+
+    def _disable(self, *, slug, **options):
+        webhook_source_set_enabled(source=self._source(slug), enabled=False)
+        self.stdout.write(f"disabled webhook source {slug!r}")
+
+    def _enable(self, *, slug, **options):
+        webhook_source_set_enabled(source=self._source(slug), enabled=True)
+        self.stdout.write(f"enabled webhook source {slug!r}")
