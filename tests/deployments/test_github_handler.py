@@ -63,7 +63,7 @@ def handle(source, event_type: str, payload: dict | bytes):
 
 
 def status_payload(state: str, status_id: int, **deployment_overrides) -> dict:
-    payload = copy.deepcopy(fixture("deployment_status__success"))
+    payload = copy.deepcopy(fixture("deployment_status__basic"))
     payload["deployment_status"]["state"] = state
     payload["deployment_status"]["id"] = status_id
     payload["deployment"].update(deployment_overrides)
@@ -71,7 +71,7 @@ def status_payload(state: str, status_id: int, **deployment_overrides) -> dict:
 
 
 def test_ping_is_processed_as_a_no_op(source):
-    assert handle(source, "ping", fixture("ping__default")).status == "processed"
+    assert handle(source, "ping", fixture("ping__basic")).status == "processed"
 
 
 def test_other_events_are_unsupported(source, deployment):
@@ -82,7 +82,7 @@ def test_other_events_are_unsupported(source, deployment):
 
 
 def test_the_real_success_payload_succeeds_the_matching_deployment(source, deployment):
-    result = handle(source, "deployment_status", fixture("deployment_status__success"))
+    result = handle(source, "deployment_status", fixture("deployment_status__basic"))
     assert result.status == "processed"
     deployment.refresh_from_db()
     assert deployment.status == "succeeded"
