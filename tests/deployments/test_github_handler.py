@@ -7,11 +7,13 @@ from pathlib import Path
 
 import pytest
 from django.db import transaction
+from django.test import Client
 
 from core.errors import PermanentProcessingError
 from core.services import api_client_create
 from deployments.handlers import github_event_handle
 from deployments.models import Deployment, JobTransition
+from tests.webhooks.factories import WebhookSourceFactory, as_meta, signed_headers
 from webhooks.models import InboxEvent, WebhookSource
 
 pytestmark = pytest.mark.django_db
@@ -191,3 +193,26 @@ def test_unusable_bodies_are_permanent_errors(source, raw):
 def test_an_unknown_state_is_a_permanent_error(source, deployment):
     with pytest.raises(PermanentProcessingError):
         handle(source, "deployment_status", status_payload("exploded", 5))
+
+
+def test_an_event_stored_by_the_real_ingest_view_is_handled(deployment):
+    """The inbox row as the signed GitHub ingest stores it is what the handler reads."""
+    WebhookSourceFactory(slug="github-live", scheme="github", handler="github")
+    raw = json.dumps(status_payload("in_progress", 42)).encode()
+    headers = signed_headers(scheme="github", raw_body=raw, event_id="delivery-live")
+    headers["X-GitHub-Event"] = "deployment_status"
+    response = Client().post(
+        "/webhooks/github-live/",
+        data=raw,
+        content_type="application/json",
+        **as_meta(headers),
+    )
+    assert response.status_code == 202
+
+    event = InboxEvent.objects.get(event_id="delivery-live")
+    with transaction.atomic():
+        result = github_event_handle(event)
+    assert result.status == "processed"
+    deployment.refresh_from_db()
+    assert deployment.status == "running"
+    assert deployment.last_github_status_id == 42
