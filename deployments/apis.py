@@ -1,8 +1,11 @@
 from __future__ import annotations
 
 import re
+from datetime import timedelta
 
+from django.conf import settings
 from django.http import HttpResponse
+from django.utils import timezone
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers
 from rest_framework.response import Response
@@ -280,6 +283,14 @@ class StatusSyncApi(IdempotentPostMixin, APIView):
         status = serializers.ChoiceField(choices=JobStatus.choices)
         reported_at = serializers.DateTimeField()
         detail = serializers.CharField(required=False, allow_blank=True, default="")
+
+        def validate_reported_at(self, value):
+            # A report from the future would outrank every later one (and the worker's own
+            # results): beyond the clock skew the webhooks tolerate, it is refused.
+            skew = timedelta(seconds=settings.WEBHOOK_TIMESTAMP_TOLERANCE_SECONDS)
+            if value > timezone.now() + skew:
+                raise serializers.ValidationError("reported_at is in the future.")
+            return value
 
         def validate(self, attrs):
             if ("deployment_id" in attrs) == ("build_id" in attrs):

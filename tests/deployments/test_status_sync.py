@@ -180,3 +180,13 @@ def test_status_sync_needs_a_key_and_a_token(api, deployment):
     )
     assert response.status_code == 400
     assert response.json() == {"error": "idempotency_key_required"}
+
+
+def test_a_report_from_the_future_is_422(api, deployment):
+    response = sync(
+        api, deployment, "succeeded", timezone.now() + timedelta(hours=1), "f"
+    )
+    assert response.status_code == 422
+    assert "reported_at" in response.json()["details"]
+    deployment.refresh_from_db()
+    assert deployment.status == "queued"
