@@ -5,8 +5,6 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from django.apps import apps
-from django.core.exceptions import FieldError
 from django.db import connection
 from django.db.models import Count, F, Sum
 from django.db.models.functions import TruncHour
@@ -15,7 +13,6 @@ from django.utils import timezone
 from webhooks.models import InboxEvent, ProcessingStatus, SignatureFailure
 
 COUNT_CAP = 10_000
-STUCK_KEY_AFTER = timedelta(minutes=5)
 
 
 def capped_count(queryset, *, cap: int = COUNT_CAP) -> int:
@@ -59,20 +56,11 @@ def _latency_percentiles(since: datetime) -> tuple[float | None, float | None]:
     return pick(0.5), pick(0.95)
 
 
-def stuck_idempotency_keys(*, now: datetime) -> int | None:
-    """Idempotency records still ``processing`` after a while; None when the deployments app
-    has no such model."""
-    try:
-        model = apps.get_model("deployments", "IdempotencyRecord")
-    except LookupError:
-        return None
-    try:
-        queryset = model.objects.filter(
-            status="processing", updated_at__lt=now - STUCK_KEY_AFTER
-        )
-        return capped_count(queryset)
-    except FieldError:
-        return None
+def stuck_idempotency_keys(*, now: datetime) -> int:
+    """Idempotency records still ``processing`` past the horizon (capped count)."""
+    from deployments.selectors import idempotency_records_stuck
+
+    return capped_count(idempotency_records_stuck(now=now))
 
 
 def dashboard_figures(*, now: datetime | None = None) -> dict:

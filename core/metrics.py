@@ -6,7 +6,6 @@ from the database, so they are right however many processes run.
 """
 
 import os
-from datetime import timedelta
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -96,7 +95,6 @@ class DatabaseStateCollector:
 
     def collect(self):
         from django.apps import apps
-        from django.conf import settings
         from django.db.models import Min
         from django.utils import timezone
 
@@ -116,18 +114,9 @@ class DatabaseStateCollector:
             "idempotency_stuck_processing",
             "Idempotency records still 'processing' after DEPLOY_REDISPATCH_AFTER_SECONDS.",
         )
-        try:
-            record = apps.get_model("deployments", "IdempotencyRecord")
-        except LookupError:
-            stuck.add_metric([], 0)
-        else:
-            horizon = now - timedelta(seconds=settings.DEPLOY_REDISPATCH_AFTER_SECONDS)
-            stuck.add_metric(
-                [],
-                record.objects.filter(
-                    status="processing", created_at__lt=horizon
-                ).count(),
-            )
+        from deployments.selectors import idempotency_records_stuck
+
+        stuck.add_metric([], idempotency_records_stuck(now=now).count())
         yield stuck
 
 

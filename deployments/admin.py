@@ -1,11 +1,8 @@
-from datetime import timedelta
-
-from django.conf import settings
 from django.contrib import admin
-from django.utils import timezone
 from django.utils.html import format_html
 
 from .models import Build, Deployment, IdempotencyRecord, JobTransition, StatusSync
+from .selectors import idempotency_stuck_horizon
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
@@ -91,11 +88,10 @@ class IdempotencyRecordAdmin(ReadOnlyAdmin):
 
     @admin.display(description="status", ordering="status")
     def status_display(self, record):
-        # Same horizon as the idempotency_stuck_processing gauge.
-        horizon = timezone.now() - timedelta(
-            seconds=settings.DEPLOY_REDISPATCH_AFTER_SECONDS
+        stuck = (
+            record.status == "processing"
+            and record.created_at < idempotency_stuck_horizon()
         )
-        stuck = record.status == "processing" and record.created_at < horizon
         if stuck:
             return format_html(
                 '<strong style="color:#ba2121">{} (stuck)</strong>', record.status

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta
+
+from django.conf import settings
 from django.db.models import OuterRef, QuerySet, Subquery
+from django.utils import timezone
 
 from core.models import ApiClient
 
@@ -52,4 +56,18 @@ def idempotency_record_get(
         return live
     return (
         records.filter(expired_at__isnull=False).order_by("-expired_at", "-id").first()
+    )
+
+
+def idempotency_stuck_horizon(*, now: datetime | None = None) -> datetime:
+    """A record still ``processing`` since before this is stuck: its job should long have been
+    picked up (the sweep re-dispatches after DEPLOY_REDISPATCH_AFTER_SECONDS)."""
+    now = now or timezone.now()
+    return now - timedelta(seconds=settings.DEPLOY_REDISPATCH_AFTER_SECONDS)
+
+
+def idempotency_records_stuck(*, now: datetime | None = None) -> QuerySet:
+    """The one definition of a stuck key, shared by the gauge, the dashboard and the admin."""
+    return IdempotencyRecord.objects.filter(
+        status="processing", created_at__lt=idempotency_stuck_horizon(now=now)
     )

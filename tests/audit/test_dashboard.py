@@ -49,9 +49,7 @@ def test_dashboard_figures_cover_the_last_24_hours_only():
     assert figures["latency_p50"] == pytest.approx(3.0)
     assert figures["latency_p95"] == pytest.approx(8.8)  # percentile_cont
     assert figures["dead_letters"] == 2
-    assert (
-        figures["stuck_keys"] is None
-    )  # no deployments.IdempotencyRecord on this branch
+    assert figures["stuck_keys"] == 0
     assert sum(bar["count"] for bar in figures["chart"]) == 6
     assert len(figures["chart"]) == 24
     assert max(bar["height"] for bar in figures["chart"]) == 60
@@ -68,3 +66,28 @@ def test_capped_count_stops_at_the_cap():
     InboxEventFactory.create_batch(5)
     assert capped_count(InboxEvent.objects.all(), cap=3) == 4
     assert capped_count(InboxEvent.objects.all(), cap=10) == 5
+
+
+def test_dashboard_counts_idempotency_keys_stuck_in_processing(settings):
+    from core.services import api_client_create
+    from deployments.models import IdempotencyRecord
+
+    settings.DEPLOY_REDISPATCH_AFTER_SECONDS = 60
+    client, _ = api_client_create(name="dashboard-ci")
+    now = timezone.now()
+    for key, status, age in (
+        ("stuck", "processing", timedelta(minutes=10)),
+        ("young", "processing", timedelta(seconds=5)),
+        ("done", "succeeded", timedelta(minutes=10)),
+    ):
+        IdempotencyRecord.objects.create(
+            client=client,
+            operation_type="deployment.create",
+            key=key,
+            fingerprint="0" * 64,
+            status=status,
+            expires_at=now + timedelta(days=1),
+            created_at=now - age,
+            updated_at=now - age,
+        )
+    assert dashboard_figures(now=now)["stuck_keys"] == 1
