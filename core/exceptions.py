@@ -1,12 +1,12 @@
 import logging
 
-from django.db import DatabaseError, InterfaceError, OperationalError
+from django.db import DatabaseError, DataError, InterfaceError, OperationalError
 from django.http import JsonResponse
 from rest_framework import exceptions as drf_exceptions
 from rest_framework.response import Response
 from rest_framework.views import exception_handler
 
-from .errors import InvalidJson, ServiceError, TemporarilyUnavailable
+from .errors import InvalidJson, InvalidPayload, ServiceError, TemporarilyUnavailable
 
 logger = logging.getLogger(__name__)
 
@@ -29,6 +29,12 @@ def api_exception_handler(exc, context):
     if isinstance(exc, (OperationalError, InterfaceError)):
         logger.warning("api.database_unavailable", extra={"error": str(exc)})
         return api_exception_handler(TemporarilyUnavailable(), context)
+    if isinstance(exc, DataError):
+        # A value the database cannot store or compare (a NUL byte, an out-of-range number):
+        # the input's fault, which validation should have caught before.
+        logger.warning("api.data_error", extra={"error": str(exc)})
+        exc = InvalidPayload()
+        return Response(exc.body(), status=exc.status_code)
     if isinstance(exc, DatabaseError):
         logger.exception("api.database_error")
         return api_exception_handler(TemporarilyUnavailable(), context)

@@ -221,6 +221,8 @@ class _JobApiBase(APIView):
 class DeploymentCollectionApi(DeploymentCreateApi):
     """POST creates (idempotent), GET lists the client's deployments (``?idempotency_key=``)."""
 
+    pagination_class = CursorPage
+
     @extend_schema(
         responses=DeploymentOutputSerializer(many=True),
         parameters=[IDEMPOTENCY_KEY_QUERY],
@@ -244,6 +246,8 @@ class DeploymentDetailApi(_JobApiBase):
 class BuildCollectionApi(BuildCreateApi):
     """POST creates (idempotent), GET lists the client's builds (``?idempotency_key=``)."""
 
+    pagination_class = CursorPage
+
     @extend_schema(
         responses=BuildOutputSerializer(many=True),
         parameters=[IDEMPOTENCY_KEY_QUERY],
@@ -265,7 +269,7 @@ class BuildDetailApi(_JobApiBase):
 
 
 def _page(request, view, queryset, serializer_class):
-    paginator = CursorPage()
+    paginator = view.pagination_class()
     page = paginator.paginate_queryset(queryset, request, view=view)
     return paginator.get_paginated_response(serializer_class(page, many=True).data)
 

@@ -10,6 +10,7 @@ from django.utils import timezone
 
 from core.models import ApiClient
 
+from .idempotency import idempotency_key_is_well_formed
 from .models import Build, Deployment, IdempotencyRecord, Job
 
 
@@ -26,6 +27,8 @@ def job_list_by_key(
     jobs = model.objects.filter(client=client)
     if idempotency_key is None:
         return jobs
+    if not idempotency_key_is_well_formed(idempotency_key):
+        return jobs.none()  # no operation can have such a key
     latest = (
         model.objects.filter(client=OuterRef("client"), idempotency_key=idempotency_key)
         .order_by("-id")
@@ -48,6 +51,8 @@ def idempotency_record_get(
     *, client: ApiClient, operation_type: str, key: str
 ) -> IdempotencyRecord | None:
     """The live record of the client's key, else its latest expired one."""
+    if not idempotency_key_is_well_formed(key):
+        return None
     records = IdempotencyRecord.objects.filter(
         client=client, operation_type=operation_type, key=key
     ).defer("response_body")

@@ -318,3 +318,12 @@ def test_idempotency_key_lookup_says_expired(api):
     time.sleep(1.1)
     body = api.get("/api/idempotency-keys/deployment.create/key-1/").json()
     assert body["status"] == "expired"
+
+
+@pytest.mark.parametrize("path", ["/api/deployments/", "/api/builds/"])
+def test_a_key_no_operation_can_have_lists_nothing_instead_of_failing(api, path):
+    # A NUL byte cannot even be compared by PostgreSQL; such a key simply has no operation.
+    for key in ("bad\x00key", "é", "k" * 256):
+        response = api.get(path, {"idempotency_key": key})
+        assert response.status_code == 200
+        assert response.json()["results"] == []
