@@ -10,11 +10,12 @@ from typing import TYPE_CHECKING, Any
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.core.validators import URLValidator
-from django.db import connection
+from django.db import OperationalError, connection
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
+from psycopg.errors import LockNotAvailable
 
-from core.errors import PermanentProcessingError
+from core.errors import PermanentProcessingError, TransientProcessingError
 
 from .models import Citation, DocumentRevision, ResearchDocument
 
@@ -235,14 +236,26 @@ def _document_lock(*, entity_id: str) -> ResearchDocument:
             "SET LOCAL lock_timeout = %s",
             [f"{int(settings.RESEARCH_DOCUMENT_LOCK_TIMEOUT_MS)}ms"],
         )
-    document = (
-        ResearchDocument.objects.select_for_update().filter(entity_id=entity_id).first()
-    )
-    if document is None:
-        ResearchDocument.objects.bulk_create(
-            [ResearchDocument(entity_id=entity_id)], ignore_conflicts=True
+    try:
+        document = (
+            ResearchDocument.objects.select_for_update()
+            .filter(entity_id=entity_id)
+            .first()
         )
-        document = ResearchDocument.objects.select_for_update().get(entity_id=entity_id)
+        if document is None:
+            ResearchDocument.objects.bulk_create(
+                [ResearchDocument(entity_id=entity_id)], ignore_conflicts=True
+            )
+            document = ResearchDocument.objects.select_for_update().get(
+                entity_id=entity_id
+            )
+    except OperationalError as exc:
+        if not isinstance(exc.__cause__, LockNotAvailable):
+            raise
+        raise TransientProcessingError(
+            f"document {entity_id!r} stayed locked by another transaction for more "
+            f"than {settings.RESEARCH_DOCUMENT_LOCK_TIMEOUT_MS} ms (lock timeout)"
+        ) from exc
     return document
 
 

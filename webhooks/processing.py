@@ -91,7 +91,7 @@ def _error_text(exc: BaseException) -> str:
     return text[:ERROR_MAX_CHARS]
 
 
-def _dead_letter(event: InboxEvent, *, error: str, now: datetime) -> None:
+def _dead_letter(event: InboxEvent, *, error: str) -> None:
     event.processing_status = ProcessingStatus.DEAD_LETTERED
     event.error_message = error
     event.next_attempt_at = None
@@ -147,14 +147,7 @@ def _inbox_event_claim(
             "inbox.worker_lost", extra=_log_extra(event, attempts=event.attempts)
         )
         if event.attempts >= settings.INBOX_MAX_ATTEMPTS:
-            _dead_letter(event, error=WORKER_LOST_ERROR, now=now)
-            transaction.on_commit(metrics.DEAD_LETTERS.inc)
-            logger.error(
-                "inbox.dead_lettered",
-                extra=_log_extra(
-                    event, attempts=event.attempts, error=WORKER_LOST_ERROR
-                ),
-            )
+            _dead_letter(event, error=WORKER_LOST_ERROR)
             return ProcessingOutcome(status=ProcessingStatus.DEAD_LETTERED)
 
     event.attempts += 1
@@ -231,7 +224,7 @@ def _inbox_event_run(*, claim: _Claim) -> tuple[InboxEvent, ProcessingOutcome]:
         text = _error_text(error)
         permanent = isinstance(error, PermanentProcessingError)
         if permanent or event.attempts >= settings.INBOX_MAX_ATTEMPTS:
-            _dead_letter(event, error=text, now=now)
+            _dead_letter(event, error=text)
             attempt_fields.update(
                 outcome=InboxAttempt.Outcome.DEAD_LETTERED,
                 resulting_status=ProcessingStatus.DEAD_LETTERED,
@@ -317,7 +310,14 @@ def inbox_event_process(*, inbox_event_id: int, worker: str = "") -> ProcessingO
     ``INBOX_MAX_ATTEMPTS``; ``PermanentProcessingError`` dead-letters at once."""
     claim = _inbox_event_claim(inbox_event_id=inbox_event_id, worker=worker)
     if isinstance(claim, ProcessingOutcome):
-        if claim.skipped:
+        if claim.status == ProcessingStatus.DEAD_LETTERED and not claim.skipped:
+            # Dead-lettered at claim time: its last attempt's worker was lost.
+            metrics.DEAD_LETTERS.inc()
+            logger.error(
+                "inbox.dead_lettered",
+                extra={"inbox_event_id": inbox_event_id, "error": WORKER_LOST_ERROR},
+            )
+        elif claim.skipped:
             logger.debug(
                 "inbox.skipped",
                 extra={"inbox_event_id": inbox_event_id, "reason": claim.skipped},
