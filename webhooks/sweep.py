@@ -8,7 +8,7 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Q
+from django.db.models import DateTimeField, ExpressionWrapper, F, Q, Value
 from django.utils import timezone
 
 from .models import InboxEvent, ProcessingStatus
@@ -24,14 +24,26 @@ def inbox_sweep_due_q(*, now) -> Q:
     ``INBOX_REDISPATCH_AFTER_SECONDS``, ``failed`` rows whose retry time has come, and
     ``processing`` rows whose lease expired; in each case not dispatched within the last
     ``INBOX_REDISPATCH_AFTER_SECONDS``. Served by ``webhooks_inbox_sweep_idx`` (partial on
-    these three statuses)."""
+    these three statuses).
+
+    A ``received`` row may just be waiting in a long queue: re-publishing it every interval
+    would add a message per queued row each time and feed the backlog. Its re-dispatches are
+    therefore spaced by half its age as well (dispatched before the midpoint between receipt
+    and now), so a row waiting T seconds gets about log2(T / interval) extra messages."""
     stale = now - timedelta(seconds=settings.INBOX_REDISPATCH_AFTER_SECONDS)
+    not_recently_dispatched = Q(dispatched_at__isnull=True) | Q(dispatched_at__lt=stale)
+    half_age_ago = ExpressionWrapper(
+        F("received_at") + (Value(now) - F("received_at")) / 2,
+        output_field=DateTimeField(),
+    )
+    received = Q(processing_status=ProcessingStatus.RECEIVED, received_at__lt=stale) & (
+        Q(dispatched_at__isnull=True) | Q(dispatched_at__lt=half_age_ago)
+    )
     due = (
-        Q(processing_status=ProcessingStatus.RECEIVED, received_at__lt=stale)
+        received
         | Q(processing_status=ProcessingStatus.FAILED, next_attempt_at__lte=now)
         | Q(processing_status=ProcessingStatus.PROCESSING, lease_expires_at__lt=now)
     )
-    not_recently_dispatched = Q(dispatched_at__isnull=True) | Q(dispatched_at__lt=stale)
     return due & not_recently_dispatched
 
 

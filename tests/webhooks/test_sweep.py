@@ -35,8 +35,9 @@ def test_sweep_redispatches_exactly_the_rows_whose_message_may_be_lost():
     old, fresh = now - timedelta(seconds=120), now - timedelta(seconds=5)
     due = {
         "received_old": inbox_event_create(received_at=old),
-        "received_old_dispatched_long_ago": inbox_event_create(
-            received_at=old - timedelta(minutes=5), dispatched_at=old
+        "received_old_dispatched_before_half_its_age": inbox_event_create(
+            received_at=now - timedelta(minutes=20),
+            dispatched_at=now - timedelta(minutes=11),
         ),
         "failed_due": inbox_event_create(
             processing_status="failed",
@@ -54,6 +55,11 @@ def test_sweep_redispatches_exactly_the_rows_whose_message_may_be_lost():
         "received_fresh": inbox_event_create(received_at=fresh),
         "received_old_dispatched_recently": inbox_event_create(
             received_at=old, dispatched_at=fresh
+        ),
+        # Waiting in a long queue, most likely: re-dispatches are spaced by half its age.
+        "received_old_dispatched_after_half_its_age": inbox_event_create(
+            received_at=now - timedelta(minutes=20),
+            dispatched_at=now - timedelta(minutes=9),
         ),
         "failed_later": inbox_event_create(
             processing_status="failed",
