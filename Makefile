@@ -20,6 +20,7 @@ run: setup
 	$(PY) manage.py migrate --noinput
 	$(PY) manage.py collectstatic --noinput --verbosity 0
 	$(PY) manage.py demo_setup
+	rm -rf var/prometheus && mkdir -p var/prometheus
 	$(VENV)/bin/honcho start -f Procfile
 
 ## Run the whole test suite against PostgreSQL (127.0.0.1:5432) and Redis (127.0.0.1:6379).
@@ -27,6 +28,12 @@ test: setup
 	$(PY) scripts/check_services.py
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/pytest $(PYTEST_ARGS)
+
+## Benchmarks on PostgreSQL and Redis: figures next to floors from the same run.
+bench: setup
+	@command -v wrk >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk)
+	$(PY) scripts/check_services.py
+	$(PY) -m bench.run $(BENCH)
 
 lint: setup
 	$(VENV)/bin/ruff check .

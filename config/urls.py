@@ -1,3 +1,4 @@
+from django.conf import settings
 from django.contrib import admin
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
@@ -8,6 +9,7 @@ from core.apis import WhoAmIApi
 urlpatterns = [
     path("healthz", core_views.healthz, name="healthz"),
     path("readyz", core_views.readyz, name="readyz"),
+    path("metrics", core_views.metrics, name="metrics"),
     path("admin/", admin.site.urls),
     path("webhooks/", include("webhooks.urls")),
     path("api/whoami/", WhoAmIApi.as_view(), name="whoami"),
@@ -19,3 +21,7 @@ urlpatterns = [
         "api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"
     ),
 ]
+
+if settings.BENCH_ENDPOINTS:
+    # Floor endpoints for `make bench`; off unless BENCH_ENDPOINTS=true.
+    urlpatterns += [path("_bench/", include("bench.urls"))]

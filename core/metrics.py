@@ -5,7 +5,24 @@ that describe the database's state (queue lag, stuck idempotency keys) are compu
 from the database, so they are right however many processes run.
 """
 
-from prometheus_client import Counter, Histogram
+import os
+from datetime import timedelta
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    REGISTRY,
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    generate_latest,
+    multiprocess,
+)
+from prometheus_client.core import GaugeMetricFamily
+
+# In multiprocess mode every metric below is backed by a file in this folder: it must exist
+# before they are created. Emptying it is the deployment's job, once, before processes start.
+if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+    os.makedirs(os.environ["PROMETHEUS_MULTIPROC_DIR"], exist_ok=True)
 
 WEBHOOK_REQUESTS = Counter(
     "webhook_requests_total",
@@ -62,3 +79,82 @@ IDEMPOTENCY_REQUESTS = Counter(
     "Idempotent API requests by operation type and outcome.",
     ["operation", "outcome"],  # outcome: new | replayed | conflict | expired
 )
+
+
+# --- exposition -----------------------------------------------------------------------------
+# With several processes (gunicorn workers, Celery pool processes), each writes its samples to
+# files in PROMETHEUS_MULTIPROC_DIR and /metrics aggregates them (prometheus_client's
+# multiprocess mode). Without it, the process's own registry is served (a single process).
+
+
+def _multiprocess_dir() -> str | None:
+    return os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+
+
+class DatabaseStateCollector:
+    """Gauges read from the database at scrape time: right whatever process answers."""
+
+    def collect(self):
+        from django.apps import apps
+        from django.conf import settings
+        from django.db.models import Min
+        from django.utils import timezone
+
+        now = timezone.now()
+        inbox_event = apps.get_model("webhooks", "InboxEvent")
+        oldest = inbox_event.objects.filter(
+            processing_status__in=["received", "processing", "failed"]
+        ).aggregate(oldest=Min("received_at"))["oldest"]
+        lag = GaugeMetricFamily(
+            "webhook_queue_lag_seconds",
+            "Age of the oldest inbox event not yet in a terminal status (0 when none).",
+        )
+        lag.add_metric([], (now - oldest).total_seconds() if oldest else 0.0)
+        yield lag
+
+        stuck = GaugeMetricFamily(
+            "idempotency_stuck_processing",
+            "Idempotency records still 'processing' after DEPLOY_REDISPATCH_AFTER_SECONDS.",
+        )
+        try:
+            record = apps.get_model("deployments", "IdempotencyRecord")
+        except LookupError:
+            stuck.add_metric([], 0)
+        else:
+            horizon = now - timedelta(seconds=settings.DEPLOY_REDISPATCH_AFTER_SECONDS)
+            stuck.add_metric(
+                [],
+                record.objects.filter(
+                    status="processing", created_at__lt=horizon
+                ).count(),
+            )
+        yield stuck
+
+
+_database_collector = DatabaseStateCollector()
+
+
+def metrics_exposition() -> tuple[bytes, str]:
+    if _multiprocess_dir():
+        registry = CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry)
+    else:
+        registry = CollectorRegistry()
+        for collector in list(REGISTRY._collector_to_names):
+            registry.register(collector)
+    registry.register(_database_collector)
+    return generate_latest(registry), CONTENT_TYPE_LATEST
+
+
+def process_mark_dead(pid: int) -> None:
+    """Called when a worker process exits, so that its live gauges stop counting."""
+    if _multiprocess_dir():
+        multiprocess.mark_process_dead(pid)
+
+
+def celery_signals_connect() -> None:
+    from celery import signals
+
+    @signals.worker_process_shutdown.connect(weak=False)
+    def _shutdown(pid=None, **kwargs):
+        process_mark_dead(pid or os.getpid())

@@ -13,6 +13,7 @@ def heartbeat_task(token: str) -> None:
     WorkerHeartbeat.objects.get_or_create(
         token=token, defaults={"hostname": socket.gethostname()}
     )
+    logger.info("worker.heartbeat", extra={"token": token})
 
 
 @shared_task(name="core.periodic_sweep")

@@ -1,7 +1,7 @@
 import logging
 
 from django.db import connection
-from django.http import JsonResponse
+from django.http import HttpResponse, JsonResponse
 from django.views.decorators.http import require_GET
 
 from config.celery_app import app as celery_app
@@ -43,3 +43,12 @@ def readyz(request):
     ready = all(checks.values())
     body = {"status": "ok" if ready else "unavailable", "checks": checks}
     return JsonResponse(body, status=200 if ready else 503)
+
+
+@require_GET
+def metrics(request):
+    """Prometheus text format, aggregated over every process of this machine's deployment."""
+    from .metrics import metrics_exposition
+
+    body, content_type = metrics_exposition()
+    return HttpResponse(body, content_type=content_type)

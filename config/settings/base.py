@@ -4,6 +4,7 @@ Configuration comes from the environment (django-environ). The environment-speci
 (local, production, test) decide the defaults; this module holds what does not change.
 """
 
+from datetime import timedelta
 from pathlib import Path
 
 import environ
@@ -25,6 +26,7 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "django_celery_results",
+    "axes",
     "core",
     "webhooks",
     "research",
@@ -33,6 +35,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "core.logging.CorrelationIdMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -40,6 +43,8 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Last, as its documentation asks: turns a locked-out login into a 429.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "config.urls"
@@ -71,6 +76,19 @@ DATABASES["default"].setdefault(
 )
 DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# Admin logins are throttled (django-axes): after AXES_FAILURE_LIMIT failures for one username
+# from one address, that pair is locked out for AXES_COOLOFF_TIME. Attempts are stored in the
+# database, so the limit holds across every web process.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = env.int("AXES_FAILURE_LIMIT", default=5)
+AXES_COOLOFF_TIME = timedelta(minutes=env.int("AXES_COOLOFF_MINUTES", default=15))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_VERBOSE = False
 
 AUTH_PASSWORD_VALIDATORS = [
     {
@@ -179,6 +197,9 @@ CELERY_BEAT_SCHEDULE = {
     },
 }
 
+# Floor endpoints under /_bench/ for the benchmarks; never on in production.
+BENCH_ENDPOINTS = env.bool("BENCH_ENDPOINTS", default=False)
+
 # Django's own cap on in-memory request bodies; the webhook view enforces its own limit on the
 # raw body before anything is parsed.
 DATA_UPLOAD_MAX_MEMORY_SIZE = max(WEBHOOK_MAX_BODY_BYTES, 2621440)
@@ -199,13 +220,25 @@ LOGGING = {
             },
         },
     },
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "json"}},
+    "filters": {"correlation": {"()": "core.logging.CorrelationIdFilter"}},
+    "handlers": {
+        "console": {
+            "class": "logging.StreamHandler",
+            "formatter": "json",
+            "filters": ["correlation"],
+        }
+    },
     "root": {"handlers": ["console"], "level": LOG_LEVEL},
     "loggers": {
         "django.db.backends": {"level": "INFO"},
         "celery": {"level": "INFO"},
     },
 }
+
+# Error pages and reports hide connection URLs and credentials as well as Django's defaults.
+DEFAULT_EXCEPTION_REPORTER_FILTER = (
+    "core.reporting.SecretsHidingExceptionReporterFilter"
+)
 
 # --- Research processing -------------------------------------------------------------------
 # How long the research handler waits for a document's row lock before giving up with a

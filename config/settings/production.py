@@ -9,6 +9,10 @@ ALLOWED_HOSTS = env.list("DJANGO_ALLOWED_HOSTS")
 DATABASES = {"default": env.db("DATABASE_URL")}
 DATABASES["default"]["CONN_MAX_AGE"] = env.int("DATABASE_CONN_MAX_AGE", default=60)
 DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+# Behind PgBouncer in transaction mode, server-side cursors cannot be used.
+DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = env.bool(
+    "DISABLE_SERVER_SIDE_CURSORS", default=False
+)
 CELERY_BROKER_URL = env("CELERY_BROKER_URL")
 
 # DJANGO_HTTPS=false serves plain HTTP: TLS terminated by a proxy on the same host, or a local

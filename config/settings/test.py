@@ -22,3 +22,6 @@ STORAGES = {
 # Static files straight from the apps' folders: no collectstatic before a test run.
 WHITENOISE_USE_FINDERS = True
 WHITENOISE_AUTOREFRESH = True
+# Login throttling is off for tests that log in through the test client; the test of the
+# throttle turns it back on.
+AXES_ENABLED = False

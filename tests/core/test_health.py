@@ -20,6 +20,8 @@ def test_readyz_is_ready_with_real_database_and_broker(client):
 
 def test_readyz_is_503_when_the_broker_is_unreachable(client, monkeypatch):
     # A real connection attempt to a closed port, not a mocked failure.
+    # Celery lets the CELERY_BROKER_URL environment variable win over its configuration.
+    monkeypatch.setenv("CELERY_BROKER_URL", "redis://127.0.0.1:1/0")
     monkeypatch.setattr(celery_app.conf, "broker_url", "redis://127.0.0.1:1/0")
     response = client.get("/readyz")
     assert response.status_code == 503

@@ -1,0 +1,498 @@
+"""What every benchmark shares: a dedicated PostgreSQL database, the product's real processes
+(gunicorn, Celery workers) started as in production, wrk as the load generator, and a report
+where each figure stands next to its floor from the same run.
+
+A benchmark module (``bench/<name>.py``) exposes ``run(ctx: BenchContext) -> list[Figure]`` and
+can be run alone with ``python -m bench.<name>``; ``python -m bench.run`` runs them all and prints
+one table plus ``var/bench/results.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from urllib.parse import urlparse
+
+import psycopg
+import requests
+
+ROOT = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+OUT_DIR = ROOT / "var" / "bench"
+sys.path.insert(0, str(ROOT))
+
+from tests.processes import Process, free_port, wait_http_ok, wait_until  # noqa: E402
+
+BENCH_DATABASE_URL = os.environ.get(
+    "BENCH_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/bench"
+)
+BENCH_BROKER_URL = os.environ.get("BENCH_BROKER_URL", "redis://127.0.0.1:6379/9")
+# Seconds of load per measurement; `make bench BENCH_SECONDS=15` for steadier figures.
+BENCH_SECONDS = float(os.environ.get("BENCH_SECONDS", "8"))
+BENCH_CONNECTIONS = int(os.environ.get("BENCH_CONNECTIONS", "8"))
+
+
+@dataclass
+class Figure:
+    """One measured figure, next to the floor it is judged against (same run, same server)."""
+
+    benchmark: str
+    name: str
+    value: float
+    unit: str
+    floor_name: str = ""
+    floor_value: float | None = None
+    target_ratio: float | None = None
+    higher_is_better: bool = True
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def ratio(self) -> float | None:
+        if not self.floor_value:
+            return None
+        return self.value / self.floor_value
+
+    @property
+    def meets_target(self) -> bool | None:
+        if self.target_ratio is None or self.ratio is None:
+            return None
+        if self.higher_is_better:
+            return self.ratio >= self.target_ratio
+        return self.ratio <= self.target_ratio
+
+    def as_dict(self) -> dict:
+        data = asdict(self)
+        data["ratio"] = self.ratio
+        data["meets_target"] = self.meets_target
+        return data
+
+
+# --- the database -------------------------------------------------------------------------
+
+
+def _admin_connect(url: str):
+    parsed = urlparse(url)
+    return psycopg.connect(
+        host=parsed.hostname,
+        port=parsed.port or 5432,
+        user=parsed.username or "postgres",
+        dbname="postgres",
+        autocommit=True,
+    )
+
+
+def database_reset(url: str = BENCH_DATABASE_URL) -> None:
+    """Drops and recreates the bench database, then migrates it: every run starts empty."""
+    name = urlparse(url).path.lstrip("/")
+    with _admin_connect(url) as conn:
+        conn.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s",
+            [name],
+        )
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
+        conn.execute(f'CREATE DATABASE "{name}"')
+    manage("migrate", "--noinput", "-v", "0")
+
+
+def sql(statement: str, params: Sequence | None = None, url: str = BENCH_DATABASE_URL):
+    """Runs one statement on the bench database (autocommit) and returns its rows, if any."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        cursor = conn.execute(statement, params)
+        return cursor.fetchall() if cursor.description else None
+
+
+# --- the processes ------------------------------------------------------------------------
+
+
+def stack_env(**overrides: str) -> dict[str, str]:
+    """Production settings, plain HTTP on loopback, the bench database and broker."""
+    env = dict(os.environ)
+    env.update(
+        {
+            "DJANGO_SETTINGS_MODULE": "config.settings.production",
+            "DJANGO_SECRET_KEY": "bench-only-secret-key-0f1e2d3c4b5a69788796a5b4c3d2e1f0",
+            "DJANGO_ALLOWED_HOSTS": "127.0.0.1,localhost",
+            "DJANGO_HTTPS": "false",
+            "DATABASE_URL": BENCH_DATABASE_URL,
+            "CELERY_BROKER_URL": BENCH_BROKER_URL,
+            "BENCH_ENDPOINTS": "true",
+            "LOG_LEVEL": "WARNING",
+            "PYTHONUNBUFFERED": "1",
+        }
+    )
+    env.update(overrides)
+    return env
+
+
+def manage(*args: str, env: dict[str, str] | None = None) -> str:
+    result = subprocess.run(
+        [sys.executable, "manage.py", *args],
+        cwd=ROOT,
+        env=env or stack_env(),
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=600,
+    )
+    if result.returncode != 0:
+        raise RuntimeError(
+            f"manage.py {' '.join(args)} failed:\n{result.stderr[-3000:]}"
+        )
+    return result.stdout
+
+
+class BenchContext:
+    """Owns the processes a benchmark starts, and stops all of them at the end."""
+
+    def __init__(self) -> None:
+        self.tmp = Path(tempfile.mkdtemp(prefix="bench-"))
+        self.processes: list[Process] = []
+
+    def __enter__(self) -> BenchContext:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop_all()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def stop_all(self) -> None:
+        for process in reversed(self.processes):
+            process.stop()
+        self.processes.clear()
+
+    def gunicorn(self, *, workers: int = 2, **env: str) -> str:
+        """Starts gunicorn (sync workers, as PERF-NOTES found stable); returns its base URL."""
+        port = free_port()
+        args = [
+            str(BIN / "gunicorn"),
+            "config.wsgi",
+            "--bind",
+            f"127.0.0.1:{port}",
+            "--workers",
+            str(workers),
+            "--worker-class",
+            "sync",
+            "--log-level",
+            "warning",
+        ]
+        process = Process(
+            args, stack_env(**env), self.tmp / f"gunicorn-{port}.log"
+        ).start()
+        self.processes.append(process)
+        base = f"http://127.0.0.1:{port}"
+        wait_http_ok(f"{base}/healthz", timeout=60)
+        return base
+
+    def celery_worker(
+        self, *, concurrency: int = 1, name: str = "bench", **env: str
+    ) -> Process:
+        args = [
+            str(BIN / "celery"),
+            "-A",
+            "config",
+            "worker",
+            "--loglevel",
+            "WARNING",
+            "--concurrency",
+            str(concurrency),
+            "--hostname",
+            f"{name}@%h",
+            "--without-gossip",
+            "--without-mingle",
+            "--without-heartbeat",
+        ]
+        process = Process(
+            args, stack_env(**env), self.tmp / f"worker-{name}.log"
+        ).start()
+        self.processes.append(process)
+        return process
+
+    def celery_beat(self, **env: str) -> Process:
+        args = [
+            str(BIN / "celery"),
+            "-A",
+            "config",
+            "beat",
+            "--loglevel",
+            "INFO",
+            "--schedule",
+            str(self.tmp / "celerybeat-schedule"),
+        ]
+        process = Process(args, stack_env(**env), self.tmp / "beat.log").start()
+        self.processes.append(process)
+        return process
+
+    def stop(self, process: Process) -> None:
+        process.stop()
+        if process in self.processes:
+            self.processes.remove(process)
+
+
+def broker_purge(url: str = BENCH_BROKER_URL) -> None:
+    import redis
+
+    redis.Redis.from_url(url).flushdb()
+
+
+# --- load: wrk ----------------------------------------------------------------------------
+
+
+@dataclass
+class Request:
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: bytes = b""
+
+
+@dataclass
+class LoadResult:
+    requests: int
+    seconds: float
+    rps: float
+    p50_ms: float
+    p99_ms: float
+    statuses: dict[str, int]
+    socket_errors: int
+    wrapped: int
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+_WRK_SCRIPT = r"""
+local threads = {}
+local nthreads = %(threads)d
+local reqfile = %(reqfile)s
+
+function setup(thread)
+  table.insert(threads, thread)
+  thread:set("tid", #threads)
+end
+
+local function split(s, sep)
+  local out, start = {}, 1
+  while true do
+    local i = string.find(s, sep, start, true)
+    if not i then table.insert(out, string.sub(s, start)); return out end
+    table.insert(out, string.sub(s, start, i - 1))
+    start = i + #sep
+  end
+end
+
+function init(args)
+  statuses = {}
+  wrapped = 0
+  reqs = {}
+  pos = 0
+  if reqfile == "" then return end
+  local n = 0
+  for line in io.lines(reqfile) do
+    n = n + 1
+    if (n - tid) %% nthreads == 0 then
+      local parts = split(line, "\t")
+      local headers = {}
+      if parts[3] ~= "" then
+        for _, kv in ipairs(split(parts[3], "\31")) do
+          local k, v = string.match(kv, "^([^:]+):(.*)$")
+          headers[k] = v
+        end
+      end
+      local body = parts[4]
+      if body == "" then body = nil end
+      table.insert(reqs, wrk.format(parts[1], parts[2], headers, body))
+    end
+  end
+end
+
+function request()
+  if #reqs == 0 then return wrk.format() end
+  pos = pos + 1
+  if pos > #reqs then pos = 1; wrapped = wrapped + 1 end
+  return reqs[pos]
+end
+
+function response(status, headers, body)
+  local key = tostring(status)
+  statuses[key] = (statuses[key] or 0) + 1
+end
+
+function done(summary, latency, requests)
+  local agg, wraps = {}, 0
+  for _, t in ipairs(threads) do
+    for k, v in pairs(t:get("statuses")) do agg[k] = (agg[k] or 0) + v end
+    wraps = wraps + t:get("wrapped")
+  end
+  local parts = {}
+  for k, v in pairs(agg) do table.insert(parts, string.format('"%%s": %%d', k, v)) end
+  local e = summary.errors
+  io.write(string.format(
+    'BENCHJSON {"requests": %%d, "duration_us": %%d, "p50_us": %%d, "p99_us": %%d, ' ..
+    '"socket_errors": %%d, "wrapped": %%d, "statuses": {%%s}}\n',
+    summary.requests, summary.duration, latency:percentile(50), latency:percentile(99),
+    e.connect + e.read + e.write + e.timeout, wraps, table.concat(parts, ", ")))
+end
+"""
+
+
+def wrk_available() -> bool:
+    return shutil.which("wrk") is not None
+
+
+def load_run(
+    url: str,
+    *,
+    requests_: Iterable[Request] | None = None,
+    seconds: float = BENCH_SECONDS,
+    connections: int = BENCH_CONNECTIONS,
+    threads: int = 2,
+) -> LoadResult:
+    """Drives ``url`` with wrk for ``seconds``. With ``requests_``, each request is sent once in
+    order (per wrk thread) and the list wraps only if the run outlasts it (``wrapped`` says so)."""
+    if not wrk_available():
+        raise RuntimeError("wrk is not installed (apt-get install wrk)")
+    with tempfile.TemporaryDirectory(prefix="wrk-") as tmp:
+        reqfile = ""
+        if requests_ is not None:
+            reqfile = str(Path(tmp) / "requests.tsv")
+            with open(reqfile, "wb") as out:
+                for req in requests_:
+                    headers = "\x1f".join(f"{k}:{v}" for k, v in req.headers.items())
+                    if b"\n" in req.body or b"\t" in req.body:
+                        raise ValueError(
+                            "bench request bodies must be single-line, no tabs"
+                        )
+                    line = f"{req.method}\t{req.path}\t{headers}\t".encode() + req.body
+                    out.write(line + b"\n")
+        script = Path(tmp) / "bench.lua"
+        script.write_text(
+            _WRK_SCRIPT % {"threads": threads, "reqfile": json.dumps(reqfile)}
+        )
+        result = subprocess.run(
+            [
+                "wrk",
+                "-t",
+                str(threads),
+                "-c",
+                str(connections),
+                "-d",
+                f"{seconds:g}s",
+                "--timeout",
+                "10s",
+                "-s",
+                str(script),
+                url,
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=seconds + 120,
+        )
+    line = next(
+        (ln for ln in result.stdout.splitlines() if ln.startswith("BENCHJSON ")), None
+    )
+    if line is None:
+        raise RuntimeError(
+            f"wrk failed: {result.stdout[-2000:]} {result.stderr[-2000:]}"
+        )
+    data = json.loads(line.removeprefix("BENCHJSON "))
+    duration = data["duration_us"] / 1e6
+    return LoadResult(
+        requests=data["requests"],
+        seconds=duration,
+        rps=data["requests"] / duration if duration else 0.0,
+        p50_ms=data["p50_us"] / 1000,
+        p99_ms=data["p99_us"] / 1000,
+        statuses=data["statuses"],
+        socket_errors=data["socket_errors"],
+        wrapped=data["wrapped"],
+    )
+
+
+def floors_measure(
+    base_url: str, *, seconds: float = BENCH_SECONDS
+) -> dict[str, LoadResult]:
+    """The two floors of every HTTP benchmark, on the server under test: a bare endpoint, and
+    an endpoint doing one raw ``INSERT ... ON CONFLICT`` of a new id per request."""
+    from bench.views import FLOOR_TABLE
+
+    sql(f"CREATE TABLE IF NOT EXISTS {FLOOR_TABLE} (id text PRIMARY KEY, body bytea)")
+    sql(f"TRUNCATE {FLOOR_TABLE}")
+    bare = load_run(f"{base_url}/_bench/bare", seconds=seconds)
+    body = json.dumps({"event_id": "x", "data": {"summary": "floor"}}).encode()
+    expected = int(bare.rps * seconds * 1.5) + 1000
+    inserts = (
+        Request("POST", "/_bench/insert", {"X-Bench-Id": f"floor-{i}"}, body)
+        for i in range(expected)
+    )
+    insert = load_run(f"{base_url}/_bench/insert", requests_=inserts, seconds=seconds)
+    return {"bare": bare, "raw_insert": insert}
+
+
+def percentile(values: Sequence[float], pct: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    index = min(len(ordered) - 1, max(0, round(pct / 100 * (len(ordered) - 1))))
+    return ordered[index]
+
+
+def median(values: Sequence[float]) -> float:
+    return statistics.median(values) if values else float("nan")
+
+
+# --- the report ---------------------------------------------------------------------------
+
+
+def report(figures: Sequence[Figure], *, name: str) -> Path:
+    """Prints one table and writes ``var/bench/<name>.json``; returns the file's path."""
+    OUT_DIR.mkdir(parents=True, exist_ok=True)
+    header = f"{'benchmark':<12} {'figure':<44} {'value':>12} {'floor':>28} {'ratio':>7} target"
+    print(header)
+    print("-" * len(header))
+    for fig in figures:
+        floor = (
+            f"{fig.floor_value:,.1f} ({fig.floor_name})"
+            if fig.floor_value is not None
+            else ""
+        )
+        ratio = f"{fig.ratio:.2f}" if fig.ratio is not None else ""
+        target = ""
+        if fig.target_ratio is not None:
+            op = ">=" if fig.higher_is_better else "<="
+            verdict = {True: "met", False: "MISSED", None: ""}[fig.meets_target]
+            target = f"{op} {fig.target_ratio:g} {verdict}"
+        value = f"{fig.value:,.1f} {fig.unit}"
+        print(
+            f"{fig.benchmark:<12} {fig.name:<44} {value:>12} {floor:>28} {ratio:>7} {target}"
+        )
+    path = OUT_DIR / f"{name}.json"
+    path.write_text(
+        json.dumps(
+            {
+                "generated_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                "machine": {"cpus": os.cpu_count()},
+                "figures": [fig.as_dict() for fig in figures],
+            },
+            indent=2,
+        )
+    )
+    print(f"\nwritten: {path.relative_to(ROOT)}")
+    return path
+
+
+def wait_for(predicate, *, timeout: float, what: str):
+    return wait_until(predicate, timeout=timeout, interval=0.2, what=what)
+
+
+def http_get(url: str, **kwargs) -> requests.Response:
+    return requests.get(url, timeout=30, **kwargs)

@@ -1,0 +1,8 @@
+from django.urls import path
+
+from . import views
+
+urlpatterns = [
+    path("bare", views.bare),
+    path("insert", views.raw_insert),
+]

@@ -1,0 +1,35 @@
+"""Floor endpoints, mounted under /_bench/ only when BENCH_ENDPOINTS is on (never in production).
+
+They run in the same gunicorn server as the product, so a product figure divided by a floor
+figure measures what the product adds, not what the machine can do."""
+
+from django.db import connection
+from django.http import HttpResponse, JsonResponse
+from django.views.decorators.csrf import csrf_exempt
+
+FLOOR_TABLE = "bench_floor"
+
+
+def bare(request):
+    return JsonResponse({"status": "ok"})
+
+
+@csrf_exempt
+def raw_insert(request):
+    """One raw ``INSERT ... ON CONFLICT DO NOTHING`` of the request's id and body, committed."""
+    event_id = request.headers.get("X-Bench-Id", "")
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO {FLOOR_TABLE} (id, body) VALUES (%s, %s) "  # noqa: S608 - constant
+            "ON CONFLICT (id) DO NOTHING",
+            [event_id, request.body],
+        )
+    return HttpResponse(b'{"status":"ok"}', status=202, content_type="application/json")
+
+
+def floor_table_create() -> None:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"CREATE TABLE IF NOT EXISTS {FLOOR_TABLE} (id text PRIMARY KEY, body bytea)"
+        )
+        cursor.execute(f"TRUNCATE {FLOOR_TABLE}")
