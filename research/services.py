@@ -227,28 +227,31 @@ def document_change_decide(
     return Decision.OUT_OF_ORDER
 
 
+_DOCUMENT_LOCK_SQL = f"""
+INSERT INTO {ResearchDocument._meta.db_table} (
+    entity_id, entity_type, current_source_version, last_occurred_at, last_event_id,
+    source_url, title, source_content_hash, published_at, summary, authors, is_deleted,
+    deleted_at, created_at, updated_at
+) VALUES (%s, '', NULL, NULL, '', '', '', '', NULL, '', '[]'::jsonb, false, NULL, %s, %s)
+ON CONFLICT (entity_id) DO UPDATE SET entity_id = EXCLUDED.entity_id
+RETURNING *
+"""  # noqa: S608 - the table name from the model, values bound
+
+
 def _document_lock(*, entity_id: str) -> ResearchDocument:
     """The document's row, locked until the transaction ends; created empty (nothing applied)
-    if it does not exist. ``ON CONFLICT DO NOTHING`` makes two first events for one entity
-    meet on the same row instead of failing on the unique constraint."""
+    if it does not exist. One statement: ``INSERT ... ON CONFLICT DO UPDATE`` locks the row it
+    finds or inserts, so two first events for one entity meet on the same row."""
     with connection.cursor() as cursor:
         cursor.execute(
             "SET LOCAL lock_timeout = %s",
             [f"{int(settings.RESEARCH_DOCUMENT_LOCK_TIMEOUT_MS)}ms"],
         )
+    now = timezone.now()
     try:
-        document = (
-            ResearchDocument.objects.select_for_update()
-            .filter(entity_id=entity_id)
-            .first()
+        (document,) = ResearchDocument.objects.raw(
+            _DOCUMENT_LOCK_SQL, [entity_id, now, now]
         )
-        if document is None:
-            ResearchDocument.objects.bulk_create(
-                [ResearchDocument(entity_id=entity_id)], ignore_conflicts=True
-            )
-            document = ResearchDocument.objects.select_for_update().get(
-                entity_id=entity_id
-            )
     except OperationalError as exc:
         if not isinstance(exc.__cause__, LockNotAvailable):
             raise
@@ -273,6 +276,7 @@ def document_change_apply(
         return decision, document, None
 
     now = timezone.now()
+    had_state = bool(document.last_event_id)
     document.entity_type = change.entity_type or document.entity_type
     document.current_source_version = change.source_version
     document.last_occurred_at = change.occurred_at
@@ -297,7 +301,8 @@ def document_change_apply(
         document.authors = change.authors
     document.save()
 
-    Citation.objects.filter(document=document).delete()
+    if had_state:  # a document created by this transaction has no citations yet
+        Citation.objects.filter(document=document).delete()
     if change.citations:
         Citation.objects.bulk_create(
             Citation(document=document, position=position, **citation)

@@ -4,13 +4,14 @@ Two transactions per run, on purpose:
 
 1. **Claim** (short): lock the row, skip it if it is terminal, not yet due, or leased by a live
    attempt; otherwise count the attempt, set ``processing`` with a lease and record an
-   ``InboxAttempt`` row. This commits before the handler runs, so the attempt of a worker that
-   dies mid-way stays visible, and its expired lease tells the sweep to re-dispatch the row.
+   ``InboxAttempt`` row (the common case is one conditional UPDATE with the attempt's INSERT).
+   This commits before the handler runs, so the attempt of a worker that dies mid-way stays
+   visible, and its expired lease tells the sweep to re-dispatch the row.
 2. **Run**: lock the row again and check that the claim still holds (a run whose lease expired
-   and was taken over must not apply anything); call the handler in a savepoint; write the new
-   status and close the attempt. The domain change and the status commit together, under the
-   row lock, so a concurrent or repeated run of the same row finds it terminal and does
-   nothing.
+   and was taken over must not apply anything); call the handler; write the new status and
+   close the attempt. The domain change and the status commit together, under the row lock,
+   so a concurrent or repeated run of the same row finds it terminal and does nothing. A
+   failure rolls all of that back and is recorded in a transaction of its own.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from core import metrics
@@ -38,6 +39,24 @@ STALE_STATUSES = {
     ProcessingStatus.IGNORED_DUPLICATE_VERSION,
 }
 WORKER_LOST_ERROR = "worker lost: the lease expired before the attempt finished"
+
+_FAST_CLAIM_SQL = f"""
+WITH claimed AS (
+    UPDATE {InboxEvent._meta.db_table}
+       SET processing_status = 'processing',
+           attempts = attempts + 1,
+           lease_expires_at = %(lease)s
+     WHERE id = %(id)s
+       AND (processing_status = 'received'
+            OR (processing_status = 'failed'
+                AND (next_attempt_at IS NULL OR next_attempt_at <= %(now)s)))
+    RETURNING id, attempts
+)
+INSERT INTO {InboxAttempt._meta.db_table}
+       (event_id, number, started_at, outcome, resulting_status, error, worker)
+SELECT id, attempts, %(now)s, 'started', '', '', %(worker)s FROM claimed
+RETURNING id, number
+"""  # noqa: S608 - table names from the models, values bound
 ERROR_MAX_CHARS = 2000
 
 
@@ -106,6 +125,30 @@ def _dead_letter(event: InboxEvent, *, error: str) -> None:
     )
 
 
+def _inbox_event_claim_fast(*, inbox_event_id: int, worker: str) -> _Claim | None:
+    """The common case in one statement: a ``received`` row, or a ``failed`` row whose retry
+    is due, becomes ``processing`` with its lease, and its attempt row is inserted, atomically.
+    The conditional UPDATE takes the same row lock as ``SELECT ... FOR UPDATE`` and PostgreSQL
+    re-checks its condition on the row's latest version after any wait, so two runs can never
+    both claim. ``None``: the row is in another state, for ``_inbox_event_claim`` to sort out."""
+    now = timezone.now()
+    with connection.cursor() as cursor:
+        cursor.execute(
+            _FAST_CLAIM_SQL,
+            {
+                "id": inbox_event_id,
+                "now": now,
+                "lease": now
+                + timedelta(seconds=settings.INBOX_PROCESSING_LEASE_SECONDS),
+                "worker": worker[:255],
+            },
+        )
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    return _Claim(event_pk=inbox_event_id, attempt_pk=row[0], number=row[1])
+
+
 @transaction.atomic
 def _inbox_event_claim(
     *, inbox_event_id: int, worker: str
@@ -170,8 +213,15 @@ def _handler_call(event: InboxEvent) -> HandlerResult:
     return result
 
 
-@transaction.atomic
-def _inbox_event_run(*, claim: _Claim) -> tuple[InboxEvent, ProcessingOutcome]:
+class _LeaseLost(Exception):
+    def __init__(self, event: InboxEvent):
+        super().__init__("lease lost")
+        self.event = event
+
+
+def _claimed_event_lock(*, claim: _Claim) -> InboxEvent:
+    """The row, locked, if the claim still holds; ``_LeaseLost`` if our lease expired and
+    another run took the row over (that run owns the outcome now)."""
     event = (
         InboxEvent.objects.select_for_update(of=("self",))
         .select_related("source")
@@ -181,89 +231,103 @@ def _inbox_event_run(*, claim: _Claim) -> tuple[InboxEvent, ProcessingOutcome]:
         event.processing_status != ProcessingStatus.PROCESSING
         or event.attempts != claim.number
     ):
-        # Our lease expired and another run took the row over: it owns the outcome now.
-        return event, ProcessingOutcome(
-            status=event.processing_status, skipped=Skip.LEASE_LOST
-        )
+        raise _LeaseLost(event)
+    return event
 
-    now_started = timezone.now()
-    error: BaseException | None = None
-    try:
-        with transaction.atomic():  # a failing handler leaves no domain change behind
-            result = _handler_call(event)
-    except PermanentProcessingError as exc:
-        error = exc
-    except Exception as exc:  # any other failure may pass: retry with backoff
-        error = exc
+
+def _success_write(event: InboxEvent, *, claim: _Claim, result: HandlerResult) -> None:
     now = timezone.now()
-    attempt_fields = {"finished_at": now}
+    event.processing_status = result.status
+    event.processed_at = now
+    event.error_message = result.note[:ERROR_MAX_CHARS]
+    event.next_attempt_at = None
+    event.lease_expires_at = None
+    event.save(
+        update_fields=[
+            "processing_status",
+            "processed_at",
+            "error_message",
+            "next_attempt_at",
+            "lease_expires_at",
+        ]
+    )
+    InboxAttempt.objects.filter(pk=claim.attempt_pk).update(
+        finished_at=now,
+        outcome=InboxAttempt.Outcome.SUCCEEDED
+        if result.status == ProcessingStatus.PROCESSED
+        else InboxAttempt.Outcome.IGNORED,
+        resulting_status=result.status,
+    )
 
-    if error is None:
-        event.processing_status = result.status
-        event.processed_at = now
-        event.error_message = result.note[:ERROR_MAX_CHARS]
-        event.next_attempt_at = None
+
+def _failure_write(
+    event: InboxEvent, *, claim: _Claim, error: BaseException
+) -> ProcessingOutcome:
+    now = timezone.now()
+    text = _error_text(error)
+    attempt_fields = {"finished_at": now, "error": text}
+    if (
+        isinstance(error, PermanentProcessingError)
+        or event.attempts >= settings.INBOX_MAX_ATTEMPTS
+    ):
+        _dead_letter(event, error=text)
+        attempt_fields.update(
+            outcome=InboxAttempt.Outcome.DEAD_LETTERED,
+            resulting_status=ProcessingStatus.DEAD_LETTERED,
+        )
+        outcome = ProcessingOutcome(status=ProcessingStatus.DEAD_LETTERED)
+    else:
+        retry_at = now + timedelta(seconds=inbox_retry_delay(attempt=event.attempts))
+        event.processing_status = ProcessingStatus.FAILED
+        event.error_message = text
+        event.next_attempt_at = retry_at
         event.lease_expires_at = None
+        # The task publishes the retry for that time; the sweep covers a lost message.
+        event.dispatched_at = retry_at
         event.save(
             update_fields=[
                 "processing_status",
-                "processed_at",
                 "error_message",
                 "next_attempt_at",
                 "lease_expires_at",
+                "dispatched_at",
             ]
         )
         attempt_fields.update(
-            outcome=InboxAttempt.Outcome.SUCCEEDED
-            if result.status == ProcessingStatus.PROCESSED
-            else InboxAttempt.Outcome.IGNORED,
-            resulting_status=result.status,
+            outcome=InboxAttempt.Outcome.RETRY,
+            resulting_status=ProcessingStatus.FAILED,
         )
-        outcome = ProcessingOutcome(status=result.status)
-    else:
-        text = _error_text(error)
-        permanent = isinstance(error, PermanentProcessingError)
-        if permanent or event.attempts >= settings.INBOX_MAX_ATTEMPTS:
-            _dead_letter(event, error=text)
-            attempt_fields.update(
-                outcome=InboxAttempt.Outcome.DEAD_LETTERED,
-                resulting_status=ProcessingStatus.DEAD_LETTERED,
-                error=text,
-            )
-            outcome = ProcessingOutcome(status=ProcessingStatus.DEAD_LETTERED)
-        else:
-            retry_at = now + timedelta(
-                seconds=inbox_retry_delay(attempt=event.attempts)
-            )
-            event.processing_status = ProcessingStatus.FAILED
-            event.error_message = text
-            event.next_attempt_at = retry_at
-            event.lease_expires_at = None
-            # The task publishes the retry for that time; the sweep covers a lost message.
-            event.dispatched_at = retry_at
-            event.save(
-                update_fields=[
-                    "processing_status",
-                    "error_message",
-                    "next_attempt_at",
-                    "lease_expires_at",
-                    "dispatched_at",
-                ]
-            )
-            attempt_fields.update(
-                outcome=InboxAttempt.Outcome.RETRY,
-                resulting_status=ProcessingStatus.FAILED,
-                error=text,
-            )
-            outcome = ProcessingOutcome(
-                status=ProcessingStatus.FAILED, retry_at=retry_at
-            )
+        outcome = ProcessingOutcome(status=ProcessingStatus.FAILED, retry_at=retry_at)
     InboxAttempt.objects.filter(pk=claim.attempt_pk).update(**attempt_fields)
-    logger.debug(
-        "inbox.handler_timing",
-        extra=_log_extra(event, seconds=(now - now_started).total_seconds()),
-    )
-    return event, outcome
+    return outcome
+
+
+def _inbox_event_run(*, claim: _Claim) -> tuple[InboxEvent, ProcessingOutcome]:
+    """Runs the handler and writes its outcome in one transaction with the domain change.
+
+    No savepoint on the way: when the handler (or anything in that transaction) fails, the
+    whole transaction rolls back, domain change included, and the failure is recorded in a
+    second one, after checking again that the claim still holds."""
+    try:
+        with transaction.atomic():
+            event = _claimed_event_lock(claim=claim)
+            result = _handler_call(event)
+            _success_write(event, claim=claim, result=result)
+        return event, ProcessingOutcome(status=result.status)
+    except _LeaseLost as lost:
+        return lost.event, ProcessingOutcome(
+            status=lost.event.processing_status, skipped=Skip.LEASE_LOST
+        )
+    except Exception as exc:  # PermanentProcessingError, or anything a retry may cure
+        error = exc
+    try:
+        with transaction.atomic():
+            event = _claimed_event_lock(claim=claim)
+            return event, _failure_write(event, claim=claim, error=error)
+    except _LeaseLost as lost:
+        return lost.event, ProcessingOutcome(
+            status=lost.event.processing_status, skipped=Skip.LEASE_LOST
+        )
 
 
 def _outcome_record(event: InboxEvent, outcome: ProcessingOutcome) -> None:
@@ -308,7 +372,9 @@ def inbox_event_process(*, inbox_event_id: int, worker: str = "") -> ProcessingO
     only the one holding the claim applies anything. Transient failures leave the row
     ``failed`` with ``next_attempt_at`` (exponential backoff, full jitter) until
     ``INBOX_MAX_ATTEMPTS``; ``PermanentProcessingError`` dead-letters at once."""
-    claim = _inbox_event_claim(inbox_event_id=inbox_event_id, worker=worker)
+    claim = _inbox_event_claim_fast(
+        inbox_event_id=inbox_event_id, worker=worker
+    ) or _inbox_event_claim(inbox_event_id=inbox_event_id, worker=worker)
     if isinstance(claim, ProcessingOutcome):
         if claim.status == ProcessingStatus.DEAD_LETTERED and not claim.skipped:
             # Dead-lettered at claim time: its last attempt's worker was lost.
