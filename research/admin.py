@@ -64,7 +64,6 @@ class ResearchDocumentAdmin(ReadOnlyAdmin):
     )
     list_filter = ("is_deleted",)
     search_fields = ("=entity_id", "=last_event_id", "title")
-    date_hierarchy = None
     inlines = (CitationInline, RevisionInline)
 
 
