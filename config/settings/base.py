@@ -279,3 +279,10 @@ CELERY_BEAT_SCHEDULE["idempotency-cleanup"] = {
     "schedule": IDEMPOTENCY_CLEANUP_INTERVAL_SECONDS,
     "options": {"expires": IDEMPOTENCY_CLEANUP_INTERVAL_SECONDS},
 }
+
+# --- Research processing -------------------------------------------------------------------
+# How long the research handler waits for a document's row lock before giving up with a
+# transient error (retried with backoff): normal contention lasts milliseconds.
+RESEARCH_DOCUMENT_LOCK_TIMEOUT_MS = env.int(
+    "RESEARCH_DOCUMENT_LOCK_TIMEOUT_MS", default=5000
+)

@@ -1,0 +1,277 @@
+"""Processing throughput and latency (issue 4).
+
+- Throughput: a pre-filled inbox of BENCH_PROCESSING_EVENTS research events (20,000 by default:
+  half of them documents' first versions, half their second) with one message each, drained by
+  one worker process, then by two; next to the floor measured the same way in the same run (a
+  Celery task doing one UPDATE per message). Rates are (n - 1) / (last done - first done),
+  from the database's own timestamps, so worker start-up does not count.
+- Latency: inbox row committed + message published (as the ingest path does after commit) ->
+  row processed, at a steady moderate rate with two worker processes; p50 and p99. The ingest
+  endpoint is not part of this measurement (it was not on main when this was written), so the
+  HTTP request and its 202 are not included.
+
+Run alone with ``python -m bench.processing``; writes ``var/bench/processing.json``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+from bench.harness import (
+    BIN,
+    BenchContext,
+    Figure,
+    Process,
+    broker_purge,
+    database_reset,
+    percentile,
+    report,
+    sql,
+    stack_env,
+    wait_for,
+)
+from bench.processing_floor import FLOOR_TABLE
+
+EVENTS = int(os.environ.get("BENCH_PROCESSING_EVENTS", "20000"))
+LATENCY_SECONDS = float(os.environ.get("BENCH_PROCESSING_LATENCY_SECONDS", "20"))
+LATENCY_RATE = float(os.environ.get("BENCH_PROCESSING_LATENCY_RATE", "40"))  # events/s
+DRAIN_TIMEOUT = float(os.environ.get("BENCH_PROCESSING_TIMEOUT", "1800"))
+
+
+def _django_setup() -> None:
+    import django
+    from django.conf import settings
+
+    if settings.configured:
+        return
+    os.environ.update(
+        {k: v for k, v in stack_env().items() if k.startswith(("DJANGO", "DATABASE"))}
+    )
+    os.environ["CELERY_BROKER_URL"] = stack_env()["CELERY_BROKER_URL"]
+    django.setup()
+
+
+def _workers(ctx: BenchContext, count: int) -> list[Process]:
+    """``count`` worker processes (one Celery worker each, pool of one), as production would
+    scale them."""
+    started = []
+    for i in range(count):
+        args = [
+            str(BIN / "celery"),
+            "-A",
+            "config",
+            "worker",
+            "--loglevel",
+            "WARNING",
+            "--concurrency",
+            "1",
+            "--hostname",
+            f"bench{i}-{time.monotonic_ns()}@%h",
+            "--without-gossip",
+            "--without-mingle",
+            "--without-heartbeat",
+            "--include",
+            "bench.processing_floor",
+        ]
+        process = Process(
+            args, stack_env(), ctx.tmp / f"worker-{count}-{i}.log"
+        ).start()
+        ctx.processes.append(process)
+        started.append(process)
+    return started
+
+
+def _stop(ctx: BenchContext, workers: list[Process]) -> None:
+    for worker in workers:
+        ctx.stop(worker)
+
+
+def _inbox_fill(n: int, *, tag: str) -> list[int]:
+    from tests.webhooks.inbox_factories import (
+        inbox_events_bulk_create,
+        research_envelope,
+        research_source,
+    )
+
+    source = research_source("bench-research")
+    half = max(n // 2, 1)
+    envelopes = [
+        research_envelope(
+            entity_id=f"doc_{tag}_{i % half}",
+            source_version=1 + i // half,
+            event_type="research.document.created"
+            if i < half
+            else "research.document.updated",
+        )
+        for i in range(n)
+    ]
+    rows = inbox_events_bulk_create(envelopes, source=source)
+    return [row.pk for row in rows]
+
+
+def _publish_all(task, ids: list[int]) -> None:
+    for pk in ids:
+        task.apply_async((pk,))
+
+
+def _rate(first, last, n: int) -> float:
+    seconds = (last - first).total_seconds()
+    return (n - 1) / seconds if seconds > 0 else float("nan")
+
+
+def _drain_inbox(ctx: BenchContext, workers: int, ids: list[int]) -> float:
+    from webhooks.models import TERMINAL_STATUSES, InboxEvent
+    from webhooks.tasks import process_inbox_event_task
+
+    broker_purge()
+    _publish_all(process_inbox_event_task, ids)
+    started = _workers(ctx, workers)
+    rows = InboxEvent.objects.filter(pk__in=ids)
+    wait_for(
+        lambda: not rows.exclude(processing_status__in=TERMINAL_STATUSES).exists(),
+        timeout=DRAIN_TIMEOUT,
+        what=f"{len(ids)} inbox events processed by {workers} worker(s)",
+    )
+    _stop(ctx, started)
+    from django.db.models import Max, Min
+
+    span = rows.aggregate(first=Min("processed_at"), last=Max("processed_at"))
+    return _rate(span["first"], span["last"], len(ids))
+
+
+def _drain_floor(ctx: BenchContext, workers: int, n: int) -> float:
+    from bench.processing_floor import floor_update_task
+
+    sql(
+        f"CREATE TABLE IF NOT EXISTS {FLOOR_TABLE} "
+        "(id bigint PRIMARY KEY, done_at timestamptz)"
+    )
+    sql(f"TRUNCATE {FLOOR_TABLE}")
+    sql(
+        f"INSERT INTO {FLOOR_TABLE} (id) SELECT generate_series(1, %s)",
+        [n],
+    )
+    broker_purge()
+    _publish_all(floor_update_task, list(range(1, n + 1)))
+    started = _workers(ctx, workers)
+    wait_for(
+        lambda: (
+            sql(f"SELECT count(*) FROM {FLOOR_TABLE} WHERE done_at IS NULL")[0][0]  # noqa: S608
+            == 0
+        ),
+        timeout=DRAIN_TIMEOUT,
+        what=f"{n} floor tasks",
+    )
+    _stop(ctx, started)
+    first, last = sql(f"SELECT min(done_at), max(done_at) FROM {FLOOR_TABLE}")[0]  # noqa: S608
+    return _rate(first, last, n)
+
+
+def _latency(ctx: BenchContext) -> dict:
+    """Steady load: one event every 1/LATENCY_RATE s, each committed then published."""
+    from django.db.models import Count
+
+    from tests.webhooks.inbox_factories import inbox_event_create, research_envelope
+    from webhooks.models import TERMINAL_STATUSES, InboxEvent
+    from webhooks.tasks import process_inbox_event_publish
+
+    broker_purge()
+    started = _workers(ctx, 2)
+    time.sleep(3)  # let the workers connect
+    count = int(LATENCY_SECONDS * LATENCY_RATE)
+    ids = []
+    t0 = time.monotonic()
+    for i in range(count):
+        delay = t0 + i / LATENCY_RATE - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
+        event = inbox_event_create(
+            research_envelope(source_version=1, event_type="research.document.created")
+        )
+        process_inbox_event_publish(inbox_event_id=event.pk)
+        ids.append(event.pk)
+    rows = InboxEvent.objects.filter(pk__in=ids)
+    wait_for(
+        lambda: not rows.exclude(processing_status__in=TERMINAL_STATUSES).exists(),
+        timeout=120,
+        what="latency events processed",
+    )
+    _stop(ctx, started)
+    latencies_ms = [
+        (processed - received).total_seconds() * 1000
+        for received, processed in rows.values_list("received_at", "processed_at")
+    ]
+    statuses = dict(rows.values_list("processing_status").annotate(n=Count("id")))
+    return {
+        "p50_ms": percentile(latencies_ms, 50),
+        "p99_ms": percentile(latencies_ms, 99),
+        "events": count,
+        "rate_per_s": LATENCY_RATE,
+        "statuses": statuses,
+    }
+
+
+def run(ctx: BenchContext) -> list[Figure]:
+    _django_setup()
+    figures: list[Figure] = []
+    results = {}
+    for workers in (1, 2):
+        floor = _drain_floor(ctx, workers, EVENTS)
+        ids = _inbox_fill(EVENTS, tag=f"w{workers}")
+        processing = _drain_inbox(ctx, workers, ids)
+        results[workers] = (processing, floor)
+        print(
+            f"[processing] {workers} worker(s): {processing:,.1f} events/s, "
+            f"floor {floor:,.1f} tasks/s",
+            flush=True,
+        )
+        figures.append(
+            Figure(
+                "processing",
+                f"events/s, {workers} worker process(es)",
+                processing,
+                "ev/s",
+                floor_name=f"1-UPDATE task, {workers} worker(s)",
+                floor_value=floor,
+                target_ratio=0.5,
+                extra={"events": EVENTS, "workers": workers},
+            )
+        )
+    one, two = results[1][0], results[2][0]
+    figures.append(
+        Figure(
+            "processing",
+            "scaling: 2 workers / 1 worker",
+            two,
+            "ev/s",
+            floor_name="1 worker",
+            floor_value=one,
+            target_ratio=1.6,
+            extra={"floor_scaling": results[2][1] / results[1][1]},
+        )
+    )
+    latency = _latency(ctx)
+    for name in ("p50_ms", "p99_ms"):
+        figures.append(
+            Figure(
+                "processing",
+                f"latency commit+publish -> processed {name[:3]}",
+                latency[name],
+                "ms",
+                higher_is_better=False,
+                extra=latency,
+            )
+        )
+    return figures
+
+
+def main() -> None:
+    database_reset()
+    with BenchContext() as ctx:
+        report(run(ctx), name="processing")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,233 @@
+"""The processing service on the real PostgreSQL: claims, leases, retries, dead letters."""
+
+import threading
+from datetime import timedelta
+
+import pytest
+from django.db import connection, transaction
+from django.utils import timezone
+
+from core import metrics
+from research.models import DocumentRevision, ResearchDocument
+from tests.webhooks.inbox_factories import inbox_event_create, research_envelope
+from webhooks.models import InboxAttempt
+from webhooks.processing import (
+    WORKER_LOST_ERROR,
+    _inbox_event_claim,
+    _inbox_event_run,
+    inbox_event_process,
+    inbox_retry_delay,
+)
+from webhooks.tasks import process_inbox_event_task
+
+
+def sample(metric, suffix: str = "_total") -> float:
+    name = metric._name
+    for family in metric.collect():
+        for s in family.samples:
+            if s.name == name + suffix:
+                return s.value
+    raise AssertionError(f"no sample {name}{suffix}")
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("attempt", [1, 2, 5, 30])
+def test_retry_delay_is_full_jitter_below_the_capped_exponential(settings, attempt):
+    settings.INBOX_RETRY_BASE_SECONDS = 2
+    settings.INBOX_RETRY_MAX_SECONDS = 60
+    cap = min(60, 2 * 2 ** (attempt - 1))
+    delays = [inbox_retry_delay(attempt=attempt) for _ in range(300)]
+    assert all(0 <= d <= cap for d in delays)
+    # Full jitter spreads over the whole interval, not around the cap.
+    assert min(delays) < cap * 0.2
+    assert max(delays) > cap * 0.8
+
+
+@pytest.mark.django_db
+def test_a_terminal_row_is_never_processed_again():
+    event = inbox_event_create(research_envelope(source_version=1))
+    first = inbox_event_process(inbox_event_id=event.pk, worker="a")
+    again = inbox_event_process(inbox_event_id=event.pk, worker="b")
+    assert (first.status, first.skipped) == ("processed", "")
+    assert (again.status, again.skipped) == ("processed", "terminal")
+    event.refresh_from_db()
+    assert event.attempts == 1
+    assert DocumentRevision.objects.filter(inbox_event=event).count() == 1
+
+
+@pytest.mark.django_db
+def test_a_row_leased_by_a_live_attempt_is_skipped():
+    event = inbox_event_create(
+        processing_status="processing",
+        attempts=1,
+        lease_expires_at=timezone.now() + timedelta(minutes=5),
+    )
+    outcome = inbox_event_process(inbox_event_id=event.pk, worker="b")
+    assert outcome.skipped == "leased"
+    event.refresh_from_db()
+    assert (event.processing_status, event.attempts) == ("processing", 1)
+    assert not InboxAttempt.objects.filter(event=event).exists()
+
+
+@pytest.mark.django_db
+def test_a_failed_row_is_not_retried_before_its_time():
+    event = inbox_event_create(
+        processing_status="failed",
+        attempts=1,
+        next_attempt_at=timezone.now() + timedelta(minutes=5),
+    )
+    outcome = inbox_event_process(inbox_event_id=event.pk, worker="b")
+    assert outcome.skipped == "not_due"
+    event.refresh_from_db()
+    assert (event.processing_status, event.attempts) == ("failed", 1)
+
+
+@pytest.mark.django_db
+def test_an_expired_lease_closes_the_lost_attempt_and_processes_the_row():
+    event = inbox_event_create(
+        research_envelope(source_version=1),
+        processing_status="processing",
+        attempts=1,
+        lease_expires_at=timezone.now() - timedelta(seconds=1),
+    )
+    InboxAttempt.objects.create(event=event, number=1, worker="dead-worker")
+    outcome = inbox_event_process(inbox_event_id=event.pk, worker="w2")
+    assert outcome.status == "processed"
+    event.refresh_from_db()
+    assert event.attempts == 2
+    lost, second = InboxAttempt.objects.filter(event=event).order_by("number")
+    assert (lost.outcome, lost.error, lost.worker) == (
+        "retry",
+        WORKER_LOST_ERROR,
+        "dead-worker",
+    )
+    assert lost.finished_at is not None
+    assert (second.number, second.outcome, second.worker) == (2, "succeeded", "w2")
+
+
+@pytest.mark.django_db
+def test_a_worker_lost_on_the_last_attempt_dead_letters(settings):
+    settings.INBOX_MAX_ATTEMPTS = 2
+    before = sample(metrics.DEAD_LETTERS)
+    event = inbox_event_create(
+        processing_status="processing",
+        attempts=2,
+        lease_expires_at=timezone.now() - timedelta(seconds=1),
+    )
+    outcome = inbox_event_process(inbox_event_id=event.pk, worker="w2")
+    event.refresh_from_db()
+    assert outcome.status == event.processing_status == "dead_lettered"
+    assert event.error_message == WORKER_LOST_ERROR
+    assert event.attempts == 2
+    assert sample(metrics.DEAD_LETTERS) == before + 1
+
+
+@pytest.mark.django_db
+def test_a_run_whose_claim_was_taken_over_applies_nothing():
+    event = inbox_event_create(research_envelope(source_version=1))
+    claim = _inbox_event_claim(inbox_event_id=event.pk, worker="slow")
+    # The lease expired and another run claimed the row meanwhile.
+    type(event).objects.filter(pk=event.pk).update(attempts=claim.number + 1)
+    _, outcome = _inbox_event_run(claim=claim)
+    assert outcome.skipped == "lease_lost"
+    assert not DocumentRevision.objects.exists()
+    assert not ResearchDocument.objects.exists()
+
+
+@pytest.mark.django_db
+def test_stale_and_latency_metrics_are_recorded():
+    stale_before = sample(metrics.WEBHOOK_STALE_EVENTS)
+    latency_before = sample(metrics.WEBHOOK_PROCESSING_LATENCY, "_count")
+    for version in (2, 1, 2):
+        event = inbox_event_create(
+            research_envelope(entity_id="doc_m", source_version=version)
+        )
+        inbox_event_process(inbox_event_id=event.pk)
+    assert sample(metrics.WEBHOOK_STALE_EVENTS) == stale_before + 2
+    assert sample(metrics.WEBHOOK_PROCESSING_LATENCY, "_count") == latency_before + 3
+
+
+@pytest.mark.django_db
+def test_task_body_takes_an_id_and_returns_the_outcome():
+    event = inbox_event_create(research_envelope(source_version=1))
+    assert process_inbox_event_task.apply((event.pk,)).get() == "processed"
+    assert process_inbox_event_task.apply((event.pk,)).get() == "terminal"
+    assert process_inbox_event_task.apply((10**12,)).get() == "missing"
+
+
+class DocumentLockHolder:
+    """Another connection holding a document's row lock, as a stuck transaction would."""
+
+    def __init__(self, entity_id: str):
+        self.entity_id = entity_id
+        self.locked = threading.Event()
+        self.release = threading.Event()
+        self.thread = threading.Thread(target=self._run)
+
+    def _run(self) -> None:
+        try:
+            with transaction.atomic():
+                ResearchDocument.objects.select_for_update().get(
+                    entity_id=self.entity_id
+                )
+                self.locked.set()
+                self.release.wait(timeout=60)
+        finally:
+            connection.close()
+
+    def __enter__(self):
+        self.thread.start()
+        assert self.locked.wait(timeout=10)
+        return self
+
+    def __exit__(self, *exc):
+        self.release.set()
+        self.thread.join(timeout=10)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_transient_failures_back_off_then_dead_letter_after_max_attempts(settings):
+    settings.INBOX_MAX_ATTEMPTS = 3
+    settings.INBOX_RETRY_BASE_SECONDS = 10
+    settings.INBOX_RETRY_MAX_SECONDS = 15
+    settings.RESEARCH_DOCUMENT_LOCK_TIMEOUT_MS = 50
+    inbox_event_process(
+        inbox_event_id=inbox_event_create(
+            research_envelope(entity_id="doc_p", source_version=1)
+        ).pk
+    )
+    event = inbox_event_create(research_envelope(entity_id="doc_p", source_version=2))
+    dead_before = sample(metrics.DEAD_LETTERS)
+
+    with DocumentLockHolder("doc_p"):
+        for number in (1, 2):
+            started = timezone.now()
+            outcome = inbox_event_process(inbox_event_id=event.pk, worker="w")
+            event.refresh_from_db()
+            assert outcome.status == event.processing_status == "failed"
+            assert event.attempts == number
+            assert "stayed locked by another transaction" in event.error_message
+            cap = min(15, 10 * 2 ** (number - 1))
+            assert started <= event.next_attempt_at
+            assert event.next_attempt_at <= timezone.now() + timedelta(seconds=cap)
+            assert outcome.retry_at == event.next_attempt_at
+            assert event.dispatched_at == event.next_attempt_at
+            assert inbox_event_process(inbox_event_id=event.pk).skipped == "not_due"
+            type(event).objects.filter(pk=event.pk).update(
+                next_attempt_at=timezone.now() - timedelta(seconds=1)
+            )
+        outcome = inbox_event_process(inbox_event_id=event.pk, worker="w")
+
+    event.refresh_from_db()
+    assert outcome.status == event.processing_status == "dead_lettered"
+    assert event.attempts == 3
+    assert "stayed locked by another transaction" in event.error_message
+    assert event.next_attempt_at is None
+    outcomes = list(
+        InboxAttempt.objects.filter(event=event)
+        .order_by("number")
+        .values_list("number", "outcome")
+    )
+    assert outcomes == [(1, "retry"), (2, "retry"), (3, "dead_lettered")]
+    assert sample(metrics.DEAD_LETTERS) == dead_before + 1
+    assert ResearchDocument.objects.get(entity_id="doc_p").current_source_version == 1

@@ -1,0 +1,276 @@
+"""Faults with REAL processes: Celery workers and beat started as a user starts them, against
+the test PostgreSQL and the Redis broker; killed with SIGKILL as a dying machine would be."""
+
+import random
+import threading
+import time
+from datetime import timedelta
+
+import pytest
+from django.db import connection, transaction
+from django.db.models import Count
+from django.utils import timezone
+
+from research.models import DocumentRevision, ResearchDocument
+from tests import processes
+from tests.webhooks.broker import broker_reset
+from tests.webhooks.inbox_factories import (
+    inbox_event_create,
+    inbox_events_bulk_create,
+    research_envelope,
+)
+from webhooks.models import TERMINAL_STATUSES, InboxAttempt, InboxEvent
+from webhooks.processing import WORKER_LOST_ERROR, inbox_event_process
+from webhooks.tasks import process_inbox_event_publish
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+
+FAST_SWEEP = {
+    "INBOX_SWEEP_INTERVAL_SECONDS": "1",
+    "INBOX_REDISPATCH_AFTER_SECONDS": "2",
+    "INBOX_PROCESSING_LEASE_SECONDS": "4",
+}
+
+
+@pytest.fixture
+def running(tmp_path):
+    """Starts processes and stops (kills) every one of them at the end, whatever happens."""
+    broker_reset()
+    started: list[processes.Process] = []
+
+    def start(process: processes.Process) -> processes.Process:
+        started.append(process.start())
+        return process
+
+    yield start
+    for process in started:
+        process.kill()
+    broker_reset()
+
+
+def non_terminal_count() -> int:
+    return InboxEvent.objects.exclude(processing_status__in=TERMINAL_STATUSES).count()
+
+
+def wait_all_terminal(timeout: float, workers) -> None:
+    try:
+        processes.wait_until(
+            lambda: non_terminal_count() == 0,
+            timeout=timeout,
+            interval=0.2,
+            what="every inbox event to reach a terminal status",
+        )
+    except AssertionError:
+        for worker in workers:
+            print(worker.log()[-4000:])
+        raise
+
+
+def assert_each_event_applied_at_most_once() -> None:
+    per_event = DocumentRevision.objects.values("inbox_event").annotate(n=Count("id"))
+    assert not per_event.filter(n__gt=1).exists()
+    processed = InboxEvent.objects.filter(processing_status="processed")
+    assert DocumentRevision.objects.count() == processed.count()
+
+
+def test_backlog_never_published_is_recovered_by_the_sweep(tmp_path, running):
+    """As after an ingest with the broker down: rows committed, no message ever published,
+    no worker running. Then worker and beat start: everything reaches a terminal status."""
+    old = timezone.now() - timedelta(seconds=30)
+    rng = random.Random(4)
+    envelopes = []
+    for entity in range(12):
+        versions = [1, 2, 3, 4, 4]
+        rng.shuffle(versions)
+        envelopes += [
+            research_envelope(entity_id=f"doc_backlog_{entity}", source_version=v)
+            for v in versions
+        ]
+    rows = inbox_events_bulk_create(envelopes, received_at=old)
+    # A retry whose message was lost, and a row a dead worker left in processing.
+    failed = inbox_event_create(
+        research_envelope(source_version=1),
+        processing_status="failed",
+        attempts=1,
+        next_attempt_at=timezone.now() - timedelta(seconds=5),
+        dispatched_at=old,
+        received_at=old,
+    )
+    orphan = inbox_event_create(
+        research_envelope(source_version=1),
+        processing_status="processing",
+        attempts=1,
+        lease_expires_at=timezone.now() - timedelta(seconds=5),
+        dispatched_at=old,
+        received_at=old,
+    )
+    InboxAttempt.objects.create(event=orphan, number=1, worker="dead@host")
+
+    worker = running(processes.celery_worker(tmp_path, concurrency=2, env=FAST_SWEEP))
+    running(processes.celery_beat(tmp_path, env=FAST_SWEEP))
+    wait_all_terminal(90, [worker])
+
+    total = len(rows) + 2
+    assert InboxEvent.objects.count() == total
+    assert_each_event_applied_at_most_once()
+    for entity in range(12):
+        doc = ResearchDocument.objects.get(entity_id=f"doc_backlog_{entity}")
+        assert doc.current_source_version == 4
+        versions = list(
+            doc.revisions.order_by("id").values_list("source_version", flat=True)
+        )
+        assert versions == sorted(set(versions))
+    statuses = dict(
+        InboxEvent.objects.values_list("processing_status").annotate(n=Count("id"))
+    )
+    # Per entity: 4 distinct versions, one repeated; arrival order decides only what is
+    # applied along the way, never the end state.
+    assert statuses.get("ignored_duplicate_version", 0) >= 12
+    assert statuses.get("dead_lettered", 0) == 0
+    failed.refresh_from_db()
+    orphan.refresh_from_db()
+    assert (failed.processing_status, failed.attempts) == ("processed", 2)
+    assert (orphan.processing_status, orphan.attempts) == ("processed", 2)
+    lost = InboxAttempt.objects.get(event=orphan, number=1)
+    assert (lost.outcome, lost.error) == ("retry", WORKER_LOST_ERROR)
+    assert InboxAttempt.objects.filter(finished_at__isnull=True).count() == 0
+
+
+def test_worker_killed_mid_batch_then_restarted_loses_and_repeats_nothing(
+    tmp_path, running
+):
+    count = 900
+    envelopes = [
+        research_envelope(entity_id=f"doc_kill_{i % 300}", source_version=1 + i // 300)
+        for i in range(count)
+    ]
+    rows = inbox_events_bulk_create(envelopes)
+    for row in rows:
+        assert process_inbox_event_publish(inbox_event_id=row.pk)
+
+    first = running(
+        processes.celery_worker(tmp_path, concurrency=2, name="w1", env=FAST_SWEEP)
+    )
+    processes.wait_until(
+        lambda: InboxEvent.objects.filter(processing_status="processed").count() >= 100,
+        timeout=90,
+        interval=0.05,
+        what="the first worker to be under way",
+    )
+    first.kill()
+    done_at_kill = InboxEvent.objects.filter(
+        processing_status__in=TERMINAL_STATUSES
+    ).count()
+    assert done_at_kill < count, (
+        "the batch finished before the kill: nothing was tested"
+    )
+
+    second = running(
+        processes.celery_worker(tmp_path, concurrency=2, name="w2", env=FAST_SWEEP)
+    )
+    running(processes.celery_beat(tmp_path, env=FAST_SWEEP))
+    wait_all_terminal(180, [first, second])
+
+    assert InboxEvent.objects.count() == count
+    assert_each_event_applied_at_most_once()
+    # A row caught mid-flight by the kill waits for its lease to expire; newer versions of
+    # its document may apply meanwhile, and then it is rightly out of order.
+    assert set(InboxEvent.objects.values_list("processing_status", flat=True)) <= {
+        "processed",
+        "ignored_out_of_order",
+    }
+    assert ResearchDocument.objects.count() == 300
+    assert not ResearchDocument.objects.exclude(current_source_version=3).exists()
+    for doc in ResearchDocument.objects.all():
+        versions = list(
+            doc.revisions.order_by("id").values_list("source_version", flat=True)
+        )
+        assert versions == sorted(set(versions)) and versions[-1] == 3
+    assert InboxAttempt.objects.filter(finished_at__isnull=True).count() == 0
+    # Rows caught mid-flight by the kill were claimed again after their lease expired.
+    reclaimed = InboxAttempt.objects.filter(error=WORKER_LOST_ERROR)
+    assert all(
+        a.event.attempts == a.number + 1 for a in reclaimed.select_related("event")
+    )
+    assert "w2@" in " ".join(
+        InboxAttempt.objects.values_list("worker", flat=True).distinct()
+    )
+
+
+class DocumentLockHolder(threading.Thread):
+    """Holds a document's row lock from another connection: every attempt to apply an event to
+    that document times out on the lock, a transient failure that never passes."""
+
+    def __init__(self, entity_id: str):
+        super().__init__(daemon=True)
+        self.entity_id = entity_id
+        self.locked = threading.Event()
+        self.release = threading.Event()
+
+    def run(self) -> None:
+        try:
+            with transaction.atomic():
+                ResearchDocument.objects.select_for_update().get(
+                    entity_id=self.entity_id
+                )
+                self.locked.set()
+                self.release.wait(timeout=120)
+        finally:
+            connection.close()
+
+
+def test_poison_event_dead_letters_after_exactly_max_attempts(tmp_path, running):
+    env = {
+        **FAST_SWEEP,
+        "INBOX_MAX_ATTEMPTS": "4",
+        "INBOX_RETRY_BASE_SECONDS": "0.2",
+        "INBOX_RETRY_MAX_SECONDS": "0.8",
+        "RESEARCH_DOCUMENT_LOCK_TIMEOUT_MS": "200",
+    }
+    seed = inbox_event_create(
+        research_envelope(entity_id="doc_poison", source_version=1)
+    )
+    inbox_event_process(inbox_event_id=seed.pk)
+    poison = inbox_event_create(
+        research_envelope(entity_id="doc_poison", source_version=2)
+    )
+    holder = DocumentLockHolder("doc_poison")
+    holder.start()
+    assert holder.locked.wait(timeout=10)
+    try:
+        worker = running(processes.celery_worker(tmp_path, concurrency=2, env=env))
+        running(processes.celery_beat(tmp_path, env=env))
+        assert process_inbox_event_publish(inbox_event_id=poison.pk)
+        try:
+            processes.wait_until(
+                lambda: InboxEvent.objects.filter(
+                    pk=poison.pk, processing_status="dead_lettered"
+                ).exists(),
+                timeout=60,
+                interval=0.1,
+                what="the poison event to be dead-lettered",
+            )
+        except AssertionError:
+            print(worker.log()[-4000:])
+            raise
+        time.sleep(3)  # sweeps and any stray message get their chance to attempt again
+    finally:
+        holder.release.set()
+        holder.join(timeout=10)
+
+    poison.refresh_from_db()
+    assert poison.attempts == 4
+    assert "stayed locked by another transaction" in poison.error_message
+    outcomes = list(
+        InboxAttempt.objects.filter(event=poison)
+        .order_by("number")
+        .values_list("number", "outcome")
+    )
+    assert outcomes == [
+        (1, "retry"),
+        (2, "retry"),
+        (3, "retry"),
+        (4, "dead_lettered"),
+    ]
+    doc = ResearchDocument.objects.get(entity_id="doc_poison")
+    assert doc.current_source_version == 1

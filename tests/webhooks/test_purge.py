@@ -1,0 +1,71 @@
+"""purge_inbox: old terminal rows lose their raw body and keep their metadata."""
+
+from datetime import timedelta
+
+import pytest
+from django.core.management import CommandError, call_command
+from django.utils import timezone
+
+from tests.webhooks.inbox_factories import inbox_event_create, research_envelope
+from webhooks.models import InboxEvent
+
+pytestmark = pytest.mark.django_db
+
+TERMINAL = [
+    "processed",
+    "ignored_out_of_order",
+    "ignored_duplicate_version",
+    "ignored_unsupported",
+    "dead_lettered",
+]
+
+
+def test_purges_old_terminal_bodies_in_batches_and_keeps_metadata(capsys):
+    old = timezone.now() - timedelta(days=40)
+    purgeable = [
+        inbox_event_create(
+            research_envelope(), received_at=old, processing_status=status
+        )
+        for status in TERMINAL
+        for _ in range(3)
+    ]
+    kept_pending = [
+        inbox_event_create(research_envelope(), received_at=old, processing_status=s)
+        for s in ("received", "processing", "failed")
+    ]
+    kept_recent = inbox_event_create(
+        research_envelope(),
+        received_at=timezone.now() - timedelta(days=2),
+        processing_status="processed",
+    )
+    metadata_before = {
+        e.pk: (e.event_id, e.payload_hash, e.content_fingerprint, e.processing_status)
+        for e in purgeable
+    }
+
+    call_command("purge_inbox", "--older-than", "30", "--batch-size", "4")
+
+    out = capsys.readouterr().out
+    assert "Purged the raw bodies of 15 terminal events" in out
+    assert out.count("so far") == 4  # 15 rows in batches of 4
+    for event in InboxEvent.objects.filter(pk__in=metadata_before):
+        assert event.raw_body is None
+        assert event.body_purged_at is not None
+        assert metadata_before[event.pk] == (
+            event.event_id,
+            event.payload_hash,
+            event.content_fingerprint,
+            event.processing_status,
+        )
+    for event in [*kept_pending, kept_recent]:
+        fresh = InboxEvent.objects.get(pk=event.pk)
+        assert bytes(fresh.raw_body) == bytes(event.raw_body)
+        assert fresh.body_purged_at is None
+
+    call_command("purge_inbox", "--older-than", "30")
+    assert "of 0 terminal events" in capsys.readouterr().out
+
+
+def test_a_negative_age_is_refused():
+    with pytest.raises(CommandError):
+        call_command("purge_inbox", "--older-than", "-1")
