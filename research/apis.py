@@ -1,6 +1,10 @@
 """Read APIs (SPEC section 4): thin views over the selectors, Bearer auth, cursor pages."""
 
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import (
+    OpenApiParameter,
+    extend_schema,
+    extend_schema_serializer,
+)
 from rest_framework import serializers
 from rest_framework.generics import ListAPIView
 from rest_framework.response import Response
@@ -81,6 +85,7 @@ class DocumentRevisionListApi(ListAPIView):
 
     pagination_class = RevisionPage
 
+    @extend_schema_serializer(component_name="DocumentRevision")
     class OutputSerializer(serializers.Serializer):
         source_version = serializers.IntegerField(allow_null=True)
         event_id = serializers.CharField()

@@ -1,3 +1,4 @@
+from drf_spectacular.utils import extend_schema_serializer
 from rest_framework import serializers
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -10,6 +11,7 @@ from .selectors import inbox_event_get
 class InboxEventDetailApi(APIView):
     """What became of one delivered event: ``GET /api/webhooks/<slug>/events/<event_id>/``."""
 
+    @extend_schema_serializer(component_name="InboxEventStatus")
     class OutputSerializer(serializers.Serializer):
         event_id = serializers.CharField()
         event_type = serializers.CharField()
