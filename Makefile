@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 INSTALLED := $(VENV)/.installed
 
-.PHONY: setup run test lint format bench clean
+.PHONY: setup run test lint format bench chaos clean
 
 $(INSTALLED): requirements/base.txt requirements/local.txt requirements/production.txt
 	$(PYTHON) -m venv $(VENV)
@@ -34,6 +34,10 @@ bench: setup
 	@command -v wrk >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk)
 	$(PY) scripts/check_services.py
 	$(PY) -m bench.run $(BENCH)
+
+## Chaos suite: faults under load on a private PostgreSQL and Redis, then the invariants.
+chaos: setup
+	$(PY) -m chaos.run --size $(or $(CHAOS_SIZE),medium)
 
 lint: setup
 	$(VENV)/bin/ruff check .

@@ -16,6 +16,8 @@ import itertools
 import json
 import os
 import random
+import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -53,6 +55,7 @@ TUNABLES = {
     "INBOX_MAX_ATTEMPTS": "50",
     "DEPLOY_REDISPATCH_AFTER_SECONDS": "3",
     "DEPLOY_SIMULATED_SECONDS": "0.3",
+    "DEPLOY_RUNNING_LEASE_SECONDS": "10",
     "CELERY_BROKER_CONNECTION_TIMEOUT": "1",
     "LOG_LEVEL": "WARNING",
 }
@@ -382,6 +385,31 @@ def wait_recovered(timeout: float) -> dict:
             pending = {"error": repr(exc)}
         if pending.get("inbox") == 0 and pending.get("deployments") == 0:
             return pending
+    try:
+        pending["stuck_deployments"] = list(
+            deployment.objects.exclude(status__in=["succeeded", "failed"]).values(
+                "public_id",
+                "status",
+                "claimed_by",
+                "lease_expires_at",
+                "last_dispatched_at",
+                "executor_started_at",
+                "detail",
+            )[:10]
+        )
+        pending["stuck_inbox"] = list(
+            inbox.objects.exclude(processing_status__in=terminal_inbox).values(
+                "event_id",
+                "processing_status",
+                "attempts",
+                "next_attempt_at",
+                "lease_expires_at",
+                "dispatched_at",
+                "error_message",
+            )[:10]
+        )
+    except Exception as exc:
+        pending["detail_error"] = repr(exc)
         time.sleep(1)
     return pending
 
@@ -409,7 +437,8 @@ def check(run: Run, planned: dict) -> tuple[list[str], dict]:
     accepted = {
         o.key
         for o in run.outcomes
-        if o.kind in ("event", "duplicate") and o.status in (200, 202)
+        # Whichever delivery of an id came first, even the "inconsistent" one, is the event.
+        if o.kind in ("event", "duplicate", "inconsistent") and o.status in (200, 202)
     }
     rows = dict(
         inbox.objects.filter(source__slug=SOURCE).values_list(
@@ -443,8 +472,14 @@ def check(run: Run, planned: dict) -> tuple[list[str], dict]:
     )
     for entity, top in expected_max.items():
         if documents.get(entity) != top:
+            got = documents.get(entity)
+            seen = [
+                (o.kind, o.status)
+                for o in run.outcomes
+                if o.key == f"{entity}-v{got}" or o.key == f"{entity}-v{top}"
+            ]
             violations.append(
-                f"{entity} at version {documents.get(entity)}, expected {top}"
+                f"{entity} at version {got}, expected {top}; deliveries: {seen}"
             )
         seq = versions.get(entity, [])
         if any(b <= a for a, b in itertools.pairwise(seq)):
@@ -500,6 +535,8 @@ def main(argv: list[str] | None = None) -> int:
     rng = random.Random(seed)
     print(f"[chaos] size={args.size} seed={seed}", flush=True)
 
+    # A terminated run still stops its processes and servers (the finally blocks below).
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     root = Path(tempfile.mkdtemp(prefix="chaos-"))
     pg, redis = PrivatePostgres(root), PrivateRedis(root)
     run = Run()
@@ -543,6 +580,12 @@ def main(argv: list[str] | None = None) -> int:
                 figures["violations"] = len(violations)
             figures["seed"] = seed
             figures["size"] = args.size
+            if violations:  # keep the processes' logs for the investigation
+                logs = ROOT / "var" / "chaos" / "logs"
+                shutil.rmtree(logs, ignore_errors=True)
+                shutil.copytree(
+                    ctx.tmp, logs, ignore=shutil.ignore_patterns("*schedule*")
+                )
     finally:
         pg.destroy()
         redis.destroy()

@@ -6,9 +6,13 @@ class CoreConfig(AppConfig):
     verbose_name = "Core"
 
     def ready(self) -> None:
-        from . import schema  # noqa: F401 - registers the OpenAPI extension
-        from .logging import celery_signals_connect
-        from .metrics import celery_signals_connect as metrics_celery_signals_connect
+        from . import (
+            db,
+            logging,
+            metrics,
+            schema,  # noqa: F401 - registers the OpenAPI extension
+        )
 
-        celery_signals_connect()
-        metrics_celery_signals_connect()
+        logging.celery_signals_connect()
+        metrics.celery_signals_connect()
+        db.celery_signals_connect()
