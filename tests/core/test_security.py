@@ -97,3 +97,44 @@ def test_django_https_false_serves_plain_http_without_hsts_or_secure_cookies():
     assert values["SESSION_COOKIE_SECURE"] is False
     assert values["CSRF_COOKIE_SECURE"] is False
     assert values["X_FRAME_OPTIONS"] == "DENY"
+
+
+@pytest.mark.django_db
+def test_a_forged_x_forwarded_for_does_not_escape_the_login_throttle(client, settings):
+    """The throttle keys on the peer address the server saw (REMOTE_ADDR), not on a header the
+    client chooses: a new X-Forwarded-For on every attempt still ends in the lockout."""
+    from django.contrib.auth import get_user_model
+
+    get_user_model().objects.create_user(
+        "operator", password="correct-horse-battery", is_staff=True
+    )
+    settings.AXES_ENABLED = True
+    settings.AXES_FAILURE_LIMIT = 3
+
+    def login(password, n):
+        return client.post(
+            "/admin/login/?next=/admin/",
+            {"username": "operator", "password": password},
+            REMOTE_ADDR="203.0.113.9",
+            HTTP_X_FORWARDED_FOR=f"198.51.100.{n}",
+        )
+
+    for n in range(3):
+        login("wrong", n)
+    response = login("correct-horse-battery", 99)
+    assert response.status_code == 429
+    assert "_auth_user_id" not in client.session
+
+
+@pytest.mark.django_db
+def test_demo_setup_refuses_to_create_known_credentials_with_debug_off(settings):
+    from django.contrib.auth import get_user_model
+    from django.core.management import CommandError, call_command
+
+    from core.models import ApiClient
+
+    settings.DEBUG = False
+    with pytest.raises(CommandError, match="DEBUG"):
+        call_command("demo_setup")
+    assert not get_user_model().objects.exists()
+    assert not ApiClient.objects.exists()
