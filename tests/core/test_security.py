@@ -138,3 +138,21 @@ def test_demo_setup_refuses_to_create_known_credentials_with_debug_off(settings)
         call_command("demo_setup")
     assert not get_user_model().objects.exists()
     assert not ApiClient.objects.exists()
+
+
+@pytest.mark.django_db
+def test_an_api_body_over_the_upload_limit_is_413_with_its_error_code(api, settings):
+    from deployments.models import Deployment, IdempotencyRecord
+
+    body = json.dumps({"repository": "acme/app", "padding": "x" * 4096})
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 4096
+    response = api.post(
+        "/api/deployments/",
+        data=body,
+        content_type="application/json",
+        HTTP_IDEMPOTENCY_KEY="too-large-1",
+    )
+    assert response.status_code == 413
+    assert response.json() == {"error": "payload_too_large"}
+    assert not Deployment.objects.exists()
+    assert not IdempotencyRecord.objects.exists()
