@@ -1,12 +1,19 @@
 import logging
 
+from django.core.exceptions import RequestDataTooBig
 from django.db import DatabaseError, DataError, InterfaceError, OperationalError
 from django.http import JsonResponse
 from rest_framework import exceptions as drf_exceptions
 from rest_framework.response import Response
 from rest_framework.views import exception_handler
 
-from .errors import InvalidJson, InvalidPayload, ServiceError, TemporarilyUnavailable
+from .errors import (
+    InvalidJson,
+    InvalidPayload,
+    PayloadTooLarge,
+    ServiceError,
+    TemporarilyUnavailable,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -38,6 +45,10 @@ def api_exception_handler(exc, context):
     if isinstance(exc, DatabaseError):
         logger.exception("api.database_error")
         return api_exception_handler(TemporarilyUnavailable(), context)
+    if isinstance(exc, RequestDataTooBig):
+        # A body over DATA_UPLOAD_MAX_MEMORY_SIZE: Django's own answer would be an HTML 400.
+        exc = PayloadTooLarge()
+        return Response(exc.body(), status=exc.status_code)
     if isinstance(exc, drf_exceptions.ParseError):
         exc = InvalidJson()
         return Response(exc.body(), status=exc.status_code)

@@ -241,7 +241,14 @@ RETURNING *
 def _document_lock(*, entity_id: str) -> ResearchDocument:
     """The document's row, locked until the transaction ends; created empty (nothing applied)
     if it does not exist. One statement: ``INSERT ... ON CONFLICT DO UPDATE`` locks the row it
-    finds or inserts, so two first events for one entity meet on the same row."""
+    finds or inserts, so two first events for one entity meet on the same row.
+
+    The statement is PostgreSQL's. On the embedded SQLite default, transactions take the
+    database's one write lock when they begin (``IMMEDIATE``), so a plain get-or-create is
+    already alone."""
+    if connection.vendor != "postgresql":
+        document, _ = ResearchDocument.objects.get_or_create(entity_id=entity_id)
+        return document
     with connection.cursor() as cursor:
         cursor.execute(
             "SET LOCAL lock_timeout = %s",

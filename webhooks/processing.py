@@ -130,7 +130,12 @@ def _inbox_event_claim_fast(*, inbox_event_id: int, worker: str) -> _Claim | Non
     is due, becomes ``processing`` with its lease, and its attempt row is inserted, atomically.
     The conditional UPDATE takes the same row lock as ``SELECT ... FOR UPDATE`` and PostgreSQL
     re-checks its condition on the row's latest version after any wait, so two runs can never
-    both claim. ``None``: the row is in another state, for ``_inbox_event_claim`` to sort out."""
+    both claim. ``None``: the row is in another state, for ``_inbox_event_claim`` to sort out.
+
+    A data-modifying ``WITH`` is PostgreSQL's: on the embedded SQLite default the claim is
+    always ``_inbox_event_claim``'s (SQLite has one writer at a time anyway)."""
+    if connection.vendor != "postgresql":
+        return None
     now = timezone.now()
     with connection.cursor() as cursor:
         cursor.execute(

@@ -15,6 +15,8 @@ from django.db import transaction
 from django.db.models import QuerySet
 from django.utils import timezone
 
+from core.logging import correlation_id_bound
+
 from .models import InboxEvent, ProcessingStatus
 
 if TYPE_CHECKING:
@@ -51,11 +53,13 @@ def replay_queryset_build(
     return queryset
 
 
-def _dispatch(inbox_event_id: int) -> None:
+def _dispatch(inbox_event_id: int, event_id: str) -> None:
     from .tasks import process_inbox_event_task
 
     try:
-        process_inbox_event_task.apply_async(args=[inbox_event_id])
+        # The event id is the message's correlation id, as when the event was first received.
+        with correlation_id_bound(event_id):
+            process_inbox_event_task.apply_async(args=[inbox_event_id])
     except Exception:  # the row is the outbox: the sweep re-dispatches `received` rows
         logger.warning(
             "inbox.replay_dispatch_failed", extra={"inbox_event_id": inbox_event_id}
@@ -91,7 +95,7 @@ def inbox_events_replay(
             )
             .select_for_update(skip_locked=True)
             .order_by("pk")
-            .only("pk", "processing_status", "attempts", "error_message")
+            .only("pk", "event_id", "processing_status", "attempts", "error_message")
         )
         if not rows:
             raise NothingToReplay("no selected event is dead-lettered or failed")
@@ -120,8 +124,10 @@ def inbox_events_replay(
             details={"previous": {str(k): v for k, v in previous.items()}},
             bulk_job=bulk_job,
         )
-        for pk in ids:
-            transaction.on_commit(lambda pk=pk: _dispatch(pk))
+        for row in rows:
+            transaction.on_commit(
+                lambda pk=row.pk, event_id=row.event_id: _dispatch(pk, event_id)
+            )
     logger.info(
         "inbox.replayed",
         extra={

@@ -11,6 +11,8 @@ from django.db import transaction
 from django.db.models import DateTimeField, ExpressionWrapper, F, Q, Value
 from django.utils import timezone
 
+from core.logging import correlation_id_bound
+
 from .models import InboxEvent, ProcessingStatus
 from .tasks import process_inbox_event_publish
 
@@ -48,20 +50,23 @@ def inbox_sweep_due_q(*, now) -> Q:
 
 
 @transaction.atomic
-def _inbox_sweep_claim(*, batch_size: int) -> list[int]:
-    """Claims up to ``batch_size`` due rows and stamps ``dispatched_at``. ``SKIP LOCKED``
+def _inbox_sweep_claim(*, batch_size: int) -> list[tuple[int, str]]:
+    """Claims up to ``batch_size`` due rows and stamps ``dispatched_at``; returns their
+    ``(id, event_id)`` pairs. ``SKIP LOCKED``
     leaves rows another sweep (or a running task) holds; once that sweep commits, its stamp
     takes the rows out of the due set, so overlapping sweeps never publish a row twice."""
     now = timezone.now()
-    ids = list(
+    rows = list(
         InboxEvent.objects.select_for_update(skip_locked=True)
         .filter(inbox_sweep_due_q(now=now))
         .order_by("id")
-        .values_list("id", flat=True)[:batch_size]
+        .values_list("id", "event_id")[:batch_size]
     )
-    if ids:
-        InboxEvent.objects.filter(id__in=ids).update(dispatched_at=now)
-    return ids
+    if rows:
+        InboxEvent.objects.filter(id__in=[pk for pk, _ in rows]).update(
+            dispatched_at=now
+        )
+    return rows
 
 
 def inbox_sweep(*, batch_size: int = 500) -> int:
@@ -69,14 +74,16 @@ def inbox_sweep(*, batch_size: int = 500) -> int:
 
     Works in bounded batches, each claimed and stamped in its own transaction and published
     after it commits. A publish that fails (broker down) is retried by a later sweep, once
-    ``INBOX_REDISPATCH_AFTER_SECONDS`` have passed."""
+    ``INBOX_REDISPATCH_AFTER_SECONDS`` have passed. Each message carries the row's event id as
+    its correlation id, as the one published by the ingest request did."""
     published = 0
     for _ in range(MAX_BATCHES_PER_SWEEP):
-        ids = _inbox_sweep_claim(batch_size=batch_size)
-        for inbox_event_id in ids:
-            if process_inbox_event_publish(inbox_event_id=inbox_event_id):
-                published += 1
-        if len(ids) < batch_size:
+        rows = _inbox_sweep_claim(batch_size=batch_size)
+        for inbox_event_id, event_id in rows:
+            with correlation_id_bound(event_id):
+                if process_inbox_event_publish(inbox_event_id=inbox_event_id):
+                    published += 1
+        if len(rows) < batch_size:
             break
     if published:
         logger.info("inbox.sweep_redispatched", extra={"count": published})

@@ -1,0 +1,87 @@
+"""The README's first steps on the embedded default (SQLite, filesystem broker): the demo data,
+a web and a worker process, ``send_test_webhook``, and the event processed by the research
+handler, as a newcomer sees it through the API."""
+
+import subprocess
+import sys
+
+import pytest
+import requests
+
+from tests.core.test_embedded_default import local_env
+from tests.processes import BIN, ROOT, Process, free_port, wait_http_ok, wait_until
+
+pytestmark = pytest.mark.slow
+
+DEMO_TOKEN = "demo-api-token-change-me"
+DEMO_SECRET = "demo-webhook-secret-change-me"
+
+
+def manage(*args: str, env: dict) -> subprocess.CompletedProcess:
+    result = subprocess.run(
+        [sys.executable, "manage.py", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    return result
+
+
+def test_a_signed_demo_event_is_processed_on_sqlite(tmp_path):
+    port = free_port()
+    env = local_env(tmp_path, port)
+    manage("migrate", "--noinput", env=env)
+    manage("demo_setup", env=env)
+    web = Process(
+        [str(BIN / "gunicorn"), "config.wsgi", "--bind", f"127.0.0.1:{port}"],
+        env,
+        tmp_path / "web.log",
+    ).start()
+    worker = Process(
+        [str(BIN / "celery"), "-A", "config", "worker", "--concurrency", "1"],
+        env,
+        tmp_path / "worker.log",
+    ).start()
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_http_ok(f"{url}/readyz", timeout=60)
+        sent = manage(
+            "send_test_webhook",
+            "--url",
+            url,
+            "--source",
+            "demo",
+            "--secret",
+            DEMO_SECRET,
+            "--event-id",
+            "evt_readme_1",
+            env=env,
+        )
+        assert "-> 202" in sent.stdout
+
+        def event_status():
+            response = requests.get(
+                f"{url}/api/webhooks/demo/events/evt_readme_1/",
+                headers={"Authorization": f"Bearer {DEMO_TOKEN}"},
+                timeout=5,
+            )
+            assert response.status_code == 200, response.text
+            return response.json()["processing_status"]
+
+        try:
+            wait_until(lambda: event_status() == "processed", timeout=60)
+        except AssertionError:
+            raise AssertionError(worker.log()[-3000:]) from None
+        document = requests.get(
+            f"{url}/api/research/documents/doc-demo-1/",
+            headers={"Authorization": f"Bearer {DEMO_TOKEN}"},
+            timeout=5,
+        )
+        assert document.status_code == 200
+        assert document.json()["last_event_id"] == "evt_readme_1"
+    finally:
+        web.stop()
+        worker.stop()

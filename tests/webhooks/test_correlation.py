@@ -1,0 +1,84 @@
+"""Every processing message carries the event id as its correlation id (a message header),
+whoever publishes it: the ingest request, the sweep, an operator's replay. Read back from the
+test broker's Redis list."""
+
+import json
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from core.logging import CELERY_HEADER, correlation_id_get
+from tests.webhooks.broker import QUEUE, broker_reset, redis_client
+from tests.webhooks.inbox_factories import inbox_event_create, research_envelope
+from webhooks.models import InboxEvent
+from webhooks.replay import inbox_events_replay
+from webhooks.sweep import inbox_sweep
+
+from .factories import (
+    WebhookSourceFactory,
+    as_meta,
+    encode,
+    research_event,
+    signed_headers,
+)
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture(autouse=True)
+def _empty_broker():
+    broker_reset()
+    yield
+    broker_reset()
+
+
+def queued_correlation_ids() -> list[str | None]:
+    ids = []
+    for raw in redis_client().lrange(QUEUE, 0, -1):
+        headers = json.loads(raw)["headers"]
+        if headers["task"] == "webhooks.process_inbox_event":
+            ids.append(headers.get(CELERY_HEADER))
+    return ids
+
+
+def test_the_ingest_request_publishes_with_the_event_id(client):
+    WebhookSourceFactory(slug="corr-ingest")
+    body = research_event(event_id="evt_corr_ingest")
+    raw = encode(body)
+    response = client.post(
+        "/webhooks/corr-ingest/",
+        data=raw,
+        content_type="application/json",
+        **as_meta(signed_headers(raw_body=raw, event_id="evt_corr_ingest")),
+    )
+    assert response.status_code == 202
+    assert queued_correlation_ids() == ["evt_corr_ingest"]
+
+
+def test_the_sweep_publishes_each_row_with_its_own_event_id():
+    old = timezone.now() - timedelta(minutes=5)
+    events = [
+        inbox_event_create(research_envelope(), received_at=old) for _ in range(3)
+    ]
+    assert correlation_id_get() == ""
+
+    assert inbox_sweep() == 3
+
+    assert sorted(queued_correlation_ids()) == sorted(e.event_id for e in events)
+    assert correlation_id_get() == ""
+
+
+def test_a_replay_publishes_each_row_with_its_own_event_id():
+    events = [
+        inbox_event_create(research_envelope(), processing_status="dead_lettered")
+        for _ in range(2)
+    ]
+
+    inbox_events_replay(
+        events_queryset=InboxEvent.objects.all(),
+        actor_name="ops",
+        reason="handler fixed",
+    )
+
+    assert sorted(queued_correlation_ids()) == sorted(e.event_id for e in events)

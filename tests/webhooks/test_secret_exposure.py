@@ -1,0 +1,89 @@
+"""Webhook secrets and signatures are never shown: not by /metrics, not by the API; and every
+signature check compares every candidate with every secret in constant time."""
+
+import base64
+import hmac
+
+import pytest
+
+from webhooks.models import SignatureScheme
+from webhooks.schemes import scheme_get
+
+from .factories import (
+    HMAC_SECRET,
+    SECRETS,
+    WebhookSourceFactory,
+    as_meta,
+    encode,
+    research_event,
+    signed_headers,
+)
+
+pytestmark = pytest.mark.django_db
+
+
+def test_metrics_and_the_event_api_never_show_a_secret_or_a_signature(client, api):
+    WebhookSourceFactory(slug="exposure")
+    body = research_event(event_id="evt_exposure_1")
+    raw = encode(body)
+    headers = signed_headers(raw_body=raw, event_id=body["event_id"])
+    forged = headers | {"X-Webhook-Signature": "v1=" + "cd" * 32}
+    for sent, status in ((forged, 401), (headers, 202), (headers, 200)):
+        response = client.post(
+            "/webhooks/exposure/",
+            data=raw,
+            content_type="application/json",
+            **as_meta(sent),
+        )
+        assert response.status_code == status
+
+    metrics = client.get("/metrics").content.decode()
+    event = api.get("/api/webhooks/exposure/events/evt_exposure_1/")
+    assert event.status_code == 200
+    # Both name the source and the event: they do show what they are about.
+    assert 'source="exposure"' in metrics
+    assert event.json()["delivery_count"] == 2
+    signature = headers["X-Webhook-Signature"].removeprefix("v1=")
+    for text in (metrics, event.content.decode()):
+        for hidden in (HMAC_SECRET, signature, signature[:12], "cd" * 32):
+            assert hidden not in text
+
+
+# A second, wrong signature entry in each scheme's format, and a secret that matches nothing.
+WRONG_ENTRY = {
+    SignatureScheme.HMAC_SHA256: ",v1=" + "0" * 64,
+    SignatureScheme.STANDARD_WEBHOOKS: " v1," + base64.b64encode(bytes(32)).decode(),
+    SignatureScheme.GITHUB: ",sha256=" + "0" * 64,
+}
+WRONG_SECRET = {
+    SignatureScheme.HMAC_SHA256: "not-the-secret",
+    SignatureScheme.STANDARD_WEBHOOKS: "whsec_" + base64.b64encode(bytes(24)).decode(),
+    SignatureScheme.GITHUB: "not-the-secret",
+}
+
+
+@pytest.mark.parametrize("scheme", list(SignatureScheme))
+def test_every_entry_is_compared_with_every_secret_in_constant_time(
+    monkeypatch, scheme
+):
+    """No early exit that would tell, by timing, which secret or which entry matched: with the
+    valid entry first and the right secret last, all four pairs are still compared."""
+    calls = []
+    original = hmac.compare_digest
+
+    def compare_digest(a, b):
+        calls.append((a, b))
+        return original(a, b)
+
+    monkeypatch.setattr(hmac, "compare_digest", compare_digest)
+    raw = encode(research_event())
+    headers = signed_headers(scheme=scheme, raw_body=raw, event_id="evt_ct")
+    header = next(name for name in headers if "signature" in name.lower())
+    headers[header] += WRONG_ENTRY[scheme]
+
+    verified = scheme_get(scheme).verify(
+        raw_body=raw, headers=headers, secrets=[WRONG_SECRET[scheme], SECRETS[scheme]]
+    )
+
+    assert verified.event_id == "evt_ct"
+    assert len(calls) == 4
