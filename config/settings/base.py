@@ -89,6 +89,11 @@ AXES_COOLOFF_TIME = timedelta(minutes=env.int("AXES_COOLOFF_MINUTES", default=15
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True
 AXES_VERBOSE = False
+# Behind TRUSTED_PROXY_COUNT reverse proxies that each append to X-Forwarded-For, the client is
+# the entry the first of them appended; with none, only the peer address counts, so that a forged
+# X-Forwarded-For can neither dodge a lockout nor lock someone else out.
+TRUSTED_PROXY_COUNT = env.int("TRUSTED_PROXY_COUNT", default=0)
+AXES_CLIENT_IP_CALLABLE = "core.security.client_ip"
 
 AUTH_PASSWORD_VALIDATORS = [
     {

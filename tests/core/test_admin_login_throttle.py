@@ -40,3 +40,26 @@ def test_a_successful_login_below_the_limit_works_and_resets(
     response = login(client, "operator", "correct-horse-battery")
     assert response.status_code == 302
     assert client.session["_auth_user_id"] == str(staff_user.pk)
+
+
+def test_behind_a_trusted_proxy_each_client_address_is_throttled_on_its_own(
+    client, settings, staff_user
+):
+    settings.AXES_ENABLED = True
+    settings.AXES_FAILURE_LIMIT = 2
+    settings.TRUSTED_PROXY_COUNT = 1
+
+    def attempt(forwarded_for, password):
+        return client.post(
+            "/admin/login/?next=/admin/",
+            {"username": "operator", "password": password},
+            REMOTE_ADDR="10.0.0.2",  # the proxy
+            HTTP_X_FORWARDED_FOR=forwarded_for,
+        )
+
+    # The client forges entries on the left; the proxy appends the address it saw.
+    attempt("1.1.1.1, 198.51.100.1", "wrong")
+    attempt("2.2.2.2, 198.51.100.1", "wrong")
+    assert attempt("3.3.3.3, 198.51.100.1", "correct-horse-battery").status_code == 429
+    # Another client behind the same proxy is not locked out by the first one's failures.
+    assert attempt("198.51.100.2", "correct-horse-battery").status_code == 302
