@@ -15,6 +15,7 @@ from prometheus_client import (
     Histogram,
     generate_latest,
     multiprocess,
+    start_http_server,
 )
 from prometheus_client.core import GaugeMetricFamily
 
@@ -124,13 +125,7 @@ _database_collector = DatabaseStateCollector()
 
 
 def metrics_exposition() -> tuple[bytes, str]:
-    if _multiprocess_dir():
-        registry = CollectorRegistry()
-        multiprocess.MultiProcessCollector(registry)
-    else:
-        registry = CollectorRegistry()
-        for collector in list(REGISTRY._collector_to_names):
-            registry.register(collector)
+    registry = _exposition_registry()
     registry.register(_database_collector)
     return generate_latest(registry), CONTENT_TYPE_LATEST
 
@@ -141,9 +136,31 @@ def process_mark_dead(pid: int) -> None:
         multiprocess.mark_process_dead(pid)
 
 
+def _exposition_registry() -> CollectorRegistry:
+    registry = CollectorRegistry()
+    if _multiprocess_dir():
+        multiprocess.MultiProcessCollector(registry)
+    else:
+        for collector in list(REGISTRY._collector_to_names):
+            registry.register(collector)
+    return registry
+
+
 def celery_signals_connect() -> None:
     from celery import signals
 
     @signals.worker_process_shutdown.connect(weak=False)
     def _shutdown(pid=None, **kwargs):
         process_mark_dead(pid or os.getpid())
+
+    @signals.worker_ready.connect(weak=False)
+    def _serve_metrics(**kwargs):
+        # Counters a worker increments (dead letters, stale events, latency) live in its own
+        # processes: on a machine without a web process, the worker serves them itself.
+        port = os.environ.get("CELERY_METRICS_PORT")
+        if port:
+            start_http_server(
+                int(port),
+                addr=os.environ.get("CELERY_METRICS_ADDR", "0.0.0.0"),  # noqa: S104
+                registry=_exposition_registry(),
+            )

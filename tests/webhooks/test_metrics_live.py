@@ -100,3 +100,37 @@ def test_metrics_count_a_scripted_burst_exactly_across_two_workers(tmp_path):
         ):
             answered += 1
     assert answered == 2
+
+
+def test_a_worker_serves_the_metrics_its_processes_counted(tmp_path):
+    from webhooks.models import InboxEvent
+    from webhooks.tasks import process_inbox_event_publish
+
+    from .inbox_factories import inbox_event_create, research_envelope
+
+    processes.purge_broker()
+    port = processes.free_port()
+    worker = processes.celery_worker(
+        tmp_path,
+        concurrency=2,
+        env={
+            "PROMETHEUS_MULTIPROC_DIR": str(tmp_path / "prometheus-worker"),
+            "CELERY_METRICS_PORT": str(port),
+            "CELERY_METRICS_ADDR": "127.0.0.1",
+        },
+    ).start()
+    try:
+        # Invalid data: the domain rejects it, the event is dead-lettered at once.
+        event = inbox_event_create(research_envelope(data={"authors": "not a list"}))
+        process_inbox_event_publish(inbox_event_id=event.pk)
+        processes.wait_until(
+            lambda: (
+                InboxEvent.objects.get(pk=event.pk).processing_status == "dead_lettered"
+            ),
+            timeout=60,
+        )
+        processes.wait_http_ok(f"http://127.0.0.1:{port}/metrics", timeout=30)
+        found = samples(f"http://127.0.0.1:{port}")
+    finally:
+        worker.stop()
+    assert found[("dead_letter_total", ())] == 1
