@@ -47,6 +47,22 @@ class ReadOnlyAdminMixin:
         return False
 
 
+class ReadOnlyInlineMixin:
+    """An inline of a ledger: shown on its parent's page, never edited there."""
+
+    extra = 0
+    can_delete = False
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+
 class ReasonForm(forms.Form):
     reason = forms.CharField(
         widget=forms.Textarea(attrs={"rows": 3, "cols": 60}),

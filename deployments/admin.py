@@ -1,41 +1,20 @@
 from django.contrib import admin
 from django.utils.html import format_html
 
+from audit.admin_utils import ReadOnlyAdminMixin, ReadOnlyInlineMixin
+
 from .models import Build, Deployment, IdempotencyRecord, JobTransition, StatusSync
 from .selectors import idempotency_stuck_horizon
 
 
-class ReadOnlyAdmin(admin.ModelAdmin):
-    """Audit views: browse, never add, change or delete."""
-
-    show_full_result_count = False
-
-    def has_add_permission(self, request, obj=None):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
-
-
-class TransitionInline(admin.TabularInline):
+class TransitionInline(ReadOnlyInlineMixin, admin.TabularInline):
     model = JobTransition
     fields = ["from_status", "to_status", "at", "actor", "detail"]
     readonly_fields = fields
-    extra = 0
-    can_delete = False
     ordering = ["at", "id"]
 
-    def has_add_permission(self, request, obj=None):
-        return False
 
-    def has_change_permission(self, request, obj=None):
-        return False
-
-
-class JobAdmin(ReadOnlyAdmin):
+class JobAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     list_select_related = ["client"]
     list_filter = ["status"]
     search_fields = ["=public_id", "=idempotency_key", "=commit_sha"]
@@ -70,7 +49,7 @@ class BuildAdmin(JobAdmin):
 
 
 @admin.register(IdempotencyRecord)
-class IdempotencyRecordAdmin(ReadOnlyAdmin):
+class IdempotencyRecordAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     list_display = [
         "key",
         "operation_type",
@@ -103,7 +82,7 @@ class IdempotencyRecordAdmin(ReadOnlyAdmin):
 
 
 @admin.register(StatusSync)
-class StatusSyncAdmin(ReadOnlyAdmin):
+class StatusSyncAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     list_display = [
         "public_id",
         "deployment",

@@ -2,58 +2,27 @@
 
 from django.contrib import admin
 
+from audit.admin_utils import ReadOnlyAdminMixin, ReadOnlyInlineMixin
+
 from .models import Citation, DocumentRevision, ResearchDocument
 
 
-class ReadOnlyAdmin(admin.ModelAdmin):
-    show_full_result_count = False  # no COUNT(*) over millions of rows per page view
-
-    def has_add_permission(self, request, obj=None):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
-
-
-class CitationInline(admin.TabularInline):
+class CitationInline(ReadOnlyInlineMixin, admin.TabularInline):
     model = Citation
     fields = ("position", "text", "reference_url")
     readonly_fields = fields
-    extra = 0
-
-    def has_add_permission(self, request, obj=None):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
 
 
-class RevisionInline(admin.TabularInline):
+class RevisionInline(ReadOnlyInlineMixin, admin.TabularInline):
     model = DocumentRevision
     fields = ("kind", "source_version", "event_id", "content_hash", "applied_at")
     readonly_fields = fields
     ordering = ("id",)
-    extra = 0
     show_change_link = True
-
-    def has_add_permission(self, request, obj=None):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
 
 
 @admin.register(ResearchDocument)
-class ResearchDocumentAdmin(ReadOnlyAdmin):
+class ResearchDocumentAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     list_display = (
         "entity_id",
         "title",
@@ -68,7 +37,7 @@ class ResearchDocumentAdmin(ReadOnlyAdmin):
 
 
 @admin.register(DocumentRevision)
-class DocumentRevisionAdmin(ReadOnlyAdmin):
+class DocumentRevisionAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     list_display = (
         "document",
         "kind",

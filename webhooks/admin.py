@@ -16,7 +16,11 @@ from django.urls import NoReverseMatch, reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import mark_safe
 
-from audit.admin_utils import ReadOnlyAdminMixin, confirm_with_reason
+from audit.admin_utils import (
+    ReadOnlyAdminMixin,
+    ReadOnlyInlineMixin,
+    confirm_with_reason,
+)
 from audit.models import DeadLetteredEvent
 from audit.services import fingerprint_mismatches_mark_investigated
 
@@ -88,7 +92,7 @@ class EventTypeFilter(admin.SimpleListFilter):
         return queryset
 
 
-class InboxAttemptInline(admin.TabularInline):
+class InboxAttemptInline(ReadOnlyInlineMixin, admin.TabularInline):
     model = InboxAttempt
     fields = (
         "number",
@@ -101,18 +105,7 @@ class InboxAttemptInline(admin.TabularInline):
     )
     readonly_fields = fields
     ordering = ("started_at", "pk")
-    extra = 0
-    can_delete = False
     show_change_link = False
-
-    def has_add_permission(self, request, obj=None):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
 
 
 def revision_model():
