@@ -13,10 +13,11 @@ def celery_signals_connect() -> None:
     (and one past ``CONN_MAX_AGE``); it costs no query otherwise."""
     from celery import signals
 
-    @signals.task_prerun.connect(weak=False)
-    def _prerun(**kwargs):
-        close_old_connections()
+    def _recycle(task=None, **kwargs):
+        # Only in a worker: a task applied eagerly runs inside its caller's connection and
+        # transaction (a request, a test), which are not the task's to close.
+        if task is not None and not getattr(task.request, "is_eager", False):
+            close_old_connections()
 
-    @signals.task_postrun.connect(weak=False)
-    def _postrun(**kwargs):
-        close_old_connections()
+    signals.task_prerun.connect(_recycle, weak=False)
+    signals.task_postrun.connect(_recycle, weak=False)

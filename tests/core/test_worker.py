@@ -1,5 +1,6 @@
 """A real Celery worker process, the real Redis broker and the real PostgreSQL."""
 
+import time
 import uuid
 
 import pytest
@@ -27,3 +28,36 @@ def test_task_round_trip_through_a_real_worker_writes_to_postgresql(tmp_path):
     assert beat.hostname
     assert WorkerHeartbeat.objects.filter(token=token).count() == 1
     assert "ready." in worker.log()
+
+
+def test_a_worker_recovers_when_its_database_connection_is_cut(tmp_path):
+    """PostgreSQL restarted, a failover, a proxy dropping idle connections: the worker's kept
+    connection dies. One task may fail on it; the next ones must get a new connection."""
+    from django.db import connection
+
+    processes.purge_broker()
+    worker = processes.celery_worker(tmp_path).start()
+    try:
+        first = uuid.uuid4().hex
+        heartbeat_task.delay(first)
+        processes.wait_until(
+            lambda: WorkerHeartbeat.objects.filter(token=first).exists(), timeout=60
+        )
+        with (
+            connection.cursor() as cursor
+        ):  # cut every other session to the test database
+            cursor.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )
+        tokens = [uuid.uuid4().hex for _ in range(3)]
+        for token in tokens:
+            heartbeat_task.delay(token)
+            time.sleep(1)
+        processes.wait_until(
+            lambda: WorkerHeartbeat.objects.filter(token__in=tokens[1:]).count() == 2,
+            timeout=60,
+            what="the tasks after the first to succeed on a new connection",
+        )
+    finally:
+        worker.stop()
