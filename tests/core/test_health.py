@@ -20,9 +20,11 @@ def test_readyz_is_ready_with_real_database_and_broker(client):
 
 def test_readyz_is_503_when_the_broker_is_unreachable(client, monkeypatch):
     # A real connection attempt to a closed port, not a mocked failure.
-    # Celery lets the CELERY_BROKER_URL environment variable win over its configuration.
-    monkeypatch.setenv("CELERY_BROKER_URL", "redis://127.0.0.1:1/0")
+    # Celery lets the CELERY_BROKER_URL environment variable win over its configuration, so
+    # both are set. The configuration first: monkeypatch restores the value it read, and read
+    # after the variable was set, that would be the unreachable URL, for every later test.
     monkeypatch.setattr(celery_app.conf, "broker_url", "redis://127.0.0.1:1/0")
+    monkeypatch.setenv("CELERY_BROKER_URL", "redis://127.0.0.1:1/0")
     response = client.get("/readyz")
     assert response.status_code == 503
     assert response.json()["checks"] == {"database": True, "broker": False}
@@ -40,6 +42,11 @@ def test_readyz_is_503_when_the_database_is_unreachable(client):
         connection.settings_dict["PORT"] = original_port
     assert response.status_code == 503
     assert response.json()["checks"]["database"] is False
+
+
+def test_the_broker_configuration_is_restored_after_the_broker_down_test():
+    # Runs after the test above (file order): a leak here broke every later publishing test.
+    assert "127.0.0.1:1/" not in celery_app.conf.broker_url
 
 
 def test_healthz_and_readyz_refuse_other_methods(client):
