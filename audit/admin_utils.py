@@ -71,6 +71,24 @@ class ReasonForm(forms.Form):
     )
 
 
+class SecretRotationForm(ReasonForm):
+    secret = forms.CharField(
+        label="New secret",
+        # Typed by the operator, never echoed back: the admin shows no secret, ever.
+        widget=forms.PasswordInput(render_value=False),
+        min_length=16,
+        max_length=255,
+        strip=False,
+        help_text="Signs from now on. For standard-webhooks sources: whsec_<base64>.",
+    )
+    grace_seconds = forms.IntegerField(
+        label="Grace period (seconds)",
+        min_value=0,
+        initial=86400,
+        help_text="How long the current secrets stay valid.",
+    )
+
+
 def confirm_with_reason(
     modeladmin: admin.ModelAdmin,
     request,
@@ -81,14 +99,17 @@ def confirm_with_reason(
     intro: str,
     submit_label: str,
     label: str = "Reason",
+    form_class: type[ReasonForm] = ReasonForm,
 ):
     """First call: the confirmation page asking for a reason (returns a response). Second call
-    (the page posted back with ``post``): returns the cleaned reason, or the page again with
-    errors."""
-    form = ReasonForm(request.POST if request.POST.get("post") else None)
+    (the page posted back with ``post``): returns the cleaned reason (the whole cleaned data
+    with another ``form_class``), or the page again with errors."""
+    form = form_class(request.POST if request.POST.get("post") else None)
     form.fields["reason"].label = label
     if request.POST.get("post") and form.is_valid():
-        return form.cleaned_data["reason"]
+        if form_class is ReasonForm:
+            return form.cleaned_data["reason"]
+        return form.cleaned_data
     selected = request.POST.getlist(helpers.ACTION_CHECKBOX_NAME)
     shown = list(queryset[:20])
     context = {

@@ -16,6 +16,7 @@ from django.utils import timezone
 
 from webhooks.models import FingerprintMismatch, InboxEvent, WebhookSource
 from webhooks.replay import NothingToReplay, inbox_events_replay, replay_queryset_build
+from webhooks.services import webhook_source_rotate
 
 from .models import AuditSeal, AuditSealEntry, BulkReplayJob, OperatorAction
 
@@ -179,6 +180,27 @@ def fingerprint_mismatches_mark_investigated(
             event_ids=sorted({row.event_id for row in rows}),
             event_count=len(ids),
             details={"mismatch_ids": ids},
+        )
+
+
+def webhook_source_rotate_by_operator(
+    *,
+    source: WebhookSource,
+    secret: str,
+    grace_seconds: int,
+    actor: AbstractBaseUser,
+    reason: str,
+) -> OperatorAction:
+    """Rotates the source's secret (``webhook_source_rotate``) and records who did it and why,
+    in one transaction. The secret is the operator's own: the admin never shows one."""
+    with transaction.atomic():
+        webhook_source_rotate(source=source, secret=secret, grace_seconds=grace_seconds)
+        return OperatorAction.objects.create(
+            action=OperatorAction.Action.ROTATE_SECRET,
+            actor=actor,
+            actor_name=actor.get_username(),
+            reason=reason,
+            details={"source": source.slug, "grace_seconds": grace_seconds},
         )
 
 

@@ -19,10 +19,15 @@ from django.utils.safestring import mark_safe
 from audit.admin_utils import (
     ReadOnlyAdminMixin,
     ReadOnlyInlineMixin,
+    SecretRotationForm,
     confirm_with_reason,
 )
 from audit.models import DeadLetteredEvent
-from audit.services import fingerprint_mismatches_mark_investigated
+from audit.services import (
+    fingerprint_mismatches_mark_investigated,
+    webhook_source_rotate_by_operator,
+)
+from core.errors import ServiceError
 
 from .models import (
     FingerprintMismatch,
@@ -475,6 +480,53 @@ class WebhookSourceAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     @admin.display(description="secrets", ordering="_secret_count")
     def secret_count(self, obj):
         return obj._secret_count
+
+    actions = ["rotate_secret"]
+
+    def has_rotate_secret_permission(self, request):
+        return request.user.has_perm("webhooks.rotate_secret")
+
+    @admin.action(description="Rotate secret", permissions=["rotate_secret"])
+    def rotate_secret(self, request, queryset):
+        if queryset.count() != 1:
+            self.message_user(
+                request, "Select exactly one source to rotate.", messages.WARNING
+            )
+            return None
+        source = queryset.get()
+        data = confirm_with_reason(
+            self,
+            request,
+            queryset,
+            action="rotate_secret",
+            title=f"Rotate the secret of {source.slug}",
+            intro=(
+                "The new secret signs from now on; the current ones stay valid for the grace "
+                "period. It is stored for verification and never shown again here."
+            ),
+            submit_label="Rotate",
+            form_class=SecretRotationForm,
+        )
+        if isinstance(data, HttpResponse):
+            return data
+        try:
+            webhook_source_rotate_by_operator(
+                source=source,
+                secret=data["secret"],
+                grace_seconds=data["grace_seconds"],
+                actor=request.user,
+                reason=data["reason"],
+            )
+        except ServiceError as exc:
+            self.message_user(request, f"Not rotated: {exc}", messages.ERROR)
+            return None
+        self.message_user(
+            request,
+            f"Rotated the secret of {source.slug}; the previous ones expire in "
+            f"{data['grace_seconds']} s.",
+            messages.SUCCESS,
+        )
+        return None
 
 
 @admin.register(SignatureFailure)
