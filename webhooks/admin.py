@@ -206,34 +206,8 @@ class InboxEventAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
             },
         ),
     )
-    readonly_fields = (
-        "source",
-        "event_id",
-        "event_type",
-        "entity_type",
-        "entity_id",
-        "source_version",
-        "occurred_at",
-        "tenant_id",
-        "idempotency_key",
-        "status",
-        "attempts",
-        "next_attempt_at",
-        "error_message",
-        "received_at",
-        "processed_at",
-        "latency",
-        "delivery_count",
-        "last_seen_at",
-        "produced",
-        "payload_hash",
-        "content_fingerprint",
-        "signature_valid",
-        "remote_addr",
-        "headers_pretty",
-        "body_purged_at",
-        "payload",
-    )
+    # Every field shown is read-only: the detail page is a record, not a form.
+    readonly_fields = tuple(f for _, opts in fieldsets for f in opts["fields"])
 
     def get_queryset(self, request):
         # The raw body is read only on the detail page.
