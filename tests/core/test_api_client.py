@@ -56,3 +56,11 @@ def test_inactive_client_is_refused(api, api_client_token):
     client.is_active = False
     client.save()
     assert api.get("/api/whoami/").status_code == 401
+
+
+def test_create_accepts_a_short_given_token_with_a_warning(capsys):
+    call_command("api_client", "create", "short", "--token", "tok-1")
+    captured = capsys.readouterr()
+    assert captured.out.strip().splitlines()[-1] == "tok-1"
+    assert "weak" in captured.err
+    assert ApiClient.objects.get(name="short").token_hash == token_hash("tok-1")
