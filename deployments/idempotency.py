@@ -26,6 +26,7 @@ from django.core.serializers.json import DjangoJSONEncoder
 from django.db import connection, transaction
 from django.utils import timezone
 
+from core.canonical import canonical_json
 from core.errors import TemporarilyUnavailable
 from core.metrics import IDEMPOTENCY_REQUESTS
 from core.models import ApiClient
@@ -72,16 +73,6 @@ def idempotency_key_validate(*, key: str | None) -> str:
     if not idempotency_key_is_well_formed(key):
         raise InvalidIdempotencyKey()
     return key
-
-
-def canonical_json(value) -> bytes:
-    return json.dumps(
-        value,
-        sort_keys=True,
-        separators=(",", ":"),
-        ensure_ascii=False,
-        cls=DjangoJSONEncoder,
-    ).encode()
 
 
 def fingerprint_compute(*, fields: dict) -> str:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from core.canonical import canonical_json
 from core.errors import InvalidJson, InvalidPayload
 
 from .schemes import Verified
@@ -58,12 +59,6 @@ def body_parse(raw_body: bytes) -> dict:
     if not isinstance(body, dict):
         raise InvalidJson()
     return body
-
-
-def canonical_json(value: Any) -> bytes:
-    return json.dumps(
-        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False
-    ).encode("utf-8")
 
 
 def content_fingerprint(body: dict) -> str:

@@ -1,13 +1,9 @@
-import base64
-import json
-
 import pytest
-import redis
-from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 
 from audit.roles import AUDITORS, OPERATORS, roles_bootstrap
+from tests.broker import broker_messages  # noqa: F401 - used by the audit tests
 
 PASSWORD = "correct-horse-battery"
 
@@ -46,17 +42,6 @@ def operator_client(client, operator):
 def auditor_client(client, auditor):
     client.force_login(auditor)
     return client
-
-
-def broker_messages(queue: str = "celery") -> list[dict]:
-    """The messages waiting in the Redis list of the test broker: task name and args."""
-    conn = redis.Redis.from_url(settings.CELERY_BROKER_URL)
-    found = []
-    for raw in conn.lrange(queue, 0, -1):
-        message = json.loads(raw)
-        body = json.loads(base64.b64decode(message["body"]))
-        found.append({"task": message["headers"]["task"], "args": body[0]})
-    return found
 
 
 @pytest.fixture

@@ -5,13 +5,12 @@ import json
 import threading
 
 import pytest
-import redis
 import requests
-from django.conf import settings
 
 from core.services import api_client_create
 from deployments.models import Deployment, IdempotencyRecord
 from tests import processes
+from tests.broker import queued_envelopes
 from tests.deployments.conftest import deployment_body
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
@@ -45,11 +44,6 @@ def server(tmp_path):
     finally:
         proc.stop()
         processes.purge_broker()
-
-
-def broker_queue() -> list[dict]:
-    conn = redis.Redis.from_url(settings.CELERY_BROKER_URL)
-    return [json.loads(raw) for raw in conn.lrange("celery", 0, -1)]
 
 
 def fire(url: str, bodies: list[dict], key: str) -> list[requests.Response]:
@@ -93,7 +87,7 @@ def test_fifty_concurrent_requests_with_one_key_make_one_deployment(server):
     deployment = Deployment.objects.get()
     assert first.json()["deployment_id"] == deployment.public_id
     assert IdempotencyRecord.objects.count() == 1
-    messages = broker_queue()
+    messages = queued_envelopes()
     assert len(messages) == 1
     assert messages[0]["headers"]["task"] == "deployments.run_job"
     assert deployment.public_id in messages[0]["headers"]["argsrepr"]
@@ -119,4 +113,4 @@ def test_concurrent_requests_with_one_key_and_two_bodies_never_5xx(server):
                 "error": "idempotency_key_reused",
                 "differing_fields": ["environment"],
             }
-    assert len(broker_queue()) == 1
+    assert len(queued_envelopes()) == 1

@@ -147,7 +147,7 @@ def test_sweep_redispatches_only_stale_queued_jobs_and_fails_lost_ones(
     counting_executor,
 ):
     from tests import processes
-    from tests.deployments.test_concurrency import broker_queue
+    from tests.broker import queued_envelopes
 
     processes.purge_broker()
     try:
@@ -169,7 +169,7 @@ def test_sweep_redispatches_only_stale_queued_jobs_and_fails_lost_ones(
 
         assert deployment_jobs_redispatch() == 3
         assert deployment_jobs_redispatch() == 0
-        messages = broker_queue()
+        messages = queued_envelopes()
         assert len(messages) == 2
         assert {m["headers"]["task"] for m in messages} == {"deployments.run_job"}
         assert any(stale.public_id in m["headers"]["argsrepr"] for m in messages)

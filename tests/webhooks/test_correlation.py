@@ -2,14 +2,13 @@
 whoever publishes it: the ingest request, the sweep, an operator's replay. Read back from the
 test broker's Redis list."""
 
-import json
 from datetime import timedelta
 
 import pytest
 from django.utils import timezone
 
 from core.logging import CELERY_HEADER, correlation_id_get
-from tests.webhooks.broker import QUEUE, broker_reset, redis_client
+from tests.broker import broker_messages, broker_reset
 from tests.webhooks.inbox_factories import inbox_event_create, research_envelope
 from webhooks.models import InboxEvent
 from webhooks.replay import inbox_events_replay
@@ -34,12 +33,11 @@ def _empty_broker():
 
 
 def queued_correlation_ids() -> list[str | None]:
-    ids = []
-    for raw in redis_client().lrange(QUEUE, 0, -1):
-        headers = json.loads(raw)["headers"]
-        if headers["task"] == "webhooks.process_inbox_event":
-            ids.append(headers.get(CELERY_HEADER))
-    return ids
+    return [
+        m["headers"].get(CELERY_HEADER)
+        for m in broker_messages()
+        if m["task"] == "webhooks.process_inbox_event"
+    ]
 
 
 def test_the_ingest_request_publishes_with_the_event_id(client):

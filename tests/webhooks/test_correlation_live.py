@@ -14,7 +14,7 @@ from django.utils import timezone
 from core.logging import correlation_id_get
 from core.tasks import periodic_sweep_task
 from tests import processes
-from tests.webhooks.broker import broker_reset
+from tests.broker import broker_reset
 from tests.webhooks.inbox_factories import inbox_event_create, research_envelope
 from webhooks.models import InboxEvent, ProcessingStatus
 

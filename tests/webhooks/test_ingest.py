@@ -11,7 +11,7 @@ from django.utils import timezone
 from prometheus_client import REGISTRY
 from standardwebhooks.webhooks import Webhook
 
-from webhooks.envelopes import canonical_json
+from core.canonical import canonical_json
 from webhooks.models import (
     FingerprintMismatch,
     InboxEvent,

@@ -13,7 +13,7 @@ from django.utils import timezone
 
 from research.models import DocumentRevision, ResearchDocument
 from tests import processes
-from tests.webhooks.broker import broker_reset
+from tests.broker import broker_reset
 from tests.webhooks.inbox_factories import (
     inbox_event_create,
     inbox_events_bulk_create,

@@ -10,7 +10,7 @@ from django.db import connection
 from django.utils import timezone
 
 from core.tasks import periodic_sweep_task
-from tests.webhooks.broker import broker_reset, queued_inbox_event_ids
+from tests.broker import broker_reset, queued_inbox_event_ids
 from tests.webhooks.inbox_factories import (
     inbox_event_create,
     inbox_events_bulk_create,

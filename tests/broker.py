@@ -1,0 +1,53 @@
+"""Reading and clearing the test broker (Redis) directly, to count what was published."""
+
+from __future__ import annotations
+
+import base64
+import json
+
+import redis
+from django.conf import settings
+
+from tests import processes
+
+QUEUE = "celery"
+
+
+def redis_client() -> redis.Redis:
+    return redis.Redis.from_url(settings.CELERY_BROKER_URL)
+
+
+def broker_reset() -> None:
+    """Empties the queue and forgets unacked messages of killed workers from earlier runs."""
+    processes.purge_broker()
+    client = redis_client()
+    client.delete("unacked", "unacked_index", "unacked_mutex")
+
+
+def queued_envelopes(queue: str = QUEUE) -> list[dict]:
+    """The raw Celery messages waiting in the queue (headers, properties, encoded body)."""
+    return [json.loads(raw) for raw in redis_client().lrange(queue, 0, -1)]
+
+
+def broker_messages(queue: str = QUEUE) -> list[dict]:
+    """The messages waiting in the queue: task name, args and headers."""
+    found = []
+    for message in queued_envelopes(queue):
+        args, _kwargs, _embed = json.loads(base64.b64decode(message["body"]))
+        found.append(
+            {
+                "task": message["headers"]["task"],
+                "args": args,
+                "headers": message["headers"],
+            }
+        )
+    return found
+
+
+def queued_inbox_event_ids() -> list[int]:
+    """The inbox row ids of the processing messages waiting in the queue, one per message."""
+    return [
+        m["args"][0]
+        for m in broker_messages()
+        if m["task"] == "webhooks.process_inbox_event"
+    ]
