@@ -18,7 +18,7 @@ OPERATOR_EXTRA_PERMISSIONS = (
     "webhooks.replay_inboxevent",
     "webhooks.investigate_fingerprintmismatch",
     "webhooks.rotate_secret",
-    "audit.add_bulkreplayjob",  # a replay by filter starts as a new job with its dry-run count
+    "webhooks.add_bulkreplayjob",  # a replay by filter starts as a new job with its dry-run count
 )
 
 

@@ -10,14 +10,9 @@ from django.db.models import Count, F, Sum
 from django.db.models.functions import TruncHour
 from django.utils import timezone
 
+from core.selectors import COUNT_CAP, capped_count
+from idempotency.selectors import idempotency_records_stuck
 from webhooks.models import InboxEvent, ProcessingStatus, SignatureFailure
-
-COUNT_CAP = 10_000
-
-
-def capped_count(queryset, *, cap: int = COUNT_CAP) -> int:
-    """``min(count, cap + 1)``: a count that never reads more than ``cap + 1`` rows."""
-    return queryset.order_by().values("pk")[: cap + 1].count()
 
 
 def _latency_percentiles(since: datetime) -> tuple[float | None, float | None]:
@@ -58,8 +53,6 @@ def _latency_percentiles(since: datetime) -> tuple[float | None, float | None]:
 
 def stuck_idempotency_keys(*, now: datetime) -> int:
     """Idempotency records still ``processing`` past the horizon (capped count)."""
-    from deployments.selectors import idempotency_records_stuck
-
     return capped_count(idempotency_records_stuck(now=now))
 
 

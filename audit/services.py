@@ -1,207 +1,25 @@
-"""Writes of the audit console: bulk replay jobs, the sealed audit trail, investigations."""
+"""The sealed audit trail: a hash chain over the inbox, written off the request path, and its
+verification."""
 
 from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from django.conf import settings
-from django.contrib.auth.models import AbstractBaseUser
 from django.db import connection, transaction
-from django.db.models import Exists, OuterRef, QuerySet
+from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
-from webhooks.models import FingerprintMismatch, InboxEvent, WebhookSource
-from webhooks.replay import NothingToReplay, inbox_events_replay, replay_queryset_build
-from webhooks.services import webhook_source_rotate
+from webhooks.models import InboxEvent
 
-from .models import AuditSeal, AuditSealEntry, BulkReplayJob, OperatorAction
+from .models import AuditSeal, AuditSealEntry
 
 logger = logging.getLogger(__name__)
 
 GENESIS_HASH = "0" * 64
-
-
-class BulkReplayJobNotStartable(Exception):
-    """The job is not waiting to start (already started or finished)."""
-
-
-# --- Bulk replay ----------------------------------------------------------------------------
-
-
-def _job_queryset(job: BulkReplayJob):
-    return replay_queryset_build(
-        source_slug=job.source.slug if job.source_id else None,
-        status=job.status,
-        since=job.since,
-        event_ids=job.event_ids or None,
-    )
-
-
-def bulk_replay_job_create(
-    *,
-    source: WebhookSource | None,
-    status: str,
-    since: datetime | None,
-    event_ids: list[str],
-    reason: str,
-    created_by: AbstractBaseUser | None = None,
-    created_by_name: str = "",
-) -> BulkReplayJob:
-    """Records a replay by filter with its dry-run count; nothing is replayed until it starts."""
-    job = BulkReplayJob(
-        source=source,
-        status=status,
-        since=since,
-        event_ids=list(event_ids),
-        reason=reason,
-        created_by=created_by,
-        created_by_name=created_by_name
-        or (created_by.get_username() if created_by else ""),
-    )
-    job.dry_run_count = _job_queryset(job).count()
-    job.save()
-    logger.info(
-        "audit.bulk_replay_counted",
-        extra={"bulk_job_id": job.pk, "dry_run_count": job.dry_run_count},
-    )
-    return job
-
-
-def bulk_replay_job_start(*, job: BulkReplayJob) -> BulkReplayJob:
-    """Queues the job for a worker. Only a counted job starts, and only once."""
-    from .tasks import bulk_replay_job_run_task
-
-    updated = BulkReplayJob.objects.filter(
-        pk=job.pk, state=BulkReplayJob.State.COUNTED
-    ).update(state=BulkReplayJob.State.QUEUED)
-    if not updated:
-        raise BulkReplayJobNotStartable(
-            f"bulk replay #{job.pk} is not waiting to start"
-        )
-    transaction.on_commit(lambda: bulk_replay_job_run_task.delay(job.pk))
-    job.refresh_from_db()
-    return job
-
-
-def bulk_replay_job_run(
-    *, job_id: int, progress: Callable[[int, int], None] | None = None
-) -> BulkReplayJob:
-    """Replays the job's rows in chunks (one operator action per chunk, linked to the job),
-    updating ``processed``/``total`` as it goes. A rerun after a worker died goes on from where
-    it stopped: replayed rows are no longer in the filtered status."""
-    with transaction.atomic():
-        job = BulkReplayJob.objects.select_for_update().get(pk=job_id)
-        if job.state in (BulkReplayJob.State.SUCCEEDED, BulkReplayJob.State.FAILED):
-            return job
-        job.state = BulkReplayJob.State.RUNNING
-        job.started_at = job.started_at or timezone.now()
-        job.total = job.processed + _job_queryset(job).count()
-        job.save(update_fields=["state", "started_at", "total"])
-    chunk_size = settings.AUDIT_BULK_REPLAY_CHUNK_SIZE
-    actor_name = job.created_by_name or "system"
-    try:
-        while True:
-            chunk = list(
-                _job_queryset(job)
-                .order_by("pk")
-                .values_list("pk", flat=True)[:chunk_size]
-            )
-            if not chunk:
-                break
-            try:
-                action = inbox_events_replay(
-                    events_queryset=InboxEvent.objects.filter(pk__in=chunk),
-                    actor=job.created_by,
-                    actor_name=actor_name,
-                    reason=job.reason,
-                    action=OperatorAction.Action.BULK_REPLAY,
-                    bulk_job=job,
-                )
-                done = action.event_count
-            except NothingToReplay:
-                done = 0
-            if done == 0:
-                break  # the remaining rows are locked by a concurrent replay
-            job.processed += done
-            BulkReplayJob.objects.filter(pk=job.pk).update(processed=job.processed)
-            if progress is not None:
-                progress(job.processed, job.total)
-    except Exception as exc:
-        BulkReplayJob.objects.filter(pk=job.pk).update(
-            state=BulkReplayJob.State.FAILED,
-            error=str(exc)[:2000],
-            finished_at=timezone.now(),
-        )
-        logger.exception("audit.bulk_replay_failed", extra={"bulk_job_id": job.pk})
-        raise
-    BulkReplayJob.objects.filter(pk=job.pk).update(
-        state=BulkReplayJob.State.SUCCEEDED,
-        total=max(job.total, job.processed),
-        finished_at=timezone.now(),
-    )
-    job.refresh_from_db()
-    logger.info(
-        "audit.bulk_replay_finished",
-        extra={"bulk_job_id": job.pk, "processed": job.processed},
-    )
-    return job
-
-
-# --- Fingerprint mismatches -----------------------------------------------------------------
-
-
-def fingerprint_mismatches_mark_investigated(
-    *, mismatches: QuerySet[FingerprintMismatch], actor: AbstractBaseUser, note: str
-) -> OperatorAction:
-    """Marks the open mismatches investigated with the note and records one operator action."""
-    now = timezone.now()
-    with transaction.atomic():
-        rows = list(
-            FingerprintMismatch.objects.filter(
-                pk__in=list(mismatches.values_list("pk", flat=True)),
-                investigated_at__isnull=True,
-            )
-            .select_for_update()
-            .order_by("pk")
-        )
-        ids = [row.pk for row in rows]
-        FingerprintMismatch.objects.filter(pk__in=ids).update(
-            investigated_at=now, investigated_by=actor, investigation_note=note
-        )
-        return OperatorAction.objects.create(
-            action=OperatorAction.Action.MARK_INVESTIGATED,
-            actor=actor,
-            actor_name=actor.get_username(),
-            reason=note,
-            event_ids=sorted({row.event_id for row in rows}),
-            event_count=len(ids),
-            details={"mismatch_ids": ids},
-        )
-
-
-def webhook_source_rotate_by_operator(
-    *,
-    source: WebhookSource,
-    secret: str,
-    grace_seconds: int,
-    actor: AbstractBaseUser,
-    reason: str,
-) -> OperatorAction:
-    """Rotates the source's secret (``webhook_source_rotate``) and records who did it and why,
-    in one transaction. The secret is the operator's own: the admin never shows one."""
-    with transaction.atomic():
-        webhook_source_rotate(source=source, secret=secret, grace_seconds=grace_seconds)
-        return OperatorAction.objects.create(
-            action=OperatorAction.Action.ROTATE_SECRET,
-            actor=actor,
-            actor_name=actor.get_username(),
-            reason=reason,
-            details={"source": source.slug, "grace_seconds": grace_seconds},
-        )
 
 
 # --- Sealed audit trail ---------------------------------------------------------------------

@@ -178,8 +178,8 @@ def _latency(ctx: BenchContext) -> dict:
     from django.db.models import Count
 
     from tests.webhooks.inbox_factories import inbox_event_create, research_envelope
+    from webhooks.dispatch import inbox_event_publish
     from webhooks.models import TERMINAL_STATUSES, InboxEvent
-    from webhooks.tasks import process_inbox_event_publish
 
     broker_purge()
     started = _workers(ctx, 2)
@@ -194,7 +194,7 @@ def _latency(ctx: BenchContext) -> dict:
         event = inbox_event_create(
             research_envelope(source_version=1, event_type="research.document.created")
         )
-        process_inbox_event_publish(inbox_event_id=event.pk)
+        inbox_event_publish(inbox_event_id=event.pk)
         ids.append(event.pk)
     rows = InboxEvent.objects.filter(pk__in=ids)
     wait_for(

@@ -304,7 +304,9 @@ class Faults:
 
     def concurrent_sweeps(self) -> None:
         code = (
-            "from core.tasks import periodic_sweep_task; print(periodic_sweep_task())"
+            "from webhooks.sweep import inbox_sweep;"
+            " from deployments.services import deployment_jobs_redispatch;"
+            " print(inbox_sweep(), deployment_jobs_redispatch())"
         )
         env = stack_env(**self.env)
 

@@ -1,8 +1,11 @@
-"""Prometheus metrics (names from the SPEC, section 6).
+"""Prometheus exposition for every process of the deployment (docs/architecture.md,
+"Metrics").
 
-Counters and histograms are incremented where the thing happens (web or worker process). Gauges
-that describe the database's state (queue lag, stuck idempotency keys) are computed at scrape time
-from the database, so they are right however many processes run.
+Each app defines its own counters and histograms (``<app>/metrics.py``), incremented where the
+thing happens (web or worker process). Gauges that describe the database's state (queue lag,
+stuck idempotency keys) are collected at scrape time from the database, so they are right
+however many processes run: each app registers those collectors here from its
+``AppConfig.ready``.
 """
 
 import os
@@ -18,68 +21,21 @@ from prometheus_client import (
     start_http_server,
 )
 from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
 
-# In multiprocess mode every metric below is backed by a file in this folder: it must exist
-# before they are created. Emptying it is the deployment's job, once, before processes start.
+# In multiprocess mode every metric is backed by a file in this folder: it must exist before
+# any is created. The apps define theirs with the classes re-exported here, so that this
+# module runs first. Emptying the folder is the deployment's job, before processes start.
 if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
     os.makedirs(os.environ["PROMETHEUS_MULTIPROC_DIR"], exist_ok=True)
 
-WEBHOOK_REQUESTS = Counter(
-    "webhook_requests_total",
-    "Webhook deliveries answered, by source and HTTP status.",
-    ["source", "status"],
-)
-WEBHOOK_SIGNATURE_FAILURES = Counter(
-    "webhook_signature_failures_total",
-    "Webhook deliveries refused for their signature or timestamp.",
-    ["source", "reason"],  # missing | malformed | mismatch | timestamp_out_of_window
-)
-WEBHOOK_DUPLICATES = Counter(
-    "webhook_duplicates_total",
-    "Deliveries of an event already in the inbox (200 duplicates).",
-)
-WEBHOOK_INCONSISTENT_DUPLICATES = Counter(
-    "webhook_inconsistent_duplicates_total",
-    "Deliveries of a known event id with different content (409s).",
-)
-WEBHOOK_STALE_EVENTS = Counter(
-    "webhook_stale_events_total",
-    "Events ignored at processing as out of order or as a duplicate version.",
-)
-WEBHOOK_PROCESSING_LATENCY = Histogram(
-    "webhook_processing_latency_seconds",
-    "From the event's occurred_at to processed. Late events are normal: buckets reach days.",
-    buckets=(
-        0.01,
-        0.05,
-        0.1,
-        0.25,
-        0.5,
-        1,
-        2.5,
-        5,
-        10,
-        30,
-        60,
-        120,
-        300,
-        600,
-        1800,
-        3600,
-        7200,
-        21600,
-        86400,
-        259200,
-        float("inf"),
-    ),
-)
-DEAD_LETTERS = Counter("dead_letter_total", "Inbox events moved to dead_lettered.")
-IDEMPOTENCY_REQUESTS = Counter(
-    "idempotency_requests_total",
-    "Idempotent API requests by operation type and outcome.",
-    ["operation", "outcome"],  # outcome: new | replayed | conflict | expired
-)
-
+__all__ = [
+    "Counter",
+    "GaugeMetricFamily",
+    "Histogram",
+    "metrics_exposition",
+    "scrape_collector_register",
+]
 
 # --- exposition -----------------------------------------------------------------------------
 # With several processes (gunicorn workers, Celery pool processes), each writes its samples to
@@ -91,42 +47,19 @@ def _multiprocess_dir() -> str | None:
     return os.environ.get("PROMETHEUS_MULTIPROC_DIR")
 
 
-class DatabaseStateCollector:
-    """Gauges read from the database at scrape time: right whatever process answers."""
-
-    def collect(self):
-        from django.apps import apps
-        from django.db.models import Min
-        from django.utils import timezone
-
-        now = timezone.now()
-        inbox_event = apps.get_model("webhooks", "InboxEvent")
-        oldest = inbox_event.objects.filter(
-            processing_status__in=["received", "processing", "failed"]
-        ).aggregate(oldest=Min("received_at"))["oldest"]
-        lag = GaugeMetricFamily(
-            "webhook_queue_lag_seconds",
-            "Age of the oldest inbox event not yet in a terminal status (0 when none).",
-        )
-        lag.add_metric([], (now - oldest).total_seconds() if oldest else 0.0)
-        yield lag
-
-        stuck = GaugeMetricFamily(
-            "idempotency_stuck_processing",
-            "Idempotency records still 'processing' after DEPLOY_REDISPATCH_AFTER_SECONDS.",
-        )
-        from deployments.selectors import idempotency_records_stuck
-
-        stuck.add_metric([], idempotency_records_stuck(now=now).count())
-        yield stuck
+# Collectors read at scrape time (database state), registered by the apps.
+_scrape_collectors: list[Collector] = []
 
 
-_database_collector = DatabaseStateCollector()
+def scrape_collector_register(collector: Collector) -> None:
+    """Adds a collector that ``/metrics`` runs at each scrape, in whatever process answers."""
+    _scrape_collectors.append(collector)
 
 
 def metrics_exposition() -> tuple[bytes, str]:
     registry = _exposition_registry()
-    registry.register(_database_collector)
+    for collector in _scrape_collectors:
+        registry.register(collector)
     return generate_latest(registry), CONTENT_TYPE_LATEST
 
 

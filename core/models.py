@@ -4,6 +4,39 @@ import secrets
 from django.db import models
 
 
+class AppendOnlyError(Exception):
+    """A ledger row was about to be changed or deleted."""
+
+
+class AppendOnlyQuerySet(models.QuerySet):
+    """Bulk ``update()`` and ``delete()`` refuse on a ledger, as ``save`` and ``delete`` do."""
+
+    def update(self, **kwargs):
+        raise AppendOnlyError(f"{self.model.__name__} rows are append-only")
+
+    def delete(self):
+        raise AppendOnlyError(f"{self.model.__name__} rows are append-only")
+
+
+class AppendOnlyModel(models.Model):
+    """A ledger row is written once: ``save`` of an existing row, ``delete``, and bulk
+    ``update()``/``delete()`` through the ORM refuse. (The database itself is the audit
+    trail's business: ``audit_verify`` detects what raw SQL changed.)"""
+
+    objects = AppendOnlyQuerySet.as_manager()
+
+    class Meta:
+        abstract = True
+
+    def save(self, *args, **kwargs):
+        if not self._state.adding:
+            raise AppendOnlyError(f"{type(self).__name__} rows are append-only")
+        super().save(*args, **kwargs)
+
+    def delete(self, *args, **kwargs):
+        raise AppendOnlyError(f"{type(self).__name__} rows are append-only")
+
+
 class BaseModel(models.Model):
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
     updated_at = models.DateTimeField(auto_now=True)

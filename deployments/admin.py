@@ -1,10 +1,8 @@
 from django.contrib import admin
-from django.utils.html import format_html
 
-from audit.admin_utils import ReadOnlyAdminMixin, ReadOnlyInlineMixin
+from core.admin_base import ReadOnlyAdminMixin, ReadOnlyInlineMixin
 
-from .models import Build, Deployment, IdempotencyRecord, JobTransition, StatusSync
-from .selectors import idempotency_stuck_horizon
+from .models import Build, Deployment, JobTransition, StatusSync
 
 
 class TransitionInline(ReadOnlyInlineMixin, admin.TabularInline):
@@ -46,39 +44,6 @@ class BuildAdmin(JobAdmin):
         "client",
         "created_at",
     ]
-
-
-@admin.register(IdempotencyRecord)
-class IdempotencyRecordAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
-    list_display = [
-        "key",
-        "operation_type",
-        "client",
-        "status_display",
-        "resource_id",
-        "created_at",
-        "expires_at",
-        "expired_at",
-    ]
-    list_filter = ["status", "operation_type"]
-    list_select_related = ["client"]
-    search_fields = ["=key", "=resource_id"]
-    exclude = ["response_body"]
-
-    @admin.display(description="status", ordering="status")
-    def status_display(self, record):
-        stuck = (
-            record.status == "processing"
-            and record.created_at < idempotency_stuck_horizon()
-        )
-        if stuck:
-            return format_html(
-                '<strong style="color:#ba2121">{} (stuck)</strong>', record.status
-            )
-        return record.status
-
-    def get_queryset(self, request):
-        return super().get_queryset(request).defer("response_body")
 
 
 @admin.register(StatusSync)

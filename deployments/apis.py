@@ -4,7 +4,6 @@ import re
 from datetime import timedelta
 
 from django.conf import settings
-from django.http import HttpResponse
 from django.utils import timezone
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers
@@ -13,65 +12,18 @@ from rest_framework.views import APIView
 
 from core.errors import NotFound
 from core.pagination import CursorPage
+from idempotency.apis import IDEMPOTENCY_KEY_HEADER, IdempotentPostMixin
+from idempotency.models import IdempotencyStatus
+from idempotency.services import OperationResult
 
 from . import selectors, services
-from .idempotency import OperationResult, idempotency_key_validate, idempotent_execute
-from .models import Build, Deployment, IdempotencyStatus, JobStatus
+from .models import Build, Deployment, JobStatus
 
 REPOSITORY_REGEX = r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+"
 COMMIT_SHA_REGEX = r"[0-9a-f]{7,40}"
-IDEMPOTENCY_KEY_HEADER = OpenApiParameter(
-    "Idempotency-Key",
-    str,
-    OpenApiParameter.HEADER,
-    required=True,
-    description="1-255 printable ASCII characters, stable across retries of one operation.",
-)
 IDEMPOTENCY_KEY_QUERY = OpenApiParameter(
     "idempotency_key", str, OpenApiParameter.QUERY, required=False
 )
-
-
-class IdempotentPostMixin:
-    """Opts a DRF ``APIView`` POST into the Idempotency-Key contract.
-
-    A view declares ``operation_type``, ``fingerprint_fields`` and ``input_serializer_class``
-    and implements ``perform(*, client, key, data) -> OperationResult``. The mixin validates
-    the key, then the body (400 ``invalid_json`` / 422 ``invalid_payload``, nothing recorded),
-    then runs ``perform`` through ``idempotent_execute`` and answers the first response or its
-    byte-identical replay (200, same ``Location``, ``Idempotent-Replayed: true``)."""
-
-    operation_type: str = ""
-    fingerprint_fields: tuple[str, ...] = ()
-    input_serializer_class: type[serializers.Serializer]
-
-    def fingerprint_values(self, data: dict) -> dict:
-        return {name: data.get(name) for name in self.fingerprint_fields}
-
-    def perform(self, *, client, key: str, data: dict) -> OperationResult:
-        raise NotImplementedError
-
-    def post(self, request, *args, **kwargs):
-        key = idempotency_key_validate(key=request.headers.get("Idempotency-Key"))
-        serializer = self.input_serializer_class(data=request.data)
-        serializer.is_valid(raise_exception=True)
-        data = serializer.validated_data
-        client = request.user
-        result = idempotent_execute(
-            client=client,
-            operation_type=self.operation_type,
-            key=key,
-            fingerprint_fields=self.fingerprint_values(data),
-            perform=lambda: self.perform(client=client, key=key, data=data),
-        )
-        response = HttpResponse(
-            result.body, status=result.status_code, content_type="application/json"
-        )
-        if result.location:
-            response["Location"] = result.location
-        if result.replayed:
-            response["Idempotent-Replayed"] = "true"
-        return response
 
 
 class LowercaseCharField(serializers.CharField):
@@ -207,7 +159,6 @@ def _commit_sha_validate(value: str) -> str:
 
 class _JobApiBase(APIView):
     model: type = Deployment
-    output_serializer_class: type[serializers.Serializer] = DeploymentOutputSerializer
 
     def job_or_404(self, request, public_id: str):
         job = selectors.job_get(
@@ -342,28 +293,3 @@ class StatusSyncApi(IdempotentPostMixin, APIView):
     )
     def post(self, request, *args, **kwargs):
         return super().post(request, *args, **kwargs)
-
-
-class IdempotencyKeyDetailApi(APIView):
-    """What became of one of the client's keys (for a client whose response was lost)."""
-
-    class IdempotencyKeyOutputSerializer(serializers.Serializer):
-        operation_type = serializers.CharField()
-        idempotency_key = serializers.CharField(source="key")
-        status = serializers.SerializerMethodField()
-        fingerprint = serializers.CharField()
-        resource_id = serializers.CharField()
-        created_at = serializers.DateTimeField()
-        expires_at = serializers.DateTimeField()
-
-        def get_status(self, record) -> str:
-            return "expired" if record.is_expired else record.status
-
-    @extend_schema(responses=IdempotencyKeyOutputSerializer)
-    def get(self, request, operation_type: str, key: str):
-        record = selectors.idempotency_record_get(
-            client=request.user, operation_type=operation_type, key=key
-        )
-        if record is None:
-            raise NotFound()
-        return Response(self.IdempotencyKeyOutputSerializer(record).data)

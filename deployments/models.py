@@ -64,10 +64,6 @@ class Job(BaseModel):
             self.public_id = public_id_generate(self.public_id_prefix)
         super().save(*args, **kwargs)
 
-    @property
-    def is_terminal(self) -> bool:
-        return self.status in TERMINAL_JOB_STATUSES
-
 
 class Deployment(Job):
     public_id_prefix = "dep"
@@ -171,87 +167,6 @@ class JobTransition(models.Model):
 
     def __str__(self) -> str:
         return f"{self.from_status} -> {self.to_status}"
-
-
-class IdempotencyStatus(models.TextChoices):
-    PROCESSING = "processing"
-    SUCCEEDED = "succeeded"
-    FAILED = "failed"
-
-
-class IdempotencyRecord(models.Model):
-    """The outcome of one (client, operation_type, key): the fingerprint that defines the
-    operation, the resource it created and the exact response to replay.
-
-    Only one live (not expired) record may exist per (client, operation_type, key): the partial
-    unique constraint decides concurrent first requests. Expired records stay for audit until
-    the retention purge."""
-
-    # No index of its own: the lookups below lead with it, and a bare client index would
-    # tempt the planner into scanning all of one client's records for a key.
-    client = models.ForeignKey(
-        ApiClient, on_delete=models.PROTECT, related_name="+", db_index=False
-    )
-    operation_type = models.CharField(max_length=64)
-    key = models.CharField(max_length=255)
-    fingerprint = models.CharField(max_length=64)
-    # The canonical values the fingerprint was computed from: names what differs on a 409.
-    fingerprint_fields = models.JSONField(default=dict)
-    resource_id = models.CharField(max_length=64, blank=True, default="")
-    status = models.CharField(
-        max_length=16,
-        choices=IdempotencyStatus.choices,
-        default=IdempotencyStatus.PROCESSING,
-    )
-    response_status = models.PositiveSmallIntegerField(null=True, blank=True)
-    response_body = models.BinaryField(null=True, blank=True)
-    response_location = models.CharField(max_length=255, blank=True, default="")
-    expires_at = models.DateTimeField()
-    expired_at = models.DateTimeField(null=True, blank=True)
-    created_at = models.DateTimeField(default=timezone.now)
-    updated_at = models.DateTimeField(default=timezone.now)
-
-    class Meta:
-        constraints = [
-            models.UniqueConstraint(
-                fields=["client", "operation_type", "key"],
-                condition=Q(expired_at__isnull=True),
-                name="deployments_idem_live_key_uniq",
-            ),
-        ]
-        indexes = [
-            # Expired records of a key, for the key lookup API; live ones stay out of it.
-            models.Index(
-                fields=["client", "operation_type", "key"],
-                name="deployments_idem_oldkey_idx",
-                condition=Q(expired_at__isnull=False),
-            ),
-            models.Index(
-                fields=["operation_type", "resource_id"],
-                name="deployments_idem_resource_idx",
-            ),
-            # Cleanup: live records past their expiry, and expired ones past retention.
-            models.Index(
-                fields=["expires_at"],
-                name="deployments_idem_expiry_idx",
-                condition=Q(expired_at__isnull=True),
-            ),
-            models.Index(
-                fields=["expired_at"],
-                name="deployments_idem_expired_idx",
-                condition=Q(expired_at__isnull=False),
-            ),
-            models.Index(
-                fields=["status", "-created_at"], name="deployments_idem_status_idx"
-            ),
-        ]
-
-    def __str__(self) -> str:
-        return f"{self.operation_type}:{self.key}"
-
-    @property
-    def is_expired(self) -> bool:
-        return self.expired_at is not None or self.expires_at <= timezone.now()
 
 
 class StatusSync(BaseModel):

@@ -3,23 +3,25 @@
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from celery import current_app
 from django.conf import settings
 from django.db import transaction
+from django.db.models import CharField, F, Value
 from django.utils import timezone
 
 from core.errors import NotFound
 from core.logging import correlation_id_bound, correlation_id_get
 from core.models import ApiClient
+from idempotency.services import idempotency_record_resolve
 
 from .executors import ExecutionResult, executor_get
 from .models import (
     TERMINAL_JOB_STATUSES,
     Build,
     Deployment,
-    IdempotencyRecord,
-    IdempotencyStatus,
     Job,
     JobStatus,
     JobTransition,
@@ -27,6 +29,9 @@ from .models import (
 )
 
 logger = logging.getLogger(__name__)
+
+# Published by name, so that this module never imports the tasks that run it.
+RUN_JOB_TASK = "deployments.run_job"
 
 JOB_MODELS: dict[str, type[Job]] = {"deployment": Deployment, "build": Build}
 OPERATION_TYPES: dict[str, str] = {
@@ -42,8 +47,6 @@ def job_kind(job: Job) -> str:
 def job_dispatch(*, job: Job) -> None:
     """Publishes the job's task once the surrounding transaction commits. A failed publish is
     only logged: the job row is the outbox, and the sweep publishes it again."""
-    from .tasks import job_run_task
-
     kind, public_id = job_kind(job), job.public_id
     # The idempotency key is the job's correlation id, also when the sweep publishes it.
     correlation_id = correlation_id_get() or job.idempotency_key
@@ -51,7 +54,7 @@ def job_dispatch(*, job: Job) -> None:
     def publish() -> None:
         try:
             with correlation_id_bound(correlation_id):
-                job_run_task.delay(kind, public_id)
+                current_app.send_task(RUN_JOB_TASK, args=[kind, public_id])
             logger.info("job.dispatched", extra={"kind": kind, "job_id": public_id})
         except Exception:
             logger.warning(
@@ -108,12 +111,20 @@ def _transition_record(
     )
 
 
-def report_applies(*, job: Job, status: str, at: datetime) -> bool:
-    """The ordering rule for reported statuses (status-sync, the worker's own results): a
-    non-terminal status never replaces a terminal one, and a report older than the last applied
-    change is not applied; a newer terminal status may replace an older terminal one."""
+def report_applies(
+    *, job: Job, status: str, at: datetime, github_status_id: int | None = None
+) -> bool:
+    """The one ordering rule for reported statuses (status-sync, GitHub's deployment
+    statuses, the worker's own results). A non-terminal status never replaces a terminal one.
+    Then reports are ordered by their reporter's own sequence where it has one (GitHub's
+    ``deployment_status`` ids: only a higher id applies), else by time: a report older than
+    the last applied change is not applied. A newer terminal status may replace an older
+    terminal one (a failed deploy later reported as succeeded)."""
     if job.status in TERMINAL_JOB_STATUSES and status not in TERMINAL_JOB_STATUSES:
         return False
+    if github_status_id is not None:
+        last = getattr(job, "last_github_status_id", None)
+        return last is None or github_status_id > last
     return at >= job.status_changed_at
 
 
@@ -138,13 +149,10 @@ def job_status_set(
             detail=detail,
         )
     if status in TERMINAL_JOB_STATUSES:
-        IdempotencyRecord.objects.filter(
-            operation_type=OPERATION_TYPES[job_kind(job)], resource_id=job.public_id
-        ).update(
-            status=IdempotencyStatus.SUCCEEDED
-            if status == JobStatus.SUCCEEDED
-            else IdempotencyStatus.FAILED,
-            updated_at=timezone.now(),
+        idempotency_record_resolve(
+            operation_type=OPERATION_TYPES[job_kind(job)],
+            resource_id=job.public_id,
+            succeeded=status == JobStatus.SUCCEEDED,
         )
     logger.info(
         "job.transition",
@@ -308,28 +316,46 @@ def status_sync_record(
     )
 
 
-def idempotency_records_cleanup(*, batch_size: int = 5000) -> dict:
-    """Marks live records past their TTL as expired, and purges expired records older than
-    ``IDEMPOTENCY_AUDIT_RETENTION_SECONDS``. The resources they created stay."""
-    now = timezone.now()
-    retention_cutoff = now - timedelta(
-        seconds=settings.IDEMPOTENCY_AUDIT_RETENTION_SECONDS
-    )
-    with transaction.atomic():
-        to_expire = list(
-            IdempotencyRecord.objects.select_for_update(skip_locked=True)
-            .filter(expired_at__isnull=True, expires_at__lte=now)
-            .values_list("pk", flat=True)[:batch_size]
+@dataclass(frozen=True)
+class StatusReportOutcome:
+    deployment: Deployment | None
+    applied: bool
+
+
+def deployment_status_report_apply(
+    *,
+    repository: str,
+    environment: str,
+    sha: str,
+    github_status_id: int,
+    status: str,
+    reported_at: datetime,
+    actor: str,
+    detail: str = "",
+) -> StatusReportOutcome:
+    """A deployment status reported by GitHub: applies, under ``report_applies``, to the most
+    recent deployment of ``repository`` to ``environment`` whose commit ``sha`` starts with.
+    Locks that deployment until the caller's transaction ends."""
+    deployment = (
+        Deployment.objects.select_for_update()
+        .alias(github_sha=Value(sha, output_field=CharField()))
+        .filter(
+            repository=repository,
+            environment=environment,
+            github_sha__startswith=F("commit_sha"),
         )
-        expired = IdempotencyRecord.objects.filter(pk__in=to_expire).update(
-            expired_at=now, updated_at=now
-        )
-    purged_ids = list(
-        IdempotencyRecord.objects.filter(expired_at__lt=retention_cutoff).values_list(
-            "pk", flat=True
-        )[:batch_size]
+        .order_by("-id")
+        .first()
     )
-    purged, _ = IdempotencyRecord.objects.filter(pk__in=purged_ids).delete()
-    if expired or purged:
-        logger.info("idempotency.cleanup", extra={"expired": expired, "purged": purged})
-    return {"expired": expired, "purged": purged}
+    if deployment is None:
+        return StatusReportOutcome(deployment=None, applied=False)
+    if not report_applies(
+        job=deployment, status=status, at=reported_at, github_status_id=github_status_id
+    ):
+        return StatusReportOutcome(deployment=deployment, applied=False)
+    deployment.last_github_status_id = github_status_id
+    deployment.save(update_fields=["last_github_status_id"])
+    job_status_set(
+        job=deployment, status=status, at=reported_at, actor=actor, detail=detail
+    )
+    return StatusReportOutcome(deployment=deployment, applied=True)

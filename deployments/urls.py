@@ -12,10 +12,4 @@ urlpatterns = [
     path("builds/", apis.BuildCollectionApi.as_view(), name="builds"),
     path("builds/<str:build_id>/", apis.BuildDetailApi.as_view(), name="build-detail"),
     path("status-sync/", apis.StatusSyncApi.as_view(), name="status-sync"),
-    # <path:> so that a key holding "/" (sent percent-encoded or not) still resolves.
-    path(
-        "idempotency-keys/<str:operation_type>/<path:key>/",
-        apis.IdempotencyKeyDetailApi.as_view(),
-        name="idempotency-key-detail",
-    ),
 ]

@@ -2,7 +2,7 @@
 
 from django.contrib import admin
 
-from audit.admin_utils import ReadOnlyAdminMixin, ReadOnlyInlineMixin
+from core.admin_base import ReadOnlyAdminMixin, ReadOnlyInlineMixin
 
 from .models import Citation, DocumentRevision, ResearchDocument
 

@@ -1,32 +1,22 @@
-"""Writes. Functions with keyword-only, typed arguments: <entity>_<action>."""
+"""Writes: research documents change only through ``document_change_apply``, under the
+ordering rule (docs/architecture.md, "Research documents")."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.core.validators import URLValidator
 from django.db import OperationalError, connection
 from django.utils import timezone
-from django.utils.dateparse import parse_datetime
 from psycopg.errors import LockNotAvailable
 
 from core.errors import PermanentProcessingError, TransientProcessingError
 
 from .models import Citation, DocumentRevision, ResearchDocument
-
-if TYPE_CHECKING:
-    from webhooks.models import InboxEvent
-
-DOCUMENT_EVENT_KINDS = {
-    "research.document.created": DocumentRevision.Kind.CREATED,
-    "research.document.updated": DocumentRevision.Kind.UPDATED,
-    "research.document.deleted": DocumentRevision.Kind.DELETED,
-}
 
 _http_url = URLValidator(schemes=["http", "https"])
 
@@ -77,51 +67,44 @@ def _reject(reason: str) -> PermanentProcessingError:
     return PermanentProcessingError(reason)
 
 
-def _optional_str(container: dict, key: str, where: str) -> str:
-    value = container.get(key)
-    if value is None:
-        return ""
+def _string(value: Any, where: str) -> str:
     if not isinstance(value, str):
-        raise _reject(f"{where}.{key} must be a string, got {type(value).__name__}")
+        raise _reject(f"{where} must be a string, got {type(value).__name__}")
+    if "\x00" in value:
+        raise _reject(f"{where} must not contain NUL characters")
     return value
 
 
-def _data_validate(data: Any) -> tuple[str, list[str], list[dict[str, str]]]:
-    """``summary`` a string, ``authors`` a list of strings, ``citations`` a list of
-    ``{text, reference_url}`` with absolute http(s) URLs. Absent members mean empty."""
+def _list(value: Any, where: str) -> list:
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise _reject(f"{where} must be a list, got {type(value).__name__}")
+    return value
+
+
+def document_data_validate(data: Any) -> tuple[str, list[str], list[dict[str, str]]]:
+    """The ``data`` member of a created or updated event: ``summary`` a string, ``authors`` a
+    list of strings, ``citations`` a list of ``{text, reference_url}`` with absolute http(s)
+    URLs; absent members mean empty. No string may hold a NUL character (the database refuses
+    it). Invalid data raises ``PermanentProcessingError`` naming what is wrong."""
     if data is None:
         return "", [], []
     if not isinstance(data, dict):
         raise _reject(f"data must be an object, got {type(data).__name__}")
-    summary = _optional_str(data, "summary", "data")
-
-    authors = data.get("authors")
-    if authors is None:
-        authors = []
-    if not isinstance(authors, list):
-        raise _reject(f"data.authors must be a list, got {type(authors).__name__}")
-    for index, author in enumerate(authors):
-        if not isinstance(author, str):
-            raise _reject(
-                f"data.authors[{index}] must be a string, got {type(author).__name__}"
-            )
-
-    citations = data.get("citations")
-    if citations is None:
-        citations = []
-    if not isinstance(citations, list):
-        raise _reject(f"data.citations must be a list, got {type(citations).__name__}")
+    summary = data.get("summary")
+    summary = "" if summary is None else _string(summary, "data.summary")
+    authors = [
+        _string(author, f"data.authors[{index}]")
+        for index, author in enumerate(_list(data.get("authors"), "data.authors"))
+    ]
     cleaned: list[dict[str, str]] = []
-    for index, citation in enumerate(citations):
+    for index, citation in enumerate(_list(data.get("citations"), "data.citations")):
         where = f"data.citations[{index}]"
         if not isinstance(citation, dict):
             raise _reject(f"{where} must be an object with text and reference_url")
-        text = citation.get("text")
-        url = citation.get("reference_url")
-        if not isinstance(text, str):
-            raise _reject(f"{where}.text must be a string")
-        if not isinstance(url, str) or not url:
-            raise _reject(f"{where}.reference_url must be a string")
+        text = _string(citation.get("text"), f"{where}.text")
+        url = _string(citation.get("reference_url"), f"{where}.reference_url")
         try:
             _http_url(url)
         except ValidationError:
@@ -130,75 +113,6 @@ def _data_validate(data: Any) -> tuple[str, list[str], list[dict[str, str]]]:
             ) from None
         cleaned.append({"text": text, "reference_url": url})
     return summary, authors, cleaned
-
-
-def _datetime_parse(value: Any, where: str) -> datetime | None:
-    if value in (None, ""):
-        return None
-    parsed = parse_datetime(value) if isinstance(value, str) else None
-    if parsed is None or parsed.tzinfo is None:
-        raise _reject(f"{where} must be an RFC 3339 date-time with a UTC offset")
-    return parsed
-
-
-def document_change_parse(*, event: InboxEvent, kind: str) -> DocumentChange:
-    """Reads the event's raw body into a validated change; raises
-    ``PermanentProcessingError`` with an operator-readable reason when the data is invalid."""
-    if event.raw_body is None:
-        raise _reject("the raw body was purged; the event cannot be processed")
-    try:
-        body = json.loads(bytes(event.raw_body))
-    except (ValueError, UnicodeDecodeError):
-        raise _reject("the raw body is not JSON") from None
-    if not isinstance(body, dict):
-        raise _reject("the body is not a JSON object")
-    entity = body.get("entity")
-    if not isinstance(entity, dict):
-        entity = {}
-    entity_id = event.entity_id or _optional_str(entity, "entity_id", "entity")
-    if not entity_id:
-        raise _reject("entity.entity_id is missing")
-    source = body.get("source")
-    if source is None:
-        source = {}
-    if not isinstance(source, dict):
-        raise _reject("source must be an object")
-
-    if kind == DocumentRevision.Kind.DELETED:
-        summary, authors, citations = "", [], []
-        source_url = title = ""
-        published_at = None
-    else:
-        summary, authors, citations = _data_validate(body.get("data"))
-        source_url = _optional_str(source, "url", "source")
-        title = _optional_str(source, "title", "source")
-        published_at = _datetime_parse(
-            source.get("published_at"), "source.published_at"
-        )
-        if not source_url:
-            raise _reject("source.url is required for created and updated events")
-    content_hash = _optional_str(source, "content_hash", "source")
-    if kind != DocumentRevision.Kind.DELETED and not content_hash:
-        raise _reject("source.content_hash is required for created and updated events")
-
-    occurred_at = event.occurred_at or _datetime_parse(
-        body.get("occurred_at"), "occurred_at"
-    )
-    return DocumentChange(
-        kind=kind,
-        entity_id=entity_id,
-        entity_type=event.entity_type or _optional_str(entity, "entity_type", "entity"),
-        source_version=event.source_version,
-        occurred_at=occurred_at,
-        event_id=event.event_id,
-        source_url=source_url,
-        title=title,
-        content_hash=content_hash,
-        published_at=published_at,
-        summary=summary,
-        authors=authors,
-        citations=citations,
-    )
 
 
 def document_change_decide(
@@ -270,7 +184,7 @@ def _document_lock(*, entity_id: str) -> ResearchDocument:
 
 
 def document_change_apply(
-    *, event: InboxEvent, change: DocumentChange
+    *, inbox_event_id: int, change: DocumentChange
 ) -> tuple[str, ResearchDocument, DocumentRevision | None]:
     """Applies ``change`` to its document if the ordering rule lets it, with its revision.
 
@@ -317,7 +231,7 @@ def document_change_apply(
         )
     revision = DocumentRevision.objects.create(
         document=document,
-        inbox_event=event,
+        inbox_event_id=inbox_event_id,
         event_id=change.event_id,
         kind=change.kind,
         source_version=change.source_version,

@@ -3,28 +3,25 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
+from core.models import AppendOnlyModel
 
-class SignatureScheme(models.TextChoices):
-    HMAC_SHA256 = "hmac-sha256", "HMAC-SHA256 (timestamp.body)"
-    STANDARD_WEBHOOKS = "standard-webhooks", "Standard Webhooks"
-    GITHUB = "github", "GitHub (X-Hub-Signature-256)"
-
-
-class HandlerName(models.TextChoices):
-    RESEARCH = "research", "Research documents"
-    GITHUB = "github", "GitHub events"
+from .integrations import integration_choices
+from .schemes import DEFAULT_SCHEME, scheme_choices
 
 
 class WebhookSource(models.Model):
     """A producer that POSTs to /webhooks/<slug>/, with its scheme, handler and secrets."""
 
     slug = models.SlugField(max_length=64)
+    # Both from their registries: a new scheme or integration needs no migration.
     scheme = models.CharField(
-        max_length=32,
-        choices=SignatureScheme.choices,
-        default=SignatureScheme.HMAC_SHA256,
+        max_length=32, choices=scheme_choices, default=DEFAULT_SCHEME
     )
-    handler = models.CharField(max_length=32, choices=HandlerName.choices)
+    handler = models.CharField(
+        max_length=32,
+        choices=integration_choices,
+        help_text="The integration that reads and applies this source's events.",
+    )
     timestamp_tolerance_seconds = models.PositiveIntegerField(
         null=True,
         blank=True,
@@ -79,6 +76,9 @@ class ProcessingStatus(models.TextChoices):
     FAILED = "failed"
     DEAD_LETTERED = "dead_lettered"
 
+
+# What an operator may replay: back to ``received`` with a fresh round of attempts.
+REPLAYABLE_STATUSES = (ProcessingStatus.DEAD_LETTERED, ProcessingStatus.FAILED)
 
 TERMINAL_STATUSES = frozenset(
     {
@@ -161,15 +161,13 @@ class InboxEvent(models.Model):
         permissions = [("replay_inboxevent", "Can replay dead-lettered inbox events")]
 
     def __str__(self) -> str:
-        return f"{self.source_id}:{self.event_id}"
-
-    @property
-    def is_terminal(self) -> bool:
-        return self.processing_status in TERMINAL_STATUSES
+        return self.event_id
 
 
 class InboxAttempt(models.Model):
-    """One processing attempt of an inbox event (append-only)."""
+    """One processing attempt of an inbox event: written when the attempt starts (so that an
+    attempt whose worker died stays visible), closed with its outcome when it ends. Rows are
+    never deleted while their event exists."""
 
     class Outcome(models.TextChoices):
         STARTED = "started"
@@ -197,7 +195,7 @@ class InboxAttempt(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"attempt {self.number} of {self.event_id}"
+        return f"attempt {self.number}"
 
 
 class FingerprintMismatch(models.Model):
@@ -234,6 +232,7 @@ class FingerprintMismatch(models.Model):
                 name="webhooks_mismatch_open_idx",
             ),
         ]
+        verbose_name_plural = "fingerprint mismatches"
         permissions = [
             (
                 "investigate_fingerprintmismatch",
@@ -242,7 +241,8 @@ class FingerprintMismatch(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"mismatch #{self.pk} on {self.event_id}"
+        received = f"{self.received_at:%Y-%m-%d %H:%M:%S}"
+        return f"conflicting delivery of {self.event.event_id} at {received}"
 
 
 class SignatureFailure(models.Model):
@@ -270,4 +270,119 @@ class SignatureFailure(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.source_id} {self.reason} x{self.count}"
+        return f"{self.reason} x{self.count} at {self.window_start:%Y-%m-%d %H:%M}"
+
+
+class OperatorAction(AppendOnlyModel):
+    """Who did what to which inbox events, when and why. Append-only; auditors browse it."""
+
+    class Action(models.TextChoices):
+        REPLAY = "replay"
+        BULK_REPLAY = "bulk_replay"
+        MARK_INVESTIGATED = "mark_investigated"
+        ROTATE_SECRET = "rotate_secret"  # noqa: S105 - an action name
+
+    action = models.CharField(max_length=32, choices=Action.choices)
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="+",
+    )
+    # The admin user's username, or "os:<login>" for a command run from a shell: kept as text so
+    # the record reads the same after the user is renamed.
+    actor_name = models.CharField(max_length=255)
+    reason = models.TextField(blank=True, default="")
+    event_ids = models.JSONField(default=list, help_text="Inbox event primary keys.")
+    event_count = models.PositiveIntegerField(default=0)
+    skipped_count = models.PositiveIntegerField(
+        default=0, help_text="Selected rows that were not in a replayable status."
+    )
+    details = models.JSONField(default=dict, blank=True)
+    bulk_job = models.ForeignKey(
+        "BulkReplayJob",
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="actions",
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["-created_at"], name="webhooks_action_created_idx"),
+            models.Index(
+                fields=["action", "-created_at"], name="webhooks_action_kind_idx"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.action} by {self.actor_name} ({self.event_count} events)"
+
+
+class BulkReplayJob(models.Model):
+    """Replay of every inbox row matching a filter, run by a worker in chunks."""
+
+    class State(models.TextChoices):
+        COUNTED = "counted", "Dry run counted, waiting to start"
+        QUEUED = "queued"
+        RUNNING = "running"
+        SUCCEEDED = "succeeded"
+        FAILED = "failed"
+
+    source = models.ForeignKey(
+        WebhookSource,
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="+",
+        help_text="Empty: every source.",
+    )
+    status = models.CharField(
+        max_length=32,
+        choices=[(s.value, s.label) for s in REPLAYABLE_STATUSES],
+        default=ProcessingStatus.DEAD_LETTERED,
+    )
+    since = models.DateTimeField(
+        null=True, blank=True, help_text="Only rows received at or after this time."
+    )
+    event_ids = models.JSONField(
+        default=list, blank=True, help_text="Only these event ids (producer ids)."
+    )
+    reason = models.TextField()
+    state = models.CharField(
+        max_length=16, choices=State.choices, default=State.COUNTED
+    )
+    dry_run_count = models.PositiveIntegerField(default=0)
+    total = models.PositiveIntegerField(default=0)
+    processed = models.PositiveIntegerField(default=0)
+    error = models.TextField(blank=True, default="")
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="+",
+    )
+    created_by_name = models.CharField(max_length=255, blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["-created_at"], name="webhooks_bulkjob_created_idx")
+        ]
+
+    def __str__(self) -> str:
+        return f"bulk replay #{self.pk} ({self.state})"
+
+
+class DeadLetteredEvent(InboxEvent):
+    """The dead-letter queue: inbox rows in ``dead_lettered``, as their own admin list."""
+
+    class Meta:
+        proxy = True
+        verbose_name = "dead-lettered event"
+        verbose_name_plural = "dead-letter queue"

@@ -25,10 +25,10 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
-from core import metrics
 from core.errors import PermanentProcessingError
 
-from .handlers import HandlerResult, handler_get
+from . import metrics
+from .integrations import HandlerResult, integration_get
 from .models import TERMINAL_STATUSES, InboxAttempt, InboxEvent, ProcessingStatus
 
 logger = logging.getLogger(__name__)
@@ -211,8 +211,7 @@ def _inbox_event_claim(
 
 
 def _handler_call(event: InboxEvent) -> HandlerResult:
-    handler = handler_get(event.source.handler)
-    result = handler(event)
+    result = integration_get(event.source.handler).handle(event)
     if result.status not in HANDLER_STATUSES:
         raise ValueError(f"handler returned an invalid status {result.status!r}")
     return result

@@ -1,4 +1,6 @@
-"""Signature schemes: a registry from a source's ``scheme`` to a small verifier.
+"""Signature schemes (docs/http-api.md, "Signature schemes"): a registry from a source's
+``scheme`` to one class that verifies a delivery, signs one (for ``send_test_webhook`` and the
+tests) and generates and validates its secrets.
 
 Every verifier works on the raw bytes as received (never re-serialised JSON), compares in
 constant time with ``hmac.compare_digest``, accepts several signatures in one header (any valid
@@ -6,7 +8,7 @@ one against any valid secret passes) and skips entries of an unknown version (``
 A header present with no parsable entry of a known version is ``malformed``; a parsable entry
 that matches no secret is ``mismatch``; a missing or empty header is ``missing``.
 
-Adding a scheme is one class and one line in ``SCHEMES``.
+Adding a scheme is one class and one entry in ``SCHEMES``.
 """
 
 from __future__ import annotations
@@ -16,8 +18,12 @@ import binascii
 import hashlib
 import hmac
 import re
+import secrets as random_secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Protocol
+
+from core.errors import InvalidPayload
 
 from .errors import InvalidSignature
 
@@ -37,6 +43,25 @@ class Verified:
 
     event_id: str
     timestamp: str | None
+
+
+class SignatureScheme(Protocol):
+    """What a scheme does. ``verify`` raises ``InvalidSignature`` with its reason."""
+
+    name: str
+    label: str
+
+    def verify(
+        self, *, raw_body: bytes, headers: Mapping[str, str], secrets: Sequence[str]
+    ) -> Verified: ...
+
+    def sign(
+        self, *, raw_body: bytes, secret: str, event_id: str, timestamp: int
+    ) -> dict[str, str]: ...
+
+    def secret_generate(self) -> str: ...
+
+    def secret_validate(self, secret: str) -> None: ...
 
 
 def _header(headers: Mapping[str, str], name: str) -> str:
@@ -67,10 +92,17 @@ def _hex_entries(header: str, prefix: str) -> list[bytes]:
     return digests
 
 
+def _secret_length_check(secret: str) -> None:
+    if not secret or len(secret) > 255 or "\x00" in secret:
+        raise InvalidPayload(details={"secret": ["1-255 characters, no NUL."]})
+
+
 class HmacSha256Scheme:
     """``X-Webhook-Signature: v1=<hex>`` over ``b"<timestamp>." + raw_body``; the key is the
     secret's UTF-8 bytes."""
 
+    name = "hmac-sha256"
+    label = "HMAC-SHA256 (timestamp.body)"
     id_header = "X-Webhook-Id"
     timestamp_header = "X-Webhook-Timestamp"
     signature_header = "X-Webhook-Signature"
@@ -91,6 +123,22 @@ class HmacSha256Scheme:
             raise InvalidSignature(REASON_MISMATCH)
         return Verified(event_id=_header(headers, self.id_header), timestamp=timestamp)
 
+    def sign(
+        self, *, raw_body: bytes, secret: str, event_id: str, timestamp: int
+    ) -> dict[str, str]:
+        digest = _hmac_sha256(secret.encode(), f"{timestamp}.".encode() + raw_body)
+        return {
+            self.id_header: event_id,
+            self.timestamp_header: str(timestamp),
+            self.signature_header: f"v1={digest.hex()}",
+        }
+
+    def secret_generate(self) -> str:
+        return random_secrets.token_urlsafe(32)
+
+    def secret_validate(self, secret: str) -> None:
+        _secret_length_check(secret)
+
 
 def standard_webhooks_key(secret: str) -> bytes:
     """The key of a ``whsec_<base64>`` secret, as the reference library derives it."""
@@ -101,6 +149,8 @@ class StandardWebhooksScheme:
     """Standard Webhooks: ``webhook-signature: v1,<base64>`` (space-separated list) over
     ``b"<id>.<timestamp>." + raw_body``; the key is the base64 part of ``whsec_<base64>``."""
 
+    name = "standard-webhooks"
+    label = "Standard Webhooks"
     id_header = "webhook-id"
     timestamp_header = "webhook-timestamp"
     signature_header = "webhook-signature"
@@ -134,10 +184,38 @@ class StandardWebhooksScheme:
             raise InvalidSignature(REASON_MISMATCH)
         return Verified(event_id=event_id, timestamp=timestamp)
 
+    def sign(
+        self, *, raw_body: bytes, secret: str, event_id: str, timestamp: int
+    ) -> dict[str, str]:
+        digest = _hmac_sha256(
+            standard_webhooks_key(secret),
+            f"{event_id}.{timestamp}.".encode() + raw_body,
+        )
+        return {
+            self.id_header: event_id,
+            self.timestamp_header: str(timestamp),
+            self.signature_header: f"v1,{base64.b64encode(digest).decode()}",
+        }
+
+    def secret_generate(self) -> str:
+        return "whsec_" + base64.b64encode(random_secrets.token_bytes(32)).decode()
+
+    def secret_validate(self, secret: str) -> None:
+        _secret_length_check(secret)
+        try:
+            if not secret.startswith("whsec_") or not standard_webhooks_key(secret):
+                raise ValueError(secret)
+        except ValueError as exc:
+            raise InvalidPayload(
+                details={"secret": ["A standard-webhooks secret is whsec_<base64>."]}
+            ) from exc
+
 
 class GitHubScheme:
     """GitHub: ``X-Hub-Signature-256: sha256=<hex>`` over the raw body; no timestamp."""
 
+    name = "github"
+    label = "GitHub (X-Hub-Signature-256)"
     id_header = "X-GitHub-Delivery"
     timestamp_header = None
     signature_header = "X-Hub-Signature-256"
@@ -156,45 +234,46 @@ class GitHubScheme:
             raise InvalidSignature(REASON_MISMATCH)
         return Verified(event_id=_header(headers, self.id_header), timestamp=None)
 
+    def sign(
+        self, *, raw_body: bytes, secret: str, event_id: str, timestamp: int
+    ) -> dict[str, str]:
+        digest = _hmac_sha256(secret.encode(), raw_body)
+        return {
+            self.id_header: event_id,
+            self.signature_header: f"sha256={digest.hex()}",
+        }
 
-SCHEMES = {
-    "hmac-sha256": HmacSha256Scheme(),
-    "standard-webhooks": StandardWebhooksScheme(),
-    "github": GitHubScheme(),
+    def secret_generate(self) -> str:
+        return random_secrets.token_urlsafe(32)
+
+    def secret_validate(self, secret: str) -> None:
+        _secret_length_check(secret)
+
+
+SCHEMES: dict[str, SignatureScheme] = {
+    scheme.name: scheme
+    for scheme in (
+        HmacSha256Scheme(),
+        StandardWebhooksScheme(),
+        GitHubScheme(),
+    )
 }
+DEFAULT_SCHEME = HmacSha256Scheme.name
 
 
-def scheme_get(name: str) -> HmacSha256Scheme | StandardWebhooksScheme | GitHubScheme:
+def scheme_get(name: str) -> SignatureScheme:
     return SCHEMES[name]
+
+
+def scheme_choices() -> list[tuple[str, str]]:
+    """The ``WebhookSource.scheme`` choices: the registry's schemes."""
+    return [(name, scheme.label) for name, scheme in SCHEMES.items()]
 
 
 def signature_headers(
     *, scheme: str, secret: str, raw_body: bytes, event_id: str, timestamp: int
 ) -> dict[str, str]:
     """The headers a producer sends: used by ``send_test_webhook`` and the tests."""
-    if scheme == "hmac-sha256":
-        digest = hmac.new(
-            secret.encode(), f"{timestamp}.".encode() + raw_body, hashlib.sha256
-        )
-        return {
-            "X-Webhook-Id": event_id,
-            "X-Webhook-Timestamp": str(timestamp),
-            "X-Webhook-Signature": f"v1={digest.hexdigest()}",
-        }
-    if scheme == "standard-webhooks":
-        digest = _hmac_sha256(
-            standard_webhooks_key(secret),
-            f"{event_id}.{timestamp}.".encode() + raw_body,
-        )
-        return {
-            "webhook-id": event_id,
-            "webhook-timestamp": str(timestamp),
-            "webhook-signature": f"v1,{base64.b64encode(digest).decode()}",
-        }
-    if scheme == "github":
-        digest = hmac.new(secret.encode(), raw_body, hashlib.sha256)
-        return {
-            "X-GitHub-Delivery": event_id,
-            "X-Hub-Signature-256": f"sha256={digest.hexdigest()}",
-        }
-    raise KeyError(scheme)
+    return scheme_get(scheme).sign(
+        raw_body=raw_body, secret=secret, event_id=event_id, timestamp=timestamp
+    )

@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 from datetime import datetime
 
-from django.db import connection
+from django.db import connection, models
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 
@@ -74,3 +74,61 @@ def inbox_event_get(*, source_slug: str, event_id: str) -> InboxEvent | None:
         .defer("raw_body", "headers")
         .first()
     )
+
+
+MAX_EVENT_TYPES = 100
+
+
+def inbox_event_types(*, limit: int = MAX_EVENT_TYPES) -> list[str]:
+    """The distinct event types of the inbox, read with a loose index scan of
+    ``(event_type, received_at)`` (one index probe per type) instead of ``SELECT DISTINCT``
+    over the table."""
+    table = connection.ops.quote_name(InboxEvent._meta.db_table)
+    sql = f"""
+        WITH RECURSIVE types(event_type) AS (
+            SELECT MIN(event_type) FROM {table}
+            UNION ALL
+            SELECT (SELECT e.event_type FROM {table} e
+                    WHERE e.event_type > types.event_type
+                    ORDER BY e.event_type LIMIT 1)
+            FROM types WHERE types.event_type IS NOT NULL
+        )
+        SELECT event_type FROM types WHERE event_type IS NOT NULL LIMIT %s
+    """  # noqa: S608 - the table name is the model's, not input
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [limit])
+        return [row[0] for row in cursor.fetchall()]
+
+
+def inbox_event_body(*, inbox_event_id: int) -> bytes | None:
+    """The stored raw body of one row (``None`` once purged)."""
+    body = (
+        InboxEvent.objects.filter(pk=inbox_event_id)
+        .values_list("raw_body", flat=True)
+        .first()
+    )
+    return bytes(body) if body is not None else None
+
+
+def inbox_events_by_pks(*, pks: list[int]) -> QuerySet[InboxEvent]:
+    """The rows an operator action names, with their source, in id order."""
+    return (
+        InboxEvent.objects.filter(pk__in=pks)
+        .select_related("source")
+        .only("pk", "event_id", "source__slug")
+        .order_by("pk")
+    )
+
+
+def inbox_event_products(*, event: InboxEvent, limit: int = 10) -> list[models.Model]:
+    """What the event produced in the apps its handlers write to (a research revision, say):
+    every row of another app that points at it. Found through the relations those apps
+    declare, so that the inbox names none of them."""
+    found: list[models.Model] = []
+    for relation in InboxEvent._meta.related_objects:
+        model = relation.related_model
+        if model._meta.app_label == InboxEvent._meta.app_label or relation.many_to_many:
+            continue
+        related = model._base_manager.filter(**{relation.field.name: event})
+        found.extend(related.order_by("pk")[:limit])
+    return found

@@ -2,39 +2,38 @@
 
 from __future__ import annotations
 
-import base64
 import functools
 import hashlib
 import logging
-import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 
 from django.conf import settings
+from django.contrib.auth.models import AbstractBaseUser
 from django.db import connection, transaction
-from django.db.models import Q
+from django.db.models import Q, QuerySet
 from django.utils import timezone
 
-from core.errors import InvalidPayload
-from core.metrics import (
+from .dispatch import inbox_event_publish
+from .envelopes import Envelope, body_parse
+from .errors import InconsistentDuplicate, InvalidSignature, StaleTimestamp
+from .integrations import integration_get
+from .metrics import (
     WEBHOOK_DUPLICATES,
     WEBHOOK_INCONSISTENT_DUPLICATES,
     WEBHOOK_SIGNATURE_FAILURES,
 )
-
-from .envelopes import ENVELOPES, Envelope, body_parse
-from .errors import InconsistentDuplicate, InvalidSignature, StaleTimestamp
 from .models import (
     FingerprintMismatch,
     InboxEvent,
+    OperatorAction,
     ProcessingStatus,
     SignatureFailure,
-    SignatureScheme,
     WebhookSecret,
     WebhookSource,
 )
-from .schemes import scheme_get, standard_webhooks_key
+from .schemes import scheme_get
 from .selectors import webhook_secrets_valid
 
 logger = logging.getLogger(__name__)
@@ -61,33 +60,14 @@ SIGNATURE_HEADERS = ("x-webhook-signature", "webhook-signature", "x-hub-signatur
 # --- sources and secrets --------------------------------------------------------------------
 
 
-def webhook_secret_generate(*, scheme: str) -> str:
-    """A new random secret in the scheme's format (``whsec_<base64>`` for standard-webhooks)."""
-    if scheme == SignatureScheme.STANDARD_WEBHOOKS:
-        return "whsec_" + base64.b64encode(secrets.token_bytes(32)).decode()
-    return secrets.token_urlsafe(32)
-
-
-def _secret_validate(*, scheme: str, secret: str) -> None:
-    if not secret or len(secret) > 255:
-        raise InvalidPayload(details={"secret": ["1-255 characters."]})
-    if scheme == SignatureScheme.STANDARD_WEBHOOKS:
-        try:
-            if not secret.startswith("whsec_") or not standard_webhooks_key(secret):
-                raise ValueError(secret)
-        except ValueError as exc:
-            raise InvalidPayload(
-                details={"secret": ["A standard-webhooks secret is whsec_<base64>."]}
-            ) from exc
-
-
 @transaction.atomic
 def webhook_source_create(
     *, slug: str, scheme: str, handler: str, secret: str | None = None
 ) -> tuple[WebhookSource, str]:
     """Creates a source with one secret; returns the source and the secret (not shown again)."""
-    secret = secret or webhook_secret_generate(scheme=scheme)
-    _secret_validate(scheme=scheme, secret=secret)
+    signer = scheme_get(scheme)
+    secret = secret or signer.secret_generate()
+    signer.secret_validate(secret)
     source = WebhookSource(slug=slug, scheme=scheme, handler=handler)
     source.full_clean(validate_constraints=False)
     source.save()
@@ -105,17 +85,33 @@ def webhook_source_rotate(
     source: WebhookSource,
     secret: str | None = None,
     grace_seconds: int = DEFAULT_GRACE_SECONDS,
+    actor: AbstractBaseUser | None = None,
+    actor_name: str = "",
+    reason: str = "",
 ) -> str:
     """Adds a new secret that signs from now on; the secrets valid until now stay valid for
-    ``grace_seconds`` more (an earlier expiry is kept). Returns the new secret."""
-    secret = secret or webhook_secret_generate(scheme=source.scheme)
-    _secret_validate(scheme=source.scheme, secret=secret)
+    ``grace_seconds`` more (an earlier expiry is kept). Records who rotated and why as an
+    operator action, never the secret. Returns the new secret.
+
+    The source's row is locked for the rotation: two rotations at once run one after the
+    other, so the second one limits the first one's new secret to its grace period too."""
+    signer = scheme_get(source.scheme)
+    secret = secret or signer.secret_generate()
+    signer.secret_validate(secret)
+    WebhookSource.objects.select_for_update().filter(pk=source.pk).first()
     now = timezone.now()
     grace_end = now + timedelta(seconds=max(grace_seconds, 0))
-    WebhookSecret.objects.select_for_update().filter(source=source).filter(
+    WebhookSecret.objects.filter(source=source).filter(
         Q(expires_at__isnull=True) | Q(expires_at__gt=grace_end)
     ).update(expires_at=grace_end)
     WebhookSecret.objects.create(source=source, secret=secret, created_at=now)
+    OperatorAction.objects.create(
+        action=OperatorAction.Action.ROTATE_SECRET,
+        actor=actor,
+        actor_name=actor_name or (actor.get_username() if actor else "system"),
+        reason=reason,
+        details={"source": source.slug, "grace_seconds": grace_seconds},
+    )
     logger.info(
         "webhook_source.rotated",
         extra={"source": source.slug, "grace_seconds": grace_seconds},
@@ -248,21 +244,6 @@ def _inbox_upsert_sql(vendor: str) -> str:
     )
 
 
-def _dispatch(inbox_event_id: int, event_id: str) -> None:
-    """Publishes the processing task. The inbox row is the outbox: when the broker is down the
-    row stays ``received`` and the sweep publishes it later, so a failure here is logged only."""
-    from .tasks import process_inbox_event_task
-
-    try:
-        process_inbox_event_task.apply_async(args=[inbox_event_id])
-    except Exception:
-        logger.warning(
-            "inbox.dispatch_failed",
-            extra={"inbox_event_id": inbox_event_id, "event_id": event_id},
-            exc_info=True,
-        )
-
-
 def inbox_event_record(
     *,
     source: WebhookSource,
@@ -294,7 +275,7 @@ def inbox_event_record(
         raise
 
     body = body_parse(raw_body)
-    envelope = ENVELOPES[source.handler](
+    envelope = integration_get(source.handler).envelope(
         body=body, raw_body=raw_body, headers=headers, verified=verified
     )
     return _inbox_upsert(
@@ -374,7 +355,11 @@ def _inbox_upsert(
         inbox_event_id, delivery_count, processing_status = row
         created = delivery_count == 1
         if created:
-            transaction.on_commit(lambda: _dispatch(inbox_event_id, envelope.event_id))
+            transaction.on_commit(
+                lambda: inbox_event_publish(
+                    inbox_event_id=inbox_event_id, event_id=envelope.event_id
+                )
+            )
     if row is None:
         WEBHOOK_INCONSISTENT_DUPLICATES.inc()
         logger.warning("inbox.inconsistent_duplicate", extra=log_extra)
@@ -390,3 +375,35 @@ def _inbox_upsert(
         created=created,
         processing_status=processing_status,
     )
+
+
+# --- investigations -------------------------------------------------------------------------
+
+
+def fingerprint_mismatches_mark_investigated(
+    *, mismatches: QuerySet[FingerprintMismatch], actor: AbstractBaseUser, note: str
+) -> OperatorAction:
+    """Marks the open mismatches investigated with the note and records one operator action."""
+    now = timezone.now()
+    with transaction.atomic():
+        rows = list(
+            FingerprintMismatch.objects.filter(
+                pk__in=list(mismatches.values_list("pk", flat=True)),
+                investigated_at__isnull=True,
+            )
+            .select_for_update()
+            .order_by("pk")
+        )
+        ids = [row.pk for row in rows]
+        FingerprintMismatch.objects.filter(pk__in=ids).update(
+            investigated_at=now, investigated_by=actor, investigation_note=note
+        )
+        return OperatorAction.objects.create(
+            action=OperatorAction.Action.MARK_INVESTIGATED,
+            actor=actor,
+            actor_name=actor.get_username(),
+            reason=note,
+            event_ids=sorted({row.event_id for row in rows}),
+            event_count=len(ids),
+            details={"mismatch_ids": ids},
+        )

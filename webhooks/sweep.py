@@ -1,5 +1,5 @@
 """The inbox's outbox sweep: the row's status and times are the source of truth, messages are
-only a prompt. Run by ``core.tasks.periodic_sweep_task`` (beat)."""
+only a prompt. Run by ``webhooks.tasks.inbox_sweep_task`` (beat)."""
 
 from __future__ import annotations
 
@@ -11,10 +11,8 @@ from django.db import transaction
 from django.db.models import DateTimeField, ExpressionWrapper, F, Q, Value
 from django.utils import timezone
 
-from core.logging import correlation_id_bound
-
+from .dispatch import inbox_event_publish
 from .models import InboxEvent, ProcessingStatus
-from .tasks import process_inbox_event_publish
 
 logger = logging.getLogger(__name__)
 
@@ -80,9 +78,8 @@ def inbox_sweep(*, batch_size: int = 500) -> int:
     for _ in range(MAX_BATCHES_PER_SWEEP):
         rows = _inbox_sweep_claim(batch_size=batch_size)
         for inbox_event_id, event_id in rows:
-            with correlation_id_bound(event_id):
-                if process_inbox_event_publish(inbox_event_id=inbox_event_id):
-                    published += 1
+            if inbox_event_publish(inbox_event_id=inbox_event_id, event_id=event_id):
+                published += 1
         if len(rows) < batch_size:
             break
     if published:

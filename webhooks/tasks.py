@@ -1,46 +1,18 @@
-import logging
 import os
 import socket
-from datetime import datetime
 
 from celery import shared_task
-from django.conf import settings
 from django.db import InterfaceError, OperationalError
-from django.utils import timezone
 
+from .dispatch import BULK_REPLAY_TASK, PROCESS_TASK, inbox_event_publish
 from .processing import inbox_event_process
-
-logger = logging.getLogger(__name__)
-
-
-def process_inbox_event_publish(
-    *, inbox_event_id: int, eta: datetime | None = None
-) -> bool:
-    """Publishes one processing message; ``False`` if the broker refused it. Never raises: the
-    inbox row is the outbox, and the sweep publishes what could not be published here."""
-    options = {}
-    if eta is not None:
-        # A message held for longer than the broker's visibility timeout would be redelivered
-        # while it waits; such retries are left to the sweep, which reads next_attempt_at.
-        if (eta - timezone.now()).total_seconds() > (
-            settings.CELERY_BROKER_VISIBILITY_TIMEOUT / 2
-        ):
-            return False
-        options["eta"] = eta
-    try:
-        process_inbox_event_task.apply_async((inbox_event_id,), **options)
-    except Exception as exc:  # the broker is down: the sweep will publish it
-        logger.warning(
-            "inbox.publish_failed",
-            extra={"inbox_event_id": inbox_event_id, "error": type(exc).__name__},
-        )
-        return False
-    return True
+from .replay import bulk_replay_job_run
+from .sweep import inbox_sweep
 
 
 @shared_task(
     bind=True,
-    name="webhooks.process_inbox_event",
+    name=PROCESS_TASK,
     acks_late=True,
     reject_on_worker_lost=True,
     # The database went away mid-run: try again soon; the row's lease and the sweep cover the
@@ -58,5 +30,17 @@ def process_inbox_event_task(self, inbox_event_id: int) -> str:
     worker = self.request.hostname or f"{socket.gethostname()}:{os.getpid()}"
     outcome = inbox_event_process(inbox_event_id=inbox_event_id, worker=worker)
     if outcome.retry_at is not None:
-        process_inbox_event_publish(inbox_event_id=inbox_event_id, eta=outcome.retry_at)
+        inbox_event_publish(inbox_event_id=inbox_event_id, eta=outcome.retry_at)
     return outcome.skipped or outcome.status
+
+
+@shared_task(name="webhooks.sweep")
+def inbox_sweep_task() -> int:
+    """Beat, every INBOX_SWEEP_INTERVAL_SECONDS: re-dispatches inbox rows whose message may
+    have been lost (see ``sweep.inbox_sweep``)."""
+    return inbox_sweep()
+
+
+@shared_task(name=BULK_REPLAY_TASK)
+def bulk_replay_job_run_task(bulk_replay_job_id: int) -> int:
+    return bulk_replay_job_run(job_id=bulk_replay_job_id).processed

@@ -14,9 +14,9 @@ from django.views.decorators.csrf import csrf_exempt
 
 from core.errors import PayloadTooLarge, ServiceError, TemporarilyUnavailable
 from core.exceptions import error_json_response
-from core.metrics import WEBHOOK_REQUESTS
 
 from .errors import UnknownSource
+from .metrics import WEBHOOK_REQUESTS
 from .selectors import webhook_source_with_secrets
 from .services import inbox_event_record
 

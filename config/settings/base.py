@@ -29,8 +29,10 @@ INSTALLED_APPS = [
     "axes",
     "core",
     "webhooks",
+    "idempotency",
     "research",
     "deployments",
+    "audit",
 ]
 
 MIDDLEWARE = [
@@ -183,6 +185,15 @@ CELERY_TASK_PUBLISH_RETRY = False
 CELERY_DB_REUSE_MAX = env.int("CELERY_DB_REUSE_MAX", default=1000)
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 
+# --- Webhook integrations -------------------------------------------------------------------
+# What a source's ``handler`` may name: each integration is a package under integrations/ that
+# reads its producer's envelope at ingest and applies its events at processing
+# (docs/architecture.md, "Integrations"). Adding one is its package and one line here.
+WEBHOOK_INTEGRATIONS = {
+    "research": "integrations.research.integration",
+    "github": "integrations.github.integration",
+}
+
 # --- Product tunables (seconds unless named otherwise) ------------------------------------
 WEBHOOK_TIMESTAMP_TOLERANCE_SECONDS = env.int(
     "WEBHOOK_TIMESTAMP_TOLERANCE_SECONDS", default=300
@@ -197,14 +208,6 @@ INBOX_PROCESSING_LEASE_SECONDS = env.int("INBOX_PROCESSING_LEASE_SECONDS", defau
 INBOX_REDISPATCH_AFTER_SECONDS = env.int("INBOX_REDISPATCH_AFTER_SECONDS", default=60)
 DEPLOY_REDISPATCH_AFTER_SECONDS = env.int("DEPLOY_REDISPATCH_AFTER_SECONDS", default=60)
 DEPLOY_SIMULATED_SECONDS = env.float("DEPLOY_SIMULATED_SECONDS", default=1)
-
-CELERY_BEAT_SCHEDULE = {
-    "periodic-sweep": {
-        "task": "core.periodic_sweep",
-        "schedule": INBOX_SWEEP_INTERVAL_SECONDS,
-        "options": {"expires": INBOX_SWEEP_INTERVAL_SECONDS},
-    },
-}
 
 # Floor endpoints under /_bench/ for the benchmarks; never on in production.
 BENCH_ENDPOINTS = env.bool("BENCH_ENDPOINTS", default=False)
@@ -250,7 +253,6 @@ DEFAULT_EXCEPTION_REPORTER_FILTER = (
 )
 
 # --- Admin audit console -------------------------------------------------------------------
-INSTALLED_APPS += ["audit"]
 # Rows are sealed once they are older than the horizon; a row whose transaction commits later
 # still gets sealed by a later run, as long as it commits within the lookback.
 AUDIT_SEAL_INTERVAL_SECONDS = env.float("AUDIT_SEAL_INTERVAL_SECONDS", default=60)
@@ -258,11 +260,6 @@ AUDIT_SEAL_HORIZON_SECONDS = env.int("AUDIT_SEAL_HORIZON_SECONDS", default=60)
 AUDIT_SEAL_LOOKBACK_SECONDS = env.int("AUDIT_SEAL_LOOKBACK_SECONDS", default=86400)
 AUDIT_SEAL_BATCH_SIZE = env.int("AUDIT_SEAL_BATCH_SIZE", default=5000)
 AUDIT_BULK_REPLAY_CHUNK_SIZE = env.int("AUDIT_BULK_REPLAY_CHUNK_SIZE", default=200)
-CELERY_BEAT_SCHEDULE["audit-seal"] = {
-    "task": "audit.seal_inbox",
-    "schedule": AUDIT_SEAL_INTERVAL_SECONDS,
-    "options": {"expires": AUDIT_SEAL_INTERVAL_SECONDS},
-}
 
 # --- Deployments and builds: executor, worker lease, idempotency-key retention -------------
 DEPLOY_EXECUTOR = env("DEPLOY_EXECUTOR", default="simulated")
@@ -279,11 +276,6 @@ IDEMPOTENCY_AUDIT_RETENTION_SECONDS = env.int(
 IDEMPOTENCY_CLEANUP_INTERVAL_SECONDS = env.float(
     "IDEMPOTENCY_CLEANUP_INTERVAL_SECONDS", default=3600
 )
-CELERY_BEAT_SCHEDULE["idempotency-cleanup"] = {
-    "task": "deployments.idempotency_cleanup",
-    "schedule": IDEMPOTENCY_CLEANUP_INTERVAL_SECONDS,
-    "options": {"expires": IDEMPOTENCY_CLEANUP_INTERVAL_SECONDS},
-}
 
 # --- Research processing -------------------------------------------------------------------
 # How long the research handler waits for a document's row lock before giving up with a

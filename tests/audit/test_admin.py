@@ -8,10 +8,15 @@ from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 from django.urls import reverse
 from django.utils import timezone
 
-from audit.models import BulkReplayJob, OperatorAction
 from audit.roles import AUDITORS, OPERATORS, roles_bootstrap
 from audit.services import inbox_rows_seal
-from webhooks.models import FingerprintMismatch, InboxEvent, ProcessingStatus
+from webhooks.models import (
+    BulkReplayJob,
+    FingerprintMismatch,
+    InboxEvent,
+    OperatorAction,
+    ProcessingStatus,
+)
 
 from .factories import (
     DeadLetteredEventFactory,
@@ -26,13 +31,13 @@ pytestmark = pytest.mark.django_db
 
 CHANGELISTS = [
     "webhooks_inboxevent",
-    "audit_deadletteredevent",
+    "webhooks_deadletteredevent",
     "webhooks_fingerprintmismatch",
     "webhooks_webhooksource",
     "webhooks_signaturefailure",
-    "audit_operatoraction",
+    "webhooks_operatoraction",
     "audit_auditseal",
-    "audit_bulkreplayjob",
+    "webhooks_bulkreplayjob",
 ]
 
 
@@ -75,22 +80,23 @@ def trail(operator):
 
 
 def detail_urls(trail):
-    from audit.models import AuditSeal, OperatorAction
+    from audit.models import AuditSeal
+    from webhooks.models import OperatorAction
 
     return [
         reverse("admin:webhooks_inboxevent_change", args=[trail["processed"].pk]),
         reverse("admin:webhooks_inboxevent_change", args=[trail["dead"].pk]),
-        reverse("admin:audit_deadletteredevent_change", args=[trail["dead"].pk]),
+        reverse("admin:webhooks_deadletteredevent_change", args=[trail["dead"].pk]),
         reverse(
             "admin:webhooks_fingerprintmismatch_change", args=[trail["mismatch"].pk]
         ),
         reverse("admin:webhooks_webhooksource_change", args=[trail["source"].pk]),
         reverse(
-            "admin:audit_operatoraction_change",
+            "admin:webhooks_operatoraction_change",
             args=[OperatorAction.objects.first().pk],
         ),
         reverse("admin:audit_auditseal_change", args=[AuditSeal.objects.first().pk]),
-        reverse("admin:audit_bulkreplayjob_change", args=[trail["job"].pk]),
+        reverse("admin:webhooks_bulkreplayjob_change", args=[trail["job"].pk]),
     ]
 
 
@@ -175,7 +181,7 @@ def test_auditor_is_offered_no_action_and_no_add(auditor_client, trail):
 
 def test_auditor_cannot_replay_change_add_or_delete(auditor_client, trail):
     dead = trail["dead"]
-    url = reverse("admin:audit_deadletteredevent_changelist")
+    url = reverse("admin:webhooks_deadletteredevent_changelist")
     response = auditor_client.post(
         url,
         {
@@ -210,7 +216,7 @@ def test_auditor_cannot_replay_change_add_or_delete(auditor_client, trail):
     assert mismatch.investigated_at is None
     job = trail["job"]
     auditor_client.post(
-        reverse("admin:audit_bulkreplayjob_changelist"),
+        reverse("admin:webhooks_bulkreplayjob_changelist"),
         {"action": "start_selected", ACTION_CHECKBOX_NAME: [job.pk]},
     )
     job.refresh_from_db()
@@ -227,7 +233,7 @@ def test_operator_replays_with_a_reason_through_the_confirmation_page(
     operator_client, operator, trail, django_capture_on_commit_callbacks
 ):
     dead = trail["dead"]
-    url = reverse("admin:audit_deadletteredevent_changelist")
+    url = reverse("admin:webhooks_deadletteredevent_changelist")
     listing = operator_client.get(url)
     assert b"Replay selected" in listing.content
     assert dead.event_id.encode() in listing.content
@@ -259,14 +265,14 @@ def test_operator_replays_with_a_reason_through_the_confirmation_page(
     assert action.actor == operator and action.event_ids == [dead.pk]
     assert dead.event_id.encode() not in operator_client.get(url).content
     # Auditors (and operators) see it in the operator actions.
-    actions = operator_client.get(reverse("admin:audit_operatoraction_changelist"))
+    actions = operator_client.get(reverse("admin:webhooks_operatoraction_changelist"))
     assert b"fixed the handler" in actions.content
 
 
 def test_operator_replay_without_a_reason_shows_the_form_again(operator_client, trail):
     dead = trail["dead"]
     response = operator_client.post(
-        reverse("admin:audit_deadletteredevent_changelist"),
+        reverse("admin:webhooks_deadletteredevent_changelist"),
         {
             "action": "replay_selected",
             ACTION_CHECKBOX_NAME: [dead.pk],
@@ -306,7 +312,7 @@ def test_operator_creates_a_bulk_replay_job_with_a_dry_run_count_then_starts_it(
     source = trail["source"]
     DeadLetteredEventFactory.create_batch(3, source=source)
     response = operator_client.post(
-        reverse("admin:audit_bulkreplayjob_add"),
+        reverse("admin:webhooks_bulkreplayjob_add"),
         {
             "source": source.pk,
             "status": "dead_lettered",
@@ -327,7 +333,7 @@ def test_operator_creates_a_bulk_replay_job_with_a_dry_run_count_then_starts_it(
 
     with django_capture_on_commit_callbacks() as callbacks:
         operator_client.post(
-            reverse("admin:audit_bulkreplayjob_changelist"),
+            reverse("admin:webhooks_bulkreplayjob_changelist"),
             {"action": "start_selected", ACTION_CHECKBOX_NAME: [job.pk]},
         )
     assert len(callbacks) == 1
@@ -384,10 +390,10 @@ def test_other_changelists_search(operator_client, trail):
     response = operator_client.get(sources, {"q": "papers"})
     assert [s.slug for s in response.context["cl"].result_list] == ["papers"]
     assert b'<td class="field-secret_count">2</td>' in response.content
-    dlq = reverse("admin:audit_deadletteredevent_changelist")
+    dlq = reverse("admin:webhooks_deadletteredevent_changelist")
     response = operator_client.get(dlq, {"q": trail["dead"].event_id})
     assert [e.pk for e in response.context["cl"].result_list] == [trail["dead"].pk]
-    actions = reverse("admin:audit_operatoraction_changelist")
+    actions = reverse("admin:webhooks_operatoraction_changelist")
     assert operator_client.get(actions, {"q": "operator"}).status_code == 200
 
 
@@ -417,10 +423,12 @@ def test_mismatch_detail_shows_an_escaped_side_by_side_diff(auditor_client, trai
             "admin:webhooks_fingerprintmismatch_change", args=[trail["mismatch"].pk]
         )
     ).content.decode()
-    assert 'class="diff"' in page
+    assert 'class="side-by-side-diff"' in page
     assert "<script>alert" not in page
     assert "&lt;script&gt;" in page
-    assert "diff_chg" in page or "diff_sub" in page  # the differing version line
+    assert 'class="diff-changed"' in page  # the differing version line
+    # The evidence comes before the metadata.
+    assert page.index("side-by-side-diff") < page.index("original_fingerprint")
 
 
 def test_no_secret_appears_in_any_admin_page(operator_client, trail):
@@ -442,7 +450,7 @@ def test_dashboard_figures_on_the_index(operator_client, trail):
 
 def test_bulk_job_and_seal_detail_pages(auditor_client, trail):
     job_page = auditor_client.get(
-        reverse("admin:audit_bulkreplayjob_changelist")
+        reverse("admin:webhooks_bulkreplayjob_changelist")
     ).content.decode()
     assert "<progress" in job_page
     assert "status=dead_lettered, source=papers" in job_page
@@ -453,7 +461,7 @@ def test_operator_cannot_change_or_delete_ledgers(operator_client, trail):
     change = reverse("admin:webhooks_inboxevent_change", args=[dead.pk])
     assert operator_client.post(change, {"event_type": "x"}).status_code == 403
     delete = reverse(
-        "admin:audit_operatoraction_delete", args=[OperatorAction.objects.first().pk]
+        "admin:webhooks_operatoraction_delete", args=[OperatorAction.objects.first().pk]
     )
     assert operator_client.post(delete, {"post": "yes"}).status_code == 403
     assert FingerprintMismatch.objects.count() == 1
@@ -503,15 +511,15 @@ def test_no_page_runs_a_full_table_count_or_distinct_scan(operator_client, trail
 
 
 def test_changelist_count_is_capped(operator_client, trail, monkeypatch):
-    import audit.admin_utils
+    import core.admin_base
 
-    monkeypatch.setattr(audit.admin_utils, "COUNT_CAP", 1)
+    monkeypatch.setattr(core.admin_base, "COUNT_CAP", 1)
     InboxEventFactory.create_batch(3)
     response = operator_client.get(reverse("admin:webhooks_inboxevent_changelist"))
     assert response.context["cl"].result_count == 2  # cap + 1: "more than the cap"
     assert b'<span id="count-capped"' in response.content
     assert b"more than 1</span>" in response.content
-    monkeypatch.setattr(audit.admin_utils, "COUNT_CAP", 100)
+    monkeypatch.setattr(core.admin_base, "COUNT_CAP", 100)
     response = operator_client.get(reverse("admin:webhooks_inboxevent_changelist"))
     assert b"count-capped" not in response.content
     assert b"5 inbox events" in response.content

@@ -4,9 +4,8 @@ replays a dead-lettered event from the dead-letter queue."""
 import pytest
 from playwright.sync_api import expect, sync_playwright
 
-from audit.models import OperatorAction
 from audit.roles import OPERATORS
-from webhooks.models import ProcessingStatus
+from webhooks.models import OperatorAction, ProcessingStatus
 
 from .conftest import PASSWORD, broker_messages, make_user
 from .factories import DeadLetteredEventFactory

@@ -5,11 +5,11 @@ import threading
 import pytest
 from django.db import connections
 
-from audit.models import AuditSeal, AuditSealEntry, BulkReplayJob, OperatorAction
-from audit.services import audit_trail_verify, bulk_replay_job_create, inbox_rows_seal
+from audit.models import AuditSeal, AuditSealEntry
+from audit.services import audit_trail_verify, inbox_rows_seal
 from tests import processes
-from webhooks.models import InboxEvent
-from webhooks.replay import NothingToReplay, inbox_events_replay
+from webhooks.models import BulkReplayJob, InboxEvent, OperatorAction
+from webhooks.replay import NothingToReplay, bulk_replay_job_create, inbox_events_replay
 
 from .conftest import broker_messages
 from .factories import DeadLetteredEventFactory, InboxEventFactory, WebhookSourceFactory
@@ -106,7 +106,7 @@ def test_bulk_replay_job_runs_on_a_real_worker_with_visible_progress(
         tmp_path, env={"AUDIT_BULK_REPLAY_CHUNK_SIZE": "5"}
     ).start()
     try:
-        from audit.services import bulk_replay_job_start
+        from webhooks.replay import bulk_replay_job_start
 
         bulk_replay_job_start(job=job)
         processes.wait_until(

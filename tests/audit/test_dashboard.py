@@ -5,7 +5,8 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from audit.selectors import capped_count, dashboard_figures
+from audit.selectors import dashboard_figures
+from core.selectors import capped_count
 from webhooks.models import InboxEvent, SignatureFailure
 
 from .factories import DeadLetteredEventFactory, InboxEventFactory, WebhookSourceFactory
@@ -70,7 +71,7 @@ def test_capped_count_stops_at_the_cap():
 
 def test_dashboard_counts_idempotency_keys_stuck_in_processing(settings):
     from core.services import api_client_create
-    from deployments.models import IdempotencyRecord
+    from idempotency.models import IdempotencyRecord
 
     settings.DEPLOY_REDISPATCH_AFTER_SECONDS = 60
     client, _ = api_client_create(name="dashboard-ci")

@@ -8,10 +8,20 @@ import pytest
 from django.core.management import call_command
 from django.utils import timezone
 
-from audit.models import BulkReplayJob, OperatorAction
-from audit.services import bulk_replay_job_create, bulk_replay_job_run
-from webhooks.models import InboxAttempt, InboxEvent, ProcessingStatus
-from webhooks.replay import NothingToReplay, inbox_events_replay, replay_queryset_build
+from webhooks.models import (
+    BulkReplayJob,
+    InboxAttempt,
+    InboxEvent,
+    OperatorAction,
+    ProcessingStatus,
+)
+from webhooks.replay import (
+    NothingToReplay,
+    bulk_replay_job_create,
+    bulk_replay_job_run,
+    inbox_events_replay,
+    replay_queryset_build,
+)
 
 from .conftest import broker_messages
 from .factories import (
@@ -175,7 +185,7 @@ def test_bulk_replay_job_counts_first_then_replays_in_chunks(operator, settings)
 
 
 def test_operator_actions_and_seals_are_append_only(operator):
-    from audit.models import AppendOnlyError
+    from core.models import AppendOnlyError
 
     action = OperatorAction.objects.create(
         action="replay", actor=operator, actor_name="operator", event_ids=[1]

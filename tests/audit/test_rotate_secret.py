@@ -7,9 +7,8 @@ from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 from django.test import Client
 from django.urls import reverse
 
-from audit.models import OperatorAction
 from tests.webhooks.factories import WebhookSourceFactory
-from webhooks.models import WebhookSecret
+from webhooks.models import OperatorAction, WebhookSecret
 from webhooks.schemes import signature_headers
 
 pytestmark = pytest.mark.django_db

@@ -167,8 +167,10 @@ def test_status_changes_do_not_break_the_seal():
     assert audit_trail_verify().ok
 
 
-def test_audit_seal_task_is_in_the_beat_schedule(settings):
-    entry = settings.CELERY_BEAT_SCHEDULE["audit-seal"]
+def test_audit_seal_task_is_in_the_beat_schedule():
+    from config.celery_app import app
+
+    entry = app.conf.beat_schedule["audit-seal"]
     assert entry["task"] == "audit.seal_inbox"
     from audit.tasks import seal_inbox_task
 

@@ -6,7 +6,9 @@ pytestmark = pytest.mark.django_db
 
 
 def test_openapi_schema_is_public_and_describes_the_bearer_scheme(client):
-    response = client.get("/api/schema/", HTTP_ACCEPT="application/vnd.oai.openapi+json")
+    response = client.get(
+        "/api/schema/", HTTP_ACCEPT="application/vnd.oai.openapi+json"
+    )
     assert response.status_code == 200
     schema = response.json()
     assert schema["openapi"].startswith("3.")

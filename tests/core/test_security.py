@@ -142,7 +142,8 @@ def test_demo_setup_refuses_to_create_known_credentials_with_debug_off(settings)
 
 @pytest.mark.django_db
 def test_an_api_body_over_the_upload_limit_is_413_with_its_error_code(api, settings):
-    from deployments.models import Deployment, IdempotencyRecord
+    from deployments.models import Deployment
+    from idempotency.models import IdempotencyRecord
 
     body = json.dumps({"repository": "acme/app", "padding": "x" * 4096})
     settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 4096

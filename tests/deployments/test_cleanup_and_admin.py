@@ -7,8 +7,9 @@ from django.test import override_settings
 from django.utils import timezone
 
 from core.services import api_client_create
-from deployments.models import Deployment, IdempotencyRecord, JobTransition, StatusSync
-from deployments.tasks import idempotency_cleanup_task
+from deployments.models import Deployment, JobTransition, StatusSync
+from idempotency.models import IdempotencyRecord
+from idempotency.tasks import idempotency_cleanup_task
 
 pytestmark = pytest.mark.django_db
 
@@ -93,10 +94,16 @@ def rows():
 
 
 @pytest.mark.parametrize(
-    "model", ["deployment", "build", "idempotencyrecord", "statussync"]
+    "model",
+    [
+        "deployments/deployment",
+        "deployments/build",
+        "idempotency/idempotencyrecord",
+        "deployments/statussync",
+    ],
 )
 def test_changelists_render_and_search(admin_http, rows, model):
-    url = f"/admin/deployments/{model}/"
+    url = f"/admin/{model}/"
     assert admin_http.get(url).status_code == 200
     assert admin_http.get(url, {"q": "k"}).status_code == 200
     assert admin_http.get(f"{url}add/").status_code == 403
@@ -110,7 +117,7 @@ def test_deployment_detail_shows_transitions_read_only(admin_http, rows):
 
 
 def test_stuck_processing_records_are_highlighted(admin_http, rows):
-    response = admin_http.get("/admin/deployments/idempotencyrecord/")
+    response = admin_http.get("/admin/idempotency/idempotencyrecord/")
     assert b"processing (stuck)" in response.content
 
 
@@ -123,7 +130,7 @@ def test_filters_render(admin_http, rows):
     )
     assert (
         admin_http.get(
-            "/admin/deployments/idempotencyrecord/", {"status": "processing"}
+            "/admin/idempotency/idempotencyrecord/", {"status": "processing"}
         ).status_code
         == 200
     )

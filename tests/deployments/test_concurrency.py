@@ -8,7 +8,8 @@ import pytest
 import requests
 
 from core.services import api_client_create
-from deployments.models import Deployment, IdempotencyRecord
+from deployments.models import Deployment
+from idempotency.models import IdempotencyRecord
 from tests import processes
 from tests.broker import queued_envelopes
 from tests.deployments.conftest import deployment_body

@@ -11,14 +11,14 @@ from django.test import Client
 
 from core.errors import PermanentProcessingError
 from core.services import api_client_create
-from deployments.handlers import github_event_handle
 from deployments.models import Deployment, JobTransition
+from integrations.github import integration as github_integration
 from tests.webhooks.factories import WebhookSourceFactory, as_meta, signed_headers
 from webhooks.models import InboxEvent, WebhookSource
 
 pytestmark = pytest.mark.django_db
 
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "webhooks" / "github"
+FIXTURES = Path(__file__).resolve().parents[2] / "integrations" / "github" / "fixtures"
 SHA = "f95f852bd8fca8fcc58a9a2d6c842781e32a215e"
 
 
@@ -61,7 +61,7 @@ def handle(source, event_type: str, payload: dict | bytes):
     )
     with transaction.atomic():
         InboxEvent.objects.select_for_update().get(pk=event.pk)
-        return github_event_handle(event)
+        return github_integration.handle(event)
 
 
 def status_payload(state: str, status_id: int, **deployment_overrides) -> dict:
@@ -211,7 +211,7 @@ def test_an_event_stored_by_the_real_ingest_view_is_handled(deployment):
 
     event = InboxEvent.objects.get(event_id="delivery-live")
     with transaction.atomic():
-        result = github_event_handle(event)
+        result = github_integration.handle(event)
     assert result.status == "processed"
     deployment.refresh_from_db()
     assert deployment.status == "running"

@@ -8,8 +8,9 @@ import pytest
 from django.test import override_settings
 from rest_framework.test import APIClient
 
-from core.metrics import IDEMPOTENCY_REQUESTS
-from deployments.models import Build, Deployment, IdempotencyRecord
+from deployments.models import Build, Deployment
+from idempotency.metrics import IDEMPOTENCY_REQUESTS
+from idempotency.models import IdempotencyRecord
 from tests.deployments.conftest import build_body, deployment_body
 
 pytestmark = pytest.mark.django_db

@@ -6,7 +6,8 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from deployments.models import Deployment, IdempotencyRecord, JobTransition, StatusSync
+from deployments.models import Deployment, JobTransition, StatusSync
+from idempotency.models import IdempotencyRecord
 from tests.deployments.conftest import build_body, deployment_body
 
 pytestmark = pytest.mark.django_db

@@ -11,8 +11,9 @@ from django.utils import timezone
 from core.services import api_client_create
 from deployments import executors
 from deployments.executors import ExecutionResult
-from deployments.models import Build, Deployment, IdempotencyRecord, JobTransition
+from deployments.models import Build, Deployment, JobTransition
 from deployments.services import deployment_jobs_redispatch, job_run
+from idempotency.models import IdempotencyRecord
 
 
 @pytest.fixture

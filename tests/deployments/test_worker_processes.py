@@ -8,7 +8,8 @@ from django.conf import settings
 from rest_framework.test import APIClient
 
 from core.services import api_client_create
-from deployments.models import Deployment, IdempotencyRecord, JobTransition
+from deployments.models import Deployment, JobTransition
+from idempotency.models import IdempotencyRecord
 from tests import processes
 from tests.deployments.conftest import deployment_body
 
@@ -113,9 +114,9 @@ def test_a_worker_killed_mid_run_never_runs_the_executor_twice(tmp_path, api_htt
         # Let the redelivered message and further sweeps arrive: nothing runs it again.
         # A few more sweeps (and any redelivery of the killed worker's message) find the
         # job already decided: nothing starts the executor again.
-        sent = beat.log().count("core.periodic_sweep")
+        sent = beat.log().count("deployments.sweep")
         processes.wait_until(
-            lambda: beat.log().count("core.periodic_sweep") >= sent + 2,
+            lambda: beat.log().count("deployments.sweep") >= sent + 2,
             timeout=30,
             what="two more sweeps",
         )

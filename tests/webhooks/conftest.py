@@ -1,8 +1,6 @@
 import pytest
 from django.test import Client
 
-from webhooks.models import HandlerName, SignatureScheme
-
 from .factories import WebhookSourceFactory
 
 
@@ -18,13 +16,9 @@ def source(db):
 
 @pytest.fixture
 def standard_source(db):
-    return WebhookSourceFactory(
-        slug="sw-sync", scheme=SignatureScheme.STANDARD_WEBHOOKS
-    )
+    return WebhookSourceFactory(slug="sw-sync", scheme="standard-webhooks")
 
 
 @pytest.fixture
 def github_source(db):
-    return WebhookSourceFactory(
-        slug="github", scheme=SignatureScheme.GITHUB, handler=HandlerName.GITHUB
-    )
+    return WebhookSourceFactory(slug="github", scheme="github", handler="github")

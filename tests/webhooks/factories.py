@@ -1,5 +1,6 @@
-"""Factories and signing helpers of the webhook tests. Payloads come from files in
-``tests/fixtures/webhooks/<source>/<event>__<variant>.json`` and are signed with real HMAC."""
+"""Factories and signing helpers of the webhook tests. Payloads come from the integrations'
+fixture files (``integrations/<name>/fixtures/<event>__<variant>.json``) and are signed with
+real HMAC."""
 
 from __future__ import annotations
 
@@ -9,17 +10,17 @@ from pathlib import Path
 
 import factory
 
-from webhooks.models import HandlerName, SignatureScheme, WebhookSecret, WebhookSource
+from webhooks.models import WebhookSecret, WebhookSource
 from webhooks.schemes import signature_headers
 
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "webhooks"
+ROOT = Path(__file__).resolve().parent.parent.parent
 HMAC_SECRET = "test-secret-hmac-0123456789abcdef"
 STANDARD_SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 GITHUB_SECRET = "It's a Secret to Everybody"
 SECRETS = {
-    SignatureScheme.HMAC_SHA256: HMAC_SECRET,
-    SignatureScheme.STANDARD_WEBHOOKS: STANDARD_SECRET,
-    SignatureScheme.GITHUB: GITHUB_SECRET,
+    "hmac-sha256": HMAC_SECRET,
+    "standard-webhooks": STANDARD_SECRET,
+    "github": GITHUB_SECRET,
 }
 
 
@@ -29,8 +30,8 @@ class WebhookSourceFactory(factory.django.DjangoModelFactory):
         skip_postgeneration_save = True
 
     slug = factory.Sequence(lambda n: f"source-{n}")
-    scheme = SignatureScheme.HMAC_SHA256
-    handler = HandlerName.RESEARCH
+    scheme = "hmac-sha256"
+    handler = "research"
 
     @factory.post_generation
     def secret(obj, create, extracted, **kwargs):
@@ -40,8 +41,11 @@ class WebhookSourceFactory(factory.django.DjangoModelFactory):
             )
 
 
-def fixture_bytes(source: str, name: str) -> bytes:
-    return (FIXTURES / source / f"{name}.json").read_bytes()
+def fixture_bytes(integration: str, name: str) -> bytes:
+    """A payload fixture of an integration: ``integrations/<name>/fixtures/<event>.json``."""
+    return (
+        ROOT / "integrations" / integration / "fixtures" / f"{name}.json"
+    ).read_bytes()
 
 
 def research_event(
@@ -58,7 +62,7 @@ def encode(body) -> bytes:
 
 def signed_headers(
     *,
-    scheme: str = SignatureScheme.HMAC_SHA256,
+    scheme: str = "hmac-sha256",
     raw_body: bytes,
     event_id: str,
     secret: str | None = None,

@@ -12,11 +12,11 @@ import requests
 from django.utils import timezone
 
 from core.logging import correlation_id_get
-from core.tasks import periodic_sweep_task
 from tests import processes
 from tests.broker import broker_reset
 from tests.webhooks.inbox_factories import inbox_event_create, research_envelope
 from webhooks.models import InboxEvent, ProcessingStatus
+from webhooks.tasks import inbox_sweep_task
 
 from .factories import (
     HMAC_SECRET,
@@ -141,7 +141,7 @@ def test_a_message_published_by_the_sweep_carries_the_event_id(worker):
     )
     assert correlation_id_get() == ""
 
-    periodic_sweep_task.delay()
+    inbox_sweep_task.delay()
 
     wait_processed(event.event_id, worker)
     processes.wait_until(
@@ -151,7 +151,7 @@ def test_a_message_published_by_the_sweep_carries_the_event_id(worker):
     )
     worker.stop()
     work = json_lines(worker)
-    sweeps = [r for r in work if r.get("message") == "sweep.redispatched"]
-    assert [(r["inbox"], r.get("correlation_id")) for r in sweeps] == [(1, None)]
+    sweeps = [r for r in work if r.get("message") == "inbox.sweep_redispatched"]
+    assert [(r["count"], r.get("correlation_id")) for r in sweeps] == [(1, None)]
     succeeded = task_succeeded_lines(work)
     assert [r.get("correlation_id") for r in succeeded] == [event.event_id]

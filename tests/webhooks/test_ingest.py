@@ -103,13 +103,13 @@ def test_new_event_is_accepted_and_stored_with_every_field(http, source):
 
 
 def test_accepted_event_is_published_after_commit(http, source, monkeypatch):
-    from webhooks import tasks
+    from webhooks import services
 
     published = []
     monkeypatch.setattr(
-        tasks.process_inbox_event_task,
-        "apply_async",
-        lambda args, **kw: published.append(args),
+        services,
+        "inbox_event_publish",
+        lambda *, inbox_event_id, event_id: published.append([inbox_event_id]),
     )
     body = research_event()
     from django.test import TestCase

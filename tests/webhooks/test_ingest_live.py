@@ -175,4 +175,4 @@ def test_broker_down_still_accepts_and_leaves_the_row_received(tmp_path, broker)
         assert again.status_code == 200
     finally:
         server.stop()
-    assert "inbox.dispatch_failed" in server.log()
+    assert "inbox.publish_failed" in server.log()

@@ -122,8 +122,8 @@ def test_metrics_count_a_scripted_burst_exactly_across_two_workers(tmp_path):
 
 
 def test_a_worker_serves_the_metrics_its_processes_counted(tmp_path):
+    from webhooks.dispatch import inbox_event_publish
     from webhooks.models import InboxEvent
-    from webhooks.tasks import process_inbox_event_publish
 
     from .inbox_factories import inbox_event_create, research_envelope
 
@@ -141,7 +141,7 @@ def test_a_worker_serves_the_metrics_its_processes_counted(tmp_path):
     try:
         # Invalid data: the domain rejects it, the event is dead-lettered at once.
         event = inbox_event_create(research_envelope(data={"authors": "not a list"}))
-        process_inbox_event_publish(inbox_event_id=event.pk)
+        inbox_event_publish(inbox_event_id=event.pk)
         processes.wait_until(
             lambda: (
                 InboxEvent.objects.get(pk=event.pk).processing_status == "dead_lettered"

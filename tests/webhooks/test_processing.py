@@ -7,9 +7,9 @@ import pytest
 from django.db import connection, transaction
 from django.utils import timezone
 
-from core import metrics
 from research.models import DocumentRevision, ResearchDocument
 from tests.webhooks.inbox_factories import inbox_event_create, research_envelope
+from webhooks import metrics
 from webhooks.models import InboxAttempt
 from webhooks.processing import (
     WORKER_LOST_ERROR,

@@ -19,9 +19,9 @@ from tests.webhooks.inbox_factories import (
     inbox_events_bulk_create,
     research_envelope,
 )
+from webhooks.dispatch import inbox_event_publish
 from webhooks.models import TERMINAL_STATUSES, InboxAttempt, InboxEvent
 from webhooks.processing import WORKER_LOST_ERROR, inbox_event_process
-from webhooks.tasks import process_inbox_event_publish
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -146,7 +146,7 @@ def test_worker_killed_mid_batch_then_restarted_loses_and_repeats_nothing(
     ]
     rows = inbox_events_bulk_create(envelopes)
     for row in rows:
-        assert process_inbox_event_publish(inbox_event_id=row.pk)
+        assert inbox_event_publish(inbox_event_id=row.pk)
 
     first = running(
         processes.celery_worker(tmp_path, concurrency=2, name="w1", env=FAST_SWEEP)
@@ -240,7 +240,7 @@ def test_poison_event_dead_letters_after_exactly_max_attempts(tmp_path, running)
     try:
         worker = running(processes.celery_worker(tmp_path, concurrency=2, env=env))
         running(processes.celery_beat(tmp_path, env=env))
-        assert process_inbox_event_publish(inbox_event_id=poison.pk)
+        assert inbox_event_publish(inbox_event_id=poison.pk)
         try:
             processes.wait_until(
                 lambda: InboxEvent.objects.filter(

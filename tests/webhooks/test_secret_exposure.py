@@ -6,8 +6,7 @@ import hmac
 
 import pytest
 
-from webhooks.models import SignatureScheme
-from webhooks.schemes import scheme_get
+from webhooks.schemes import SCHEMES, scheme_get
 
 from .factories import (
     HMAC_SECRET,
@@ -51,18 +50,18 @@ def test_metrics_and_the_event_api_never_show_a_secret_or_a_signature(client, ap
 
 # A second, wrong signature entry in each scheme's format, and a secret that matches nothing.
 WRONG_ENTRY = {
-    SignatureScheme.HMAC_SHA256: ",v1=" + "0" * 64,
-    SignatureScheme.STANDARD_WEBHOOKS: " v1," + base64.b64encode(bytes(32)).decode(),
-    SignatureScheme.GITHUB: ",sha256=" + "0" * 64,
+    "hmac-sha256": ",v1=" + "0" * 64,
+    "standard-webhooks": " v1," + base64.b64encode(bytes(32)).decode(),
+    "github": ",sha256=" + "0" * 64,
 }
 WRONG_SECRET = {
-    SignatureScheme.HMAC_SHA256: "not-the-secret",
-    SignatureScheme.STANDARD_WEBHOOKS: "whsec_" + base64.b64encode(bytes(24)).decode(),
-    SignatureScheme.GITHUB: "not-the-secret",
+    "hmac-sha256": "not-the-secret",
+    "standard-webhooks": "whsec_" + base64.b64encode(bytes(24)).decode(),
+    "github": "not-the-secret",
 }
 
 
-@pytest.mark.parametrize("scheme", list(SignatureScheme))
+@pytest.mark.parametrize("scheme", list(SCHEMES))
 def test_every_entry_is_compared_with_every_secret_in_constant_time(
     monkeypatch, scheme
 ):

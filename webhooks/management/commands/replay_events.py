@@ -4,9 +4,8 @@ import sys
 from django.core.management.base import BaseCommand, CommandError
 from django.utils.dateparse import parse_datetime
 
-from audit.services import bulk_replay_job_create, bulk_replay_job_run
-from webhooks.models import ProcessingStatus, WebhookSource
-from webhooks.replay import REPLAYABLE_STATUSES
+from webhooks.models import REPLAYABLE_STATUSES, ProcessingStatus, WebhookSource
+from webhooks.replay import bulk_replay_job_create, bulk_replay_job_run
 
 
 class Command(BaseCommand):

@@ -1,48 +1,20 @@
-import json
 import time
 import urllib.error
 import urllib.request
 import uuid
 
 from django.core.management.base import BaseCommand, CommandError
-from django.utils import timezone
 
-from webhooks.models import SignatureScheme
-from webhooks.schemes import signature_headers
-
-
-def sample_research_event(*, event_id: str) -> dict:
-    now = timezone.now().isoformat().replace("+00:00", "Z")
-    return {
-        "event_id": event_id,
-        "event_type": "research.document.updated",
-        "occurred_at": now,
-        "delivered_at": now,
-        "delivery_attempt": 1,
-        "producer": "send_test_webhook",
-        "entity": {
-            "entity_id": "doc-demo-1",
-            "entity_type": "research_document",
-            "source_version": int(time.time()),
-        },
-        "source": {
-            "url": "https://example.org/papers/demo-1",
-            "title": "A demo research document",
-            "content_hash": "sha256:" + uuid.uuid4().hex,
-            "published_at": "2026-01-15T09:00:00Z",
-        },
-        "data": {
-            "summary": "Sent by send_test_webhook.",
-            "authors": ["A. Researcher"],
-            "citations": [
-                {"text": "Example", "reference_url": "https://example.org/ref/1"}
-            ],
-        },
-    }
+from webhooks.integrations import integration_get
+from webhooks.models import WebhookSource
+from webhooks.schemes import SCHEMES, scheme_get
 
 
 class Command(BaseCommand):
-    help = "Sign a sample research event and POST it to /webhooks/<source>/; print the answer."
+    help = (
+        "Sign a sample event of the source's integration and POST it to /webhooks/<source>/; "
+        "print the answer."
+    )
 
     def add_arguments(self, parser):
         parser.add_argument("--url", default="http://127.0.0.1:8000")
@@ -50,30 +22,35 @@ class Command(BaseCommand):
         parser.add_argument("--secret", required=True)
         parser.add_argument(
             "--scheme",
-            choices=SignatureScheme.values,
-            default=SignatureScheme.HMAC_SHA256,
+            choices=list(SCHEMES),
+            help="default: the source's own (read from the database)",
+        )
+        parser.add_argument(
+            "--handler",
+            help="the integration whose sample is sent (default: the source's own, "
+            "else research)",
         )
         parser.add_argument("--event-id", help="default: a new evt_<uuid>")
 
-    def handle(self, *args, url, source, secret, scheme, event_id, **options):
-        event_id = event_id or f"evt_{uuid.uuid4().hex}"
-        raw_body = json.dumps(sample_research_event(event_id=event_id)).encode()
-        headers = signature_headers(
-            scheme=scheme,
+    def handle(self, *args, url, source, secret, scheme, handler, event_id, **options):
+        scheme, handler = self._source_defaults(source, scheme, handler)
+        sample = integration_get(handler).sample(
+            event_id=event_id or f"evt_{uuid.uuid4().hex}"
+        )
+        headers = scheme_get(scheme).sign(
+            raw_body=sample.raw_body,
             secret=secret,
-            raw_body=raw_body,
-            event_id=event_id,
+            event_id=sample.event_id,
             timestamp=int(time.time()),
         )
-        if scheme == SignatureScheme.GITHUB:
-            headers["X-GitHub-Event"] = "research.document.updated"
+        headers.update(sample.headers)
         headers["Content-Type"] = "application/json"
         target = f"{url.rstrip('/')}/webhooks/{source}/"
         # Only the operator's own --url is opened (http or https).
         if not target.startswith(("http://", "https://")):
             raise CommandError("--url must start with http:// or https://")
         request = urllib.request.Request(  # noqa: S310
-            target, data=raw_body, headers=headers, method="POST"
+            target, data=sample.raw_body, headers=headers, method="POST"
         )
         try:
             with urllib.request.urlopen(request, timeout=10) as response:  # noqa: S310
@@ -84,3 +61,18 @@ class Command(BaseCommand):
             raise CommandError(f"POST {target} failed: {exc}") from exc
         self.stdout.write(f"POST {target} -> {status}")
         self.stdout.write(text)
+
+    def _source_defaults(
+        self, slug: str, scheme: str | None, handler: str | None
+    ) -> tuple[str, str]:
+        """The source's own scheme and integration when this database knows it (the command
+        may also point at another server's source, with ``--scheme`` and ``--handler``)."""
+        if scheme and handler:
+            return scheme, handler
+        try:
+            source = WebhookSource.objects.filter(slug=slug).first()
+        except Exception:  # no database here: the flags or the defaults decide
+            source = None
+        scheme = scheme or (source.scheme if source else "hmac-sha256")
+        handler = handler or (source.handler if source else "research")
+        return scheme, handler

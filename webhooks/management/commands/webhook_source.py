@@ -1,9 +1,13 @@
+import getpass
+
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
 from django.db import IntegrityError
 
 from core.errors import InvalidPayload
-from webhooks.models import HandlerName, SignatureScheme, WebhookSource
+from webhooks.integrations import integration_names
+from webhooks.models import WebhookSource
+from webhooks.schemes import DEFAULT_SCHEME, SCHEMES
 from webhooks.selectors import webhook_source_list
 from webhooks.services import (
     DEFAULT_GRACE_SECONDS,
@@ -23,12 +27,8 @@ class Command(BaseCommand):
         sub = parser.add_subparsers(dest="action", required=True)
         create = sub.add_parser("create", help="create a source")
         create.add_argument("slug")
-        create.add_argument(
-            "--scheme",
-            choices=SignatureScheme.values,
-            default=SignatureScheme.HMAC_SHA256,
-        )
-        create.add_argument("--handler", choices=HandlerName.values, required=True)
+        create.add_argument("--scheme", choices=list(SCHEMES), default=DEFAULT_SCHEME)
+        create.add_argument("--handler", choices=integration_names(), required=True)
         create.add_argument(
             "--secret", help="use this secret instead of a generated one"
         )
@@ -44,6 +44,11 @@ class Command(BaseCommand):
             type=int,
             default=DEFAULT_GRACE_SECONDS,
             help="how long the previous secrets stay valid (default 86400)",
+        )
+        rotate.add_argument(
+            "--reason",
+            default="webhook_source rotate",
+            help="recorded with the operator action",
         )
         sub.add_parser("list", help="list sources (never secrets)")
         for action in ("disable", "enable"):
@@ -79,12 +84,17 @@ class Command(BaseCommand):
             self.stdout.write("secret (shown once, store it now):")
             self.stdout.write(secret)
 
-    def _rotate(self, *, slug, secret, grace_seconds, **options):
+    def _rotate(self, *, slug, secret, grace_seconds, reason, **options):
         if grace_seconds < 0:
             raise CommandError("--grace-seconds must be >= 0")
         generated = secret is None
+        # Recorded as an operator action under the invoking OS user, as replay_events is.
         secret = webhook_source_rotate(
-            source=self._source(slug), secret=secret, grace_seconds=grace_seconds
+            source=self._source(slug),
+            secret=secret,
+            grace_seconds=grace_seconds,
+            actor_name=f"os:{getpass.getuser()}",
+            reason=reason,
         )
         self.stdout.write(
             f"rotated webhook source {slug!r}: previous secrets stay valid for "

@@ -28,15 +28,14 @@ from django.utils import timezone
 
 from core.canonical import canonical_json
 from core.errors import TemporarilyUnavailable
-from core.metrics import IDEMPOTENCY_REQUESTS
 from core.models import ApiClient
 
-from .errors import IdempotencyKeyRequired, IdempotencyKeyReused, InvalidIdempotencyKey
+from .errors import IdempotencyKeyReused
+from .metrics import IDEMPOTENCY_REQUESTS
 from .models import IdempotencyRecord, IdempotencyStatus
 
 logger = logging.getLogger(__name__)
 
-KEY_MAX_LENGTH = 255
 # A live record that vanished between a conflicting INSERT and the read (expired and replaced
 # by a third request) sends the request round again, this often before giving up.
 MAX_CLAIM_ROUNDS = 5
@@ -59,20 +58,6 @@ class IdempotentResponse:
     body: bytes
     location: str
     replayed: bool
-
-
-def idempotency_key_is_well_formed(key: str) -> bool:
-    """1-255 printable ASCII characters: the only keys that can have a record."""
-    return 0 < len(key) <= KEY_MAX_LENGTH and all(" " <= ch <= "~" for ch in key)
-
-
-def idempotency_key_validate(*, key: str | None) -> str:
-    """The Idempotency-Key header: required, 1-255 printable ASCII characters."""
-    if key is None or key == "":
-        raise IdempotencyKeyRequired()
-    if not idempotency_key_is_well_formed(key):
-        raise InvalidIdempotencyKey()
-    return key
 
 
 def fingerprint_compute(*, fields: dict) -> str:
@@ -273,3 +258,43 @@ def idempotent_execute(
             )
         existing = _live_record(client=client, operation_type=operation_type, key=key)
     raise TemporarilyUnavailable("idempotency record could not be claimed")
+
+
+def idempotency_record_resolve(
+    *, operation_type: str, resource_id: str, succeeded: bool
+) -> None:
+    """The operation a record started has ended: its record says how (``succeeded`` or
+    ``failed``). Called by the app that owns the resource, in its own transaction."""
+    IdempotencyRecord.objects.filter(
+        operation_type=operation_type, resource_id=resource_id
+    ).update(
+        status=IdempotencyStatus.SUCCEEDED if succeeded else IdempotencyStatus.FAILED,
+        updated_at=timezone.now(),
+    )
+
+
+def idempotency_records_cleanup(*, batch_size: int = 5000) -> dict:
+    """Marks live records past their TTL as expired, and purges expired records older than
+    ``IDEMPOTENCY_AUDIT_RETENTION_SECONDS``. The resources they created stay."""
+    now = timezone.now()
+    retention_cutoff = now - timedelta(
+        seconds=settings.IDEMPOTENCY_AUDIT_RETENTION_SECONDS
+    )
+    with transaction.atomic():
+        to_expire = list(
+            IdempotencyRecord.objects.select_for_update(skip_locked=True)
+            .filter(expired_at__isnull=True, expires_at__lte=now)
+            .values_list("pk", flat=True)[:batch_size]
+        )
+        expired = IdempotencyRecord.objects.filter(pk__in=to_expire).update(
+            expired_at=now, updated_at=now
+        )
+    purged_ids = list(
+        IdempotencyRecord.objects.filter(expired_at__lt=retention_cutoff).values_list(
+            "pk", flat=True
+        )[:batch_size]
+    )
+    purged, _ = IdempotencyRecord.objects.filter(pk__in=purged_ids).delete()
+    if expired or purged:
+        logger.info("idempotency.cleanup", extra={"expired": expired, "purged": purged})
+    return {"expired": expired, "purged": purged}

@@ -2,8 +2,11 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
+from audit.roles import AUDITORS, OPERATORS, roles_bootstrap
 from core.models import ApiClient, token_hash
 from core.services import api_client_create
+from webhooks.models import WebhookSource
+from webhooks.services import webhook_source_create
 
 DEMO_ADMIN = ("admin", "admin")
 DEMO_API_TOKEN = "demo-api-token-change-me"  # noqa: S105 - a published demo credential
@@ -42,9 +45,6 @@ class Command(BaseCommand):
         self._demo_roles(user_model)
 
     def _demo_webhook_source(self):
-        from webhooks.models import WebhookSource
-        from webhooks.services import webhook_source_create
-
         if not WebhookSource.objects.filter(slug="demo").exists():
             webhook_source_create(
                 slug="demo",
@@ -60,8 +60,6 @@ class Command(BaseCommand):
     def _demo_roles(self, user_model):
         """The audit console's roles and one demo user in each."""
         from django.contrib.auth.models import Group
-
-        from audit.roles import AUDITORS, OPERATORS, roles_bootstrap
 
         roles_bootstrap()
         for (username, password), group in (

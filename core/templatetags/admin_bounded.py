@@ -106,14 +106,3 @@ def bounded_date_hierarchy(cl):
             for y in range(first.year, last.year + 1)
         ],
     }
-
-
-@register.simple_tag(takes_context=True)
-def audit_dashboard(context):
-    """The index page's figures, for users who may view the inbox."""
-    from audit.selectors import dashboard_figures
-
-    request = context.get("request")
-    if request is None or not request.user.has_perm("webhooks.view_inboxevent"):
-        return None
-    return dashboard_figures()

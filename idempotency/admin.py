@@ -1,0 +1,46 @@
+from django.contrib import admin
+from django.db.models import BooleanField, ExpressionWrapper
+from django.utils.html import format_html
+
+from core.admin_base import ReadOnlyAdminMixin
+
+from .models import IdempotencyRecord
+from .selectors import idempotency_stuck_q
+
+
+@admin.register(IdempotencyRecord)
+class IdempotencyRecordAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+    list_display = [
+        "key",
+        "operation_type",
+        "client",
+        "status_display",
+        "resource_id",
+        "created_at",
+        "expires_at",
+        "expired_at",
+    ]
+    list_filter = ["status", "operation_type"]
+    list_select_related = ["client"]
+    search_fields = ["=key", "=resource_id"]
+    exclude = ["response_body"]
+
+    @admin.display(description="status", ordering="status")
+    def status_display(self, record):
+        if record.is_stuck:
+            return format_html(
+                '<strong style="color:#ba2121">{} (stuck)</strong>', record.status
+            )
+        return record.status
+
+    def get_queryset(self, request):
+        return (
+            super()
+            .get_queryset(request)
+            .defer("response_body")
+            .annotate(
+                is_stuck=ExpressionWrapper(
+                    idempotency_stuck_q(), output_field=BooleanField()
+                )
+            )
+        )

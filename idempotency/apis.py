@@ -1,0 +1,91 @@
+"""The Idempotency-Key contract for DRF views (docs/http-api.md, "Idempotency-Key"), and the
+key lookup endpoint."""
+
+from __future__ import annotations
+
+from django.http import HttpResponse
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import serializers
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from core.errors import NotFound
+
+from .keys import idempotency_key_validate
+from .selectors import idempotency_record_get
+from .services import OperationResult, idempotent_execute
+
+IDEMPOTENCY_KEY_HEADER = OpenApiParameter(
+    "Idempotency-Key",
+    str,
+    OpenApiParameter.HEADER,
+    required=True,
+    description="1-255 printable ASCII characters, stable across retries of one operation.",
+)
+
+
+class IdempotentPostMixin:
+    """Opts a DRF ``APIView`` POST into the Idempotency-Key contract.
+
+    A view declares ``operation_type``, ``fingerprint_fields`` and ``input_serializer_class``
+    and implements ``perform(*, client, key, data) -> OperationResult``. The mixin validates
+    the key, then the body (400 ``invalid_json`` / 422 ``invalid_payload``, nothing recorded),
+    then runs ``perform`` through ``idempotent_execute`` and answers the first response or its
+    byte-identical replay (200, same ``Location``, ``Idempotent-Replayed: true``)."""
+
+    operation_type: str = ""
+    fingerprint_fields: tuple[str, ...] = ()
+    input_serializer_class: type[serializers.Serializer]
+
+    def fingerprint_values(self, data: dict) -> dict:
+        return {name: data.get(name) for name in self.fingerprint_fields}
+
+    def perform(self, *, client, key: str, data: dict) -> OperationResult:
+        raise NotImplementedError
+
+    def post(self, request, *args, **kwargs):
+        key = idempotency_key_validate(key=request.headers.get("Idempotency-Key"))
+        serializer = self.input_serializer_class(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        data = serializer.validated_data
+        client = request.user
+        result = idempotent_execute(
+            client=client,
+            operation_type=self.operation_type,
+            key=key,
+            fingerprint_fields=self.fingerprint_values(data),
+            perform=lambda: self.perform(client=client, key=key, data=data),
+        )
+        response = HttpResponse(
+            result.body, status=result.status_code, content_type="application/json"
+        )
+        if result.location:
+            response["Location"] = result.location
+        if result.replayed:
+            response["Idempotent-Replayed"] = "true"
+        return response
+
+
+class IdempotencyKeyDetailApi(APIView):
+    """What became of one of the client's keys (for a client whose response was lost)."""
+
+    class IdempotencyKeyOutputSerializer(serializers.Serializer):
+        operation_type = serializers.CharField()
+        idempotency_key = serializers.CharField(source="key")
+        status = serializers.SerializerMethodField()
+        fingerprint = serializers.CharField()
+        resource_id = serializers.CharField()
+        created_at = serializers.DateTimeField()
+        expires_at = serializers.DateTimeField()
+
+        def get_status(self, record) -> str:
+            return "expired" if record.is_expired else record.status
+
+    @extend_schema(responses=IdempotencyKeyOutputSerializer)
+    def get(self, request, operation_type: str, key: str):
+        record = idempotency_record_get(
+            client=request.user, operation_type=operation_type, key=key
+        )
+        if record is None:
+            raise NotFound()
+        return Response(self.IdempotencyKeyOutputSerializer(record).data)

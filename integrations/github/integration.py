@@ -1,0 +1,149 @@
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from django.utils import timezone
+
+from core.errors import InvalidPayload, PermanentProcessingError
+from deployments.models import JobStatus
+from deployments.services import deployment_status_report_apply
+from webhooks.envelopes import (
+    MAX_ID_LENGTH,
+    Envelope,
+    instant_parse,
+    raw_fingerprint,
+    text_error,
+)
+from webhooks.integrations import HandlerResult, SampleEvent
+from webhooks.models import ProcessingStatus
+
+if TYPE_CHECKING:
+    from webhooks.models import InboxEvent
+    from webhooks.schemes import Verified
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+DELIVERY_HEADER = "X-GitHub-Delivery"
+EVENT_HEADER = "X-GitHub-Event"
+GITHUB_STATES: dict[str, str] = {
+    "success": JobStatus.SUCCEEDED,
+    "failure": JobStatus.FAILED,
+    "error": JobStatus.FAILED,
+    "in_progress": JobStatus.RUNNING,
+    "queued": JobStatus.QUEUED,
+    "pending": JobStatus.QUEUED,
+}
+
+
+class GitHubIntegration:
+    name = "github"
+    label = "GitHub events"
+
+    def envelope(
+        self,
+        *,
+        body: dict,
+        raw_body: bytes,
+        headers: Mapping[str, str],
+        verified: Verified,
+    ) -> Envelope:
+        """GitHub's own envelope: the id is ``X-GitHub-Delivery``, the type
+        ``X-GitHub-Event``; the fingerprint is the SHA-256 of the raw body (GitHub's
+        redeliveries are byte-identical)."""
+        delivery = (headers.get(DELIVERY_HEADER) or "").strip()
+        event_type = (headers.get(EVENT_HEADER) or "").strip()
+        errors = {}
+        for name, value in ((DELIVERY_HEADER, delivery), (EVENT_HEADER, event_type)):
+            message = text_error(value, required=True)
+            if message:
+                errors[name] = [message]
+        if errors:
+            raise InvalidPayload(details=errors)
+        repository = body.get("repository")
+        entity_id = ""
+        if isinstance(repository, dict) and isinstance(
+            repository.get("full_name"), str
+        ):
+            entity_id = repository["full_name"][:MAX_ID_LENGTH].replace("\x00", "")
+        return Envelope(
+            event_id=delivery,
+            event_type=event_type,
+            content_fingerprint=raw_fingerprint(raw_body),
+            entity_id=entity_id,
+            entity_type="repository" if entity_id else "",
+        )
+
+    def handle(self, event: InboxEvent) -> HandlerResult:
+        if event.event_type == "ping":
+            return HandlerResult(status=ProcessingStatus.PROCESSED, note="ping")
+        if event.event_type == "deployment_status":
+            return _deployment_status_handle(event)
+        return HandlerResult(status=ProcessingStatus.IGNORED_UNSUPPORTED)
+
+    def sample(self, *, event_id: str) -> SampleEvent:
+        return SampleEvent(
+            event_id=event_id,
+            raw_body=(FIXTURES / "ping__basic.json").read_bytes(),
+            headers={EVENT_HEADER: "ping"},
+        )
+
+
+def _payload(event: InboxEvent) -> dict:
+    try:
+        payload = json.loads(bytes(event.raw_body))
+    except (TypeError, ValueError) as exc:
+        raise PermanentProcessingError("body is not JSON") from exc
+    if not isinstance(payload, dict):
+        raise PermanentProcessingError("body is not a JSON object")
+    return payload
+
+
+def _deployment_status_handle(event: InboxEvent) -> HandlerResult:
+    payload = _payload(event)
+    try:
+        deployment_status = payload["deployment_status"]
+        state = deployment_status["state"]
+        status_id = int(deployment_status["id"])
+        sha = str(payload["deployment"]["sha"]).lower()
+        environment = str(payload["deployment"]["environment"])
+        repository = str(payload["repository"]["full_name"]).lower()
+    except (KeyError, TypeError, ValueError) as exc:
+        raise PermanentProcessingError(
+            f"deployment_status without {exc.__class__.__name__}: {exc}"
+        ) from exc
+    status = GITHUB_STATES.get(state)
+    if status is None:
+        raise PermanentProcessingError(f"unknown deployment_status state {state!r}")
+    outcome = deployment_status_report_apply(
+        repository=repository,
+        environment=environment,
+        sha=sha,
+        github_status_id=status_id,
+        status=status,
+        reported_at=_reported_at(deployment_status),
+        actor=f"github:{event.event_id}",
+        detail=str(deployment_status.get("description") or "")[:1000],
+    )
+    if outcome.deployment is None:
+        return HandlerResult(
+            status=ProcessingStatus.PROCESSED, note="no matching deployment"
+        )
+    if not outcome.applied:
+        return HandlerResult(
+            status=ProcessingStatus.IGNORED_OUT_OF_ORDER,
+            note="older or non-terminal after terminal",
+        )
+    return HandlerResult(
+        status=ProcessingStatus.PROCESSED,
+        note=f"deployment {outcome.deployment.public_id} {status}",
+    )
+
+
+def _reported_at(deployment_status: dict) -> datetime:
+    """GitHub's time of the status (now when it has none or an unreadable one)."""
+    value = deployment_status.get("updated_at") or deployment_status.get("created_at")
+    parsed, _ = instant_parse(value, required=True)
+    return parsed or timezone.now()

@@ -1,1 +1,0 @@
-from celery import shared_task  # noqa: F401

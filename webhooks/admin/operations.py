@@ -1,0 +1,195 @@
+from __future__ import annotations
+
+from django import forms
+from django.contrib import admin, messages
+from django.urls import reverse
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import mark_safe
+
+from core.admin_base import BoundedCountPaginator, ReadOnlyAdminMixin
+
+from ..models import BulkReplayJob, OperatorAction
+from ..replay import (
+    BulkReplayJobNotStartable,
+    bulk_replay_job_create,
+    bulk_replay_job_start,
+)
+from ..selectors import inbox_events_by_pks
+
+
+@admin.register(OperatorAction)
+class OperatorActionAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+    list_display = (
+        "created_at",
+        "action",
+        "actor_name",
+        "event_count",
+        "skipped_count",
+        "reason_summary",
+        "bulk_job",
+    )
+    list_filter = ("action", "created_at")
+    search_fields = ("actor_name",)
+    date_hierarchy = "created_at"
+    ordering = ("-created_at", "-id")
+    fields = (
+        "created_at",
+        "action",
+        "actor_name",
+        "reason",
+        "event_count",
+        "skipped_count",
+        "bulk_job",
+        "events",
+        "details",
+    )
+    readonly_fields = fields
+
+    @admin.display(description="reason")
+    def reason_summary(self, obj):
+        return obj.reason if len(obj.reason) <= 60 else obj.reason[:59] + "…"
+
+    @admin.display(description="events")
+    def events(self, obj):
+        ids = [int(pk) for pk in obj.event_ids[:200]]
+        rows = inbox_events_by_pks(pks=ids)
+        links = format_html_join(
+            mark_safe("<br>"),
+            '<a href="{}">{}:{}</a>',
+            (
+                (
+                    reverse("admin:webhooks_inboxevent_change", args=[row.pk]),
+                    row.source.slug,
+                    row.event_id,
+                )
+                for row in rows
+            ),
+        )
+        more = len(obj.event_ids) - len(ids)
+        return format_html("{}{}", links, f" … and {more} more" if more > 0 else "")
+
+
+class BulkReplayJobForm(forms.ModelForm):
+    event_ids_text = forms.CharField(
+        label="Event ids",
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 3, "cols": 60}),
+        help_text="Optional: only these producer event ids, one per line or space-separated.",
+    )
+
+    class Meta:
+        model = BulkReplayJob
+        fields = ("source", "status", "since", "reason")
+
+
+@admin.register(BulkReplayJob)
+class BulkReplayJobAdmin(admin.ModelAdmin):
+    """A replay by filter: adding one records its dry-run count; "Start" hands it to a worker;
+    the list shows its progress."""
+
+    form = BulkReplayJobForm
+    paginator = BoundedCountPaginator
+    show_full_result_count = False
+    list_display = (
+        "pk",
+        "created_at",
+        "created_by_name",
+        "filter_summary",
+        "dry_run_count",
+        "state",
+        "progress",
+        "finished_at",
+    )
+    list_filter = ("state",)
+    ordering = ("-created_at", "-id")
+    actions = ("start_selected",)
+    readonly_fields = (
+        "filter_summary",
+        "reason",
+        "dry_run_count",
+        "state",
+        "progress",
+        "created_by_name",
+        "created_at",
+        "started_at",
+        "finished_at",
+        "error",
+    )
+
+    def get_readonly_fields(self, request, obj=None):
+        return () if obj is None else self.readonly_fields
+
+    def get_fields(self, request, obj=None):
+        if obj is None:
+            return ("source", "status", "since", "event_ids_text", "reason")
+        return self.readonly_fields
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+    def has_replay_permission(self, request):
+        return request.user.has_perm("webhooks.replay_inboxevent")
+
+    def save_model(self, request, obj, form, change):
+        created = bulk_replay_job_create(
+            source=form.cleaned_data["source"],
+            status=form.cleaned_data["status"],
+            since=form.cleaned_data["since"],
+            event_ids=form.cleaned_data["event_ids_text"].split(),
+            reason=form.cleaned_data["reason"],
+            created_by=request.user,
+        )
+        obj.pk = created.pk
+        obj.dry_run_count = created.dry_run_count
+
+    def save_related(self, request, form, formsets, change):
+        pass
+
+    def log_addition(self, request, obj, message):
+        pass  # the job itself and its operator actions are the record
+
+    def response_add(self, request, obj, post_url_continue=None):
+        self.message_user(
+            request,
+            f"Dry run: {obj.dry_run_count} event(s) match bulk replay #{obj.pk}. "
+            "Select it and run “Start selected jobs” to replay them.",
+            messages.SUCCESS,
+        )
+        return super().response_post_save_add(request, obj)
+
+    @admin.display(description="filter")
+    def filter_summary(self, obj):
+        parts = [f"status={obj.status}"]
+        if obj.source_id:
+            parts.append(f"source={obj.source.slug}")
+        if obj.since:
+            parts.append(f"since={obj.since:%Y-%m-%d %H:%M}")
+        if obj.event_ids:
+            parts.append(f"{len(obj.event_ids)} event id(s)")
+        return ", ".join(parts)
+
+    @admin.display(description="progress")
+    def progress(self, obj):
+        total = obj.total or obj.dry_run_count
+        percent = round(100 * obj.processed / total) if total else 0
+        return format_html(
+            '<progress max="100" value="{}"></progress> {}/{}',
+            percent,
+            obj.processed,
+            total,
+        )
+
+    @admin.action(permissions=["replay"], description="Start selected jobs")
+    def start_selected(self, request, queryset):
+        started = 0
+        for job in queryset.filter(state=BulkReplayJob.State.COUNTED):
+            try:
+                bulk_replay_job_start(job=job)
+                started += 1
+            except BulkReplayJobNotStartable:
+                continue
+        level = messages.SUCCESS if started else messages.WARNING
+        self.message_user(request, f"Started {started} bulk replay job(s).", level)

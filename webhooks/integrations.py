@@ -1,0 +1,77 @@
+"""Integrations: what a source's ``handler`` names (docs/architecture.md, "Integrations").
+
+An integration is one package under ``integrations/`` that knows one producer's events:
+
+- ``envelope``: at ingest, reads the verified body into the inbox row's columns, refusing
+  what ingest must refuse (``InvalidPayload`` with details);
+- ``handle``: at processing, applies one event to its domain, called inside the transaction
+  that holds the inbox row's lock, so that the domain change and the event's new status
+  commit together. It raises ``core.errors.PermanentProcessingError`` when the data is
+  rejected (dead letter at once) and anything else when a retry may help;
+- ``sample``: a body (and the headers beside the signature) that ``send_test_webhook`` signs
+  and sends.
+
+The registry is the ``WEBHOOK_INTEGRATIONS`` setting, from a name to the integration object's
+dotted path, so that the inbox names none of the apps its integrations write to. Adding an
+integration is its package and one line there.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
+
+from django.conf import settings
+from django.utils.module_loading import import_string
+
+if TYPE_CHECKING:
+    from .envelopes import Envelope
+    from .models import InboxEvent
+    from .schemes import Verified
+
+
+@dataclass(frozen=True)
+class HandlerResult:
+    status: str  # a terminal ProcessingStatus other than dead_lettered
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class SampleEvent:
+    event_id: str
+    raw_body: bytes
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+class Integration(Protocol):
+    name: str
+    label: str
+
+    def envelope(
+        self,
+        *,
+        body: dict,
+        raw_body: bytes,
+        headers: Mapping[str, str],
+        verified: Verified,
+    ) -> Envelope: ...
+
+    def handle(self, event: InboxEvent) -> HandlerResult: ...
+
+    def sample(self, *, event_id: str) -> SampleEvent: ...
+
+
+@functools.cache
+def integration_get(name: str) -> Integration:
+    return import_string(settings.WEBHOOK_INTEGRATIONS[name])
+
+
+def integration_names() -> list[str]:
+    return list(settings.WEBHOOK_INTEGRATIONS)
+
+
+def integration_choices() -> list[tuple[str, str]]:
+    """The ``WebhookSource.handler`` choices: the registered integrations."""
+    return [(name, integration_get(name).label) for name in integration_names()]

@@ -1,0 +1,80 @@
+"""The inbox's metrics (docs/architecture.md, "Metrics")."""
+
+from core.metrics import Counter, GaugeMetricFamily, Histogram
+
+WEBHOOK_REQUESTS = Counter(
+    "webhook_requests_total",
+    "Webhook deliveries answered, by source and HTTP status.",
+    ["source", "status"],
+)
+WEBHOOK_SIGNATURE_FAILURES = Counter(
+    "webhook_signature_failures_total",
+    "Webhook deliveries refused for their signature or timestamp.",
+    ["source", "reason"],  # missing | malformed | mismatch | timestamp_out_of_window
+)
+WEBHOOK_DUPLICATES = Counter(
+    "webhook_duplicates_total",
+    "Deliveries of an event already in the inbox (200 duplicates).",
+)
+WEBHOOK_INCONSISTENT_DUPLICATES = Counter(
+    "webhook_inconsistent_duplicates_total",
+    "Deliveries of a known event id with different content (409s).",
+)
+WEBHOOK_STALE_EVENTS = Counter(
+    "webhook_stale_events_total",
+    "Events ignored at processing as out of order or as a duplicate version.",
+)
+WEBHOOK_PROCESSING_LATENCY = Histogram(
+    "webhook_processing_latency_seconds",
+    "From the event's occurred_at to processed. Late events are normal: buckets reach days.",
+    buckets=(
+        0.01,
+        0.05,
+        0.1,
+        0.25,
+        0.5,
+        1,
+        2.5,
+        5,
+        10,
+        30,
+        60,
+        120,
+        300,
+        600,
+        1800,
+        3600,
+        7200,
+        21600,
+        86400,
+        259200,
+        float("inf"),
+    ),
+)
+DEAD_LETTERS = Counter("dead_letter_total", "Inbox events moved to dead_lettered.")
+
+
+class QueueLagCollector:
+    """``webhook_queue_lag_seconds``, read from the database at scrape time: right whatever
+    process answers."""
+
+    def collect(self):
+        from django.db.models import Min
+        from django.utils import timezone
+
+        from .models import InboxEvent, ProcessingStatus
+
+        now = timezone.now()
+        oldest = InboxEvent.objects.filter(
+            processing_status__in=[
+                ProcessingStatus.RECEIVED,
+                ProcessingStatus.PROCESSING,
+                ProcessingStatus.FAILED,
+            ]
+        ).aggregate(oldest=Min("received_at"))["oldest"]
+        lag = GaugeMetricFamily(
+            "webhook_queue_lag_seconds",
+            "Age of the oldest inbox event not yet in a terminal status (0 when none).",
+        )
+        lag.add_metric([], (now - oldest).total_seconds() if oldest else 0.0)
+        yield lag
