@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 INSTALLED := $(VENV)/.installed
 
-.PHONY: setup run test lint format bench chaos clean
+.PHONY: setup system-tools run test test-fast lint format bench chaos clean
 
 $(INSTALLED): requirements/base.txt requirements/local.txt requirements/production.txt
 	$(PYTHON) -m venv $(VENV)
@@ -13,6 +13,10 @@ $(INSTALLED): requirements/base.txt requirements/local.txt requirements/producti
 	touch $@
 
 setup: $(INSTALLED)
+
+## System packages the tests drive (Debian's chromium), installed when missing.
+system-tools:
+	bash scripts/ensure_system_tools.sh
 
 ## Run web + worker + beat on the embedded default (SQLite, filesystem broker); Ctrl-C stops all.
 run: setup
@@ -24,10 +28,18 @@ run: setup
 	$(VENV)/bin/honcho start -f Procfile
 
 ## Run the whole test suite against PostgreSQL (127.0.0.1:5432) and Redis (127.0.0.1:6379).
-test: setup
+test: setup system-tools
 	$(PY) scripts/check_services.py
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/lint-imports --no-cache
 	$(VENV)/bin/pytest $(PYTEST_ARGS)
+
+## While working: the suite without the tests that start processes, a browser or the chaos run.
+test-fast: setup
+	$(PY) scripts/check_services.py
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/lint-imports --no-cache
+	$(VENV)/bin/pytest -m "not slow" $(PYTEST_ARGS)
 
 ## Benchmarks on PostgreSQL and Redis: figures next to floors from the same run.
 bench: setup

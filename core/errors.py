@@ -1,5 +1,5 @@
 """Typed errors raised by services. ``core.exceptions`` maps each to its HTTP status and the
-stable ``error`` code of the SPEC; nothing else decides those."""
+stable ``error`` code (docs/http-api.md, "Errors"); nothing else decides those."""
 
 from typing import Any
 

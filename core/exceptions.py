@@ -27,7 +27,7 @@ def error_json_response(error: ServiceError) -> JsonResponse:
 
 
 def api_exception_handler(exc, context):
-    """DRF's handler, with the SPEC's error bodies: ``{"error": <code>, ...}``."""
+    """DRF's handler, with the error bodies of docs/http-api.md: ``{"error": <code>, ...}``."""
     if isinstance(exc, ServiceError):
         response = Response(exc.body(), status=exc.status_code)
         if isinstance(exc, TemporarilyUnavailable):

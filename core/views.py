@@ -1,10 +1,9 @@
 import logging
 
+from celery import current_app
 from django.db import connection
 from django.http import HttpResponse, JsonResponse
 from django.views.decorators.http import require_GET
-
-from config.celery_app import app as celery_app
 
 logger = logging.getLogger(__name__)
 
@@ -28,7 +27,7 @@ def _database_ready() -> bool:
 
 def _broker_ready() -> bool:
     try:
-        with celery_app.connection_for_write() as conn:
+        with current_app.connection_for_write() as conn:
             conn.ensure_connection(max_retries=1, timeout=2)
     except Exception as exc:
         logger.warning("readyz.broker_unreachable", extra={"error": str(exc)})

@@ -1,4 +1,5 @@
-"""Read APIs (SPEC section 4): thin views over the selectors, Bearer auth, cursor pages."""
+"""Read APIs (docs/http-api.md, "Read APIs"): thin views over the selectors, Bearer auth,
+cursor pages."""
 
 from drf_spectacular.utils import (
     OpenApiParameter,

@@ -118,8 +118,8 @@ def document_data_validate(data: Any) -> tuple[str, list[str], list[dict[str, st
 def document_change_decide(
     *, document: ResearchDocument, change: DocumentChange
 ) -> str:
-    """The ordering rule of the SPEC: versions when both sides have one, else
-    ``(occurred_at, event_id)``. Arrival order never decides."""
+    """The ordering rule (docs/architecture.md, "Research documents"): versions when both
+    sides have one, else ``(occurred_at, event_id)``. Arrival order never decides."""
     if not document.last_event_id:
         return Decision.APPLY  # nothing applied yet
     if (

@@ -1,6 +1,7 @@
 """``POST /webhooks/<slug>/``: a lean plain Django view (no DRF on the hot path), CSRF-exempt
-because producers authenticate with signatures, not cookies. The checks run in the SPEC's order:
-source, method, size, signature, timestamp, JSON, envelope, then the one upsert."""
+because producers authenticate with signatures, not cookies. The checks run in the order of
+docs/http-api.md ("Checks and responses"): source, method, size, signature, timestamp, JSON,
+envelope, then the one upsert."""
 
 from __future__ import annotations
 

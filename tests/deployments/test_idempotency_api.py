@@ -1,4 +1,4 @@
-"""The Idempotency-Key contract of POST /api/deployments/ and /api/builds/ (SPEC section 3)."""
+"""The Idempotency-Key contract of POST /api/deployments/ and /api/builds/ (docs/http-api.md)."""
 
 import json
 import time

@@ -1,4 +1,4 @@
-"""POST /api/status-sync/: the same Idempotency-Key contract, and SPEC's ordering rule."""
+"""POST /api/status-sync/: the same Idempotency-Key contract, and the ordering rule."""
 
 import json
 from datetime import timedelta

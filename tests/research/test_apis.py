@@ -1,4 +1,4 @@
-"""Research read APIs (SPEC section 4), with documents built by the real processing path."""
+"""Research read APIs (docs/http-api.md), with documents built by the real processing path."""
 
 import pytest
 from django.contrib.auth import get_user_model

@@ -1,4 +1,4 @@
-"""``POST /webhooks/<slug>/`` through the real view and PostgreSQL: every row of the SPEC's
+"""``POST /webhooks/<slug>/`` through the real view and PostgreSQL: every row of the
 checks table, in order, with the exact status and error codes."""
 
 import hashlib
