@@ -38,7 +38,12 @@ _RFC3339 = re.compile(
 
 @dataclass(frozen=True)
 class Envelope:
-    """The columns of an inbox row that come from the body (or the producer's headers)."""
+    """The columns of an inbox row that come from the body (or the producer's headers).
+
+    ``event_id_signed``: the event id is covered by the signature (it is in the signed body,
+    or in a header the scheme signs). When it is not, the signed body itself is what
+    identifies the event: the same bytes under another id are a duplicate of the stored
+    event, not a new one (docs/security.md, "Replays")."""
 
     event_id: str
     event_type: str
@@ -49,6 +54,7 @@ class Envelope:
     occurred_at: datetime | None = None
     tenant_id: str = ""
     idempotency_key: str = ""
+    event_id_signed: bool = False
 
 
 def _reject_constant(name: str) -> Any:

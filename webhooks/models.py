@@ -110,6 +110,11 @@ class InboxEvent(models.Model):
     idempotency_key = models.CharField(max_length=255, blank=True, default="")
     payload_hash = models.CharField(max_length=64)
     content_fingerprint = models.CharField(max_length=64)
+    # The payload hash again, on rows whose event id is not signed (GitHub's delivery id):
+    # unique per source, so that the signed body sent again under a fresh id is a duplicate
+    # of this row. NULL (not "", which would collide) when the id is signed, and on copies
+    # stored before the key existed.
+    body_key = models.CharField(max_length=64, null=True, blank=True)  # noqa: DJ001
     raw_body = models.BinaryField(null=True)
     body_purged_at = models.DateTimeField(null=True, blank=True)
     headers = models.JSONField(default=dict)
@@ -135,6 +140,12 @@ class InboxEvent(models.Model):
         constraints = [
             models.UniqueConstraint(
                 fields=["source", "event_id"], name="webhooks_inbox_source_event_uniq"
+            ),
+            # Partial: rows whose id is signed (the research events) never enter it.
+            models.UniqueConstraint(
+                fields=["source", "body_key"],
+                condition=Q(body_key__isnull=False),
+                name="webhooks_inbox_source_body_uniq",
             ),
         ]
         indexes = [

@@ -39,10 +39,14 @@ _HEX_SHA256 = re.compile(r"[0-9a-fA-F]{64}")
 class Verified:
     """What a valid signature vouches for: the id header (may be empty) and the raw timestamp
     header (``None`` when the scheme has none). The timestamp is checked by the caller, after
-    the signature, so that an unsigned request never learns about the window."""
+    the signature, so that an unsigned request never learns about the window.
+    ``event_id_signed``: the id header is part of the signed bytes (the scheme's
+    ``signs_event_id``); when it is not, anyone holding a signed body can send it again under
+    an id of their choosing."""
 
     event_id: str
     timestamp: str | None
+    event_id_signed: bool = False
 
 
 class SignatureScheme(Protocol):
@@ -50,6 +54,7 @@ class SignatureScheme(Protocol):
 
     name: str
     label: str
+    signs_event_id: bool
 
     def verify(
         self, *, raw_body: bytes, headers: Mapping[str, str], secrets: Sequence[str]
@@ -103,6 +108,7 @@ class HmacSha256Scheme:
 
     name = "hmac-sha256"
     label = "HMAC-SHA256 (timestamp.body)"
+    signs_event_id = False  # X-Webhook-Id is not in the signed bytes
     id_header = "X-Webhook-Id"
     timestamp_header = "X-Webhook-Timestamp"
     signature_header = "X-Webhook-Signature"
@@ -121,7 +127,11 @@ class HmacSha256Scheme:
         expected = [_hmac_sha256(secret.encode(), message) for secret in secrets]
         if not _any_match(candidates, expected):
             raise InvalidSignature(REASON_MISMATCH)
-        return Verified(event_id=_header(headers, self.id_header), timestamp=timestamp)
+        return Verified(
+            event_id=_header(headers, self.id_header),
+            timestamp=timestamp,
+            event_id_signed=self.signs_event_id,
+        )
 
     def sign(
         self, *, raw_body: bytes, secret: str, event_id: str, timestamp: int
@@ -151,6 +161,7 @@ class StandardWebhooksScheme:
 
     name = "standard-webhooks"
     label = "Standard Webhooks"
+    signs_event_id = True
     id_header = "webhook-id"
     timestamp_header = "webhook-timestamp"
     signature_header = "webhook-signature"
@@ -182,7 +193,9 @@ class StandardWebhooksScheme:
         ]
         if not _any_match(candidates, expected):
             raise InvalidSignature(REASON_MISMATCH)
-        return Verified(event_id=event_id, timestamp=timestamp)
+        return Verified(
+            event_id=event_id, timestamp=timestamp, event_id_signed=self.signs_event_id
+        )
 
     def sign(
         self, *, raw_body: bytes, secret: str, event_id: str, timestamp: int
@@ -216,6 +229,7 @@ class GitHubScheme:
 
     name = "github"
     label = "GitHub (X-Hub-Signature-256)"
+    signs_event_id = False  # GitHub signs the body only: X-GitHub-Delivery is not in it
     id_header = "X-GitHub-Delivery"
     timestamp_header = None
     signature_header = "X-Hub-Signature-256"
@@ -232,7 +246,11 @@ class GitHubScheme:
         expected = [_hmac_sha256(secret.encode(), raw_body) for secret in secrets]
         if not _any_match(candidates, expected):
             raise InvalidSignature(REASON_MISMATCH)
-        return Verified(event_id=_header(headers, self.id_header), timestamp=None)
+        return Verified(
+            event_id=_header(headers, self.id_header),
+            timestamp=None,
+            event_id_signed=self.signs_event_id,
+        )
 
     def sign(
         self, *, raw_body: bytes, secret: str, event_id: str, timestamp: int

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import logging
@@ -11,7 +12,7 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
-from django.db import connection, transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 
@@ -210,6 +211,7 @@ _INBOX_COLUMNS = (
     "idempotency_key",
     "payload_hash",
     "content_fingerprint",
+    "body_key",
     "raw_body",
     "headers",
     "signature_valid",
@@ -225,23 +227,64 @@ _INBOX_COLUMNS = (
 
 
 @functools.cache
-def _inbox_upsert_sql(vendor: str) -> str:
+def _inbox_upsert_sql(vendor: str, *, on: str) -> str:
+    """The one statement that records a delivery, on the unique index ``on`` names.
+
+    ``on="event_id"``: new / duplicate / conflict by ``(source, event_id)``. A new row comes
+    back with delivery_count 1; a true duplicate (same fingerprint) is counted and comes back
+    with delivery_count > 1; a conflicting fingerprint updates nothing and returns no row.
+
+    ``on="body"``: for events whose id is not signed, by ``(source, body_key)``: the same
+    signed bytes are the same event whatever id they came with, counted on the stored row,
+    whose event id comes back. The same id with other bytes violates ``(source, event_id)``
+    instead and raises ``IntegrityError``, for the caller to record as above.
+
+    Either way the unique index decides races. Valid on PostgreSQL and on SQLite >= 3.35."""
     quote = connection.ops.quote_name
     table = quote(InboxEvent._meta.db_table)
     columns = ", ".join(quote(name) for name in _INBOX_COLUMNS)
     placeholders = ", ".join(["%s"] * len(_INBOX_COLUMNS))
-    # One statement decides new / duplicate / conflict, and the unique constraint decides races:
-    # a new row comes back with delivery_count 1; a true duplicate (same fingerprint) is counted
-    # and comes back with delivery_count > 1; a conflicting fingerprint updates nothing and
-    # returns no row. Valid on PostgreSQL and on SQLite >= 3.35.
+    if on == "event_id":
+        target = "(source_id, event_id)"
+        condition = f" WHERE {table}.content_fingerprint = EXCLUDED.content_fingerprint"
+    else:
+        target = "(source_id, body_key) WHERE body_key IS NOT NULL"
+        condition = ""
     return (
         f"INSERT INTO {table} ({columns}) VALUES ({placeholders})"  # noqa: S608
-        " ON CONFLICT (source_id, event_id) DO UPDATE SET"
+        f" ON CONFLICT {target} DO UPDATE SET"
         f" delivery_count = {table}.delivery_count + 1,"
-        " last_seen_at = EXCLUDED.last_seen_at"
-        f" WHERE {table}.content_fingerprint = EXCLUDED.content_fingerprint"
-        " RETURNING id, delivery_count, processing_status"
+        f" last_seen_at = EXCLUDED.last_seen_at{condition}"
+        " RETURNING id, event_id, delivery_count, processing_status"
     )
+
+
+def _upsert_execute(sql: str, params: list) -> tuple | None:
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return cursor.fetchone()
+
+
+def _inbox_upsert_execute(*, params: list, by_body: bool) -> tuple | None:
+    """The row the upsert returned: ``(id, event_id, delivery_count, processing_status)``,
+    or ``None`` for a conflicting fingerprint under an existing event id."""
+    vendor = connection.vendor
+    if not by_body:
+        return _upsert_execute(_inbox_upsert_sql(vendor, on="event_id"), params)
+    # Inside a caller's transaction the attempt runs in a savepoint, so that a violation of
+    # the event id index leaves that transaction usable; in autocommit (the webhook view) a
+    # failed statement leaves nothing behind and needs none.
+    attempt = (
+        transaction.atomic() if connection.in_atomic_block else contextlib.nullcontext()
+    )
+    try:
+        with attempt:
+            return _upsert_execute(_inbox_upsert_sql(vendor, on="body"), params)
+    except IntegrityError:
+        # Another body under a stored event id: a conflict, or (for a fingerprint that
+        # ignores some bytes) a true duplicate. Rows are never deleted, so this one
+        # conflicts on the event id and inserts nothing.
+        return _upsert_execute(_inbox_upsert_sql(vendor, on="event_id"), params)
 
 
 def inbox_event_record(
@@ -256,7 +299,9 @@ def inbox_event_record(
     first delivery creates the row and publishes its processing task after commit; a delivery
     with the same content fingerprint only counts (``delivery_count``); one with another
     fingerprint leaves the original untouched, keeps the evidence and raises
-    ``InconsistentDuplicate``. Raises ``InvalidSignature``, ``StaleTimestamp``, ``InvalidJson``
+    ``InconsistentDuplicate``. When the event id is not signed, idempotent per (source, body)
+    as well: the stored body under another id only counts on the stored row, and the result
+    names the stored event id. Raises ``InvalidSignature``, ``StaleTimestamp``, ``InvalidJson``
     or ``InvalidPayload`` before anything is written (failed authentication is counted).
     ``secrets`` are the source's valid secrets when the caller already loaded them."""
     scheme = scheme_get(source.scheme)
@@ -298,6 +343,7 @@ def _inbox_upsert(
     now = timezone.now()
     stored_headers = _stored_headers(headers)
     payload_hash = hashlib.sha256(raw_body).hexdigest()
+    body_key = None if envelope.event_id_signed else payload_hash
     values = {
         "source_id": source.pk,
         "event_id": envelope.event_id,
@@ -310,6 +356,7 @@ def _inbox_upsert(
         "idempotency_key": envelope.idempotency_key,
         "payload_hash": payload_hash,
         "content_fingerprint": envelope.content_fingerprint,
+        "body_key": body_key,
         "raw_body": raw_body,
         "headers": stored_headers,
         "signature_valid": True,
@@ -331,9 +378,7 @@ def _inbox_upsert(
     # One statement in autocommit is its own transaction: when execute() returns, the row is
     # committed, and ``on_commit`` (outside any atomic block) publishes right away. Inside a
     # caller's atomic block, the publish waits for that block's commit.
-    with connection.cursor() as cursor:
-        cursor.execute(_inbox_upsert_sql(connection.vendor), params)
-        row = cursor.fetchone()
+    row = _inbox_upsert_execute(params=params, by_body=body_key is not None)
     if row is None:
         with transaction.atomic():
             original = (
@@ -352,12 +397,12 @@ def _inbox_upsert(
                 received_at=now,
             )
     else:
-        inbox_event_id, delivery_count, processing_status = row
+        inbox_event_id, event_id, delivery_count, processing_status = row
         created = delivery_count == 1
         if created:
             transaction.on_commit(
                 lambda: inbox_event_publish(
-                    inbox_event_id=inbox_event_id, event_id=envelope.event_id
+                    inbox_event_id=inbox_event_id, event_id=event_id
                 )
             )
     if row is None:
@@ -366,12 +411,20 @@ def _inbox_upsert(
         raise InconsistentDuplicate(event_id=envelope.event_id)
     if created:
         logger.info("inbox.accepted", extra=log_extra)
+    elif event_id != envelope.event_id:
+        # A stored body under a fresh id: GitHub's own redeliveries keep their id, so this
+        # is a copy made by someone holding the signed body.
+        WEBHOOK_DUPLICATES.inc()
+        logger.warning(
+            "inbox.duplicate",
+            extra={**log_extra, "event_id": event_id, "delivery_id": envelope.event_id},
+        )
     else:
         WEBHOOK_DUPLICATES.inc()
         logger.info("inbox.duplicate", extra=log_extra)
     return IngestResult(
         inbox_event_id=inbox_event_id,
-        event_id=envelope.event_id,
+        event_id=event_id,
         created=created,
         processing_status=processing_status,
     )

@@ -52,7 +52,9 @@ class GitHubIntegration:
     ) -> Envelope:
         """GitHub's own envelope: the id is ``X-GitHub-Delivery``, the type
         ``X-GitHub-Event``; the fingerprint is the SHA-256 of the raw body (GitHub's
-        redeliveries are byte-identical)."""
+        redeliveries are byte-identical). Neither header is signed (unless the source's
+        scheme signs the delivery header as its id), so the body is what identifies the
+        event: a copy under a fresh delivery id is a duplicate."""
         delivery = (headers.get(DELIVERY_HEADER) or "").strip()
         event_type = (headers.get(EVENT_HEADER) or "").strip()
         errors = {}
@@ -74,6 +76,7 @@ class GitHubIntegration:
             content_fingerprint=raw_fingerprint(raw_body),
             entity_id=entity_id,
             entity_type="repository" if entity_id else "",
+            event_id_signed=verified.event_id_signed and verified.event_id == delivery,
         )
 
     def handle(self, event: InboxEvent) -> HandlerResult:

@@ -74,6 +74,8 @@ class ResearchIntegration:
             occurred_at=event.occurred_at,
             tenant_id=event.tenant_id,
             idempotency_key=event.idempotency_key,
+            # The id is the signed body's event_id, and the id header must name it.
+            event_id_signed=True,
         )
 
     def handle(self, event: InboxEvent) -> HandlerResult:

@@ -89,3 +89,50 @@ def test_moved_models_keep_their_rows_and_their_permissions(back_to_before_the_m
     assert "idempotency_idempotencyrecord" in tables
     assert "audit_operatoraction" not in tables
     assert "deployments_idempotencyrecord" not in tables
+
+
+@pytest.fixture
+def before_the_body_key():
+    yield migrate([("webhooks", "0003_registries_and_admin_names")])
+    migrate(latest())
+
+
+def test_copies_of_a_github_body_stored_before_the_body_key_still_migrate(
+    before_the_body_key,
+):
+    """A deployment that already accepted a replayed GitHub body holds two rows with one
+    payload hash: the first keeps the key, the copy stays without it, and the unique index
+    is built over that history."""
+    old = before_the_body_key
+    source = old.get_model("webhooks", "WebhookSource")
+    github = source.objects.create(slug="gh", scheme="github", handler="github")
+    research = source.objects.create(slug="rs", handler="research")
+    inbox = old.get_model("webhooks", "InboxEvent")
+    for owner, event_id, digest in [
+        (github, "d-1", "a" * 64),
+        (github, "d-2-replayed", "a" * 64),
+        (github, "d-3", "b" * 64),
+        (research, "evt-1", "a" * 64),
+    ]:
+        inbox.objects.create(
+            source=owner,
+            event_id=event_id,
+            event_type="ping",
+            payload_hash=digest,
+            content_fingerprint=digest,
+            raw_body=b"{}",
+        )
+
+    new = migrate(latest())
+
+    keys = dict(
+        new.get_model("webhooks", "InboxEvent").objects.values_list(
+            "event_id", "body_key"
+        )
+    )
+    assert keys == {
+        "d-1": "a" * 64,
+        "d-2-replayed": None,
+        "d-3": "b" * 64,
+        "evt-1": None,
+    }

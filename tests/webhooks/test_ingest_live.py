@@ -14,7 +14,12 @@ from django.conf import settings
 from tests import processes
 from webhooks.models import FingerprintMismatch, InboxEvent
 
-from .factories import WebhookSourceFactory, encode, research_event, signed_headers
+from .factories import (
+    WebhookSourceFactory,
+    encode,
+    research_event,
+    signed_headers,
+)
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -54,18 +59,23 @@ def server(tmp_path, broker):
     server.stop()
 
 
-def post_all_at_once(url: str, requests_: list[tuple[bytes, dict]]) -> list[int]:
+def responses_all_at_once(
+    url: str, requests_: list[tuple[bytes, dict]]
+) -> list[requests.Response]:
     barrier = threading.Barrier(len(requests_))
 
     def send(item):
         raw, headers = item
         with requests.Session() as session:
             barrier.wait(timeout=30)
-            response = session.post(url, data=raw, headers=headers, timeout=60)
-            return response.status_code
+            return session.post(url, data=raw, headers=headers, timeout=60)
 
     with ThreadPoolExecutor(max_workers=len(requests_)) as pool:
         return list(pool.map(send, requests_))
+
+
+def post_all_at_once(url: str, requests_: list[tuple[bytes, dict]]) -> list[int]:
+    return [response.status_code for response in responses_all_at_once(url, requests_)]
 
 
 def test_same_event_posted_by_many_threads_at_once(server, broker):
@@ -101,6 +111,47 @@ def test_conflicting_bodies_posted_at_once(server, broker):
     assert evidence.count() == THREADS - 1
     stored = {bytes(e.raw_body) for e in evidence} | {bytes(row.raw_body)}
     assert stored == set(bodies)  # every delivery is kept: the winner or as evidence
+    assert broker.llen("celery") == 1
+
+
+def github_signed(raw: bytes, delivery: str) -> dict:
+    headers = signed_headers(scheme="github", raw_body=raw, event_id=delivery)
+    headers["X-GitHub-Event"] = "ping"
+    return headers
+
+
+def test_one_github_body_under_many_delivery_ids_at_once(server, broker):
+    """A signed body replayed under N fresh delivery ids at once: the database decides, one
+    row; every other copy is its duplicate and names the stored event id."""
+    source = WebhookSourceFactory(slug="gh-race", scheme="github", handler="github")
+    raw = encode({"zen": "Keep it logically awesome.", "hook_id": 30})
+    copies = [(raw, github_signed(raw, f"delivery-{n}")) for n in range(THREADS)]
+
+    responses = responses_all_at_once(f"{server}/webhooks/gh-race/", copies)
+
+    statuses = sorted(r.status_code for r in responses)
+    assert statuses == [200] * (THREADS - 1) + [202], [r.text for r in responses]
+    row = InboxEvent.objects.get(source=source)
+    assert row.delivery_count == THREADS
+    for response in responses:
+        assert response.json()["event_id"] == row.event_id
+    assert broker.llen("celery") == 1
+
+
+def test_one_github_delivery_id_with_many_bodies_at_once(server, broker):
+    source = WebhookSourceFactory(slug="gh-race", scheme="github", handler="github")
+    bodies = [encode({"zen": f"variant {n}", "hook_id": n}) for n in range(THREADS)]
+    statuses = post_all_at_once(
+        f"{server}/webhooks/gh-race/",
+        [(raw, github_signed(raw, "one-delivery")) for raw in bodies],
+    )
+
+    assert sorted(statuses) == [202] + [409] * (THREADS - 1)
+    row = InboxEvent.objects.get(source=source)
+    assert row.delivery_count == 1
+    evidence = FingerprintMismatch.objects.filter(event=row)
+    stored = {bytes(e.raw_body) for e in evidence} | {bytes(row.raw_body)}
+    assert stored == set(bodies)
     assert broker.llen("celery") == 1
 
 

@@ -119,6 +119,7 @@ class InboxEventAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
                 "fields": (
                     "payload_hash",
                     "content_fingerprint",
+                    "body_key",
                     "signature_valid",
                     "remote_addr",
                     "headers_pretty",
