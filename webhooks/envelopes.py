@@ -142,8 +142,10 @@ def instant_parse(value: Any, *, required: bool) -> tuple[datetime | None, str |
     return parsed, None
 
 
+# isoformat, not strftime: "%Y" writes year 1 as "1" on some platforms.
 _RANGE_MESSAGE = (
-    f"Must lie between {EARLIEST_INSTANT:%Y-%m-%d} and {LATEST_INSTANT:%Y-%m-%d} (UTC)."
+    f"Must lie between {EARLIEST_INSTANT.date().isoformat()} and "
+    f"{LATEST_INSTANT.date().isoformat()} (UTC)."
 )
 
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import DataError, connection, transaction
 from django.utils import timezone
 
 from core.errors import PermanentProcessingError
@@ -58,6 +58,21 @@ SELECT id, attempts, %(now)s, 'started', '', '', %(worker)s FROM claimed
 RETURNING id, number
 """  # noqa: S608 - table names from the models, values bound
 ERROR_MAX_CHARS = 2000
+# The columns a claim and a failure write read: never the ones ingest filled from the body,
+# so that a row whose stored values cannot be read back can still be claimed and closed.
+_STATE_FIELDS = (
+    "event_id",
+    "event_type",
+    "source_id",
+    "processing_status",
+    "attempts",
+    "next_attempt_at",
+    "lease_expires_at",
+    "error_message",
+)
+# What reading a stored value back can raise: PostgreSQL holds years Python's dates cannot
+# (psycopg raises DataError), SQLite gives back text that does not parse (ValueError).
+_LOAD_ERRORS = (DataError, ValueError, OverflowError)
 
 
 class Skip:
@@ -103,9 +118,20 @@ def _log_extra(event: InboxEvent, **fields) -> dict:
     }
 
 
+class UnreadableRow(Exception):
+    """The row's stored columns cannot be read back (written by an older deployment that did
+    not refuse the value): nothing can process it, dead-letter at once."""
+
+
+def _is_permanent(error: BaseException) -> bool:
+    """Retrying cannot help: the domain rejected the data, the database refused a value
+    (``DataError`` is about the value, not the connection), or the row cannot be read."""
+    return isinstance(error, PermanentProcessingError | DataError | UnreadableRow)
+
+
 def _error_text(exc: BaseException) -> str:
     text = str(exc) or type(exc).__name__
-    if not isinstance(exc, PermanentProcessingError):
+    if not isinstance(exc, PermanentProcessingError | UnreadableRow):
         text = f"{type(exc).__name__}: {text}"
     return text[:ERROR_MAX_CHARS]
 
@@ -161,7 +187,7 @@ def _inbox_event_claim(
     now = timezone.now()
     event = (
         InboxEvent.objects.select_for_update()
-        .defer("raw_body", "headers")
+        .only(*_STATE_FIELDS)
         .filter(pk=inbox_event_id)
         .first()
     )
@@ -223,14 +249,30 @@ class _LeaseLost(Exception):
         self.event = event
 
 
-def _claimed_event_lock(*, claim: _Claim) -> InboxEvent:
+def _unreadable_columns(pk: int) -> list[str]:
+    """The columns of the row that cannot be read back, one probe each (a rare path)."""
+    names = []
+    for field in InboxEvent._meta.concrete_fields:
+        try:
+            InboxEvent.objects.filter(pk=pk).values_list(field.attname).first()
+        except _LOAD_ERRORS:
+            names.append(field.name)
+    return names
+
+
+def _claimed_event_lock(*, claim: _Claim, state_only: bool = False) -> InboxEvent:
     """The row, locked, if the claim still holds; ``_LeaseLost`` if our lease expired and
-    another run took the row over (that run owns the outcome now)."""
-    event = (
-        InboxEvent.objects.select_for_update(of=("self",))
-        .select_related("source")
-        .get(pk=claim.event_pk)
-    )
+    another run took the row over (that run owns the outcome now). ``state_only``: only the
+    columns a failure write needs. ``UnreadableRow`` if the row's columns cannot be read."""
+    rows = InboxEvent.objects.select_for_update(of=("self",))
+    rows = rows.only(*_STATE_FIELDS) if state_only else rows.select_related("source")
+    try:
+        event = rows.get(pk=claim.event_pk)
+    except _LOAD_ERRORS as exc:
+        columns = ", ".join(_unreadable_columns(claim.event_pk)) or "a column"
+        raise UnreadableRow(
+            f"the stored {columns} cannot be read back: {type(exc).__name__}: {exc}"
+        ) from exc
     if (
         event.processing_status != ProcessingStatus.PROCESSING
         or event.attempts != claim.number
@@ -270,10 +312,7 @@ def _failure_write(
     now = timezone.now()
     text = _error_text(error)
     attempt_fields = {"finished_at": now, "error": text}
-    if (
-        isinstance(error, PermanentProcessingError)
-        or event.attempts >= settings.INBOX_MAX_ATTEMPTS
-    ):
+    if _is_permanent(error) or event.attempts >= settings.INBOX_MAX_ATTEMPTS:
         _dead_letter(event, error=text)
         attempt_fields.update(
             outcome=InboxAttempt.Outcome.DEAD_LETTERED,
@@ -326,7 +365,7 @@ def _inbox_event_run(*, claim: _Claim) -> tuple[InboxEvent, ProcessingOutcome]:
         error = exc
     try:
         with transaction.atomic():
-            event = _claimed_event_lock(claim=claim)
+            event = _claimed_event_lock(claim=claim, state_only=True)
             return event, _failure_write(event, claim=claim, error=error)
     except _LeaseLost as lost:
         return lost.event, ProcessingOutcome(
@@ -375,7 +414,8 @@ def inbox_event_process(*, inbox_event_id: int, worker: str = "") -> ProcessingO
     Idempotent per row: a terminal row is never processed again, and of two concurrent runs
     only the one holding the claim applies anything. Transient failures leave the row
     ``failed`` with ``next_attempt_at`` (exponential backoff, full jitter) until
-    ``INBOX_MAX_ATTEMPTS``; ``PermanentProcessingError`` dead-letters at once."""
+    ``INBOX_MAX_ATTEMPTS``; ``PermanentProcessingError``, a value the database refuses
+    (``DataError``) and a row whose columns cannot be read back dead-letter at once."""
     claim = _inbox_event_claim_fast(
         inbox_event_id=inbox_event_id, worker=worker
     ) or _inbox_event_claim(inbox_event_id=inbox_event_id, worker=worker)

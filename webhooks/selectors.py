@@ -5,8 +5,9 @@ from __future__ import annotations
 import functools
 from datetime import datetime
 
-from django.db import connection, models
+from django.db import DataError, connection, models
 from django.db.models import Q, QuerySet
+from django.db.models.functions import Cast
 from django.utils import timezone
 
 from .models import InboxEvent, WebhookSecret, WebhookSource
@@ -69,11 +70,32 @@ def webhook_secrets_valid(
 
 
 def inbox_event_get(*, source_slug: str, event_id: str) -> InboxEvent | None:
+    """What the event status API shows: none of the columns ingest filled from the body."""
     return (
         InboxEvent.objects.filter(source__slug=source_slug, event_id=event_id)
-        .defer("raw_body", "headers")
+        .only(
+            "event_id",
+            "event_type",
+            "processing_status",
+            "attempts",
+            "received_at",
+            "processed_at",
+            "delivery_count",
+            "error_message",
+        )
         .first()
     )
+
+
+def inbox_event_occurred_at(*, inbox_event_id: int) -> datetime | str | None:
+    """The row's ``occurred_at``; the database's own text of it when Python cannot hold the
+    date (one an older deployment stored, docs/security.md, "Values the database refuses")."""
+    rows = InboxEvent.objects.filter(pk=inbox_event_id)
+    try:
+        return rows.values_list("occurred_at", flat=True).first()
+    except (DataError, ValueError, OverflowError):
+        text = Cast("occurred_at", output_field=models.TextField())
+        return rows.annotate(text=text).values_list("text", flat=True).first()
 
 
 MAX_EVENT_TYPES = 100

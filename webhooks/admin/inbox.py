@@ -1,7 +1,8 @@
 from __future__ import annotations
 
 from django.contrib import admin, messages
-from django.db.models import Q
+from django.contrib.admin.utils import display_for_value
+from django.db.models import DurationField, ExpressionWrapper, F, Q
 from django.http import HttpResponse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import mark_safe
@@ -17,7 +18,11 @@ from core.admin_base import (
 
 from ..models import DeadLetteredEvent, InboxAttempt, InboxEvent, ProcessingStatus
 from ..replay import NothingToReplay, inbox_events_replay
-from ..selectors import inbox_event_products, inbox_event_types
+from ..selectors import (
+    inbox_event_occurred_at,
+    inbox_event_products,
+    inbox_event_types,
+)
 
 
 class EventTypeFilter(admin.SimpleListFilter):
@@ -90,7 +95,7 @@ class InboxEventAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
                     "entity_type",
                     "entity_id",
                     "source_version",
-                    "occurred_at",
+                    "occurred",
                     "tenant_id",
                     "idempotency_key",
                 )
@@ -133,8 +138,19 @@ class InboxEventAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     readonly_fields = tuple(f for _, opts in fieldsets for f in opts["fields"])
 
     def get_queryset(self, request):
-        # The raw body is read only on the detail page.
-        return super().get_queryset(request).defer("raw_body", "headers")
+        # The raw body is read only on the detail page. ``occurred_at`` is never loaded into
+        # the row: an older deployment may have stored a date Python cannot hold, and the
+        # page must render anyway. The latency is computed by the database.
+        return (
+            super()
+            .get_queryset(request)
+            .defer("raw_body", "headers", "occurred_at")
+            .annotate(
+                latency_interval=ExpressionWrapper(
+                    F("processed_at") - F("occurred_at"), output_field=DurationField()
+                )
+            )
+        )
 
     def get_search_results(self, request, queryset, search_term):
         """Exact matches on the indexed columns, not ``icontains`` over a million rows."""
@@ -149,10 +165,16 @@ class InboxEventAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
 
     @admin.display(description="latency")
     def latency(self, obj):
-        if obj.processed_at and obj.occurred_at:
-            seconds = (obj.processed_at - obj.occurred_at).total_seconds()
-            return f"{seconds:.3f} s"
+        if obj.latency_interval is not None:
+            return f"{obj.latency_interval.total_seconds():.3f} s"
         return "-"
+
+    @admin.display(description="occurred at")
+    def occurred(self, obj):
+        value = inbox_event_occurred_at(inbox_event_id=obj.pk)
+        if isinstance(value, str):
+            return f"{value} (stored by an older version; not a readable date)"
+        return display_for_value(value, "-")
 
     @admin.display(description="payload")
     def payload(self, obj):

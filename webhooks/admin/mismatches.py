@@ -64,7 +64,14 @@ class FingerprintMismatchAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         css = {"all": ["core/admin.css"]}
 
     def get_queryset(self, request):
-        return super().get_queryset(request).defer("raw_body", "event__raw_body")
+        # Of the event, only what the link shows: never its body, nor a date an older
+        # deployment may have stored unreadable.
+        return (
+            super()
+            .get_queryset(request)
+            .select_related("event__source")
+            .defer("raw_body", "event__raw_body", "event__occurred_at")
+        )
 
     def get_search_results(self, request, queryset, search_term):
         term = search_term.strip()

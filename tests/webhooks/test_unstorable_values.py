@@ -1,0 +1,240 @@
+"""Values the database cannot hold or give back (docs/security.md, "Values the database
+refuses"): refused at ingest with a 422 naming the field; a row stored by an older deployment
+that did not refuse them is dead-lettered on its first attempt, never retried in a loop, and
+every page that lists it still renders."""
+
+import json
+from datetime import timedelta
+
+import pytest
+from django.db import connection
+from django.urls import reverse
+from django.utils import timezone
+
+from research.models import ResearchDocument
+from tests.webhooks.inbox_factories import inbox_event_create, research_envelope
+from webhooks.models import FingerprintMismatch, InboxAttempt, InboxEvent
+from webhooks.processing import inbox_event_process
+from webhooks.sweep import inbox_sweep
+
+from .factories import research_event
+from .test_ingest import post_signed
+
+pytestmark = pytest.mark.django_db
+
+# Valid RFC 3339, but in UTC a year Python cannot hold (10000, or 0), or so close to either
+# end that some time zone could not read it back.
+OUT_OF_RANGE = [
+    "9999-12-31T23:59:59-01:00",
+    "0001-01-01T00:00:00+01:00",
+    "9999-12-31T12:00:00Z",
+    "0001-01-01T12:00:00Z",
+]
+AT_THE_EDGES = ["9999-12-30T23:59:59Z", "0001-01-02T00:00:00Z"]
+
+
+# --- ingest -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("value", OUT_OF_RANGE)
+@pytest.mark.parametrize("field", ["occurred_at", "delivered_at", "published_at"])
+def test_a_date_outside_the_storable_range_is_422_naming_the_field(
+    http, source, field, value
+):
+    body = research_event()
+    if field == "published_at":
+        body["source"]["published_at"] = value
+    else:
+        body[field] = value
+
+    response = post_signed(http, body)
+
+    assert response.status_code == 422, response.content
+    assert response.json()["error"] == "invalid_payload"
+    details = response.json()["details"]
+    if field == "published_at":
+        assert "published_at" in details["source"], details
+        assert "between" in details["source"]["published_at"][0]
+    else:
+        assert field in details, details
+        assert "between" in details[field][0]
+    assert not InboxEvent.objects.exists()
+
+
+@pytest.mark.parametrize("value", AT_THE_EDGES)
+def test_dates_at_the_edges_of_the_range_are_stored_processed_and_read_back(
+    http, source, api, value
+):
+    body = research_event(occurred_at=value)
+    body["source"]["published_at"] = value
+    assert post_signed(http, body).status_code == 202
+
+    event = InboxEvent.objects.get()
+    assert inbox_event_process(inbox_event_id=event.pk).status == "processed"
+    document = api.get(f"/api/research/documents/{body['entity']['entity_id']}/")
+    assert document.status_code == 200
+    assert document.json()["published_at"].startswith(value[:10])
+
+
+# --- rows an older deployment stored ------------------------------------------------------------
+
+# What an older deployment wrote for a body whose date it did not refuse, as each database
+# stores it. SQLite reads year 10000 back as NULL; year 0 does not read back at all.
+STORED = {
+    "postgresql": {
+        "after_9999": ("9999-12-31T23:59:59-01:00", "10000-01-01 00:59:59+00"),
+        "before_1": ("0001-01-01T00:00:00+01:00", "0001-12-31 23:00:00+00 BC"),
+    },
+    "sqlite": {
+        "after_9999": ("9999-12-31T23:59:59-01:00", "10000-01-01 00:59:59"),
+        "before_1": ("0001-01-01T00:00:00+01:00", "0000-12-31 23:00:00"),
+    },
+}
+
+
+def stored_by_an_older_deployment(which: str, **state) -> InboxEvent:
+    """An inbox row whose ``occurred_at`` column holds what the body named, written with raw
+    SQL as no current code path can write it."""
+    body_value, column_value = STORED[connection.vendor][which]
+    envelope = research_envelope()
+    envelope["occurred_at"] = body_value
+    event = inbox_event_create(envelope, occurred_at=None, **state)
+    table = connection.ops.quote_name(InboxEvent._meta.db_table)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {table} SET occurred_at = %s WHERE id = %s",  # noqa: S608
+            [column_value, event.pk],
+        )
+    return event
+
+
+def state_of(event: InboxEvent) -> dict:
+    """The row's processing columns, read without the unreadable one."""
+    return InboxEvent.objects.values(
+        "processing_status", "attempts", "error_message", "next_attempt_at"
+    ).get(pk=event.pk)
+
+
+STATES = {
+    "received": {},
+    "failed, retry due": {
+        "processing_status": "failed",
+        "attempts": 2,
+        "next_attempt_at": timezone.now() - timedelta(seconds=1),
+    },
+    "processing, lease expired": {
+        "processing_status": "processing",
+        "attempts": 2,
+        "lease_expires_at": timezone.now() - timedelta(seconds=1),
+    },
+}
+
+
+@pytest.mark.parametrize("state", STATES)
+@pytest.mark.parametrize("which", ["after_9999", "before_1"])
+def test_a_stored_date_that_cannot_be_read_back_is_dead_lettered_on_the_first_attempt(
+    which, state
+):
+    event = stored_by_an_older_deployment(which, **STATES[state])
+    attempts_before = state_of(event)["attempts"]
+
+    outcome = inbox_event_process(inbox_event_id=event.pk, worker="w")
+
+    assert outcome.status == "dead_lettered"
+    after = state_of(event)
+    assert after["processing_status"] == "dead_lettered"
+    assert after["attempts"] == attempts_before + 1
+    assert after["next_attempt_at"] is None
+    assert "occurred_at" in after["error_message"], after["error_message"]
+    attempt = InboxAttempt.objects.filter(event_id=event.pk).order_by("-number").first()
+    assert (attempt.outcome, attempt.resulting_status) == (
+        "dead_lettered",
+        "dead_lettered",
+    )
+    # Never again: however long ago it was received and dispatched, the sweep leaves it
+    # alone, and a stray message skips it.
+    long_ago = timezone.now() - timedelta(hours=1)
+    InboxEvent.objects.filter(pk=event.pk).update(
+        received_at=long_ago, dispatched_at=None, lease_expires_at=long_ago
+    )
+    assert inbox_sweep() == 0
+    assert inbox_event_process(inbox_event_id=event.pk).skipped == "terminal"
+    assert state_of(event)["attempts"] == attempts_before + 1
+
+
+@pytest.mark.parametrize("which", ["after_9999", "before_1"])
+def test_every_page_that_shows_such_a_row_renders(admin_client, api, which):
+    event = stored_by_an_older_deployment(which)
+    inbox_event_process(inbox_event_id=event.pk)
+    mismatch = FingerprintMismatch.objects.create(
+        event_id=event.pk,
+        raw_body=b"{}",
+        original_fingerprint="a" * 64,
+        conflicting_fingerprint="b" * 64,
+        conflicting_payload_hash="c" * 64,
+    )
+    pages = [
+        reverse("admin:webhooks_inboxevent_changelist"),
+        reverse("admin:webhooks_inboxevent_change", args=[event.pk]),
+        reverse("admin:webhooks_deadletteredevent_changelist"),
+        reverse("admin:webhooks_deadletteredevent_change", args=[event.pk]),
+        reverse("admin:webhooks_fingerprintmismatch_changelist"),
+        reverse("admin:webhooks_fingerprintmismatch_change", args=[mismatch.pk]),
+        reverse("admin:index"),
+    ]
+    for page in pages:
+        response = admin_client.get(page)
+        assert response.status_code == 200, page
+        assert event.event_id.encode() in response.content or page.endswith(
+            "/admin/"
+        ), page
+    if connection.vendor == "postgresql":  # the database's own text of the date
+        detail = admin_client.get(pages[1]).content.decode()
+        assert STORED["postgresql"][which][1] in detail
+    status = api.get(f"/api/webhooks/research-sync/events/{event.event_id}/")
+    assert status.status_code == 200
+    assert status.json()["processing_status"] == "dead_lettered"
+
+
+@pytest.mark.skipif(
+    connection.vendor != "postgresql",
+    reason="only PostgreSQL could store such a date: SQLite ingest refused it with a 500",
+)
+def test_a_document_stored_with_an_unreadable_date_dead_letters_its_next_event():
+    first = inbox_event_create(research_envelope(entity_id="doc-poisoned"))
+    assert inbox_event_process(inbox_event_id=first.pk).status == "processed"
+    table = connection.ops.quote_name(ResearchDocument._meta.db_table)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {table} SET published_at = %s WHERE entity_id = %s",  # noqa: S608
+            ["10000-01-01 00:59:59+00", "doc-poisoned"],
+        )
+    later = inbox_event_create(research_envelope(entity_id="doc-poisoned"))
+
+    outcome = inbox_event_process(inbox_event_id=later.pk)
+
+    assert outcome.status == "dead_lettered"
+    later.refresh_from_db()
+    assert later.attempts == 1
+    assert later.error_message.startswith("DataError")
+
+
+def test_a_body_whose_published_at_an_older_deployment_accepted_is_dead_lettered():
+    envelope = research_envelope()
+    envelope["source"]["published_at"] = "9999-12-31T23:59:59-01:00"
+    event = inbox_event_create(envelope)
+
+    outcome = inbox_event_process(inbox_event_id=event.pk)
+
+    assert outcome.status == "dead_lettered"
+    event.refresh_from_db()
+    assert event.attempts == 1
+    assert "published_at" in event.error_message
+    assert not ResearchDocument.objects.exists()
+
+
+def test_the_body_of_such_a_row_is_left_as_stored():
+    event = stored_by_an_older_deployment("after_9999")
+    inbox_event_process(inbox_event_id=event.pk)
+    body = InboxEvent.objects.values_list("raw_body", flat=True).get(pk=event.pk)
+    assert json.loads(bytes(body))["occurred_at"] == "9999-12-31T23:59:59-01:00"
