@@ -238,3 +238,70 @@ def test_the_body_of_such_a_row_is_left_as_stored():
     inbox_event_process(inbox_event_id=event.pk)
     body = InboxEvent.objects.values_list("raw_body", flat=True).get(pk=event.pk)
     assert json.loads(bytes(body))["occurred_at"] == "9999-12-31T23:59:59-01:00"
+
+
+# --- strings the database refuses -------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("member", "value", "message"),
+    [
+        ("title", "A title\x00with a NUL", "NUL"),
+        ("url", "https://example.org/\x00", "NUL"),
+        ("content_hash", "sha256:\x00", "NUL"),
+        ("content_hash", "h" * 256, "At most 255 characters."),
+    ],
+)
+def test_a_source_member_the_database_cannot_store_is_422(
+    http, source, member, value, message
+):
+    body = research_event()
+    body["source"][member] = value
+
+    response = post_signed(http, body)
+
+    assert response.status_code == 422, response.content
+    details = response.json()["details"]
+    assert message in details["source"][member][0]
+    assert not InboxEvent.objects.exists()
+
+
+def test_a_content_hash_of_the_full_column_length_is_stored_and_applied(http, source):
+    body = research_event()
+    body["source"]["content_hash"] = "h" * 255
+    assert post_signed(http, body).status_code == 202
+    event = InboxEvent.objects.get()
+    assert inbox_event_process(inbox_event_id=event.pk).status == "processed"
+
+
+@pytest.mark.parametrize(
+    ("data", "reason"),
+    [
+        ({"summary": "a summary\x00"}, "data.summary must not contain NUL characters"),
+        ({"authors": ["Ada", "B\x00b"]}, "data.authors[1] must not contain NUL"),
+        (
+            {"citations": [{"text": "q\x00", "reference_url": "https://x.org/"}]},
+            "data.citations[0].text must not contain NUL",
+        ),
+        (
+            {"citations": [{"text": "q", "reference_url": "https://x.org/\x00"}]},
+            "data.citations[0].reference_url must not contain NUL",
+        ),
+    ],
+)
+def test_data_the_database_cannot_store_is_dead_lettered_on_the_first_attempt(
+    data, reason
+):
+    # ``data`` is the domain's to validate, at processing: ingest stores it as sent.
+    event = inbox_event_create(research_envelope(data=data))
+
+    outcome = inbox_event_process(inbox_event_id=event.pk)
+
+    assert outcome.status == "dead_lettered"
+    event.refresh_from_db()
+    assert event.attempts == 1
+    assert event.error_message.startswith(reason), event.error_message
+    (attempt,) = InboxAttempt.objects.filter(event=event)
+    assert attempt.outcome == "dead_lettered"
+    assert attempt.error == event.error_message
+    assert not ResearchDocument.objects.exists()
