@@ -10,6 +10,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from core.errors import NotFound
+from core.parsers import json_object_body
 
 from .keys import idempotency_key_validate
 from .selectors import idempotency_record_get
@@ -29,8 +30,9 @@ class IdempotentPostMixin:
 
     A view declares ``operation_type``, ``fingerprint_fields`` and ``input_serializer_class``
     and implements ``perform(*, client, key, data) -> OperationResult``. The mixin validates
-    the key, then the body (400 ``invalid_json`` / 422 ``invalid_payload``, nothing recorded),
-    then runs ``perform`` through ``idempotent_execute`` and answers the first response or its
+    the key, then the body (400 ``invalid_json`` for anything but a JSON object, an empty
+    body included; 422 ``invalid_payload``; nothing recorded for either), then runs
+    ``perform`` through ``idempotent_execute`` and answers the first response or its
     byte-identical replay (200, same ``Location``, ``Idempotent-Replayed: true``)."""
 
     operation_type: str = ""
@@ -45,7 +47,7 @@ class IdempotentPostMixin:
 
     def post(self, request, *args, **kwargs):
         key = idempotency_key_validate(key=request.headers.get("Idempotency-Key"))
-        serializer = self.input_serializer_class(data=request.data)
+        serializer = self.input_serializer_class(data=json_object_body(request))
         serializer.is_valid(raise_exception=True)
         data = serializer.validated_data
         client = request.user

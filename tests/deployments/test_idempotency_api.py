@@ -178,10 +178,11 @@ def test_invalid_payload_is_422_with_details_and_nothing_is_recorded(
     assert post(api, "/api/deployments/", deployment_body()).status_code == 202
 
 
-def test_a_json_array_body_is_422(api):
+def test_a_json_array_body_is_400_it_is_not_an_object(api):
     response = post(api, "/api/deployments/", ["acme/x"])
-    assert response.status_code == 422
-    assert response.json()["error"] == "invalid_payload"
+    assert response.status_code == 400
+    assert response.json() == {"error": "invalid_json"}
+    assert not IdempotencyRecord.objects.exists()
 
 
 def test_keys_are_scoped_per_client(api, other_api):
