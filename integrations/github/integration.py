@@ -99,6 +99,9 @@ def _payload(event: InboxEvent) -> dict:
         payload = json.loads(bytes(event.raw_body))
     except (TypeError, ValueError) as exc:
         raise PermanentProcessingError("body is not JSON") from exc
+    except RecursionError:
+        # Stored before ingest refused deep bodies: no retry will read it either.
+        raise PermanentProcessingError("body is nested too deep to read") from None
     if not isinstance(payload, dict):
         raise PermanentProcessingError("body is not a JSON object")
     return payload

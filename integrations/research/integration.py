@@ -140,6 +140,11 @@ def _stored_event(event: InboxEvent) -> ResearchEvent:
         body = json.loads(bytes(event.raw_body))
     except (ValueError, UnicodeDecodeError):
         raise PermanentProcessingError("the raw body is not JSON") from None
+    except RecursionError:
+        # Stored before ingest refused deep bodies: no retry will read it either.
+        raise PermanentProcessingError(
+            "the raw body is nested too deep to read"
+        ) from None
     if not isinstance(body, dict):
         raise PermanentProcessingError("the body is not a JSON object")
     try:
