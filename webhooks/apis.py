@@ -5,7 +5,7 @@ from rest_framework.views import APIView
 
 from core.errors import NotFound
 
-from .selectors import inbox_event_get
+from .selectors import inbox_event_get, inbox_event_status_message
 
 
 class InboxEventDetailApi(APIView):
@@ -20,7 +20,11 @@ class InboxEventDetailApi(APIView):
         received_at = serializers.DateTimeField()
         processed_at = serializers.DateTimeField(allow_null=True)
         delivery_count = serializers.IntegerField()
-        error_message = serializers.CharField(allow_blank=True)
+        # One fixed message per outcome, never the stored error text.
+        error_message = serializers.SerializerMethodField()
+
+        def get_error_message(self, event) -> str:
+            return inbox_event_status_message(event=event)
 
     serializer_class = OutputSerializer
 

@@ -77,6 +77,14 @@ class ProcessingStatus(models.TextChoices):
     DEAD_LETTERED = "dead_lettered"
 
 
+class DeadLetterCause(models.TextChoices):
+    """Why a row was dead-lettered, in words an API client may read (docs/security.md,
+    "Error text"); the full error stays in ``error_message``, for the admin."""
+
+    REJECTED = "rejected", "the event's data was rejected"
+    EXHAUSTED = "exhausted", "processing failed on every attempt"
+
+
 # What an operator may replay: back to ``received`` with a fresh round of attempts.
 REPLAYABLE_STATUSES = (ProcessingStatus.DEAD_LETTERED, ProcessingStatus.FAILED)
 
@@ -129,6 +137,14 @@ class InboxEvent(models.Model):
     )
     http_status = models.PositiveSmallIntegerField(default=202)
     error_message = models.TextField(blank=True, default="")
+    # A database default as well: the ingest upsert names its columns and leaves this out.
+    dead_letter_cause = models.CharField(
+        max_length=16,
+        choices=DeadLetterCause.choices,
+        blank=True,
+        default="",
+        db_default="",
+    )
     attempts = models.PositiveIntegerField(default=0)
     next_attempt_at = models.DateTimeField(null=True, blank=True)
     lease_expires_at = models.DateTimeField(null=True, blank=True)

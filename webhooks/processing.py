@@ -29,7 +29,13 @@ from core.errors import PermanentProcessingError
 
 from . import metrics
 from .integrations import HandlerResult, integration_get
-from .models import TERMINAL_STATUSES, InboxAttempt, InboxEvent, ProcessingStatus
+from .models import (
+    TERMINAL_STATUSES,
+    DeadLetterCause,
+    InboxAttempt,
+    InboxEvent,
+    ProcessingStatus,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -69,6 +75,7 @@ _STATE_FIELDS = (
     "next_attempt_at",
     "lease_expires_at",
     "error_message",
+    "dead_letter_cause",
 )
 # What reading a stored value back can raise: PostgreSQL holds years Python's dates cannot
 # (psycopg raises DataError), SQLite gives back text that does not parse (ValueError).
@@ -136,15 +143,17 @@ def _error_text(exc: BaseException) -> str:
     return text[:ERROR_MAX_CHARS]
 
 
-def _dead_letter(event: InboxEvent, *, error: str) -> None:
+def _dead_letter(event: InboxEvent, *, error: str, cause: str) -> None:
     event.processing_status = ProcessingStatus.DEAD_LETTERED
     event.error_message = error
+    event.dead_letter_cause = cause
     event.next_attempt_at = None
     event.lease_expires_at = None
     event.save(
         update_fields=[
             "processing_status",
             "error_message",
+            "dead_letter_cause",
             "next_attempt_at",
             "lease_expires_at",
         ]
@@ -221,7 +230,9 @@ def _inbox_event_claim(
             "inbox.worker_lost", extra=_log_extra(event, attempts=event.attempts)
         )
         if event.attempts >= settings.INBOX_MAX_ATTEMPTS:
-            _dead_letter(event, error=WORKER_LOST_ERROR)
+            _dead_letter(
+                event, error=WORKER_LOST_ERROR, cause=DeadLetterCause.EXHAUSTED
+            )
             return ProcessingOutcome(status=ProcessingStatus.DEAD_LETTERED)
 
     event.attempts += 1
@@ -313,7 +324,12 @@ def _failure_write(
     text = _error_text(error)
     attempt_fields = {"finished_at": now, "error": text}
     if _is_permanent(error) or event.attempts >= settings.INBOX_MAX_ATTEMPTS:
-        _dead_letter(event, error=text)
+        cause = (
+            DeadLetterCause.REJECTED
+            if _is_permanent(error)
+            else DeadLetterCause.EXHAUSTED
+        )
+        _dead_letter(event, error=text, cause=cause)
         attempt_fields.update(
             outcome=InboxAttempt.Outcome.DEAD_LETTERED,
             resulting_status=ProcessingStatus.DEAD_LETTERED,

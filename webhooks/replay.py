@@ -93,6 +93,7 @@ def inbox_events_replay(
             processing_status=ProcessingStatus.RECEIVED,
             attempts=0,
             error_message="",
+            dead_letter_cause="",
             next_attempt_at=None,
             lease_expires_at=None,
             processed_at=None,

@@ -10,7 +10,13 @@ from django.db.models import Q, QuerySet
 from django.db.models.functions import Cast
 from django.utils import timezone
 
-from .models import InboxEvent, WebhookSecret, WebhookSource
+from .models import (
+    DeadLetterCause,
+    InboxEvent,
+    ProcessingStatus,
+    WebhookSecret,
+    WebhookSource,
+)
 
 _SOURCE_FIELDS = ("id", "slug", "scheme", "handler", "timestamp_tolerance_seconds")
 
@@ -70,7 +76,8 @@ def webhook_secrets_valid(
 
 
 def inbox_event_get(*, source_slug: str, event_id: str) -> InboxEvent | None:
-    """What the event status API shows: none of the columns ingest filled from the body."""
+    """What the event status API shows: none of the columns ingest filled from the body,
+    nor the error text (``inbox_event_status_message`` says what a client may read)."""
     return (
         InboxEvent.objects.filter(source__slug=source_slug, event_id=event_id)
         .only(
@@ -81,10 +88,31 @@ def inbox_event_get(*, source_slug: str, event_id: str) -> InboxEvent | None:
             "received_at",
             "processed_at",
             "delivery_count",
-            "error_message",
+            "dead_letter_cause",
         )
         .first()
     )
+
+
+_STATUS_MESSAGES = {
+    ProcessingStatus.IGNORED_OUT_OF_ORDER: "ignored: a newer event was already applied",
+    ProcessingStatus.IGNORED_DUPLICATE_VERSION: (
+        "ignored: this version was already applied"
+    ),
+    ProcessingStatus.IGNORED_UNSUPPORTED: "ignored: the event type is not supported",
+    ProcessingStatus.FAILED: "processing failed; will retry",
+}
+
+
+def inbox_event_status_message(*, event: InboxEvent) -> str:
+    """What an API client may read about the row's outcome: one fixed message per outcome
+    (docs/security.md, "Error text"). Never ``error_message``, which holds whatever an
+    exception said (SQL included) and is for the admin only."""
+    if event.processing_status == ProcessingStatus.DEAD_LETTERED:
+        if not event.dead_letter_cause:  # dead-lettered before causes were recorded
+            return "dead-lettered"
+        return f"dead-lettered: {DeadLetterCause(event.dead_letter_cause).label}"
+    return _STATUS_MESSAGES.get(event.processing_status, "")
 
 
 def inbox_event_occurred_at(*, inbox_event_id: int) -> datetime | str | None:

@@ -109,6 +109,7 @@ class InboxEventAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
                     "attempts",
                     "next_attempt_at",
                     "error_message",
+                    "dead_letter_cause",
                     "received_at",
                     "processed_at",
                     "latency",
