@@ -87,9 +87,13 @@ class GitHubIntegration:
         return HandlerResult(status=ProcessingStatus.IGNORED_UNSUPPORTED)
 
     def sample(self, *, event_id: str) -> SampleEvent:
+        """GitHub's ping, its ``zen`` naming the delivery: the body is what identifies a
+        GitHub event, so two samples must differ to be two events."""
+        ping = json.loads((FIXTURES / "ping__basic.json").read_bytes())
+        ping["zen"] = f"{ping['zen']} ({event_id})"
         return SampleEvent(
             event_id=event_id,
-            raw_body=(FIXTURES / "ping__basic.json").read_bytes(),
+            raw_body=json.dumps(ping, indent=2).encode(),
             headers={EVENT_HEADER: "ping"},
         )
 

@@ -145,6 +145,17 @@ def test_other_bodies_are_other_events(http, github_source):
     assert InboxEvent.objects.count() == 3
 
 
+def test_two_samples_sent_to_a_github_source_are_two_events(http, github_source):
+    from integrations.github import integration
+
+    for delivery in ("sample-1", "sample-2"):
+        sample = integration.sample(event_id=delivery)
+        headers = github_headers(sample.raw_body, delivery=delivery)
+        response = post(http, sample.raw_body, headers, url=GITHUB_URL)
+        assert response.status_code == 202, response.content
+    assert InboxEvent.objects.count() == 2
+
+
 def test_one_body_is_one_event_per_source(http, github_source):
     from .factories import WebhookSourceFactory
 
