@@ -1,10 +1,10 @@
 """A real browser (Debian's chromium, driven by Playwright) against the live server: an operator
-replays a dead-lettered event from the dead-letter queue."""
+replays a dead-lettered event from the dead-letter queue; the dashboard reads well."""
 
 import pytest
 from playwright.sync_api import expect, sync_playwright
 
-from audit.roles import OPERATORS
+from audit.roles import AUDITORS, OPERATORS
 from webhooks.models import OperatorAction, ProcessingStatus
 
 from .conftest import PASSWORD, broker_messages, make_user
@@ -39,12 +39,12 @@ def test_operator_replays_a_dead_letter_in_a_real_browser(
             page = browser.new_page()
             page.set_default_timeout(15_000)
             page.goto(
-                f"{live_server.url}/admin/login/?next=/admin/audit/deadletteredevent/"
+                f"{live_server.url}/admin/login/?next=/admin/webhooks/deadletteredevent/"
             )
             page.fill("#id_username", "operator")
             page.fill("#id_password", PASSWORD)
             page.click("input[type=submit]")
-            page.wait_for_url("**/admin/audit/deadletteredevent/")
+            page.wait_for_url("**/admin/webhooks/deadletteredevent/")
             expect(page.locator("#result_list")).to_contain_text(dead.event_id)
 
             page.check(f"input[name=_selected_action][value='{dead.pk}']")
@@ -74,3 +74,34 @@ def test_operator_replays_a_dead_letter_in_a_real_browser(
         "replayed from the browser",
     )
     assert [m["args"][0] for m in broker_messages()] == [dead.pk]
+
+
+def test_the_dashboard_uses_the_page_width_and_its_headers_read_on_one_line(
+    live_server, roles, monkeypatch
+):
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+    make_user("auditor", AUDITORS)
+    DeadLetteredEventFactory()
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 900})
+            page.set_default_timeout(15_000)
+            page.goto(f"{live_server.url}/admin/login/?next=/admin/")
+            page.fill("#id_username", "auditor")
+            page.fill("#id_password", PASSWORD)
+            page.click("input[type=submit]")
+            page.wait_for_url("**/admin/")
+            dashboard = page.locator("#audit-dashboard").bounding_box()
+            header = page.locator("#audit-dashboard th", has_text="events")
+            status = page.locator("#audit-dashboard th", has_text="status")
+            header_box, status_box = header.bounding_box(), status.bounding_box()
+        finally:
+            browser.close()
+
+    # The page's content is 1280 px less the admin's 40 px margins on each side.
+    assert dashboard["width"] >= 1100, dashboard
+    # One line of text, as tall as the "status" header next to it (not one letter per line).
+    assert header_box["height"] <= status_box["height"] + 1, (header_box, status_box)
+    assert header_box["width"] > header_box["height"], header_box

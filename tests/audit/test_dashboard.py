@@ -6,6 +6,7 @@ import pytest
 from django.utils import timezone
 
 from audit.selectors import dashboard_figures
+from audit.templatetags.audit_dashboard import chart_bars
 from core.selectors import capped_count
 from webhooks.models import InboxEvent, SignatureFailure
 
@@ -51,9 +52,11 @@ def test_dashboard_figures_cover_the_last_24_hours_only():
     assert figures["latency_p95"] == pytest.approx(8.8)  # percentile_cont
     assert figures["dead_letters"] == 2
     assert figures["stuck_keys"] == 0
-    assert sum(bar["count"] for bar in figures["chart"]) == 6
-    assert len(figures["chart"]) == 24
-    assert max(bar["height"] for bar in figures["chart"]) == 60
+    assert sum(point["count"] for point in figures["per_hour"]) == 6
+    assert len(figures["per_hour"]) == 24
+    bars = chart_bars(figures["per_hour"])
+    assert max(bar["height"] for bar in bars) == 60  # the busiest hour fills the chart
+    assert [bar["x"] for bar in bars] == [12 * i for i in range(24)]
 
 
 def test_dashboard_on_an_empty_inbox():
