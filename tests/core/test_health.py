@@ -52,3 +52,13 @@ def test_the_broker_configuration_is_restored_after_the_broker_down_test():
 def test_healthz_and_readyz_refuse_other_methods(client):
     assert client.post("/healthz").status_code == 405
     assert client.post("/readyz").status_code == 405
+
+
+@pytest.mark.django_db
+def test_an_unknown_api_path_answers_the_json_error_body(client):
+    response = client.get("/api/no-such-thing/")
+    assert response.status_code == 404
+    assert response.json() == {"error": "not_found"}
+    # Pages outside the API keep Django's own 404 page.
+    assert client.get("/no-such-page/").status_code == 404
+    assert client.get("/no-such-page/")["Content-Type"].startswith("text/html")
