@@ -1,5 +1,5 @@
 """A job reported running holds a lease, and a key is stuck only once its operation missed its
-own deadline (docs/security.md, "Running reports and stuck keys")."""
+own deadline (docs/security.md, "A job reported running holds a lease")."""
 
 import json
 import time
