@@ -26,5 +26,5 @@ urlpatterns = [
 ]
 
 if settings.BENCH_ENDPOINTS:
-    # Floor endpoints for `make bench`; off unless BENCH_ENDPOINTS=true.
+    # Floor endpoints for `make bench` (config.settings.bench); production refuses them.
     urlpatterns += [path("_bench/", include("bench.urls"))]

@@ -90,6 +90,7 @@ class DeploymentCreateApi(IdempotentPostMixin, APIView):
             resource_id=deployment.public_id,
             location=deployment.get_absolute_url(),
             record_status=IdempotencyStatus.PROCESSING,
+            progress_deadline=services.job_pickup_deadline(job=deployment),
         )
 
     @extend_schema(
@@ -134,6 +135,7 @@ class BuildCreateApi(IdempotentPostMixin, APIView):
             resource_id=build.public_id,
             location=build.get_absolute_url(),
             record_status=IdempotencyStatus.PROCESSING,
+            progress_deadline=services.job_pickup_deadline(job=build),
         )
 
     @extend_schema(

@@ -52,17 +52,20 @@ def child_env(**overrides: str) -> dict[str, str]:
 class Process:
     """A child process in its own process group, so that stopping it stops its children."""
 
-    def __init__(self, args: list[str], env: dict[str, str], log_path: Path):
+    def __init__(
+        self, args: list[str], env: dict[str, str], log_path: Path, cwd: Path = ROOT
+    ):
         self.args = args
         self.env = env
         self.log_path = log_path
+        self.cwd = cwd
         self.popen: subprocess.Popen | None = None
 
     def start(self) -> Process:
         log = open(self.log_path, "ab")  # noqa: SIM115 - closed by the child's exit
         self.popen = subprocess.Popen(
             self.args,
-            cwd=ROOT,
+            cwd=self.cwd,
             env=self.env,
             stdout=log,
             stderr=subprocess.STDOUT,

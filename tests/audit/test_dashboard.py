@@ -72,17 +72,18 @@ def test_capped_count_stops_at_the_cap():
     assert capped_count(InboxEvent.objects.all(), cap=10) == 5
 
 
-def test_dashboard_counts_idempotency_keys_stuck_in_processing(settings):
+def test_dashboard_counts_idempotency_keys_stuck_in_processing():
     from core.services import api_client_create
     from idempotency.models import IdempotencyRecord
 
-    settings.DEPLOY_REDISPATCH_AFTER_SECONDS = 60
     client, _ = api_client_create(name="dashboard-ci")
     now = timezone.now()
-    for key, status, age in (
-        ("stuck", "processing", timedelta(minutes=10)),
-        ("young", "processing", timedelta(seconds=5)),
-        ("done", "succeeded", timedelta(minutes=10)),
+    # Stuck: processing past the operation's own deadline, whatever the key's age.
+    for key, status, age, deadline in (
+        ("stuck", "processing", timedelta(minutes=10), now - timedelta(seconds=1)),
+        ("young", "processing", timedelta(seconds=5), now + timedelta(seconds=85)),
+        ("long", "processing", timedelta(hours=1), now + timedelta(minutes=5)),
+        ("done", "succeeded", timedelta(minutes=10), None),
     ):
         IdempotencyRecord.objects.create(
             client=client,
@@ -91,6 +92,7 @@ def test_dashboard_counts_idempotency_keys_stuck_in_processing(settings):
             fingerprint="0" * 64,
             status=status,
             expires_at=now + timedelta(days=1),
+            progress_deadline=deadline,
             created_at=now - age,
             updated_at=now - age,
         )

@@ -1,11 +1,13 @@
 """Secret rotation from the admin: operators only, the secret typed in and never shown."""
 
+import logging
 import time
 
 import pytest
 from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 from django.test import Client
 from django.urls import reverse
+from django.views.debug import ExceptionReporter
 
 from tests.webhooks.factories import WebhookSourceFactory
 from webhooks.models import OperatorAction, WebhookSecret
@@ -105,3 +107,84 @@ def test_auditor_cannot_rotate(auditor_client):
     rotate(auditor_client, source)
     assert WebhookSecret.objects.filter(source=source).count() == 1
     assert not OperatorAction.objects.filter(action="rotate_secret").exists()
+
+
+@pytest.fixture
+def rotation_fails(monkeypatch):
+    """An unexpected error inside the rotation, after the secret reached the service."""
+
+    def unavailable(name):
+        raise RuntimeError("signature scheme registry unavailable")
+
+    monkeypatch.setattr("webhooks.services.scheme_get", unavailable)
+
+
+@pytest.fixture
+def error_records():
+    """What ``django.request`` logs for a 500: the record an error mail is built from."""
+    records: list[logging.LogRecord] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            records.append(record)
+
+    handler = Keep(level=logging.ERROR)
+    logger = logging.getLogger("django.request")
+    logger.addHandler(handler)
+    yield records
+    logger.removeHandler(handler)
+
+
+def test_an_error_report_of_a_rotation_never_contains_the_secret(
+    operator, rotation_fails, error_records
+):
+    http = Client(raise_request_exception=False)
+    http.force_login(operator)
+    source = WebhookSourceFactory(slug="rotated-report")
+    response = http.post(
+        reverse("admin:webhooks_webhooksource_changelist"),
+        {
+            "action": "rotate_secret",
+            ACTION_CHECKBOX_NAME: [source.pk],
+            "post": "yes",
+            "secret": NEW_SECRET,
+            "grace_seconds": "600",
+            "reason": "quarterly rotation",
+        },
+    )
+    assert response.status_code == 500
+    [record] = error_records
+    # Built as Django's AdminEmailHandler builds an error mail, with the request's POST data
+    # and every frame's local variables.
+    reporter = ExceptionReporter(record.request, *record.exc_info, is_email=True)
+    text, html = reporter.get_traceback_text(), reporter.get_traceback_html()
+    assert "signature scheme registry unavailable" in text
+    assert "quarterly rotation" in text  # the POST data is in the report
+    assert NEW_SECRET not in text
+    assert NEW_SECRET not in html
+
+
+def test_the_debug_page_of_a_rotation_never_shows_the_secret(
+    operator, rotation_fails, settings
+):
+    settings.DEBUG = True
+    http = Client(raise_request_exception=False)
+    http.force_login(operator)
+    source = WebhookSourceFactory(slug="rotated-debug")
+    response = http.post(
+        reverse("admin:webhooks_webhooksource_changelist"),
+        {
+            "action": "rotate_secret",
+            ACTION_CHECKBOX_NAME: [source.pk],
+            "post": "yes",
+            "secret": NEW_SECRET,
+            "grace_seconds": "600",
+            "reason": "quarterly rotation",
+        },
+        HTTP_ACCEPT="text/html",
+    )
+    assert response.status_code == 500
+    page = response.content.decode()
+    assert "signature scheme registry unavailable" in page
+    assert "quarterly rotation" in page
+    assert NEW_SECRET not in page

@@ -157,3 +157,32 @@ def test_an_api_body_over_the_upload_limit_is_413_with_its_error_code(api, setti
     assert response.json() == {"error": "payload_too_large"}
     assert not Deployment.objects.exists()
     assert not IdempotencyRecord.objects.exists()
+
+
+FORGED_PROTO = (
+    "from django.test import Client; "
+    "r = Client().get('/api/whoami/', HTTP_HOST='inbox.example.com', "
+    "HTTP_X_FORWARDED_PROTO='https'); "
+    "print(r.status_code, r.get('Location', ''), r.has_header('Strict-Transport-Security'))"
+)
+
+
+def production_answer(**env: str) -> list[str]:
+    result = manage("shell", "-c", FORGED_PROTO, env={**PRODUCTION_ENV, **env})
+    assert result.returncode == 0, result.stderr
+    return result.stdout.strip().splitlines()[-1].split()
+
+
+def test_a_forged_x_forwarded_proto_is_not_trusted_by_default():
+    """A client reaching the server directly cannot claim HTTPS with a header: plain HTTP is
+    still redirected, and no HSTS is sent over it."""
+    assert production_answer() == [
+        "301",
+        "https://inbox.example.com/api/whoami/",
+        "False",
+    ]
+
+
+def test_behind_a_proxy_the_operator_trusts_x_forwarded_proto():
+    status, *_, hsts = production_answer(DJANGO_TRUST_X_FORWARDED_PROTO="true")
+    assert (status, hsts) == ("401", "True")  # served as HTTPS: no redirect

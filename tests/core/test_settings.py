@@ -50,3 +50,48 @@ def test_local_settings_need_no_environment_at_all(tmp_path):
     env = {"PATH": "/usr/bin:/bin", "APP_VAR_DIR": str(tmp_path)}
     result = manage("check", env=env)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_production_refuses_to_start_with_the_bench_endpoints_on():
+    result = manage("check", env={**PRODUCTION_ENV, "BENCH_ENDPOINTS": "true"})
+    assert result.returncode != 0
+    assert "BENCH_ENDPOINTS" in result.stderr
+    served = manage(
+        "shell",
+        "-c",
+        "import config.wsgi",
+        env=PRODUCTION_ENV | {"BENCH_ENDPOINTS": "true"},
+    )
+    assert served.returncode != 0
+    assert "BENCH_ENDPOINTS" in served.stderr
+
+
+BENCH_URLS = (
+    "from django.conf import settings as s; from django.urls import resolve; "
+    "print(s.BENCH_ENDPOINTS, s.SECURE_HSTS_SECONDS, s.SESSION_COOKIE_SECURE, "
+    "resolve('/_bench/bare').func.__name__)"
+)
+
+
+def test_the_benchmarks_own_settings_are_production_with_the_floor_endpoints():
+    env = {**PRODUCTION_ENV, "DJANGO_SETTINGS_MODULE": "config.settings.bench"}
+    result = manage("shell", "-c", BENCH_URLS, env=env)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[-1].split() == [
+        "True",
+        "31536000",
+        "True",
+        "bare",
+    ]
+    # The production module without the floors does not mount them.
+    result = manage("shell", "-c", BENCH_URLS, env=PRODUCTION_ENV)
+    assert result.returncode != 0
+    assert "Resolver404" in result.stderr
+
+
+def test_the_bench_harness_runs_its_stack_on_the_bench_settings():
+    from bench.harness import stack_env
+
+    env = stack_env()
+    assert env["DJANGO_SETTINGS_MODULE"] == "config.settings.bench"
+    assert "BENCH_ENDPOINTS" not in env

@@ -3,11 +3,13 @@
 import copy
 import hashlib
 import json
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 from django.db import transaction
 from django.test import Client
+from django.utils import timezone
 
 from core.errors import PermanentProcessingError
 from core.services import api_client_create
@@ -119,6 +121,20 @@ def test_state_mapping(source, deployment, state, status):
     )
     deployment.refresh_from_db()
     assert deployment.status == status
+
+
+def test_an_in_progress_status_gives_the_deployment_a_lease(
+    source, deployment, settings
+):
+    """Reported running by GitHub as by status-sync: the sweep fails the deployment if
+    nothing more is reported within the lease (tests/deployments/test_progress_deadline.py)."""
+    settings.DEPLOY_RUNNING_LEASE_SECONDS = 120
+    before = timezone.now()
+    handle(source, "deployment_status", status_payload("in_progress", 1))
+    deployment.refresh_from_db()
+    assert deployment.status == "running"
+    lease = timedelta(seconds=120)
+    assert before + lease <= deployment.lease_expires_at <= timezone.now() + lease
 
 
 def test_an_older_status_id_is_ignored_out_of_order(source, deployment):
