@@ -253,6 +253,8 @@ DEFAULT_EXCEPTION_REPORTER_FILTER = (
 )
 
 # --- Admin audit console -------------------------------------------------------------------
+# AUDIT_SEAL_KEY, the HMAC key of the sealed trail, is set by each environment's module:
+# production has no default for it.
 # Rows are sealed once they are older than the horizon; a row whose transaction commits later
 # still gets sealed by a later run, as long as it commits within the lookback.
 AUDIT_SEAL_INTERVAL_SECONDS = env.float("AUDIT_SEAL_INTERVAL_SECONDS", default=60)

@@ -1,5 +1,7 @@
 """Production: PostgreSQL and Redis or RabbitMQ from the environment, no defaults for secrets."""
 
+from django.core.exceptions import ImproperlyConfigured
+
 from .base import *  # noqa: F403
 from .base import env
 
@@ -14,6 +16,11 @@ DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = env.bool(
     "DISABLE_SERVER_SIDE_CURSORS", default=False
 )
 CELERY_BROKER_URL = env("CELERY_BROKER_URL")
+# The key of the sealed audit trail (docs/security.md, "Sealed audit trail"): kept out of the
+# database, so that someone who can write to the database cannot recompute the chain.
+AUDIT_SEAL_KEY = env("AUDIT_SEAL_KEY")
+if len(AUDIT_SEAL_KEY) < 32:
+    raise ImproperlyConfigured("AUDIT_SEAL_KEY must be at least 32 characters long")
 
 # DJANGO_HTTPS=false serves plain HTTP: TLS terminated by a proxy on the same host, or a local
 # production-like run.
