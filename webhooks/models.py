@@ -281,6 +281,7 @@ class OperatorAction(AppendOnlyModel):
         BULK_REPLAY = "bulk_replay"
         MARK_INVESTIGATED = "mark_investigated"
         ROTATE_SECRET = "rotate_secret"  # noqa: S105 - an action name
+        PURGE_BODIES = "purge_bodies"
 
     action = models.CharField(max_length=32, choices=Action.choices)
     actor = models.ForeignKey(
