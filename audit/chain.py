@@ -22,11 +22,7 @@ GENESIS_HASH = "0" * 64
 LEGACY_VERSION = 1
 SEAL_VERSION = 2
 
-# Set once at ingest and never changed by the application. Left out on purpose: the
-# processing state (status, attempts, error, lease, retry and dispatch times, processed time),
-# the duplicate counters (delivery_count, last_seen_at) — all legitimately changed after
-# sealing — and the raw body itself, covered through ``payload_hash`` (its SHA-256), which
-# ``audit_verify`` checks the body against, so that ``purge_inbox`` may drop it.
+# What an inbox row's digest covers (see ``inbox_row_digest`` for what it leaves out, and why).
 INBOX_SEALED_FIELDS = (
     "pk",
     "source_id",
@@ -71,7 +67,17 @@ def time_text(value: datetime | None) -> str | None:
 
 
 def inbox_row_digest(row: Sequence[Any]) -> str:
-    """Version 2 digest of an inbox row given as the values of ``INBOX_SEALED_FIELDS``."""
+    """Version 2 digest of an inbox row given as the values of ``INBOX_SEALED_FIELDS``: every
+    field an auditor relies on to say what arrived, all set once at ingest and never changed by
+    the application.
+
+    Left out on purpose: the processing state (status, attempts, error, lease, retry, dispatch
+    and processed times) and the duplicate counters (``delivery_count``, ``last_seen_at``),
+    which legitimately change after sealing — a seal over them would break at every retry,
+    replay or duplicate delivery; and the raw body itself, covered through ``payload_hash``
+    (its SHA-256): ``audit_verify`` checks every body that is there against it, so that
+    ``purge_inbox`` may drop a body without breaking the seal, while a body changed in place
+    is still caught (docs/security.md, "Sealed audit trail")."""
     values = list(row)
     values[7] = time_text(values[7])  # occurred_at
     values[15] = time_text(values[15])  # received_at
