@@ -11,6 +11,7 @@ PRODUCTION_ENV = {
     "DJANGO_ALLOWED_HOSTS": "inbox.example.com",
     "DATABASE_URL": "postgres://postgres@127.0.0.1:5432/postgres",
     "CELERY_BROKER_URL": "redis://127.0.0.1:6379/0",
+    "AUDIT_SEAL_KEY": "s3al-k3y-of-the-trail-5c4b3a29181706f5e4d3c2b1a0",
     "PATH": "/usr/bin:/bin",
 }
 
@@ -44,6 +45,19 @@ def test_production_refuses_to_start_without_a_database_url():
     result = manage("check", env=env)
     assert result.returncode != 0
     assert "DATABASE_URL" in result.stderr
+
+
+def test_production_refuses_to_start_without_the_audit_seal_key():
+    env = {k: v for k, v in PRODUCTION_ENV.items() if k != "AUDIT_SEAL_KEY"}
+    result = manage("check", env=env)
+    assert result.returncode != 0
+    assert "AUDIT_SEAL_KEY" in result.stderr
+
+
+def test_production_refuses_a_short_audit_seal_key():
+    result = manage("check", env={**PRODUCTION_ENV, "AUDIT_SEAL_KEY": "short"})
+    assert result.returncode != 0
+    assert "AUDIT_SEAL_KEY" in result.stderr
 
 
 def test_local_settings_need_no_environment_at_all(tmp_path):
