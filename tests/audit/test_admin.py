@@ -10,21 +10,21 @@ from django.utils import timezone
 
 from audit.roles import AUDITORS, OPERATORS, roles_bootstrap
 from audit.services import inbox_rows_seal
-from webhooks.models import (
-    BulkReplayJob,
-    FingerprintMismatch,
-    InboxEvent,
-    OperatorAction,
-    ProcessingStatus,
-)
-
-from .factories import (
+from tests.integrations.research.factories import research_event
+from tests.webhooks.factories import (
     DeadLetteredEventFactory,
     FingerprintMismatchFactory,
     InboxAttemptFactory,
     InboxEventFactory,
     WebhookSecretFactory,
     WebhookSourceFactory,
+)
+from webhooks.models import (
+    BulkReplayJob,
+    FingerprintMismatch,
+    InboxEvent,
+    OperatorAction,
+    ProcessingStatus,
 )
 
 pytestmark = pytest.mark.django_db
@@ -41,20 +41,32 @@ CHANGELISTS = [
 ]
 
 
+def body_with_markup() -> dict:
+    """A research event whose texts are markup: every page must show them escaped."""
+    body = research_event(
+        source_version=1,
+        data={"summary": "<script>alert(1)</script>", "authors": ["Ada"]},
+    )
+    body["source"]["title"] = "A <b>bold</b> title & more"
+    return body
+
+
 @pytest.fixture
 def trail(operator):
     """One of everything the console shows."""
-    source = WebhookSourceFactory(slug="papers")
-    WebhookSecretFactory(source=source, secret="s3cr3t-papers-do-not-show")
+    source = WebhookSourceFactory(slug="papers", secret="s3cr3t-papers-do-not-show")
     WebhookSecretFactory(source=source, secret="s3cr3t-papers-rotated-old")
     processed = InboxEventFactory(
+        body=body_with_markup(),
         source=source,
         processing_status=ProcessingStatus.PROCESSED,
         processed_at=timezone.now(),
         received_at=timezone.now() - timedelta(minutes=3),
     )
     dead = DeadLetteredEventFactory(
-        source=source, received_at=timezone.now() - timedelta(minutes=2)
+        body=body_with_markup(),
+        source=source,
+        received_at=timezone.now() - timedelta(minutes=2),
     )
     InboxAttemptFactory(event=dead, number=1, error="first failure")
     mismatch = FingerprintMismatchFactory(event=processed)

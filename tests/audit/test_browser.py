@@ -5,10 +5,10 @@ import pytest
 from playwright.sync_api import expect, sync_playwright
 
 from audit.roles import OPERATORS
+from tests.webhooks.factories import DeadLetteredEventFactory
 from webhooks.models import OperatorAction, ProcessingStatus
 
 from .conftest import PASSWORD, broker_messages, make_user
-from .factories import DeadLetteredEventFactory
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 

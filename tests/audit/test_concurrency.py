@@ -8,11 +8,15 @@ from django.db import connections
 from audit.models import AuditSeal, AuditSealEntry
 from audit.services import audit_trail_verify, inbox_rows_seal
 from tests import processes
+from tests.webhooks.factories import (
+    DeadLetteredEventFactory,
+    InboxEventFactory,
+    WebhookSourceFactory,
+)
 from webhooks.models import BulkReplayJob, InboxEvent, OperatorAction
 from webhooks.replay import NothingToReplay, bulk_replay_job_create, inbox_events_replay
 
 from .conftest import broker_messages
-from .factories import DeadLetteredEventFactory, InboxEventFactory, WebhookSourceFactory
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

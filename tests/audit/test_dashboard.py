@@ -7,9 +7,13 @@ from django.utils import timezone
 
 from audit.selectors import dashboard_figures
 from core.selectors import capped_count
+from tests.idempotency.factories import IdempotencyRecordFactory
+from tests.webhooks.factories import (
+    DeadLetteredEventFactory,
+    InboxEventFactory,
+    WebhookSourceFactory,
+)
 from webhooks.models import InboxEvent, SignatureFailure
-
-from .factories import DeadLetteredEventFactory, InboxEventFactory, WebhookSourceFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -70,25 +74,14 @@ def test_capped_count_stops_at_the_cap():
 
 
 def test_dashboard_counts_idempotency_keys_stuck_in_processing(settings):
-    from core.services import api_client_create
-    from idempotency.models import IdempotencyRecord
-
     settings.DEPLOY_REDISPATCH_AFTER_SECONDS = 60
-    client, _ = api_client_create(name="dashboard-ci")
     now = timezone.now()
     for key, status, age in (
         ("stuck", "processing", timedelta(minutes=10)),
         ("young", "processing", timedelta(seconds=5)),
         ("done", "succeeded", timedelta(minutes=10)),
     ):
-        IdempotencyRecord.objects.create(
-            client=client,
-            operation_type="deployment.create",
-            key=key,
-            fingerprint="0" * 64,
-            status=status,
-            expires_at=now + timedelta(days=1),
-            created_at=now - age,
-            updated_at=now - age,
+        IdempotencyRecordFactory(
+            key=key, status=status, created_at=now - age, updated_at=now - age
         )
     assert dashboard_figures(now=now)["stuck_keys"] == 1

@@ -1,15 +1,12 @@
 """Secret rotation from the admin: operators only, the secret typed in and never shown."""
 
-import time
-
 import pytest
 from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 from django.test import Client
 from django.urls import reverse
 
-from tests.webhooks.factories import WebhookSourceFactory
+from tests.webhooks.factories import WebhookSourceFactory, signed_post
 from webhooks.models import OperatorAction, WebhookSecret
-from webhooks.schemes import signature_headers
 
 pytestmark = pytest.mark.django_db
 
@@ -33,21 +30,15 @@ def rotate(http: Client, source, **fields):
 
 def post_signed(source, secret: str) -> int:
     body = b'{"event_id": "evt-rot-1"}'
-    headers = signature_headers(
+    response = signed_post(
+        Client(),
+        source.slug,
+        body,
+        event_id="evt-rot-1",
         scheme=source.scheme,
         secret=secret,
-        raw_body=body,
-        event_id="evt-rot-1",
-        timestamp=int(time.time()),
     )
-    meta = {"HTTP_" + k.upper().replace("-", "_"): v for k, v in headers.items()}
-    return (
-        Client()
-        .post(
-            f"/webhooks/{source.slug}/", body, content_type="application/json", **meta
-        )
-        .status_code
-    )
+    return response.status_code
 
 
 def test_operator_rotates_a_secret_and_it_signs_from_now_on(operator_client, operator):

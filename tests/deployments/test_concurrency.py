@@ -12,7 +12,7 @@ from deployments.models import Deployment
 from idempotency.models import IdempotencyRecord
 from tests import processes
 from tests.broker import queued_envelopes
-from tests.deployments.conftest import deployment_body
+from tests.deployments.factories import deployment_body
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 

@@ -1,41 +1,29 @@
 """Real Celery worker and beat processes, the Redis broker and PostgreSQL."""
 
-import json
-
 import pytest
-import redis
-from django.conf import settings
-from rest_framework.test import APIClient
 
-from core.services import api_client_create
 from deployments.models import Deployment, JobTransition
 from idempotency.models import IdempotencyRecord
 from tests import processes
-from tests.deployments.conftest import deployment_body
+from tests.broker import broker_reset
+from tests.core.factories import api_client_make, bearer_http
+from tests.deployments.factories import deployment_body, idempotent_post
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
 
 @pytest.fixture
 def api_http():
-    _, token = api_client_create(name="ci-proc", token="test-token-proc-0123456789abcd")
-    http = APIClient()
-    http.credentials(HTTP_AUTHORIZATION=f"Bearer {token}")
-    processes.purge_broker()
-    yield http
-    processes.purge_broker()
+    _, token = api_client_make(name="ci-proc")
+    broker_reset()
+    yield bearer_http(token)
     # A killed worker's unacknowledged message waits in Redis for its visibility timeout;
     # drop it so that it cannot reach a later test's worker.
-    redis.Redis.from_url(settings.CELERY_BROKER_URL).delete("unacked", "unacked_index")
+    broker_reset()
 
 
 def create(http, key: str) -> Deployment:
-    response = http.post(
-        "/api/deployments/",
-        data=json.dumps(deployment_body()),
-        content_type="application/json",
-        HTTP_IDEMPOTENCY_KEY=key,
-    )
+    response = idempotent_post(http, "/api/deployments/", deployment_body(), key)
     assert response.status_code == 202
     return Deployment.objects.get(public_id=response.json()["deployment_id"])
 

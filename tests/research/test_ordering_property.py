@@ -12,11 +12,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from research.models import DocumentRevision, ResearchDocument
-from tests.webhooks.inbox_factories import (
-    BASE_TIME,
-    inbox_events_bulk_create,
-    research_envelope,
-)
+from tests.integrations.research.factories import BASE_TIME, research_event
+from tests.webhooks.factories import inbox_events_bulk_create
 from webhooks.models import InboxAttempt, InboxEvent
 from webhooks.processing import inbox_event_process
 
@@ -96,7 +93,7 @@ def test_versioned_events_end_at_the_maximum_version(events, schedule):
     entity_id = f"doc_{uuid.uuid4().hex[:12]}"
     rows = inbox_events_bulk_create(
         [
-            research_envelope(entity_id=entity_id, source_version=v, event_type=kind)
+            research_event(entity_id=entity_id, source_version=v, event_type=kind)
             for v, kind in events
         ]
     )
@@ -141,7 +138,7 @@ def test_unversioned_events_end_at_the_latest_occurred_at_then_event_id(
     entity_id = f"doc_{uuid.uuid4().hex[:12]}"
     prefix = uuid.uuid4().hex[:8]
     envelopes = [
-        research_envelope(
+        research_event(
             entity_id=entity_id,
             occurred_at=BASE_TIME + timedelta(seconds=second),
             event_id=f"evt_{prefix}_{letter}",

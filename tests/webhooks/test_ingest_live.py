@@ -12,9 +12,9 @@ import requests
 from django.conf import settings
 
 from tests import processes
+from tests.integrations.research.factories import research_event
+from tests.webhooks.factories import WebhookSourceFactory, encode, signed_headers
 from webhooks.models import FingerprintMismatch, InboxEvent
-
-from .factories import WebhookSourceFactory, encode, research_event, signed_headers
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -85,10 +85,11 @@ def test_same_event_posted_by_many_threads_at_once(server, broker):
 
 def test_conflicting_bodies_posted_at_once(server, broker):
     source = WebhookSourceFactory(slug="race")
+    event_id = "evt_race_conflicting"
     bodies = [
-        encode(research_event(data={"summary": f"variant {n}"})) for n in range(THREADS)
+        encode(research_event(event_id=event_id, data={"summary": f"variant {n}"}))
+        for n in range(THREADS)
     ]
-    event_id = research_event()["event_id"]
     statuses = post_all_at_once(
         f"{server}/webhooks/race/",
         [(raw, signed_headers(raw_body=raw, event_id=event_id)) for raw in bodies],

@@ -12,8 +12,13 @@ from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests import processes
-
-from .factories import WebhookSourceFactory, encode, research_event, signed_headers
+from tests.integrations.research.factories import research_event
+from tests.webhooks.factories import (
+    InboxEventFactory,
+    WebhookSourceFactory,
+    encode,
+    signed_headers,
+)
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -125,8 +130,6 @@ def test_a_worker_serves_the_metrics_its_processes_counted(tmp_path):
     from webhooks.dispatch import inbox_event_publish
     from webhooks.models import InboxEvent
 
-    from .inbox_factories import inbox_event_create, research_envelope
-
     processes.purge_broker()
     port = processes.free_port()
     worker = processes.celery_worker(
@@ -140,7 +143,7 @@ def test_a_worker_serves_the_metrics_its_processes_counted(tmp_path):
     ).start()
     try:
         # Invalid data: the domain rejects it, the event is dead-lettered at once.
-        event = inbox_event_create(research_envelope(data={"authors": "not a list"}))
+        event = InboxEventFactory(body=research_event(data={"authors": "not a list"}))
         inbox_event_publish(inbox_event_id=event.pk)
         processes.wait_until(
             lambda: (

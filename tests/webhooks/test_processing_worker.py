@@ -14,11 +14,8 @@ from django.utils import timezone
 from research.models import DocumentRevision, ResearchDocument
 from tests import processes
 from tests.broker import broker_reset
-from tests.webhooks.inbox_factories import (
-    inbox_event_create,
-    inbox_events_bulk_create,
-    research_envelope,
-)
+from tests.integrations.research.factories import research_event
+from tests.webhooks.factories import InboxEventFactory, inbox_events_bulk_create
 from webhooks.dispatch import inbox_event_publish
 from webhooks.models import TERMINAL_STATUSES, InboxAttempt, InboxEvent
 from webhooks.processing import WORKER_LOST_ERROR, inbox_event_process
@@ -83,21 +80,21 @@ def test_backlog_never_published_is_recovered_by_the_sweep(tmp_path, running):
         versions = [1, 2, 3, 4, 4]
         rng.shuffle(versions)
         envelopes += [
-            research_envelope(entity_id=f"doc_backlog_{entity}", source_version=v)
+            research_event(entity_id=f"doc_backlog_{entity}", source_version=v)
             for v in versions
         ]
     rows = inbox_events_bulk_create(envelopes, received_at=old)
     # A retry whose message was lost, and a row a dead worker left in processing.
-    failed = inbox_event_create(
-        research_envelope(source_version=1),
+    failed = InboxEventFactory(
+        body=research_event(source_version=1),
         processing_status="failed",
         attempts=1,
         next_attempt_at=timezone.now() - timedelta(seconds=5),
         dispatched_at=old,
         received_at=old,
     )
-    orphan = inbox_event_create(
-        research_envelope(source_version=1),
+    orphan = InboxEventFactory(
+        body=research_event(source_version=1),
         processing_status="processing",
         attempts=1,
         lease_expires_at=timezone.now() - timedelta(seconds=5),
@@ -141,7 +138,7 @@ def test_worker_killed_mid_batch_then_restarted_loses_and_repeats_nothing(
 ):
     count = 900
     envelopes = [
-        research_envelope(entity_id=f"doc_kill_{i % 300}", source_version=1 + i // 300)
+        research_event(entity_id=f"doc_kill_{i % 300}", source_version=1 + i // 300)
         for i in range(count)
     ]
     rows = inbox_events_bulk_create(envelopes)
@@ -227,12 +224,12 @@ def test_poison_event_dead_letters_after_exactly_max_attempts(tmp_path, running)
         "INBOX_RETRY_MAX_SECONDS": "0.8",
         "RESEARCH_DOCUMENT_LOCK_TIMEOUT_MS": "200",
     }
-    seed = inbox_event_create(
-        research_envelope(entity_id="doc_poison", source_version=1)
+    seed = InboxEventFactory(
+        body=research_event(entity_id="doc_poison", source_version=1)
     )
     inbox_event_process(inbox_event_id=seed.pk)
-    poison = inbox_event_create(
-        research_envelope(entity_id="doc_poison", source_version=2)
+    poison = InboxEventFactory(
+        body=research_event(entity_id="doc_poison", source_version=2)
     )
     holder = DocumentLockHolder("doc_poison")
     holder.start()
