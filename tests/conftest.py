@@ -1,3 +1,5 @@
+import subprocess
+
 import pytest
 
 from core.services import api_client_create
@@ -30,3 +32,19 @@ def other_api(db):
 def source(db):
     """The research source (``research-sync``) with its test secret."""
     return research_source()
+
+
+@pytest.fixture(autouse=True)
+def _processes_only_in_slow_tests(request, monkeypatch):
+    """``make test-fast`` leaves out the tests marked slow: the ones that start processes
+    (workers, servers, a browser, ``manage.py``, the chaos run). A test that starts one without
+    the mark fails here instead of slowing down every run of the fast suite."""
+    if request.node.get_closest_marker("slow"):
+        return
+
+    def refuse(self, args, *more, **options):
+        raise AssertionError(
+            f"{request.node.nodeid} starts a process ({args!r}): mark it slow"
+        )
+
+    monkeypatch.setattr(subprocess.Popen, "__init__", refuse)

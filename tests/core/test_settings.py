@@ -1,9 +1,10 @@
 """The settings modules as a user runs them: separate processes, real environments."""
 
-import subprocess
-import sys
+import pytest
 
-from tests.processes import ROOT
+from tests.processes import manage
+
+pytestmark = pytest.mark.slow
 
 PRODUCTION_ENV = {
     "DJANGO_SETTINGS_MODULE": "config.settings.production",
@@ -13,17 +14,6 @@ PRODUCTION_ENV = {
     "CELERY_BROKER_URL": "redis://127.0.0.1:6379/0",
     "PATH": "/usr/bin:/bin",
 }
-
-
-def manage(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "manage.py", *args],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
 
 
 def test_check_deploy_is_clean_under_production_settings():
