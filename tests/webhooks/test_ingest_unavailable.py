@@ -1,7 +1,7 @@
 import pytest
-from django.db import connection
 
 from tests.integrations.research.factories import research_event
+from tests.outages import database_unreachable
 from tests.webhooks.factories import (
     RESEARCH_SOURCE,
     encode,
@@ -17,15 +17,8 @@ def test_database_unreachable_is_503_with_retry_after_and_no_row(client, source)
     body = research_event()
     raw = encode(body)
     headers = signed_headers(raw_body=raw, event_id=body["event_id"])
-    original_port = connection.settings_dict["PORT"]
-    connection.close()
-    # A real connection attempt to a closed port, not a mocked failure.
-    connection.settings_dict["PORT"] = "1"
-    try:
+    with database_unreachable():
         response = webhook_post(client, RESEARCH_SOURCE, raw, headers)
-    finally:
-        connection.close()
-        connection.settings_dict["PORT"] = original_port
     assert response.status_code == 503
     assert response.json() == {"error": "temporarily_unavailable"}
     assert int(response["Retry-After"]) > 0
