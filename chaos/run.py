@@ -77,6 +77,9 @@ class Run:
         default_factory=list
     )  # name, start, end
     db_outages: list[tuple[float, float]] = field(default_factory=list)
+    scheduled: list[str] = field(
+        default_factory=list
+    )  # the kind of each fault scheduled
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def record(self, outcome: Outcome) -> None:
@@ -304,26 +307,28 @@ class Faults:
         self._timed("two sweeps at once", action)
 
     def schedule(self, duration: float) -> None:
+        # (when, kind, action): each injected fault's name starts with its kind.
         steps = [
-            (0.10, lambda: self.kill_worker("w1")),
-            (0.22, self.restart_redis),
-            (0.35, lambda: self.kill_worker("w2")),
-            (0.45, self.restart_postgres),
-            (0.55, lambda: self.stop_beat(duration * 0.12)),
-            (0.60, self.concurrent_sweeps),
-            (0.75, lambda: self.kill_worker("w1")),
-            (0.82, self.concurrent_sweeps),
+            (0.10, "kill -9 worker", lambda: self.kill_worker("w1")),
+            (0.22, "restart Redis", self.restart_redis),
+            (0.35, "kill -9 worker", lambda: self.kill_worker("w2")),
+            (0.45, "restart PostgreSQL", self.restart_postgres),
+            (0.55, "beat stopped", lambda: self.stop_beat(duration * 0.12)),
+            (0.60, "two sweeps at once", self.concurrent_sweeps),
+            (0.75, "kill -9 worker", lambda: self.kill_worker("w1")),
+            (0.82, "two sweeps at once", self.concurrent_sweeps),
         ]
         start = time.monotonic()
-        for at, action in steps:
+        for at, kind, action in steps:
             delay = start + at * duration - time.monotonic()
             if delay > 0:
                 time.sleep(delay)
+            self.run.scheduled.append(kind)
             try:
                 action()
             except Exception as exc:  # a fault that could not be injected is reported
                 self.run.faults.append(
-                    (f"FAILED to inject: {exc!r}", time.monotonic(), 0)
+                    (f"FAILED to inject {kind}: {exc!r}", time.monotonic(), 0)
                 )
 
 
@@ -481,7 +486,10 @@ def check(run: Run, planned: dict) -> tuple[list[str], dict]:
         "http_statuses": dict(Counter(str(o.status) for o in run.outcomes)),
         "faults_injected": len(run.faults),
         "faults": [name for name, _, _ in run.faults],
+        "faults_scheduled": run.scheduled,
         "events_checked": len(accepted),
+        # Where every accepted event ended: "missing" if it is not in the inbox.
+        "accepted_statuses": dict(Counter(rows.get(e, "missing") for e in accepted)),
         "documents_checked": len(expected_max),
         "revisions": sum(applied.values()),
         "deployments_checked": len(planned["deployment_keys"]),
@@ -554,6 +562,12 @@ def main(argv: list[str] | None = None) -> int:
             print("[chaos] load and faults done; waiting for recovery", flush=True)
             pending = wait_recovered(timeout=180)
             violations, figures = check(run, planned)
+            # The counts only: the details of what is stuck are in the violation.
+            figures["pending_after_recovery"] = {
+                k: v
+                for k, v in pending.items()
+                if k in ("inbox", "deployments", "error")
+            }
             if pending.get("inbox") or pending.get("deployments") or "error" in pending:
                 violations.append(f"not recovered after 180 s: {pending}")
                 figures["violations"] = len(violations)
