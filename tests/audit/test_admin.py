@@ -4,12 +4,12 @@ an auditor and an anonymous visitor."""
 from datetime import timedelta
 
 import pytest
-from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 from django.urls import reverse
 from django.utils import timezone
 
 from audit.roles import AUDITORS, OPERATORS, roles_bootstrap
 from audit.services import inbox_rows_seal
+from tests.audit.conftest import admin_action
 from tests.integrations.research.factories import research_event
 from tests.webhooks.factories import (
     DeadLetteredEventFactory,
@@ -193,15 +193,13 @@ def test_auditor_is_offered_no_action_and_no_add(auditor_client, trail):
 
 def test_auditor_cannot_replay_change_add_or_delete(auditor_client, trail):
     dead = trail["dead"]
-    url = reverse("admin:webhooks_deadletteredevent_changelist")
-    response = auditor_client.post(
-        url,
-        {
-            "action": "replay_selected",
-            ACTION_CHECKBOX_NAME: [dead.pk],
-            "post": "yes",
-            "reason": "sneaky",
-        },
+    response = admin_action(
+        auditor_client,
+        "webhooks_deadletteredevent",
+        "replay_selected",
+        dead,
+        post="yes",
+        reason="sneaky",
     )
     assert response.status_code in (200, 302, 403)
     dead.refresh_from_db()
@@ -215,22 +213,18 @@ def test_auditor_cannot_replay_change_add_or_delete(auditor_client, trail):
     delete = reverse("admin:webhooks_inboxevent_delete", args=[dead.pk])
     assert auditor_client.post(delete, {"post": "yes"}).status_code == 403
     mismatch = trail["mismatch"]
-    auditor_client.post(
-        reverse("admin:webhooks_fingerprintmismatch_changelist"),
-        {
-            "action": "mark_investigated",
-            ACTION_CHECKBOX_NAME: [mismatch.pk],
-            "post": "yes",
-            "reason": "x",
-        },
+    admin_action(
+        auditor_client,
+        "webhooks_fingerprintmismatch",
+        "mark_investigated",
+        mismatch,
+        post="yes",
+        reason="x",
     )
     mismatch.refresh_from_db()
     assert mismatch.investigated_at is None
     job = trail["job"]
-    auditor_client.post(
-        reverse("admin:webhooks_bulkreplayjob_changelist"),
-        {"action": "start_selected", ACTION_CHECKBOX_NAME: [job.pk]},
-    )
+    admin_action(auditor_client, "webhooks_bulkreplayjob", "start_selected", job)
     job.refresh_from_db()
     assert job.state == BulkReplayJob.State.COUNTED
     assert (
@@ -250,8 +244,8 @@ def test_operator_replays_with_a_reason_through_the_confirmation_page(
     assert b"Replay selected" in listing.content
     assert dead.event_id.encode() in listing.content
 
-    confirm = operator_client.post(
-        url, {"action": "replay_selected", ACTION_CHECKBOX_NAME: [dead.pk]}
+    confirm = admin_action(
+        operator_client, "webhooks_deadletteredevent", "replay_selected", dead
     )
     assert confirm.status_code == 200
     assert b"Reason" in confirm.content
@@ -259,14 +253,13 @@ def test_operator_replays_with_a_reason_through_the_confirmation_page(
     assert dead.processing_status == ProcessingStatus.DEAD_LETTERED  # not yet
 
     with django_capture_on_commit_callbacks() as callbacks:
-        done = operator_client.post(
-            url,
-            {
-                "action": "replay_selected",
-                ACTION_CHECKBOX_NAME: [dead.pk],
-                "post": "yes",
-                "reason": "fixed the handler",
-            },
+        done = admin_action(
+            operator_client,
+            "webhooks_deadletteredevent",
+            "replay_selected",
+            dead,
+            post="yes",
+            reason="fixed the handler",
             follow=True,
         )
     assert b"Replayed 1 event(s)" in done.content
@@ -283,14 +276,13 @@ def test_operator_replays_with_a_reason_through_the_confirmation_page(
 
 def test_operator_replay_without_a_reason_shows_the_form_again(operator_client, trail):
     dead = trail["dead"]
-    response = operator_client.post(
-        reverse("admin:webhooks_deadletteredevent_changelist"),
-        {
-            "action": "replay_selected",
-            ACTION_CHECKBOX_NAME: [dead.pk],
-            "post": "yes",
-            "reason": "",
-        },
+    response = admin_action(
+        operator_client,
+        "webhooks_deadletteredevent",
+        "replay_selected",
+        dead,
+        post="yes",
+        reason="",
     )
     assert response.status_code == 200
     assert b"This field is required" in response.content
@@ -300,15 +292,13 @@ def test_operator_replay_without_a_reason_shows_the_form_again(operator_client, 
 
 def test_operator_marks_a_mismatch_investigated(operator_client, operator, trail):
     mismatch = trail["mismatch"]
-    url = reverse("admin:webhooks_fingerprintmismatch_changelist")
-    response = operator_client.post(
-        url,
-        {
-            "action": "mark_investigated",
-            ACTION_CHECKBOX_NAME: [mismatch.pk],
-            "post": "yes",
-            "reason": "producer bug, ticket 42",
-        },
+    response = admin_action(
+        operator_client,
+        "webhooks_fingerprintmismatch",
+        "mark_investigated",
+        mismatch,
+        post="yes",
+        reason="producer bug, ticket 42",
         follow=True,
     )
     assert b"Marked 1 mismatch(es) investigated" in response.content
@@ -344,10 +334,7 @@ def test_operator_creates_a_bulk_replay_job_with_a_dry_run_count_then_starts_it(
     assert InboxEvent.objects.filter(processing_status="received").count() == 0
 
     with django_capture_on_commit_callbacks() as callbacks:
-        operator_client.post(
-            reverse("admin:webhooks_bulkreplayjob_changelist"),
-            {"action": "start_selected", ACTION_CHECKBOX_NAME: [job.pk]},
-        )
+        admin_action(operator_client, "webhooks_bulkreplayjob", "start_selected", job)
     assert len(callbacks) == 1
     job.refresh_from_db()
     assert job.state == BulkReplayJob.State.QUEUED

@@ -1,10 +1,10 @@
 """Secret rotation from the admin: operators only, the secret typed in and never shown."""
 
 import pytest
-from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 from django.test import Client
 from django.urls import reverse
 
+from tests.audit.conftest import admin_action
 from tests.webhooks.factories import WebhookSourceFactory, signed_post
 from webhooks.models import OperatorAction, WebhookSecret
 
@@ -14,17 +14,19 @@ NEW_SECRET = "operator-chosen-secret-0123456789"
 
 
 def rotate(http: Client, source, **fields):
-    data = {
-        "action": "rotate_secret",
-        ACTION_CHECKBOX_NAME: [source.pk],
+    answer = {
         "post": "yes",
         "secret": NEW_SECRET,
         "grace_seconds": "600",
         "reason": "quarterly rotation",
     }
-    data.update(fields)
-    return http.post(
-        reverse("admin:webhooks_webhooksource_changelist"), data, follow=True
+    return admin_action(
+        http,
+        "webhooks_webhooksource",
+        "rotate_secret",
+        source,
+        follow=True,
+        **(answer | fields),
     )
 
 
@@ -45,9 +47,8 @@ def test_operator_rotates_a_secret_and_it_signs_from_now_on(operator_client, ope
     source = WebhookSourceFactory(slug="rotated")
     old = WebhookSecret.objects.get(source=source)
     # The confirmation page asks for the secret without showing any.
-    page = operator_client.post(
-        reverse("admin:webhooks_webhooksource_changelist"),
-        {"action": "rotate_secret", ACTION_CHECKBOX_NAME: [source.pk]},
+    page = admin_action(
+        operator_client, "webhooks_webhooksource", "rotate_secret", source
     )
     assert page.status_code == 200
     assert b'type="password"' in page.content

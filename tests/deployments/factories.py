@@ -47,24 +47,27 @@ def idempotent_post(http, url: str, body: Any, key: str | None = "key-1", **head
     )
 
 
-class DeploymentFactory(factory.django.DjangoModelFactory):
-    """A queued deployment of its own new API client, as its creation leaves it."""
+class JobFactory(factory.django.DjangoModelFactory):
+    """A queued job of its own new API client, as its creation leaves it."""
 
+    class Meta:
+        abstract = True
+
+    client = factory.LazyFunction(lambda: api_client_make()[0])
+    repository = "acme/x"
+    commit_sha = "abcdef1"
+
+
+class DeploymentFactory(JobFactory):
     class Meta:
         model = Deployment
 
-    client = factory.LazyFunction(lambda: api_client_make()[0])
     idempotency_key = "k"
-    repository = "acme/x"
-    commit_sha = "abcdef1"
     environment = "staging"
 
 
-class BuildFactory(factory.django.DjangoModelFactory):
+class BuildFactory(JobFactory):
     class Meta:
         model = Build
 
-    client = factory.LazyFunction(lambda: api_client_make()[0])
     idempotency_key = "b"
-    repository = "acme/x"
-    commit_sha = "abcdef1"

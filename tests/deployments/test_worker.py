@@ -1,10 +1,8 @@
 """The job worker: the executor runs at most once per job, every transition is recorded."""
 
-import threading
 from datetime import timedelta
 
 import pytest
-from django.db import connection
 from django.test import override_settings
 from django.utils import timezone
 
@@ -15,6 +13,7 @@ from deployments.services import deployment_jobs_redispatch, job_run
 from idempotency.models import IdempotencyRecord
 from tests.deployments.factories import BuildFactory, DeploymentFactory
 from tests.idempotency.factories import IdempotencyRecordFactory
+from tests.threads import run_together
 
 
 @pytest.fixture
@@ -101,23 +100,13 @@ def test_a_job_moved_on_by_a_report_is_not_executed(counting_executor):
 def test_two_concurrent_deliveries_run_the_executor_once(counting_executor):
     runs, _ = counting_executor
     job = DeploymentFactory()
-    barrier = threading.Barrier(2)
-    results = []
-
-    def deliver(name):
-        barrier.wait()
-        try:
-            results.append(
-                job_run(kind="deployment", public_id=job.public_id, worker=name)
-            )
-        finally:
-            connection.close()
-
-    threads = [threading.Thread(target=deliver, args=(f"w{i}",)) for i in range(2)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    results, errors = run_together(
+        [
+            lambda: job_run(kind="deployment", public_id=job.public_id, worker="w0"),
+            lambda: job_run(kind="deployment", public_id=job.public_id, worker="w1"),
+        ]
+    )
+    assert errors == []
     assert sorted(results) == ["already_started", "succeeded"]
     assert runs == [job.public_id]
     assert transitions(job) == [("queued", "running"), ("running", "succeeded")]

@@ -28,9 +28,12 @@ def create(http, key: str) -> Deployment:
     return Deployment.objects.get(public_id=response.json()["deployment_id"])
 
 
-def status_of(deployment: Deployment) -> str:
-    deployment.refresh_from_db()
-    return deployment.status
+def wait_status(deployment: Deployment, status: str, *, timeout: float, what: str):
+    def reached() -> bool:
+        deployment.refresh_from_db()
+        return deployment.status == status
+
+    processes.wait_until(reached, timeout=timeout, what=what)
 
 
 def worker_runs(deployment: Deployment) -> int:
@@ -46,10 +49,8 @@ def test_a_real_worker_takes_a_deployment_to_succeeded(tmp_path, api_http):
     ).start()
     try:
         deployment = create(api_http, "real-1")
-        processes.wait_until(
-            lambda: status_of(deployment) == "succeeded",
-            timeout=60,
-            what="the deployment to succeed",
+        wait_status(
+            deployment, "succeeded", timeout=60, what="the deployment to succeed"
         )
     finally:
         worker.stop()
@@ -77,11 +78,7 @@ def test_a_worker_killed_mid_run_never_runs_the_executor_twice(tmp_path, api_htt
     ).start()
     try:
         deployment = create(api_http, "kill-1")
-        processes.wait_until(
-            lambda: status_of(deployment) == "running",
-            timeout=60,
-            what="the job to be claimed",
-        )
+        wait_status(deployment, "running", timeout=60, what="the job to be claimed")
     finally:
         first.kill()
     assert worker_runs(deployment) == 1
@@ -94,11 +91,7 @@ def test_a_worker_killed_mid_run_never_runs_the_executor_twice(tmp_path, api_htt
     worker = processes.celery_worker(tmp_path, name="again", env=restart_env).start()
     beat = processes.celery_beat(tmp_path, env=restart_env).start()
     try:
-        processes.wait_until(
-            lambda: status_of(deployment) == "failed",
-            timeout=90,
-            what="the lost job to be failed",
-        )
+        wait_status(deployment, "failed", timeout=90, what="the lost job to be failed")
         # Let the redelivered message and further sweeps arrive: nothing runs it again.
         # A few more sweeps (and any redelivery of the killed worker's message) find the
         # job already decided: nothing starts the executor again.
@@ -138,10 +131,8 @@ def test_a_job_whose_message_was_lost_is_redispatched_by_the_sweep(tmp_path, api
     worker = processes.celery_worker(tmp_path, env=env).start()
     beat = processes.celery_beat(tmp_path, env=env).start()
     try:
-        processes.wait_until(
-            lambda: status_of(deployment) == "succeeded",
-            timeout=90,
-            what="the swept job to succeed",
+        wait_status(
+            deployment, "succeeded", timeout=90, what="the swept job to succeed"
         )
     finally:
         beat.stop()

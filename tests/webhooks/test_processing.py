@@ -1,14 +1,13 @@
 """The processing service on the real PostgreSQL: claims, leases, retries, dead letters."""
 
-import threading
 from datetime import timedelta
 
 import pytest
-from django.db import connection, transaction
 from django.utils import timezone
 
 from research.models import DocumentRevision, ResearchDocument
 from tests.integrations.research.factories import research_event
+from tests.threads import document_locked
 from tests.webhooks.factories import InboxEventFactory
 from webhooks import metrics
 from webhooks.models import InboxAttempt
@@ -156,36 +155,6 @@ def test_task_body_takes_an_id_and_returns_the_outcome():
     assert process_inbox_event_task.apply((10**12,)).get() == "missing"
 
 
-class DocumentLockHolder:
-    """Another connection holding a document's row lock, as a stuck transaction would."""
-
-    def __init__(self, entity_id: str):
-        self.entity_id = entity_id
-        self.locked = threading.Event()
-        self.release = threading.Event()
-        self.thread = threading.Thread(target=self._run)
-
-    def _run(self) -> None:
-        try:
-            with transaction.atomic():
-                ResearchDocument.objects.select_for_update().get(
-                    entity_id=self.entity_id
-                )
-                self.locked.set()
-                self.release.wait(timeout=60)
-        finally:
-            connection.close()
-
-    def __enter__(self):
-        self.thread.start()
-        assert self.locked.wait(timeout=10)
-        return self
-
-    def __exit__(self, *exc):
-        self.release.set()
-        self.thread.join(timeout=10)
-
-
 @pytest.mark.django_db(transaction=True)
 def test_transient_failures_back_off_then_dead_letter_after_max_attempts(settings):
     settings.INBOX_MAX_ATTEMPTS = 3
@@ -200,7 +169,7 @@ def test_transient_failures_back_off_then_dead_letter_after_max_attempts(setting
     event = InboxEventFactory(body=research_event(entity_id="doc_p", source_version=2))
     dead_before = sample(metrics.DEAD_LETTERS)
 
-    with DocumentLockHolder("doc_p"):
+    with document_locked("doc_p", at_most=60):
         for number in (1, 2):
             started = timezone.now()
             outcome = inbox_event_process(inbox_event_id=event.pk, worker="w")

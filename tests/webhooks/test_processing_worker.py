@@ -2,12 +2,10 @@
 the test PostgreSQL and the Redis broker; killed with SIGKILL as a dying machine would be."""
 
 import random
-import threading
 import time
 from datetime import timedelta
 
 import pytest
-from django.db import connection, transaction
 from django.db.models import Count
 from django.utils import timezone
 
@@ -15,6 +13,7 @@ from research.models import DocumentRevision, ResearchDocument
 from tests import processes
 from tests.broker import broker_reset
 from tests.integrations.research.factories import research_event
+from tests.threads import document_locked
 from tests.webhooks.factories import InboxEventFactory, inbox_events_bulk_create
 from webhooks.dispatch import inbox_event_publish
 from webhooks.models import TERMINAL_STATUSES, InboxAttempt, InboxEvent
@@ -194,28 +193,6 @@ def test_worker_killed_mid_batch_then_restarted_loses_and_repeats_nothing(
     )
 
 
-class DocumentLockHolder(threading.Thread):
-    """Holds a document's row lock from another connection: every attempt to apply an event to
-    that document times out on the lock, a transient failure that never passes."""
-
-    def __init__(self, entity_id: str):
-        super().__init__(daemon=True)
-        self.entity_id = entity_id
-        self.locked = threading.Event()
-        self.release = threading.Event()
-
-    def run(self) -> None:
-        try:
-            with transaction.atomic():
-                ResearchDocument.objects.select_for_update().get(
-                    entity_id=self.entity_id
-                )
-                self.locked.set()
-                self.release.wait(timeout=120)
-        finally:
-            connection.close()
-
-
 def test_poison_event_dead_letters_after_exactly_max_attempts(tmp_path, running):
     env = {
         **FAST_SWEEP,
@@ -231,10 +208,8 @@ def test_poison_event_dead_letters_after_exactly_max_attempts(tmp_path, running)
     poison = InboxEventFactory(
         body=research_event(entity_id="doc_poison", source_version=2)
     )
-    holder = DocumentLockHolder("doc_poison")
-    holder.start()
-    assert holder.locked.wait(timeout=10)
-    try:
+    # Every attempt times out on the lock: a transient failure that never passes.
+    with document_locked("doc_poison"):
         worker = running(processes.celery_worker(tmp_path, concurrency=2, env=env))
         running(processes.celery_beat(tmp_path, env=env))
         assert inbox_event_publish(inbox_event_id=poison.pk)
@@ -251,9 +226,6 @@ def test_poison_event_dead_letters_after_exactly_max_attempts(tmp_path, running)
             print(worker.log()[-4000:])
             raise
         time.sleep(3)  # sweeps and any stray message get their chance to attempt again
-    finally:
-        holder.release.set()
-        holder.join(timeout=10)
 
     poison.refresh_from_db()
     assert poison.attempts == 4

@@ -1,16 +1,15 @@
 """The outbox sweep against PostgreSQL and the real Redis broker: what it re-dispatches, and
 that overlapping sweeps never publish a row twice."""
 
-import threading
 from collections import Counter
 from datetime import timedelta
 
 import pytest
-from django.db import connection
 from django.utils import timezone
 
 from tests.broker import broker_reset, queued_inbox_event_ids
 from tests.integrations.research.factories import research_event
+from tests.threads import run_together
 from tests.webhooks.factories import InboxEventFactory, inbox_events_bulk_create
 from webhooks.models import InboxEvent
 from webhooks.sweep import inbox_sweep
@@ -123,25 +122,7 @@ def test_two_sweeps_at_once_never_double_dispatch():
     rows = inbox_events_bulk_create(
         [research_event() for _ in range(400)], received_at=old
     )
-    sweepers = 3
-    barrier = threading.Barrier(sweepers)
-    published: list[int] = []
-    errors: list[BaseException] = []
-
-    def sweep() -> None:
-        try:
-            barrier.wait(timeout=30)
-            published.append(inbox_sweep(batch_size=20))
-        except BaseException as exc:
-            errors.append(exc)
-        finally:
-            connection.close()
-
-    threads = [threading.Thread(target=sweep) for _ in range(sweepers)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=120)
+    published, errors = run_together([lambda: inbox_sweep(batch_size=20)] * 3)
 
     assert not errors, errors
     assert sum(published) == 400
