@@ -109,6 +109,38 @@ class Process:
             return ""
 
 
+def manage(
+    *args: str, env: dict[str, str], check: bool = False, timeout: float = 180
+) -> subprocess.CompletedProcess:
+    """``manage.py <args>`` in its own process with exactly ``env``, as a user runs it; with
+    ``check``, a failure fails the test and shows the command's output."""
+    result = subprocess.run(
+        [sys.executable, "manage.py", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    if check:
+        assert result.returncode == 0, result.stdout + result.stderr
+    return result
+
+
+def embedded_env(tmp_path: Path, port: int) -> dict[str, str]:
+    """The environment of a newcomer's first run: none of the test run's database, broker or
+    settings, the embedded default (SQLite, filesystem broker) under ``tmp_path``."""
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if key not in {"DATABASE_URL", "CELERY_BROKER_URL", "DJANGO_SETTINGS_MODULE"}
+    }
+    env.update(
+        {"APP_VAR_DIR": str(tmp_path), "WEB_PORT": str(port), "PYTHONUNBUFFERED": "1"}
+    )
+    return env
+
+
 def celery_worker(
     tmp_path: Path, *, concurrency: int = 1, name: str = "w1", env: dict | None = None
 ) -> Process:

@@ -2,13 +2,14 @@
 replays a dead-lettered event from the dead-letter queue; the dashboard reads well."""
 
 import pytest
+from django.urls import reverse
 from playwright.sync_api import expect, sync_playwright
 
 from audit.roles import AUDITORS, OPERATORS
+from tests.webhooks.factories import DeadLetteredEventFactory
 from webhooks.models import OperatorAction, ProcessingStatus
 
 from .conftest import PASSWORD, broker_messages, make_user
-from .factories import DeadLetteredEventFactory
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -30,6 +31,7 @@ def test_operator_replays_a_dead_letter_in_a_real_browser(
     # synchronous calls between browser steps.
     monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
     make_user("operator", OPERATORS)
+    dead_letter_queue = reverse("admin:webhooks_deadletteredevent_changelist")
     dead = DeadLetteredEventFactory()
     other = DeadLetteredEventFactory()
 
@@ -38,13 +40,11 @@ def test_operator_replays_a_dead_letter_in_a_real_browser(
         try:
             page = browser.new_page()
             page.set_default_timeout(15_000)
-            page.goto(
-                f"{live_server.url}/admin/login/?next=/admin/webhooks/deadletteredevent/"
-            )
+            page.goto(f"{live_server.url}/admin/login/?next={dead_letter_queue}")
             page.fill("#id_username", "operator")
             page.fill("#id_password", PASSWORD)
             page.click("input[type=submit]")
-            page.wait_for_url("**/admin/webhooks/deadletteredevent/")
+            page.wait_for_url(f"**{dead_letter_queue}")
             expect(page.locator("#result_list")).to_contain_text(dead.event_id)
 
             page.check(f"input[name=_selected_action][value='{dead.pk}']")
@@ -59,7 +59,10 @@ def test_operator_replays_a_dead_letter_in_a_real_browser(
             expect(page.locator("#result_list")).not_to_contain_text(dead.event_id)
             expect(page.locator("#result_list")).to_contain_text(other.event_id)
 
-            page.goto(f"{live_server.url}/admin/webhooks/inboxevent/{dead.pk}/change/")
+            page.goto(
+                live_server.url
+                + reverse("admin:webhooks_inboxevent_change", args=[dead.pk])
+            )
             expect(page.locator(".field-status .readonly")).to_have_text("received")
         finally:
             browser.close()

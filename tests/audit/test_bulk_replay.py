@@ -12,13 +12,13 @@ from django.urls import reverse
 from django.utils import timezone
 
 from tests import processes
+from tests.threads import run_together
+from tests.webhooks.factories import DeadLetteredEventFactory, WebhookSourceFactory
 from webhooks.dispatch import BULK_REPLAY_TASK
 from webhooks.models import BulkReplayJob, InboxEvent, OperatorAction
 from webhooks.replay import bulk_replay_job_create
 
 from .conftest import broker_messages, make_user
-from .factories import DeadLetteredEventFactory, WebhookSourceFactory
-from .test_concurrency import run_in_threads
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -227,8 +227,8 @@ def test_two_resumes_at_once_run_the_job_once(
     job, dead = job_of_ten
     BulkReplayJob.objects.filter(pk=job.pk).update(state="failed", run=1)
 
-    results, errors = run_in_threads(
-        lambda: bulk_replay_job_resume(job_id=job.pk, resumed_by=operator), 4
+    results, errors = run_together(
+        [lambda: bulk_replay_job_resume(job_id=job.pk, resumed_by=operator)] * 4
     )
 
     assert len(results) == 1, errors

@@ -9,6 +9,7 @@ import pytest
 
 from tests import processes
 from tests.broker import broker_reset
+from tests.webhooks.factories import DeadLetteredEventFactory, WebhookSourceFactory
 from webhooks.dispatch import BULK_REPLAY_TASK
 from webhooks.models import BulkReplayJob, OperatorAction
 from webhooks.replay import (
@@ -18,7 +19,6 @@ from webhooks.replay import (
 )
 
 from .conftest import make_user
-from .factories import DeadLetteredEventFactory, WebhookSourceFactory
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 

@@ -8,9 +8,13 @@ from django.utils import timezone
 from audit.selectors import dashboard_figures
 from audit.templatetags.audit_dashboard import chart_bars
 from core.selectors import capped_count
+from tests.idempotency.factories import IdempotencyRecordFactory
+from tests.webhooks.factories import (
+    DeadLetteredEventFactory,
+    InboxEventFactory,
+    WebhookSourceFactory,
+)
 from webhooks.models import InboxEvent, SignatureFailure
-
-from .factories import DeadLetteredEventFactory, InboxEventFactory, WebhookSourceFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -73,10 +77,6 @@ def test_capped_count_stops_at_the_cap():
 
 
 def test_dashboard_counts_idempotency_keys_stuck_in_processing():
-    from core.services import api_client_create
-    from idempotency.models import IdempotencyRecord
-
-    client, _ = api_client_create(name="dashboard-ci")
     now = timezone.now()
     # Stuck: processing past the operation's own deadline, whatever the key's age.
     for key, status, age, deadline in (
@@ -85,13 +85,9 @@ def test_dashboard_counts_idempotency_keys_stuck_in_processing():
         ("long", "processing", timedelta(hours=1), now + timedelta(minutes=5)),
         ("done", "succeeded", timedelta(minutes=10), None),
     ):
-        IdempotencyRecord.objects.create(
-            client=client,
-            operation_type="deployment.create",
+        IdempotencyRecordFactory(
             key=key,
-            fingerprint="0" * 64,
             status=status,
-            expires_at=now + timedelta(days=1),
             progress_deadline=deadline,
             created_at=now - age,
             updated_at=now - age,

@@ -8,6 +8,12 @@ import pytest
 from django.core.management import call_command
 from django.utils import timezone
 
+from tests.webhooks.factories import (
+    DeadLetteredEventFactory,
+    InboxAttemptFactory,
+    InboxEventFactory,
+    WebhookSourceFactory,
+)
 from webhooks.models import (
     BulkReplayJob,
     InboxAttempt,
@@ -25,12 +31,6 @@ from webhooks.replay import (
 )
 
 from .conftest import broker_messages
-from .factories import (
-    DeadLetteredEventFactory,
-    InboxAttemptFactory,
-    InboxEventFactory,
-    WebhookSourceFactory,
-)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -1,7 +1,6 @@
 """Secret rotation from the admin: operators only, the secret typed in and never shown."""
 
 import logging
-import time
 
 import pytest
 from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
@@ -9,9 +8,9 @@ from django.test import Client
 from django.urls import reverse
 from django.views.debug import ExceptionReporter
 
-from tests.webhooks.factories import WebhookSourceFactory
+from tests.audit.conftest import admin_action
+from tests.webhooks.factories import WebhookSourceFactory, signed_post
 from webhooks.models import OperatorAction, WebhookSecret
-from webhooks.schemes import signature_headers
 
 pytestmark = pytest.mark.django_db
 
@@ -19,46 +18,41 @@ NEW_SECRET = "operator-chosen-secret-0123456789"
 
 
 def rotate(http: Client, source, **fields):
-    data = {
-        "action": "rotate_secret",
-        ACTION_CHECKBOX_NAME: [source.pk],
+    answer = {
         "post": "yes",
         "secret": NEW_SECRET,
         "grace_seconds": "600",
         "reason": "quarterly rotation",
     }
-    data.update(fields)
-    return http.post(
-        reverse("admin:webhooks_webhooksource_changelist"), data, follow=True
+    return admin_action(
+        http,
+        "webhooks_webhooksource",
+        "rotate_secret",
+        source,
+        follow=True,
+        **(answer | fields),
     )
 
 
 def post_signed(source, secret: str) -> int:
     body = b'{"event_id": "evt-rot-1"}'
-    headers = signature_headers(
+    response = signed_post(
+        Client(),
+        source.slug,
+        body,
+        event_id="evt-rot-1",
         scheme=source.scheme,
         secret=secret,
-        raw_body=body,
-        event_id="evt-rot-1",
-        timestamp=int(time.time()),
     )
-    meta = {"HTTP_" + k.upper().replace("-", "_"): v for k, v in headers.items()}
-    return (
-        Client()
-        .post(
-            f"/webhooks/{source.slug}/", body, content_type="application/json", **meta
-        )
-        .status_code
-    )
+    return response.status_code
 
 
 def test_operator_rotates_a_secret_and_it_signs_from_now_on(operator_client, operator):
     source = WebhookSourceFactory(slug="rotated")
     old = WebhookSecret.objects.get(source=source)
     # The confirmation page asks for the secret without showing any.
-    page = operator_client.post(
-        reverse("admin:webhooks_webhooksource_changelist"),
-        {"action": "rotate_secret", ACTION_CHECKBOX_NAME: [source.pk]},
+    page = admin_action(
+        operator_client, "webhooks_webhooksource", "rotate_secret", source
     )
     assert page.status_code == 200
     assert b'type="password"' in page.content

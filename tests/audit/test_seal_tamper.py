@@ -12,9 +12,9 @@ from django.utils import timezone
 
 from audit.models import AuditSeal, AuditSealEntry
 from audit.services import audit_trail_verify, inbox_rows_seal
+from tests.webhooks.factories import InboxEventFactory, WebhookSourceFactory
 from webhooks.models import InboxEvent, OperatorAction
 
-from .factories import InboxEventFactory, WebhookSourceFactory
 from .tampering import sql, verify_fails
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -41,7 +41,7 @@ SEALED_FIELD_EDITS = {
     "event_type": "event_type = 'research.document.deleted'",
     "entity_id": "entity_id = 'doc-somebody-else'",
     "entity_type": "entity_type = 'invoice'",
-    "source_version": "source_version = source_version + 1",
+    "source_version": "source_version = COALESCE(source_version, 0) + 1",
     "occurred_at": "occurred_at = occurred_at - interval '1 day'",
     "tenant_id": "tenant_id = 'tenant-b'",
     "idempotency_key": "idempotency_key = 'key-b'",

@@ -16,9 +16,9 @@ from django.utils import timezone
 from audit.models import AuditSeal
 from audit.services import audit_trail_verify, inbox_rows_seal
 from tests.core.test_migrations import latest, migrate
+from tests.webhooks.factories import InboxEventFactory
 from webhooks.models import InboxEvent, OperatorAction
 
-from .factories import InboxEventFactory
 from .tampering import sql, verify_fails
 
 pytestmark = pytest.mark.django_db(transaction=True)

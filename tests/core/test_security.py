@@ -9,7 +9,8 @@ from rest_framework.authentication import SessionAuthentication
 from rest_framework.settings import api_settings
 from rest_framework.views import APIView
 
-from tests.core.test_settings import PRODUCTION_ENV, manage
+from tests.core.test_settings import PRODUCTION_ENV
+from tests.processes import manage
 from webhooks.views import webhook_receive
 
 
@@ -76,6 +77,7 @@ def production_settings(**env: str) -> dict:
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 def test_production_turns_on_https_redirect_hsts_and_secure_cookies_by_default():
     values = production_settings()
     assert values["DEBUG"] is False
@@ -90,6 +92,7 @@ def test_production_turns_on_https_redirect_hsts_and_secure_cookies_by_default()
     assert values["SECURE_REDIRECT_EXEMPT"] == [r"^healthz$", r"^readyz$", r"^metrics$"]
 
 
+@pytest.mark.slow
 def test_django_https_false_serves_plain_http_without_hsts_or_secure_cookies():
     values = production_settings(DJANGO_HTTPS="false")
     assert values["SECURE_SSL_REDIRECT"] is False

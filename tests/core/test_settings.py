@@ -1,9 +1,10 @@
 """The settings modules as a user runs them: separate processes, real environments."""
 
-import subprocess
-import sys
+import pytest
 
-from tests.processes import ROOT
+from tests.processes import manage
+
+pytestmark = pytest.mark.slow
 
 PRODUCTION_ENV = {
     "DJANGO_SETTINGS_MODULE": "config.settings.production",
@@ -14,17 +15,6 @@ PRODUCTION_ENV = {
     "AUDIT_SEAL_KEY": "s3al-k3y-of-the-trail-5c4b3a29181706f5e4d3c2b1a0",
     "PATH": "/usr/bin:/bin",
 }
-
-
-def manage(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "manage.py", *args],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
 
 
 def test_check_deploy_is_clean_under_production_settings():

@@ -16,7 +16,7 @@ from deployments.models import Deployment, JobTransition
 from deployments.services import deployment_jobs_redispatch, job_run
 from idempotency.models import IdempotencyRecord
 from idempotency.selectors import idempotency_records_stuck
-from tests.deployments.conftest import deployment_body
+from tests.deployments.factories import deployment_body
 
 pytestmark = pytest.mark.django_db
 

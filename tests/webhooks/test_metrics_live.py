@@ -15,8 +15,13 @@ from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests import processes
-
-from .factories import WebhookSourceFactory, encode, research_event, signed_headers
+from tests.integrations.research.factories import research_event
+from tests.webhooks.factories import (
+    InboxEventFactory,
+    WebhookSourceFactory,
+    encode,
+    signed_headers,
+)
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -162,8 +167,6 @@ def test_a_worker_serves_the_metrics_its_pool_processes_counted(tmp_path):
     from webhooks.dispatch import inbox_event_publish
     from webhooks.models import InboxEvent
 
-    from .inbox_factories import inbox_event_create, research_envelope
-
     processes.purge_broker()
     port = processes.free_port()
     # `celery -A config worker --concurrency 2`, with the port its /metrics is served on.
@@ -187,7 +190,7 @@ def test_a_worker_serves_the_metrics_its_pool_processes_counted(tmp_path):
         # of events published together, until both pool processes dead-lettered some.
         while dead == 0 or (pool_processes_counted() < 2 and dead < 60):
             events = [
-                inbox_event_create(research_envelope(data={"authors": "not a list"}))
+                InboxEventFactory(body=research_event(data={"authors": "not a list"}))
                 for _ in range(12)
             ]
             for event in events:

@@ -7,7 +7,7 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.utils import timezone
 
-from tests.webhooks.inbox_factories import inbox_event_create, research_envelope
+from tests.webhooks.factories import InboxEventFactory
 from webhooks.models import InboxEvent, OperatorAction
 from webhooks.retention import purge_stamp
 
@@ -25,18 +25,15 @@ TERMINAL = [
 def test_purges_old_terminal_bodies_in_batches_and_keeps_metadata(capsys):
     old = timezone.now() - timedelta(days=40)
     purgeable = [
-        inbox_event_create(
-            research_envelope(), received_at=old, processing_status=status
-        )
+        InboxEventFactory(received_at=old, processing_status=status)
         for status in TERMINAL
         for _ in range(3)
     ]
     kept_pending = [
-        inbox_event_create(research_envelope(), received_at=old, processing_status=s)
+        InboxEventFactory(received_at=old, processing_status=s)
         for s in ("received", "processing", "failed")
     ]
-    kept_recent = inbox_event_create(
-        research_envelope(),
+    kept_recent = InboxEventFactory(
         received_at=timezone.now() - timedelta(days=2),
         processing_status="processed",
     )
