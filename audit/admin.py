@@ -11,21 +11,28 @@ class AuditSealAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     list_display = (
         "sequence",
         "created_at",
+        "version",
         "row_count",
         "first_event_id",
         "last_event_id",
+        "action_count",
         "short_hash",
     )
     ordering = ("-sequence",)
     fields = (
         "sequence",
+        "version",
         "created_at",
         "horizon",
         "row_count",
         "first_event_id",
         "last_event_id",
-        "previous_hash",
         "rows_hash",
+        "action_count",
+        "first_action_id",
+        "last_action_id",
+        "actions_hash",
+        "previous_hash",
         "seal_hash",
     )
     readonly_fields = fields

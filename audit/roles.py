@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from django.apps import apps
+from django.conf import settings
 from django.contrib.auth.management import create_permissions
 from django.contrib.auth.models import Group, Permission
 from django.contrib.contenttypes.management import create_contenttypes
@@ -11,8 +14,17 @@ from django.db import transaction
 OPERATORS = "Operators"
 AUDITORS = "Auditors"
 
-# Apps whose every model an auditor may view.
-AUDITED_APPS = ("core", "webhooks", "research", "deployments", "audit")
+
+def audited_app_labels() -> list[str]:
+    """The product's own apps (the packages at the top of this repository), whose every
+    model an auditor may view: an app added later is audited without a change here."""
+    root = Path(settings.BASE_DIR).resolve()
+    return [
+        config.label
+        for config in apps.get_app_configs()
+        if Path(config.path).resolve().parent == root
+    ]
+
 
 OPERATOR_EXTRA_PERMISSIONS = (
     "webhooks.replay_inboxevent",
@@ -30,11 +42,8 @@ def _permission(dotted: str) -> Permission:
 def view_permissions() -> list[Permission]:
     """Every ``view_*`` permission of the audited apps' installed models (proxies included)."""
     wanted = []
-    for app_label in AUDITED_APPS:
-        try:
-            config = apps.get_app_config(app_label)
-        except LookupError:
-            continue
+    for app_label in audited_app_labels():
+        config = apps.get_app_config(app_label)
         # Permissions are created after migrate; make sure models added since exist too.
         create_contenttypes(config, verbosity=0)
         create_permissions(config, verbosity=0)

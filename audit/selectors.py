@@ -91,7 +91,6 @@ def dashboard_figures(*, now: datetime | None = None) -> dict:
     start = since.replace(minute=0, second=0, microsecond=0) + timedelta(hours=1)
     hours = [start + timedelta(hours=i) for i in range(24)]
     series = [(hour, per_hour.get(hour, 0)) for hour in hours]
-    peak = max((n for _, n in series), default=0) or 1
     p50, p95 = _latency_percentiles(since)
     dead_letters = capped_count(
         InboxEvent.objects.filter(processing_status=ProcessingStatus.DEAD_LETTERED)
@@ -120,14 +119,5 @@ def dashboard_figures(*, now: datetime | None = None) -> dict:
         "dead_letters": min(dead_letters, COUNT_CAP),
         "dead_letters_capped": dead_letters > COUNT_CAP,
         "stuck_keys": stuck_idempotency_keys(now=now),
-        "chart": [
-            {
-                "hour": hour,
-                "count": n,
-                "height": round(60 * n / peak, 1),
-                "y": round(64 - 60 * n / peak, 1),
-                "x": i * 12,
-            }
-            for i, (hour, n) in enumerate(series)
-        ],
+        "per_hour": [{"hour": hour, "count": n} for hour, n in series],
     }

@@ -1,55 +1,108 @@
-"""The sealed audit trail: a hash chain over the inbox, written off the request path, and its
-verification."""
+"""The sealed audit trail: a keyed hash chain over the inbox and the operator actions, written
+off the request path, and its verification (docs/security.md, "Sealed audit trail")."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
+from collections import defaultdict
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import Exists, OuterRef
+from django.db.models import BinaryField, Case, Exists, F, OuterRef, When
+from django.db.models.functions import Length
 from django.utils import timezone
 
-from webhooks.models import InboxEvent
+from webhooks.models import InboxEvent, OperatorAction
+from webhooks.retention import purge_stamp
 
-from .models import AuditSeal, AuditSealEntry
+from . import chain
+from .chain import (
+    ACTION_SEALED_FIELDS,
+    GENESIS_HASH,
+    INBOX_SEALED_FIELDS,
+    LEGACY_VERSION,
+    SEAL_VERSION,
+)
+from .models import AuditSeal, AuditSealActionEntry, AuditSealEntry
 
 logger = logging.getLogger(__name__)
 
-GENESIS_HASH = "0" * 64
+__all__ = [
+    "GENESIS_HASH",
+    "VerifyReport",
+    "audit_trail_verify",
+    "inbox_row_digests",
+    "inbox_rows_seal",
+    "rows_hash_compute",
+    "seal_hash_compute",
+]
+
+LEGACY_INBOX_FIELDS = ("pk", "payload_hash", "received_at")
 
 
-# --- Sealed audit trail ---------------------------------------------------------------------
+def rows_hash_compute(digests: Iterable[str]) -> str:
+    return chain.digests_hash(list(digests))
 
 
-def row_digest(*, inbox_event_id: int, payload_hash: str, received_at: datetime) -> str:
-    received = received_at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-    line = f"{inbox_event_id}|{payload_hash}|{received}"
-    return hashlib.sha256(line.encode()).hexdigest()
+def seal_hash_compute(seal: AuditSeal) -> str:
+    """The keyed hash a seal must carry, under the current ``AUDIT_SEAL_KEY``."""
+    return chain.seal_mac(key=settings.AUDIT_SEAL_KEY, seal=seal)
 
 
-def rows_hash_compute(digests: list[str]) -> str:
-    return hashlib.sha256("\n".join(digests).encode()).hexdigest()
+def _inbox_digest(version: int, row: tuple) -> str:
+    if version == LEGACY_VERSION:
+        pk, payload_hash, received_at = row
+        return chain.legacy_row_digest(
+            inbox_event_id=pk, payload_hash=payload_hash, received_at=received_at
+        )
+    return chain.inbox_row_digest(row)
 
 
-def seal_hash_compute(
-    *, previous_hash: str, rows_hash: str, sequence: int, row_count: int
-) -> str:
-    line = f"{previous_hash}|{rows_hash}|{sequence}|{row_count}"
-    return hashlib.sha256(line.encode()).hexdigest()
+def _inbox_fields(version: int) -> tuple[str, ...]:
+    return LEGACY_INBOX_FIELDS if version == LEGACY_VERSION else INBOX_SEALED_FIELDS
 
+
+def inbox_row_digests(*, version: int, pks: Iterable[int]) -> dict[int, str]:
+    """The digests the inbox rows ``pks`` have now, as a seal of ``version`` computes them."""
+    rows = InboxEvent.objects.filter(pk__in=list(pks)).values_list(
+        *_inbox_fields(version)
+    )
+    return {row[0]: _inbox_digest(version, row) for row in rows}
+
+
+# --- Sealing --------------------------------------------------------------------------------
 
 _SEAL_LOCK_KEY = 0x5EA1  # one sealer at a time, across every worker
+
+
+def _sealed_floor(*, lookback: datetime, field_name: str) -> int:
+    """Ids at or below the floor were all sealed (or committed) long ago: a transaction open
+    for longer than the lookback is not a case the trail has to cover."""
+    floor = (
+        AuditSeal.objects.filter(
+            created_at__lt=lookback, **{f"{field_name}__isnull": False}
+        )
+        .order_by("-sequence")
+        .values_list(field_name, flat=True)
+        .first()
+    )
+    return floor or 0
 
 
 def inbox_rows_seal(
     *, now: datetime | None = None, max_batches: int = 50
 ) -> list[AuditSeal]:
-    """Seals inbox rows older than the horizon that no seal holds yet, in id order, into
-    hash-chained batches. Idempotent and safe to run concurrently (one sealer at a time)."""
+    """Seals the inbox rows and operator actions older than the horizon that no seal holds
+    yet, in id order, into batches chained by a keyed hash (``audit.chain.seal_mac``).
+    Idempotent and safe to run concurrently (one sealer at a time).
+
+    Per row it costs one SHA-256 over a JSON array of the row's sealed fields
+    (``audit.chain.INBOX_SEALED_FIELDS``) and one entry row; the key is used once per seal."""
     now = now or timezone.now()
     horizon = now - timedelta(seconds=settings.AUDIT_SEAL_HORIZON_SECONDS)
     lookback = now - timedelta(seconds=settings.AUDIT_SEAL_LOOKBACK_SECONDS)
@@ -65,127 +118,350 @@ def inbox_rows_seal(
                     if not cursor.fetchone()[0]:
                         return seals
             last = AuditSeal.objects.order_by("-sequence").first()
-            # Rows below the floor were all sealed (or committed) long ago: a transaction
-            # open for longer than the lookback is not a case the trail has to cover.
-            floor = 0
-            old_seal = (
-                AuditSeal.objects.filter(created_at__lt=lookback)
-                .order_by("-sequence")
-                .first()
-            )
-            if old_seal is not None:
-                floor = old_seal.last_event_id
+            event_floor = _sealed_floor(lookback=lookback, field_name="last_event_id")
+            action_floor = _sealed_floor(lookback=lookback, field_name="last_action_id")
             # NOT EXISTS: an anti-join on the entries' unique index, whatever their number.
-            candidates = list(
-                InboxEvent.objects.filter(pk__gt=floor, received_at__lt=horizon)
+            rows = list(
+                InboxEvent.objects.filter(pk__gt=event_floor, received_at__lt=horizon)
                 .filter(
                     ~Exists(
                         AuditSealEntry.objects.filter(inbox_event_id=OuterRef("pk"))
                     )
                 )
                 .order_by("pk")
-                .values_list("pk", "payload_hash", "received_at")[:batch_size]
+                .values_list(*INBOX_SEALED_FIELDS)[:batch_size]
             )
-            if not candidates:
+            actions = list(
+                OperatorAction.objects.filter(
+                    pk__gt=action_floor, created_at__lt=horizon
+                )
+                .filter(
+                    ~Exists(
+                        AuditSealActionEntry.objects.filter(
+                            operator_action_id=OuterRef("pk")
+                        )
+                    )
+                )
+                .order_by("pk")
+                .values_list(*ACTION_SEALED_FIELDS)[:batch_size]
+            )
+            if not rows and not actions:
                 return seals
-            digests = [
-                row_digest(inbox_event_id=pk, payload_hash=ph, received_at=ra)
-                for pk, ph, ra in candidates
-            ]
-            sequence = (last.sequence + 1) if last else 1
-            previous_hash = last.seal_hash if last else GENESIS_HASH
-            rows_hash = rows_hash_compute(digests)
-            seal = AuditSeal.objects.create(
-                sequence=sequence,
-                previous_hash=previous_hash,
-                rows_hash=rows_hash,
-                seal_hash=seal_hash_compute(
-                    previous_hash=previous_hash,
-                    rows_hash=rows_hash,
-                    sequence=sequence,
-                    row_count=len(candidates),
-                ),
-                row_count=len(candidates),
-                first_event_id=candidates[0][0],
-                last_event_id=candidates[-1][0],
+            row_digests = [chain.inbox_row_digest(row) for row in rows]
+            action_digests = [chain.action_digest(row) for row in actions]
+            seal = AuditSeal(
+                version=SEAL_VERSION,
+                sequence=(last.sequence + 1) if last else 1,
+                previous_hash=last.seal_hash if last else GENESIS_HASH,
+                rows_hash=rows_hash_compute(row_digests),
+                row_count=len(rows),
+                first_event_id=rows[0][0] if rows else None,
+                last_event_id=rows[-1][0] if rows else None,
+                actions_hash=rows_hash_compute(action_digests),
+                action_count=len(actions),
+                first_action_id=actions[0][0] if actions else None,
+                last_action_id=actions[-1][0] if actions else None,
                 horizon=horizon,
             )
+            seal.seal_hash = seal_hash_compute(seal)
+            seal.save()
             AuditSealEntry.objects.bulk_create(
-                AuditSealEntry(inbox_event_id=pk, seal=seal, row_digest=digest)
-                for (pk, _, _), digest in zip(candidates, digests, strict=True)
+                AuditSealEntry(inbox_event_id=row[0], seal=seal, row_digest=digest)
+                for row, digest in zip(rows, row_digests, strict=True)
+            )
+            AuditSealActionEntry.objects.bulk_create(
+                AuditSealActionEntry(
+                    operator_action_id=row[0], seal=seal, row_digest=digest
+                )
+                for row, digest in zip(actions, action_digests, strict=True)
             )
             seals.append(seal)
         logger.info(
             "audit.sealed",
-            extra={"sequence": seal.sequence, "row_count": seal.row_count},
+            extra={
+                "sequence": seal.sequence,
+                "row_count": seal.row_count,
+                "action_count": seal.action_count,
+            },
         )
-        if len(candidates) < batch_size:
+        if len(rows) < batch_size and len(actions) < batch_size:
             break
     return seals
+
+
+# --- Verification ---------------------------------------------------------------------------
+
+# Bodies are read in groups bounded in bytes as well as in rows: a body may be up to
+# WEBHOOK_MAX_BODY_BYTES.
+_BODY_GROUP_BYTES = 8 * 1024 * 1024
+_BODY_GROUP_ROWS = 1000
+# Bodies up to this size come with the row (a few KB is the common case).
+_INLINE_BODY_BYTES = 16 * 1024
+_ACTION_CHUNK = 500
 
 
 @dataclass
 class VerifyReport:
     seals_checked: int = 0
+    legacy_seals: int = 0
     rows_checked: int = 0
+    actions_checked: int = 0
     broken_seals: list[str] = field(default_factory=list)
     altered_rows: list[int] = field(default_factory=list)
     deleted_rows: list[int] = field(default_factory=list)
+    row_problems: dict[int, str] = field(default_factory=dict)
+    altered_actions: list[int] = field(default_factory=list)
+    deleted_actions: list[int] = field(default_factory=list)
+    head: tuple[int, str] | None = None
+    head_problem: str = ""
 
     @property
     def ok(self) -> bool:
-        return not (self.broken_seals or self.altered_rows or self.deleted_rows)
+        return not (
+            self.broken_seals
+            or self.altered_rows
+            or self.deleted_rows
+            or self.altered_actions
+            or self.deleted_actions
+            or self.head_problem
+        )
 
 
-def audit_trail_verify(*, chunk_size: int = 5000) -> VerifyReport:
-    """Recomputes the chain from the first seal and compares every sealed row with the inbox
-    as it is now: names the seals whose chain or entries were tampered with, and the rows that
-    were altered or deleted since they were sealed."""
+class _PurgeRecords:
+    """The bodies each recorded purge (``purge_bodies`` operator action) dropped, found by the
+    stamp its rows carry in ``body_purged_at``. Read only when a missing body is met."""
+
+    def __init__(self) -> None:
+        self._by_stamp: dict[str, list[int]] | None = None
+        self._ids = functools.lru_cache(maxsize=64)(self._ids_load)
+
+    def _stamps_load(self) -> dict[str, list[int]]:
+        by_stamp: dict[str, list[int]] = defaultdict(list)
+        for pk, details in OperatorAction.objects.filter(
+            action=OperatorAction.Action.PURGE_BODIES
+        ).values_list("pk", "details"):
+            stamp = details.get("purged_at") if isinstance(details, dict) else None
+            if isinstance(stamp, str):
+                by_stamp[stamp].append(pk)
+        return by_stamp
+
+    @staticmethod
+    def _ids_load(action_pk: int) -> frozenset:
+        ids = (
+            OperatorAction.objects.filter(pk=action_pk)
+            .values_list("event_ids", flat=True)
+            .first()
+        )
+        return frozenset(ids if isinstance(ids, list) else ())
+
+    def covers(self, *, pk: int, purged_at: datetime) -> bool:
+        if self._by_stamp is None:
+            self._by_stamp = self._stamps_load()
+        return any(
+            pk in self._ids(action_pk)
+            for action_pk in self._by_stamp.get(purge_stamp(purged_at), ())
+        )
+
+
+def _body_groups(lengths: dict[int, int]) -> Iterator[list[int]]:
+    group: list[int] = []
+    size = 0
+    for pk, length in lengths.items():
+        if group and (
+            size + length > _BODY_GROUP_BYTES or len(group) >= _BODY_GROUP_ROWS
+        ):
+            yield group
+            group, size = [], 0
+        group.append(pk)
+        size += length
+    if group:
+        yield group
+
+
+def _inbox_rows_check(
+    report: VerifyReport,
+    *,
+    version: int,
+    sealed: dict[int, str],
+    purges: _PurgeRecords,
+) -> None:
+    """Compares sealed rows with the inbox as it is now: their sealed fields (digest), their
+    body against their payload hash, a missing body against the recorded purges."""
+    fields = _inbox_fields(version)
+    payload_at = fields.index("payload_hash")
+    problems: dict[int, list[str]] = defaultdict(list)
+    seen: set[int] = set()
+    payload_hashes: dict[int, str] = {}
+    large_bodies: dict[int, int] = {}
+
+    def body_check(pk: int, body) -> None:
+        if hashlib.sha256(body).hexdigest() != payload_hashes[pk]:
+            problems[pk].append("body does not match its payload hash")
+
+    # Small bodies come with their row; larger ones are read afterwards in bounded groups.
+    rows = (
+        InboxEvent.objects.filter(pk__in=list(sealed))
+        .annotate(
+            body_length=Length("raw_body"),
+            small_body=Case(
+                When(body_length__lte=_INLINE_BODY_BYTES, then=F("raw_body")),
+                default=None,
+                output_field=BinaryField(),
+            ),
+        )
+        .values_list(*fields, "body_purged_at", "body_length", "small_body")
+    )
+    for row in rows:
+        values, (purged_at, body_length, small_body) = row[:-3], row[-3:]
+        pk = values[0]
+        seen.add(pk)
+        if _inbox_digest(version, values) != sealed[pk]:
+            problems[pk].append("sealed fields changed")
+        if body_length is not None:
+            # Whatever body_purged_at says: a body that is there must be the one received.
+            payload_hashes[pk] = values[payload_at]
+            if small_body is not None:
+                body_check(pk, small_body)
+            else:
+                large_bodies[pk] = body_length
+        elif purged_at is None:
+            problems[pk].append("body missing, never purged")
+        elif not purges.covers(pk=pk, purged_at=purged_at):
+            problems[pk].append("body missing outside any recorded purge")
+    for group in _body_groups(large_bodies):
+        for pk, body in InboxEvent.objects.filter(pk__in=group).values_list(
+            "pk", "raw_body"
+        ):
+            if body is not None:
+                body_check(pk, body)
+    for pk in sealed:
+        report.rows_checked += 1
+        if pk not in seen:
+            report.deleted_rows.append(pk)
+        elif pk in problems:
+            report.altered_rows.append(pk)
+            report.row_problems[pk] = "; ".join(problems[pk])
+
+
+def _actions_check(report: VerifyReport, *, sealed: dict[int, str]) -> None:
+    current = {
+        row[0]: chain.action_digest(row)
+        for row in OperatorAction.objects.filter(pk__in=list(sealed)).values_list(
+            *ACTION_SEALED_FIELDS
+        )
+    }
+    for pk, digest in sealed.items():
+        report.actions_checked += 1
+        if pk not in current:
+            report.deleted_actions.append(pk)
+        elif current[pk] != digest:
+            report.altered_actions.append(pk)
+
+
+def _seal_problems(
+    seal: AuditSeal,
+    *,
+    expected_sequence: int,
+    previous_hash: str,
+    newest_version: int,
+    entries: list[tuple[int, str]],
+    action_entries: list[tuple[int, str]],
+) -> list[str]:
+    problems = []
+    if seal.sequence != expected_sequence:
+        problems.append(f"sequence {seal.sequence}, expected {expected_sequence}")
+    if seal.previous_hash != previous_hash:
+        problems.append("previous_hash does not match the previous seal")
+    if seal.version not in (LEGACY_VERSION, SEAL_VERSION):
+        problems.append(f"unknown version {seal.version}")
+    elif seal.version < newest_version:
+        problems.append(f"version {seal.version} after a seal of {newest_version}")
+    if len(entries) != seal.row_count or (
+        rows_hash_compute(d for _, d in entries) != seal.rows_hash
+    ):
+        problems.append("its inbox entries do not match rows_hash")
+    if seal.version == LEGACY_VERSION:
+        if action_entries or seal.action_count:
+            problems.append("a seal of version 1 holds operator actions")
+    elif len(action_entries) != seal.action_count or (
+        rows_hash_compute(d for _, d in action_entries) != seal.actions_hash
+    ):
+        problems.append("its operator action entries do not match actions_hash")
+    if seal_hash_compute(seal) != seal.seal_hash:
+        problems.append("seal_hash does not match its contents under AUDIT_SEAL_KEY")
+    return problems
+
+
+def audit_trail_verify(
+    *, expect_head: tuple[int, str] | None = None, chunk_size: int = 5000
+) -> VerifyReport:
+    """Recomputes the chain from the first seal under ``AUDIT_SEAL_KEY`` and compares every
+    sealed inbox row and operator action with the database as it is now: names the seals
+    whose chain or entries were tampered with, the rows and actions altered or deleted since
+    they were sealed, and the rows whose body no longer matches its payload hash or went
+    missing outside a recorded purge.
+
+    ``report.head`` is the last seal's (sequence, hash): kept outside the database, it is what
+    ``expect_head`` checks a later run against, so that a chain cut short (and possibly sealed
+    again from there) is caught."""
     report = VerifyReport()
+    purges = _PurgeRecords()
     previous_hash = GENESIS_HASH
     expected_sequence = 1
+    newest_version = LEGACY_VERSION
+    expected_head_hash: str | None = None
     for seal in AuditSeal.objects.order_by("sequence").iterator(chunk_size=500):
         report.seals_checked += 1
+        if seal.version == LEGACY_VERSION:
+            report.legacy_seals += 1
         entries = list(
             AuditSealEntry.objects.filter(seal=seal)
             .order_by("inbox_event_id")
             .values_list("inbox_event_id", "row_digest")
         )
-        problems = []
-        if seal.sequence != expected_sequence:
-            problems.append(f"sequence {seal.sequence}, expected {expected_sequence}")
-        if seal.previous_hash != previous_hash:
-            problems.append("previous_hash does not match the previous seal")
-        digests = [digest for _, digest in entries]
-        if (
-            len(entries) != seal.row_count
-            or rows_hash_compute(digests) != seal.rows_hash
-        ):
-            problems.append("its entries do not match rows_hash")
-        recomputed = seal_hash_compute(
-            previous_hash=seal.previous_hash,
-            rows_hash=seal.rows_hash,
-            sequence=seal.sequence,
-            row_count=seal.row_count,
+        action_entries = list(
+            AuditSealActionEntry.objects.filter(seal=seal)
+            .order_by("operator_action_id")
+            .values_list("operator_action_id", "row_digest")
         )
-        if recomputed != seal.seal_hash:
-            problems.append("seal_hash does not match its contents")
+        problems = _seal_problems(
+            seal,
+            expected_sequence=expected_sequence,
+            previous_hash=previous_hash,
+            newest_version=newest_version,
+            entries=entries,
+            action_entries=action_entries,
+        )
         if problems:
             report.broken_seals.append(f"seal #{seal.sequence}: " + "; ".join(problems))
         for start in range(0, len(entries), chunk_size):
-            part = dict(entries[start : start + chunk_size])
-            current = {
-                pk: row_digest(inbox_event_id=pk, payload_hash=ph, received_at=ra)
-                for pk, ph, ra in InboxEvent.objects.filter(pk__in=part).values_list(
-                    "pk", "payload_hash", "received_at"
-                )
-            }
-            for pk, digest in part.items():
-                report.rows_checked += 1
-                if pk not in current:
-                    report.deleted_rows.append(pk)
-                elif current[pk] != digest:
-                    report.altered_rows.append(pk)
+            _inbox_rows_check(
+                report,
+                version=seal.version,
+                sealed=dict(entries[start : start + chunk_size]),
+                purges=purges,
+            )
+        for start in range(0, len(action_entries), _ACTION_CHUNK):
+            _actions_check(
+                report, sealed=dict(action_entries[start : start + _ACTION_CHUNK])
+            )
+        if expect_head is not None and seal.sequence == expect_head[0]:
+            expected_head_hash = seal.seal_hash
         previous_hash = seal.seal_hash
         expected_sequence = seal.sequence + 1
+        newest_version = max(newest_version, seal.version)
+        report.head = (seal.sequence, seal.seal_hash)
+    if expect_head is not None:
+        sequence, seal_hash = expect_head
+        last = report.head[0] if report.head else 0
+        if last < sequence:
+            report.head_problem = (
+                f"TRUNCATED the chain ends at seal #{last}, before the expected head "
+                f"#{sequence}"
+            )
+        elif expected_head_hash != seal_hash:
+            report.head_problem = (
+                f"HEAD MISMATCH seal #{sequence} is {expected_head_hash or 'missing'}, "
+                f"expected {seal_hash}"
+            )
     return report

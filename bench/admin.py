@@ -67,10 +67,9 @@ def insert_rows(start: int, stop: int, total_days: float) -> None:
                 'evt-' || g, 'research.document.' || (ARRAY['created','updated','deleted',
                     'archived','restored'])[1 + g %% 5],
                 'doc-' || (g %% 50000), 'document', g,
-                ts - interval '2 seconds', '', '', md5(g::text) || md5(g::text),
+                ts - interval '2 seconds', '', '', encode(sha256(body), 'hex'),
                 md5(g::text) || md5((g + 1)::text),
-                convert_to('{{"event_id": "evt-' || g || '", "data": {{"summary": "x"}}}}',
-                           'UTF8'),
+                body,
                 '{{}}'::jsonb, true, ts,
                 CASE WHEN g %% 100 < 97 THEN ts + interval '1 second' END,
                 CASE WHEN g %% 100 < 97 THEN 'processed'
@@ -79,7 +78,9 @@ def insert_rows(start: int, stop: int, total_days: float) -> None:
                 202, CASE WHEN g %% 100 = 97 THEN 'permanent: bad data' ELSE '' END,
                 1, 1 + (g %% 10 = 0)::int, ts
             FROM (
-                SELECT g, now() - (%s - g) * (%s * interval '1 day') / %s AS ts
+                SELECT g, now() - (%s - g) * (%s * interval '1 day') / %s AS ts,
+                    convert_to('{{"event_id": "evt-' || g || '", "data": {{"summary": "x"}}}}',
+                               'UTF8') AS body
                 FROM generate_series(%s, %s) AS g
             ) AS series
             """,  # noqa: S608 - the table name is the model's

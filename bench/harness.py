@@ -114,17 +114,20 @@ def sql(statement: str, params: Sequence | None = None, url: str = BENCH_DATABAS
 
 
 def stack_env(**overrides: str) -> dict[str, str]:
-    """Production settings, plain HTTP on loopback, the bench database and broker."""
+    """Production settings with the floor endpoints (``config.settings.bench``), plain HTTP
+    on loopback, the bench database and broker."""
     env = dict(os.environ)
+    # The bench settings mount the floors; the variable would make production refuse to start.
+    env.pop("BENCH_ENDPOINTS", None)
     env.update(
         {
-            "DJANGO_SETTINGS_MODULE": "config.settings.production",
+            "DJANGO_SETTINGS_MODULE": "config.settings.bench",
             "DJANGO_SECRET_KEY": "bench-only-secret-key-0f1e2d3c4b5a69788796a5b4c3d2e1f0",
+            "AUDIT_SEAL_KEY": "bench-only-audit-seal-key-5e4d3c2b1a0f9e8d7c6b",
             "DJANGO_ALLOWED_HOSTS": "127.0.0.1,localhost",
             "DJANGO_HTTPS": "false",
             "DATABASE_URL": BENCH_DATABASE_URL,
             "CELERY_BROKER_URL": BENCH_BROKER_URL,
-            "BENCH_ENDPOINTS": "true",
             "LOG_LEVEL": "WARNING",
             "PYTHONUNBUFFERED": "1",
         }

@@ -28,6 +28,7 @@ from bench.harness import (
     report,
     sql,
 )
+from tests.integrations.research.factories import research_event
 from webhooks.schemes import signature_headers
 
 SLUG = "bench"
@@ -37,29 +38,14 @@ ROUNDS = 3  # medians of interleaved rounds: the machine may be shared
 
 
 def _event(n: int) -> bytes:
-    body = {
-        "event_id": f"evt-bench-{n}",
-        "event_type": "research.document.updated",
-        "occurred_at": "2026-11-30T12:00:00Z",
-        "delivered_at": "2026-11-30T12:00:01Z",
-        "delivery_attempt": 1,
-        "producer": "bench",
-        "entity": {
-            "entity_id": f"doc-{n % 5000}",
-            "entity_type": "research_document",
-            "source_version": n,
-        },
-        "source": {
-            "url": f"https://example.org/papers/{n}",
-            "title": "A benchmark document",
-            "content_hash": f"sha256:{n:064x}",
-        },
-        "data": {
-            "summary": "Benchmark payload.",
-            "authors": ["A. B."],
-            "citations": [],
-        },
-    }
+    """Event ``n``, the same content on every call: a second call is a redelivery."""
+    body = research_event(
+        number=n,
+        event_id=f"evt-bench-{n}",
+        entity_id=f"doc-{n % 5000}",
+        source_version=n,
+        producer="bench",
+    )
     return json.dumps(body, separators=(",", ":")).encode()
 
 

@@ -93,16 +93,13 @@ def _stop(ctx: BenchContext, workers: list[Process]) -> None:
 
 
 def _inbox_fill(n: int, *, tag: str) -> list[int]:
-    from tests.webhooks.inbox_factories import (
-        inbox_events_bulk_create,
-        research_envelope,
-        research_source,
-    )
+    from tests.integrations.research.factories import research_event
+    from tests.webhooks.factories import inbox_events_bulk_create, research_source
 
     source = research_source("bench-research")
     half = max(n // 2, 1)
-    envelopes = [
-        research_envelope(
+    bodies = [
+        research_event(
             entity_id=f"doc_{tag}_{i % half}",
             source_version=1 + i // half,
             event_type="research.document.created"
@@ -111,7 +108,7 @@ def _inbox_fill(n: int, *, tag: str) -> list[int]:
         )
         for i in range(n)
     ]
-    rows = inbox_events_bulk_create(envelopes, source=source)
+    rows = inbox_events_bulk_create(bodies, source=source)
     return [row.pk for row in rows]
 
 
@@ -177,7 +174,8 @@ def _latency(ctx: BenchContext) -> dict:
     """Steady load: one event every 1/LATENCY_RATE s, each committed then published."""
     from django.db.models import Count
 
-    from tests.webhooks.inbox_factories import inbox_event_create, research_envelope
+    from tests.integrations.research.factories import research_event
+    from tests.webhooks.factories import InboxEventFactory
     from webhooks.dispatch import inbox_event_publish
     from webhooks.models import TERMINAL_STATUSES, InboxEvent
 
@@ -191,8 +189,10 @@ def _latency(ctx: BenchContext) -> dict:
         delay = t0 + i / LATENCY_RATE - time.monotonic()
         if delay > 0:
             time.sleep(delay)
-        event = inbox_event_create(
-            research_envelope(source_version=1, event_type="research.document.created")
+        event = InboxEventFactory(
+            body=research_event(
+                source_version=1, event_type="research.document.created"
+            )
         )
         inbox_event_publish(inbox_event_id=event.pk)
         ids.append(event.pk)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import hmac
 import itertools
 import json
 import os
@@ -33,6 +32,8 @@ import requests
 
 from bench.harness import ROOT, BenchContext, manage, stack_env
 from chaos.services import PrivatePostgres, PrivateRedis
+from tests.integrations.research.factories import instant, research_event
+from webhooks.schemes import signature_headers
 
 SOURCE = "chaos"
 SECRET = "chaos-webhook-secret-0123456789"  # noqa: S105 - a private, throwaway server's secret
@@ -76,6 +77,9 @@ class Run:
         default_factory=list
     )  # name, start, end
     db_outages: list[tuple[float, float]] = field(default_factory=list)
+    scheduled: list[str] = field(
+        default_factory=list
+    )  # the kind of each fault scheduled
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def record(self, outcome: Outcome) -> None:
@@ -83,52 +87,28 @@ class Run:
             self.outcomes.append(outcome)
 
 
-def _now_iso(offset_seconds: float = 0) -> str:
-    moment = datetime.now(UTC) + timedelta(seconds=offset_seconds)
-    return moment.isoformat().replace("+00:00", "Z")
-
-
-def research_event(entity: str, version: int, kind: str, *, salt: str = "") -> dict:
-    content = f"{entity}-v{version}{salt}"
-    event = {
-        "event_id": f"{entity}-v{version}",
-        "event_type": f"research.document.{kind}",
-        "occurred_at": _now_iso(version),
-        "entity": {
-            "entity_id": entity,
-            "entity_type": "document",
-            "source_version": version,
-        },
-        "producer": "chaos",
-        "delivered_at": _now_iso(),
-        "delivery_attempt": 1,
-    }
-    if kind != "deleted":
-        event["source"] = {
-            "url": f"https://papers.example.org/{entity}",
-            "title": f"Paper {entity} v{version}{salt}",
-            "content_hash": "sha256:" + hashlib.sha256(content.encode()).hexdigest(),
-        }
-        event["data"] = {
-            "summary": f"Summary {content}",
-            "authors": ["A. Author"],
-            "citations": [
-                {"text": "Ref", "reference_url": "https://ref.example.org/1"}
-            ],
-        }
-    return event
+def chaos_event(entity: str, version: int, kind: str) -> dict:
+    """Version ``version`` of document ``entity``; its id names both, for the checks."""
+    return research_event(
+        event_id=f"{entity}-v{version}",
+        event_type=f"research.document.{kind}",
+        entity_id=entity,
+        source_version=version,
+        occurred_at=datetime.now(UTC) + timedelta(seconds=version),
+        producer="chaos",
+        delivery_attempt=1,
+    )
 
 
 def signed_headers(body: bytes, event_id: str, *, valid: bool = True) -> dict[str, str]:
-    timestamp = str(int(time.time()))
-    key = SECRET.encode() if valid else b"not-the-secret"
-    digest = hmac.new(key, f"{timestamp}.".encode() + body, hashlib.sha256).hexdigest()
-    return {
-        "Content-Type": "application/json",
-        "X-Webhook-Id": event_id,
-        "X-Webhook-Timestamp": timestamp,
-        "X-Webhook-Signature": f"v1={digest}",
-    }
+    headers = signature_headers(
+        scheme="hmac-sha256",
+        secret=SECRET if valid else "not-the-secret",
+        raw_body=body,
+        event_id=event_id,
+        timestamp=int(time.time()),
+    )
+    return {"Content-Type": "application/json", **headers}
 
 
 class Producer:
@@ -172,7 +152,7 @@ def plan_events(size: dict, rng: random.Random) -> list[tuple[str, dict]]:
             kind = "created" if version == 1 else "updated"
             if version == delete_at:
                 kind = "deleted"
-            plan.append(("event", research_event(entity, version, kind)))
+            plan.append(("event", chaos_event(entity, version, kind)))
     # Deliveries arrive in any order, and 1-3 times each.
     deliveries = []
     for kind, event in plan:
@@ -196,7 +176,7 @@ def send_event(producer: Producer, kind: str, event: dict) -> None:
     def make():
         body_event = dict(event)
         if kind == "duplicate":
-            body_event["delivered_at"] = _now_iso()
+            body_event["delivered_at"] = instant(datetime.now(UTC))
             body_event["delivery_attempt"] = 2
         body = json.dumps(body_event).encode()
         return body, signed_headers(body, event["event_id"], valid=kind != "invalid")
@@ -327,26 +307,28 @@ class Faults:
         self._timed("two sweeps at once", action)
 
     def schedule(self, duration: float) -> None:
+        # (when, kind, action): each injected fault's name starts with its kind.
         steps = [
-            (0.10, lambda: self.kill_worker("w1")),
-            (0.22, self.restart_redis),
-            (0.35, lambda: self.kill_worker("w2")),
-            (0.45, self.restart_postgres),
-            (0.55, lambda: self.stop_beat(duration * 0.12)),
-            (0.60, self.concurrent_sweeps),
-            (0.75, lambda: self.kill_worker("w1")),
-            (0.82, self.concurrent_sweeps),
+            (0.10, "kill -9 worker", lambda: self.kill_worker("w1")),
+            (0.22, "restart Redis", self.restart_redis),
+            (0.35, "kill -9 worker", lambda: self.kill_worker("w2")),
+            (0.45, "restart PostgreSQL", self.restart_postgres),
+            (0.55, "beat stopped", lambda: self.stop_beat(duration * 0.12)),
+            (0.60, "two sweeps at once", self.concurrent_sweeps),
+            (0.75, "kill -9 worker", lambda: self.kill_worker("w1")),
+            (0.82, "two sweeps at once", self.concurrent_sweeps),
         ]
         start = time.monotonic()
-        for at, action in steps:
+        for at, kind, action in steps:
             delay = start + at * duration - time.monotonic()
             if delay > 0:
                 time.sleep(delay)
+            self.run.scheduled.append(kind)
             try:
                 action()
             except Exception as exc:  # a fault that could not be injected is reported
                 self.run.faults.append(
-                    (f"FAILED to inject: {exc!r}", time.monotonic(), 0)
+                    (f"FAILED to inject {kind}: {exc!r}", time.monotonic(), 0)
                 )
 
 
@@ -504,7 +486,10 @@ def check(run: Run, planned: dict) -> tuple[list[str], dict]:
         "http_statuses": dict(Counter(str(o.status) for o in run.outcomes)),
         "faults_injected": len(run.faults),
         "faults": [name for name, _, _ in run.faults],
+        "faults_scheduled": run.scheduled,
         "events_checked": len(accepted),
+        # Where every accepted event ended: "missing" if it is not in the inbox.
+        "accepted_statuses": dict(Counter(rows.get(e, "missing") for e in accepted)),
         "documents_checked": len(expected_max),
         "revisions": sum(applied.values()),
         "deployments_checked": len(planned["deployment_keys"]),
@@ -577,6 +562,12 @@ def main(argv: list[str] | None = None) -> int:
             print("[chaos] load and faults done; waiting for recovery", flush=True)
             pending = wait_recovered(timeout=180)
             violations, figures = check(run, planned)
+            # The counts only: the details of what is stuck are in the violation.
+            figures["pending_after_recovery"] = {
+                k: v
+                for k, v in pending.items()
+                if k in ("inbox", "deployments", "error")
+            }
             if pending.get("inbox") or pending.get("deployments") or "error" in pending:
                 violations.append(f"not recovered after 180 s: {pending}")
                 figures["violations"] = len(violations)

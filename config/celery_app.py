@@ -1,9 +1,19 @@
 import os
 
 from celery import Celery
+from kombu.utils.objects import cached_property
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.local")
 
-app = Celery("config")
+
+class App(Celery):
+    @cached_property
+    def Worker(self):
+        """``celery worker`` runs ``config.celery_worker.Worker``, which sets up the folder
+        its pool processes share their metrics in before anything else."""
+        return self.subclass_with_self("config.celery_worker:Worker")
+
+
+app = App("config")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()

@@ -6,6 +6,8 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from core import views as core_views
 from core.apis import WhoAmIApi
 
+handler404 = "core.views.not_found"
+
 urlpatterns = [
     path("healthz", core_views.healthz, name="healthz"),
     path("readyz", core_views.readyz, name="readyz"),
@@ -24,5 +26,5 @@ urlpatterns = [
 ]
 
 if settings.BENCH_ENDPOINTS:
-    # Floor endpoints for `make bench`; off unless BENCH_ENDPOINTS=true.
+    # Floor endpoints for `make bench` (config.settings.bench); production refuses them.
     urlpatterns += [path("_bench/", include("bench.urls"))]

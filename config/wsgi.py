@@ -1,7 +1,21 @@
 import os
 
+from django.core.exceptions import ImproperlyConfigured
 from django.core.wsgi import get_wsgi_application
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.local")
 
 application = get_wsgi_application()
+
+if os.environ.get("SERVER_SOFTWARE", "").startswith("gunicorn/"):
+    from core.metrics_dir import metrics_shared
+
+    # gunicorn without the repository's gunicorn.conf.py: each worker would count alone
+    # and /metrics would answer one worker's share. Refused, whatever the worker count.
+    if not metrics_shared():
+        raise ImproperlyConfigured(
+            "gunicorn started without the repository's gunicorn.conf.py, so its workers "
+            "do not share their metrics: start it at the repository root (gunicorn reads "
+            "gunicorn.conf.py from its working directory) or with "
+            "-c <repository>/gunicorn.conf.py."
+        )

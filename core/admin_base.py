@@ -37,37 +37,30 @@ class BoundedCountPaginator(Paginator):
         return self.count > self.cap
 
 
-class ReadOnlyAdminMixin:
+class _NoWritesMixin:
+    def has_add_permission(self, request, obj=None):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+
+class ReadOnlyAdminMixin(_NoWritesMixin):
     """Ledgers are browsable, never added, changed or deleted through the admin."""
 
     show_full_result_count = False
     paginator = BoundedCountPaginator
     change_list_template = "admin/bounded_change_list.html"
 
-    def has_add_permission(self, request, obj=None):
-        return False
 
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
-
-
-class ReadOnlyInlineMixin:
+class ReadOnlyInlineMixin(_NoWritesMixin):
     """An inline of a ledger: shown on its parent's page, never edited there."""
 
     extra = 0
     can_delete = False
-
-    def has_add_permission(self, request, obj=None):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
 
 
 class ReasonForm(forms.Form):

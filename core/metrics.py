@@ -8,6 +8,7 @@ however many processes run: each app registers those collectors here from its
 ``AppConfig.ready``.
 """
 
+import logging
 import os
 
 from prometheus_client import (
@@ -25,7 +26,8 @@ from prometheus_client.registry import Collector
 
 # In multiprocess mode every metric is backed by a file in this folder: it must exist before
 # any is created. The apps define theirs with the classes re-exported here, so that this
-# module runs first. Emptying the folder is the deployment's job, before processes start.
+# module runs first. The servers name the folder before anything imports this module
+# (core/metrics_dir.py); one that an operator names is emptied by the operator.
 if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
     os.makedirs(os.environ["PROMETHEUS_MULTIPROC_DIR"], exist_ok=True)
 
@@ -81,6 +83,29 @@ def _exposition_registry() -> CollectorRegistry:
 
 def celery_signals_connect() -> None:
     from celery import signals
+
+    @signals.worker_init.connect(weak=False)
+    def _refuse_unshared_pool(sender=None, **kwargs):
+        # A prefork pool of several processes whose metrics stay in each process would serve
+        # one process's share on CELERY_METRICS_PORT: refused before the pool forks.
+        from .metrics_dir import metrics_shared
+
+        pool = getattr(sender, "pool_cls", "")
+        prefork = "prefork" in f"{getattr(pool, '__module__', '')} {pool}"
+        concurrency = getattr(sender, "concurrency", 1)
+        several = isinstance(concurrency, int) and concurrency > 1
+        if prefork and several and not metrics_shared():
+            message = (
+                f"a prefork pool of {concurrency} processes would keep its metrics per "
+                "process: start the worker with `celery -A config worker` (it sets up "
+                "PROMETHEUS_MULTIPROC_DIR before loading the application), or name a "
+                "folder in PROMETHEUS_MULTIPROC_DIR before anything imports "
+                "prometheus_client."
+            )
+            logging.getLogger(__name__).critical(
+                "metrics.unshared_pool", extra={"detail": message}
+            )
+            raise SystemExit(f"Refusing to start: {message}")
 
     @signals.worker_process_shutdown.connect(weak=False)
     def _shutdown(pid=None, **kwargs):

@@ -4,6 +4,7 @@ from celery import current_app
 from django.db import connection
 from django.http import HttpResponse, JsonResponse
 from django.views.decorators.http import require_GET
+from django.views.defaults import page_not_found
 
 logger = logging.getLogger(__name__)
 
@@ -51,3 +52,11 @@ def metrics(request):
 
     body, content_type = metrics_exposition()
     return HttpResponse(body, content_type=content_type)
+
+
+def not_found(request, exception):
+    """404 anywhere under ``/api/`` (and ``/webhooks/``) answers the JSON error body every
+    API error has; the admin and other pages keep Django's page."""
+    if request.path.startswith(("/api/", "/webhooks/")):
+        return JsonResponse({"error": "not_found"}, status=404)
+    return page_not_found(request, exception)

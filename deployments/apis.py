@@ -5,7 +5,7 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.utils import timezone
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
 from rest_framework import serializers
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -17,7 +17,7 @@ from idempotency.models import IdempotencyStatus
 from idempotency.services import OperationResult
 
 from . import selectors, services
-from .models import Build, Deployment, JobStatus
+from .models import Build, Deployment, Job, JobStatus
 
 REPOSITORY_REGEX = r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+"
 COMMIT_SHA_REGEX = r"[0-9a-f]{7,40}"
@@ -90,6 +90,7 @@ class DeploymentCreateApi(IdempotentPostMixin, APIView):
             resource_id=deployment.public_id,
             location=deployment.get_absolute_url(),
             record_status=IdempotencyStatus.PROCESSING,
+            progress_deadline=services.job_pickup_deadline(job=deployment),
         )
 
     @extend_schema(
@@ -134,6 +135,7 @@ class BuildCreateApi(IdempotentPostMixin, APIView):
             resource_id=build.public_id,
             location=build.get_absolute_url(),
             record_status=IdempotencyStatus.PROCESSING,
+            progress_deadline=services.job_pickup_deadline(job=build),
         )
 
     @extend_schema(
@@ -157,72 +159,83 @@ def _commit_sha_validate(value: str) -> str:
     return value
 
 
-class _JobApiBase(APIView):
-    model: type = Deployment
+class _JobListMixin:
+    """GET: the client's jobs of one kind, a cursor page (``?idempotency_key=`` narrows it to
+    the latest job made with that key)."""
 
-    def job_or_404(self, request, public_id: str):
+    pagination_class = CursorPage
+    output_serializer_class: type[serializers.Serializer]
+    model: type[Job]
+
+    def get(self, request):
+        jobs = selectors.job_list_by_key(
+            model=self.model,
+            client=request.user,
+            idempotency_key=request.query_params.get("idempotency_key"),
+        )
+        paginator = self.pagination_class()
+        page = paginator.paginate_queryset(jobs, request, view=self)
+        data = self.output_serializer_class(page, many=True).data
+        return paginator.get_paginated_response(data)
+
+
+class _JobDetailApi(APIView):
+    # One of the client's jobs; another client's is as good as absent (404).
+
+    output_serializer_class: type[serializers.Serializer]
+    model: type[Job]
+    lookup_url_kwarg: (
+        str  # the URL names the id as the API does: deployment_id, build_id
+    )
+
+    def get(self, request, **kwargs):
+        public_id = kwargs[self.lookup_url_kwarg]
         job = selectors.job_get(
             model=self.model, client=request.user, public_id=public_id
         )
         if job is None:
             raise NotFound()
-        return job
+        return Response(self.output_serializer_class(job).data)
 
 
-class DeploymentCollectionApi(DeploymentCreateApi):
-    """POST creates (idempotent), GET lists the client's deployments (``?idempotency_key=``)."""
-
-    pagination_class = CursorPage
-
-    @extend_schema(
+@extend_schema_view(
+    get=extend_schema(
         responses=DeploymentOutputSerializer(many=True),
         parameters=[IDEMPOTENCY_KEY_QUERY],
     )
-    def get(self, request):
-        jobs = selectors.deployment_list(
-            client=request.user,
-            idempotency_key=request.query_params.get("idempotency_key"),
-        )
-        return _page(request, self, jobs, DeploymentOutputSerializer)
+)
+class DeploymentCollectionApi(_JobListMixin, DeploymentCreateApi):
+    """POST creates (idempotent), GET lists the client's deployments (``?idempotency_key=``)."""
+
+    model = Deployment
+    output_serializer_class = DeploymentOutputSerializer
 
 
-class DeploymentDetailApi(_JobApiBase):
-    @extend_schema(responses=DeploymentOutputSerializer)
-    def get(self, request, deployment_id: str):
-        return Response(
-            DeploymentOutputSerializer(self.job_or_404(request, deployment_id)).data
-        )
+@extend_schema_view(get=extend_schema(responses=DeploymentOutputSerializer))
+class DeploymentDetailApi(_JobDetailApi):
+    model = Deployment
+    output_serializer_class = DeploymentOutputSerializer
+    lookup_url_kwarg = "deployment_id"
 
 
-class BuildCollectionApi(BuildCreateApi):
-    """POST creates (idempotent), GET lists the client's builds (``?idempotency_key=``)."""
-
-    pagination_class = CursorPage
-
-    @extend_schema(
+@extend_schema_view(
+    get=extend_schema(
         responses=BuildOutputSerializer(many=True),
         parameters=[IDEMPOTENCY_KEY_QUERY],
     )
-    def get(self, request):
-        jobs = selectors.build_list(
-            client=request.user,
-            idempotency_key=request.query_params.get("idempotency_key"),
-        )
-        return _page(request, self, jobs, BuildOutputSerializer)
+)
+class BuildCollectionApi(_JobListMixin, BuildCreateApi):
+    """POST creates (idempotent), GET lists the client's builds (``?idempotency_key=``)."""
 
-
-class BuildDetailApi(_JobApiBase):
     model = Build
-
-    @extend_schema(responses=BuildOutputSerializer)
-    def get(self, request, build_id: str):
-        return Response(BuildOutputSerializer(self.job_or_404(request, build_id)).data)
+    output_serializer_class = BuildOutputSerializer
 
 
-def _page(request, view, queryset, serializer_class):
-    paginator = view.pagination_class()
-    page = paginator.paginate_queryset(queryset, request, view=view)
-    return paginator.get_paginated_response(serializer_class(page, many=True).data)
+@extend_schema_view(get=extend_schema(responses=BuildOutputSerializer))
+class BuildDetailApi(_JobDetailApi):
+    model = Build
+    output_serializer_class = BuildOutputSerializer
+    lookup_url_kwarg = "build_id"
 
 
 class StatusSyncApi(IdempotentPostMixin, APIView):

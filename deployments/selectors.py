@@ -7,7 +7,7 @@ from django.db.models import OuterRef, QuerySet, Subquery
 from core.models import ApiClient
 from idempotency.keys import idempotency_key_is_well_formed
 
-from .models import Build, Deployment, Job
+from .models import Job
 
 
 def job_get(*, model: type[Job], client: ApiClient, public_id: str) -> Job | None:
@@ -31,13 +31,3 @@ def job_list_by_key(
         .values("id")[:1]
     )
     return jobs.filter(idempotency_key=idempotency_key, id=Subquery(latest))
-
-
-def deployment_list(*, client: ApiClient, idempotency_key: str | None) -> QuerySet:
-    return job_list_by_key(
-        model=Deployment, client=client, idempotency_key=idempotency_key
-    )
-
-
-def build_list(*, client: ApiClient, idempotency_key: str | None) -> QuerySet:
-    return job_list_by_key(model=Build, client=client, idempotency_key=idempotency_key)

@@ -15,7 +15,10 @@ from django.utils import timezone
 from core.errors import NotFound
 from core.logging import correlation_id_bound, correlation_id_get
 from core.models import ApiClient
-from idempotency.services import idempotency_record_resolve
+from idempotency.services import (
+    idempotency_record_progress_deadline_set,
+    idempotency_record_resolve,
+)
 
 from .executors import ExecutionResult, executor_get
 from .models import (
@@ -62,6 +65,16 @@ def job_dispatch(*, job: Job) -> None:
             )
 
     transaction.on_commit(publish)
+
+
+def job_pickup_deadline(*, job: Job) -> datetime:
+    """When a new job's key counts as stuck if no worker has picked the job up: the sweep
+    re-dispatches it after ``DEPLOY_REDISPATCH_AFTER_SECONDS`` and runs every
+    ``INBOX_SWEEP_INTERVAL_SECONDS``, so by then it has been published twice."""
+    return job.created_at + timedelta(
+        seconds=settings.DEPLOY_REDISPATCH_AFTER_SECONDS
+        + settings.INBOX_SWEEP_INTERVAL_SECONDS
+    )
 
 
 def deployment_create(
@@ -132,13 +145,25 @@ def job_status_set(
     *, job: Job, status: str, at: datetime, actor: str, detail: str = ""
 ) -> None:
     """Moves a locked job to ``status`` (the caller decided that it applies): the transition
-    row, and the idempotency record's status once the job is terminal."""
+    row, and the idempotency record's status once the job is terminal.
+
+    A job that is, or is reported, ``running`` holds a lease of
+    ``DEPLOY_RUNNING_LEASE_SECONDS`` from now (each running report renews it; it never
+    shrinks): if neither its worker nor its reporter says more by then, the sweep fails it.
+    Its key's progress deadline is that lease."""
     previous = job.status
     job.status = status
     job.status_changed_at = at
     if detail:
         job.detail = detail
-    job.save(update_fields=["status", "status_changed_at", "detail", "updated_at"])
+    update_fields = ["status", "status_changed_at", "detail", "updated_at"]
+    if status == JobStatus.RUNNING:
+        lease = timezone.now() + timedelta(
+            seconds=settings.DEPLOY_RUNNING_LEASE_SECONDS
+        )
+        job.lease_expires_at = max(lease, job.lease_expires_at or lease)
+        update_fields.append("lease_expires_at")
+    job.save(update_fields=update_fields)
     if previous != status:
         _transition_record(
             job=job,
@@ -153,6 +178,12 @@ def job_status_set(
             operation_type=OPERATION_TYPES[job_kind(job)],
             resource_id=job.public_id,
             succeeded=status == JobStatus.SUCCEEDED,
+        )
+    elif status == JobStatus.RUNNING:
+        idempotency_record_progress_deadline_set(
+            operation_type=OPERATION_TYPES[job_kind(job)],
+            resource_id=job.public_id,
+            deadline=job.lease_expires_at,
         )
     logger.info(
         "job.transition",
@@ -172,13 +203,14 @@ def _job_locked(*, kind: str, public_id: str) -> Job | None:
 
 
 def _worker_lost_fail(*, job: Job, actor: str, now: datetime) -> None:
-    job_status_set(
-        job=job,
-        status=JobStatus.FAILED,
-        at=now,
-        actor=actor,
-        detail="worker_lost: the executor was started but never reported a result",
-    )
+    if job.executor_started_at is None:
+        # Reported running by an external system, never run by a worker of ours.
+        detail = (
+            "report_lost: reported running, but no further report came within the lease"
+        )
+    else:
+        detail = "worker_lost: the executor was started but never reported a result"
+    job_status_set(job=job, status=JobStatus.FAILED, at=now, actor=actor, detail=detail)
 
 
 def job_run(*, kind: str, public_id: str, worker: str) -> str:
@@ -208,12 +240,8 @@ def job_run(*, kind: str, public_id: str, worker: str) -> str:
             return "not_queued"  # an external report moved it on before any worker
         job.executor_started_at = now
         job.claimed_by = worker[:255]
-        job.lease_expires_at = now + timedelta(
-            seconds=settings.DEPLOY_RUNNING_LEASE_SECONDS
-        )
-        job.save(
-            update_fields=["executor_started_at", "claimed_by", "lease_expires_at"]
-        )
+        job.save(update_fields=["executor_started_at", "claimed_by"])
+        # Running: the job's lease starts, and its key's deadline moves to it.
         job_status_set(job=job, status=JobStatus.RUNNING, at=now, actor=worker)
 
     try:

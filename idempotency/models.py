@@ -40,6 +40,10 @@ class IdempotencyRecord(models.Model):
     response_location = models.CharField(max_length=255, blank=True, default="")
     expires_at = models.DateTimeField()
     expired_at = models.DateTimeField(null=True, blank=True)
+    # While ``processing``: when the operation must next show progress, kept by the app that
+    # owns the resource (a queued job must be picked up, a running one reported on, by then).
+    # Past it the key is stuck. None once the operation is resolved.
+    progress_deadline = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(default=timezone.now)
 
@@ -75,6 +79,12 @@ class IdempotencyRecord(models.Model):
             ),
             models.Index(
                 fields=["status", "-created_at"], name="idempotency_status_idx"
+            ),
+            # Stuck keys (the gauge, the dashboard, the admin): processing past the deadline.
+            models.Index(
+                fields=["progress_deadline"],
+                name="idempotency_stuck_idx",
+                condition=Q(status="processing"),
             ),
         ]
 

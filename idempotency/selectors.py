@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import datetime
 
-from django.conf import settings
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 
@@ -33,11 +32,13 @@ def idempotency_record_get(
 
 def idempotency_stuck_q(*, now: datetime | None = None) -> Q:
     """The one definition of a stuck key, shared by the gauge, the dashboard and the admin:
-    still ``processing`` long after its operation should have been picked up (the sweep
-    re-dispatches after DEPLOY_REDISPATCH_AFTER_SECONDS)."""
-    now = now or timezone.now()
-    horizon = now - timedelta(seconds=settings.DEPLOY_REDISPATCH_AFTER_SECONDS)
-    return Q(status=IdempotencyStatus.PROCESSING, created_at__lt=horizon)
+    still ``processing`` past its operation's own deadline (``progress_deadline``, kept by the
+    app that owns the operation: a queued job not picked up in time, a running one whose
+    lease ran out). A long operation that keeps to its deadline is not stuck, however old."""
+    return Q(
+        status=IdempotencyStatus.PROCESSING,
+        progress_deadline__lt=now or timezone.now(),
+    )
 
 
 def idempotency_records_stuck(*, now: datetime | None = None) -> QuerySet:

@@ -19,7 +19,7 @@ import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.core.serializers.json import DjangoJSONEncoder
@@ -43,13 +43,16 @@ MAX_CLAIM_ROUNDS = 5
 
 @dataclass(frozen=True)
 class OperationResult:
-    """What ``perform`` returns: the first response, and the record's status."""
+    """What ``perform`` returns: the first response, and the record's status. An operation
+    that goes on after the response (``processing``) names when it must next show progress
+    (``progress_deadline``): past it, without news, its key is stuck."""
 
     status_code: int
     body: dict
     resource_id: str = ""
     location: str = ""
     record_status: str = IdempotencyStatus.SUCCEEDED
+    progress_deadline: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -88,8 +91,8 @@ def _record_insert(
             f"""
             INSERT INTO {table} (client_id, operation_type, key, fingerprint,
                 fingerprint_fields, resource_id, status, response_status, response_body,
-                response_location, expires_at, created_at, updated_at)
-            VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
+                response_location, expires_at, progress_deadline, created_at, updated_at)
+            VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
             ON CONFLICT DO NOTHING
             RETURNING id
             """,  # noqa: S608 - the table name is ours, every value is a parameter
@@ -105,6 +108,9 @@ def _record_insert(
                 body,
                 result.location,
                 expires_at,
+                result.progress_deadline
+                if result.record_status == IdempotencyStatus.PROCESSING
+                else None,
                 now,
                 now,
             ],
@@ -264,13 +270,28 @@ def idempotency_record_resolve(
     *, operation_type: str, resource_id: str, succeeded: bool
 ) -> None:
     """The operation a record started has ended: its record says how (``succeeded`` or
-    ``failed``). Called by the app that owns the resource, in its own transaction."""
+    ``failed``), and has no progress deadline any more. Called by the app that owns the
+    resource, in its own transaction."""
     IdempotencyRecord.objects.filter(
         operation_type=operation_type, resource_id=resource_id
     ).update(
         status=IdempotencyStatus.SUCCEEDED if succeeded else IdempotencyStatus.FAILED,
+        progress_deadline=None,
         updated_at=timezone.now(),
     )
+
+
+def idempotency_record_progress_deadline_set(
+    *, operation_type: str, resource_id: str, deadline: datetime
+) -> None:
+    """The operation a ``processing`` record started showed progress: it must show more (or
+    end) by ``deadline``, else its key is stuck. Called by the app that owns the resource,
+    in its own transaction; a resolved record is left as it is."""
+    IdempotencyRecord.objects.filter(
+        operation_type=operation_type,
+        resource_id=resource_id,
+        status=IdempotencyStatus.PROCESSING,
+    ).update(progress_deadline=deadline, updated_at=timezone.now())
 
 
 def idempotency_records_cleanup(*, batch_size: int = 5000) -> dict:

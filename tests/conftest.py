@@ -1,7 +1,11 @@
+import subprocess
+
 import pytest
-from rest_framework.test import APIClient
 
 from core.services import api_client_create
+from tests.core.factories import bearer_http
+from tests.integrations.github.factories import github_source_create
+from tests.webhooks.factories import research_source
 
 
 @pytest.fixture
@@ -15,6 +19,39 @@ def api_client_token(db):
 def api(api_client_token):
     """A DRF test client authenticated as the ``ci`` API client."""
     _, token = api_client_token
-    http = APIClient()
-    http.credentials(HTTP_AUTHORIZATION=f"Bearer {token}")
-    return http
+    return bearer_http(token)
+
+
+@pytest.fixture
+def other_api(db):
+    """A second API client, to prove that keys and resources are scoped per client."""
+    _, token = api_client_create(name="other", token="test-token-other-0123456789abcd")
+    return bearer_http(token)
+
+
+@pytest.fixture
+def source(db):
+    """The research source (``research-sync``) with its test secret."""
+    return research_source()
+
+
+@pytest.fixture
+def github_source(db):
+    """The GitHub source (``github``) with its test secret."""
+    return github_source_create()
+
+
+@pytest.fixture(autouse=True)
+def _processes_only_in_slow_tests(request, monkeypatch):
+    """``make test-fast`` leaves out the tests marked slow: the ones that start processes
+    (workers, servers, a browser, ``manage.py``, the chaos run). A test that starts one without
+    the mark fails here instead of slowing down every run of the fast suite."""
+    if request.node.get_closest_marker("slow"):
+        return
+
+    def refuse(self, args, *more, **options):
+        raise AssertionError(
+            f"{request.node.nodeid} starts a process ({args!r}): mark it slow"
+        )
+
+    monkeypatch.setattr(subprocess.Popen, "__init__", refuse)

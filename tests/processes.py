@@ -52,17 +52,20 @@ def child_env(**overrides: str) -> dict[str, str]:
 class Process:
     """A child process in its own process group, so that stopping it stops its children."""
 
-    def __init__(self, args: list[str], env: dict[str, str], log_path: Path):
+    def __init__(
+        self, args: list[str], env: dict[str, str], log_path: Path, cwd: Path = ROOT
+    ):
         self.args = args
         self.env = env
         self.log_path = log_path
+        self.cwd = cwd
         self.popen: subprocess.Popen | None = None
 
     def start(self) -> Process:
         log = open(self.log_path, "ab")  # noqa: SIM115 - closed by the child's exit
         self.popen = subprocess.Popen(
             self.args,
-            cwd=ROOT,
+            cwd=self.cwd,
             env=self.env,
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -104,6 +107,38 @@ class Process:
             return self.log_path.read_text(errors="replace")
         except FileNotFoundError:
             return ""
+
+
+def manage(
+    *args: str, env: dict[str, str], check: bool = False, timeout: float = 180
+) -> subprocess.CompletedProcess:
+    """``manage.py <args>`` in its own process with exactly ``env``, as a user runs it; with
+    ``check``, a failure fails the test and shows the command's output."""
+    result = subprocess.run(
+        [sys.executable, "manage.py", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    if check:
+        assert result.returncode == 0, result.stdout + result.stderr
+    return result
+
+
+def embedded_env(tmp_path: Path, port: int) -> dict[str, str]:
+    """The environment of a newcomer's first run: none of the test run's database, broker or
+    settings, the embedded default (SQLite, filesystem broker) under ``tmp_path``."""
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if key not in {"DATABASE_URL", "CELERY_BROKER_URL", "DJANGO_SETTINGS_MODULE"}
+    }
+    env.update(
+        {"APP_VAR_DIR": str(tmp_path), "WEB_PORT": str(port), "PYTHONUNBUFFERED": "1"}
+    )
+    return env
 
 
 def celery_worker(

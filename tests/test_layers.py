@@ -14,6 +14,8 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 LINT_IMPORTS = Path(sys.executable).parent / "lint-imports"
 
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture
 def tree(tmp_path):

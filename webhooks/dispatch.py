@@ -53,5 +53,16 @@ def inbox_event_publish(
     return True
 
 
-def bulk_replay_job_publish(*, job_id: int) -> None:
-    current_app.send_task(BULK_REPLAY_TASK, args=[job_id])
+def bulk_replay_job_publish(*, job_id: int, run: int) -> bool:
+    """Publishes the next task of a bulk replay job's run; ``False`` if it was not published.
+    Never raises: a job whose next task was never published stops renewing its lease and
+    becomes resumable (``webhooks.replay.bulk_replay_job_resume``)."""
+    try:
+        current_app.send_task(BULK_REPLAY_TASK, args=[job_id, run])
+    except Exception as exc:  # the broker is down: the job is resumed by an operator
+        logger.warning(
+            "bulk_replay.publish_failed",
+            extra={"bulk_job_id": job_id, "run": run, "error": type(exc).__name__},
+        )
+        return False
+    return True

@@ -308,6 +308,7 @@ class OperatorAction(AppendOnlyModel):
         BULK_REPLAY = "bulk_replay"
         MARK_INVESTIGATED = "mark_investigated"
         ROTATE_SECRET = "rotate_secret"  # noqa: S105 - an action name
+        PURGE_BODIES = "purge_bodies"
 
     action = models.CharField(max_length=32, choices=Action.choices)
     actor = models.ForeignKey(
@@ -349,7 +350,12 @@ class OperatorAction(AppendOnlyModel):
 
 
 class BulkReplayJob(models.Model):
-    """Replay of every inbox row matching a filter, run by a worker in chunks."""
+    """Replay of every inbox row matching a filter, run by workers as a chain of tasks, each a
+    bounded slice of chunks (``webhooks.replay.bulk_replay_job_run``). ``run`` counts starts
+    and resumes: a task of an earlier run does nothing. ``last_event_pk`` is how far the job
+    got: a resumed job goes on from there, so a row it replayed is not replayed again even if
+    it failed again since. ``lease_expires_at`` is renewed by every chunk: a queued or running
+    job whose lease ran out was interrupted, and may be resumed."""
 
     class State(models.TextChoices):
         COUNTED = "counted", "Dry run counted, waiting to start"
@@ -392,7 +398,36 @@ class BulkReplayJob(models.Model):
         on_delete=models.PROTECT,
         related_name="+",
     )
-    created_by_name = models.CharField(max_length=255, blank=True, default="")
+    created_by_name = models.CharField(
+        "created by", max_length=255, blank=True, default=""
+    )
+    # Who started it, and who resumed it last: the operator actions of its chunks name the one
+    # whose run replayed them.
+    started_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="+",
+    )
+    started_by_name = models.CharField(
+        "started by", max_length=255, blank=True, default=""
+    )
+    resumed_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="+",
+    )
+    resumed_by_name = models.CharField(
+        "resumed by", max_length=255, blank=True, default=""
+    )
+    run = models.PositiveIntegerField(default=0)
+    last_event_pk = models.BigIntegerField(
+        default=0, help_text="The highest inbox row id this job has gone past."
+    )
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)

@@ -1,19 +1,21 @@
 """Replay of inbox events: the one way a dead-lettered (or failed) row goes back to ``received``.
 
 The admin action, the ``replay_events`` command and the bulk replay job all call
-``inbox_events_replay``; a bulk replay job replays every row matching a filter in chunks.
+``inbox_events_replay``; a bulk replay job replays every row matching a filter in chunks, as a
+chain of bounded tasks that can be resumed where it stopped.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
-from django.db.models import QuerySet
+from django.db.models import F, Q, QuerySet
 from django.utils import timezone
 
 from .dispatch import bulk_replay_job_publish, inbox_event_publish
@@ -136,16 +138,30 @@ class BulkReplayJobNotStartable(Exception):
     """The job is not waiting to start (already started or finished)."""
 
 
-# --- Bulk replay ----------------------------------------------------------------------------
+class BulkReplayJobNotResumable(Exception):
+    """The job is neither failed nor interrupted: still running (its lease holds), waiting to
+    start, or finished."""
 
 
-def _job_queryset(job: BulkReplayJob):
+def _job_queryset(job: BulkReplayJob) -> QuerySet[InboxEvent]:
     return replay_queryset_build(
         source_slug=job.source.slug if job.source_id else None,
         status=job.status,
         since=job.since,
         event_ids=job.event_ids or None,
     )
+
+
+def _lease_end(now: datetime) -> datetime:
+    return now + timedelta(seconds=settings.AUDIT_BULK_REPLAY_LEASE_SECONDS)
+
+
+def _resumable(now: datetime) -> Q:
+    """Failed, or queued or running with a lease that ran out (its task died, or its next
+    task was never published)."""
+    active = Q(state__in=[BulkReplayJob.State.QUEUED, BulkReplayJob.State.RUNNING])
+    expired = Q(lease_expires_at__lt=now) | Q(lease_expires_at__isnull=True)
+    return Q(state=BulkReplayJob.State.FAILED) | (active & expired)
 
 
 def bulk_replay_job_create(
@@ -178,79 +194,221 @@ def bulk_replay_job_create(
     return job
 
 
-def bulk_replay_job_start(*, job: BulkReplayJob) -> BulkReplayJob:
-    """Queues the job for a worker. Only a counted job starts, and only once."""
+def _run_publish_after_commit(job: BulkReplayJob) -> None:
+    transaction.on_commit(lambda: bulk_replay_job_publish(job_id=job.pk, run=job.run))
+
+
+def bulk_replay_job_start(
+    *,
+    job: BulkReplayJob,
+    started_by: AbstractBaseUser | None = None,
+    started_by_name: str = "",
+    publish: bool = True,
+) -> BulkReplayJob:
+    """Queues the job and records who started it; the operator actions of its chunks name
+    them. Only a counted job starts, and only once: a conditional UPDATE decides. With
+    ``publish`` its first task is published after commit (else the caller runs it)."""
+    name = started_by_name or (started_by.get_username() if started_by else "system")
     updated = BulkReplayJob.objects.filter(
         pk=job.pk, state=BulkReplayJob.State.COUNTED
-    ).update(state=BulkReplayJob.State.QUEUED)
+    ).update(
+        state=BulkReplayJob.State.QUEUED,
+        run=F("run") + 1,
+        started_by=started_by,
+        started_by_name=name,
+        lease_expires_at=_lease_end(timezone.now()),
+    )
     if not updated:
         raise BulkReplayJobNotStartable(
             f"bulk replay #{job.pk} is not waiting to start"
         )
-    transaction.on_commit(lambda: bulk_replay_job_publish(job_id=job.pk))
     job.refresh_from_db()
+    logger.info(
+        "audit.bulk_replay_started",
+        extra={"bulk_job_id": job.pk, "actor": name, "run": job.run},
+    )
+    if publish:
+        _run_publish_after_commit(job)
     return job
 
 
-def bulk_replay_job_run(
-    *, job_id: int, progress: Callable[[int, int], None] | None = None
+def bulk_replay_job_resume(
+    *,
+    job_id: int,
+    resumed_by: AbstractBaseUser | None = None,
+    resumed_by_name: str = "",
+    publish: bool = True,
 ) -> BulkReplayJob:
-    """Replays the job's rows in chunks (one operator action per chunk, linked to the job),
-    updating ``processed``/``total`` as it goes. A rerun after a worker died goes on from where
-    it stopped: replayed rows are no longer in the filtered status."""
-    with transaction.atomic():
-        job = BulkReplayJob.objects.select_for_update().get(pk=job_id)
-        if job.state in (BulkReplayJob.State.SUCCEEDED, BulkReplayJob.State.FAILED):
-            return job
-        job.state = BulkReplayJob.State.RUNNING
-        job.started_at = job.started_at or timezone.now()
-        job.total = job.processed + _job_queryset(job).count()
-        job.save(update_fields=["state", "started_at", "total"])
-    chunk_size = settings.AUDIT_BULK_REPLAY_CHUNK_SIZE
-    actor_name = job.created_by_name or "system"
-    try:
-        while True:
-            chunk = list(
-                _job_queryset(job)
-                .order_by("pk")
-                .values_list("pk", flat=True)[:chunk_size]
+    """Queues a failed or interrupted job again, as a new run that goes on from where it
+    stopped: only rows past ``last_event_pk`` that still match the filter are taken, so no row
+    is replayed twice. The chunks of the new run name ``resumed_by``. One conditional UPDATE
+    decides between concurrent resumes (and a chunk still at work, which holds the job's row
+    lock and renews the lease): exactly one wins, the others raise
+    ``BulkReplayJobNotResumable``. Raises ``BulkReplayJob.DoesNotExist`` for an unknown id."""
+    name = resumed_by_name or (resumed_by.get_username() if resumed_by else "system")
+    now = timezone.now()
+    updated = (
+        BulkReplayJob.objects.filter(pk=job_id)
+        .filter(_resumable(now))
+        .update(
+            state=BulkReplayJob.State.QUEUED,
+            run=F("run") + 1,
+            resumed_by=resumed_by,
+            resumed_by_name=name,
+            error="",
+            finished_at=None,
+            lease_expires_at=_lease_end(now),
+        )
+    )
+    job = BulkReplayJob.objects.get(pk=job_id)
+    if not updated:
+        raise BulkReplayJobNotResumable(
+            f"bulk replay #{job_id} is not resumable: it is {job.state}"
+            + (
+                f", its lease runs until {job.lease_expires_at:%Y-%m-%d %H:%M:%S%z}"
+                if job.state
+                in (BulkReplayJob.State.QUEUED, BulkReplayJob.State.RUNNING)
+                and job.lease_expires_at
+                else ""
             )
-            if not chunk:
-                break
+        )
+    logger.info(
+        "audit.bulk_replay_resumed",
+        extra={"bulk_job_id": job.pk, "actor": name, "run": job.run},
+    )
+    if publish:
+        _run_publish_after_commit(job)
+    return job
+
+
+def _job_actor(job: BulkReplayJob) -> tuple[AbstractBaseUser | None, str]:
+    """Whose run this is: the last resumer, else the starter (else, for a job started before
+    starters were recorded, its creator)."""
+    if job.resumed_by_name:
+        return job.resumed_by, job.resumed_by_name
+    if job.started_by_name:
+        return job.started_by, job.started_by_name
+    return job.created_by, job.created_by_name or "system"
+
+
+def _chunk_run(*, job_id: int, run: int) -> tuple[BulkReplayJob | None, bool]:
+    """Replays the job's next chunk and commits it together with the job's progress (and a
+    renewed lease) in one transaction, holding the job's row lock. Returns the job and whether
+    rows may remain; does nothing for a job that is finished or was resumed since (a task of
+    an earlier run)."""
+    chunk_size = settings.AUDIT_BULK_REPLAY_CHUNK_SIZE
+    now = timezone.now()
+    with transaction.atomic():
+        job = BulkReplayJob.objects.select_for_update().filter(pk=job_id).first()
+        if (
+            job is None
+            or job.run != run
+            or job.state
+            not in (
+                BulkReplayJob.State.QUEUED,
+                BulkReplayJob.State.RUNNING,
+            )
+        ):
+            return job, False
+        remaining = _job_queryset(job).filter(pk__gt=job.last_event_pk)
+        if job.state == BulkReplayJob.State.QUEUED:  # a run begins
+            job.state = BulkReplayJob.State.RUNNING
+            job.started_at = job.started_at or now
+            job.total = job.processed + remaining.count()
+        chunk = list(remaining.order_by("pk").values_list("pk", flat=True)[:chunk_size])
+        if chunk:
+            actor, actor_name = _job_actor(job)
             try:
                 action = inbox_events_replay(
                     events_queryset=InboxEvent.objects.filter(pk__in=chunk),
-                    actor=job.created_by,
+                    actor=actor,
                     actor_name=actor_name,
                     reason=job.reason,
                     action=OperatorAction.Action.BULK_REPLAY,
                     bulk_job=job,
                 )
-                done = action.event_count
+                job.processed += action.event_count
             except NothingToReplay:
-                done = 0
-            if done == 0:
-                break  # the remaining rows are locked by a concurrent replay
-            job.processed += done
-            BulkReplayJob.objects.filter(pk=job.pk).update(processed=job.processed)
+                pass  # a concurrent replay took every row of this chunk
+            job.last_event_pk = chunk[-1]
+        more = len(chunk) == chunk_size
+        if more:
+            job.lease_expires_at = _lease_end(now)
+        else:
+            job.state = BulkReplayJob.State.SUCCEEDED
+            job.total = max(job.total, job.processed)
+            job.finished_at = now
+            job.lease_expires_at = None
+        job.save(
+            update_fields=[
+                "state",
+                "started_at",
+                "total",
+                "processed",
+                "last_event_pk",
+                "lease_expires_at",
+                "finished_at",
+            ]
+        )
+    return job, more
+
+
+def _run_fail(*, job_id: int, run: int, error: str) -> None:
+    """Marks the run failed (resumable at once). If even that cannot be written (the database
+    is gone), the job's lease runs out and it becomes resumable all the same."""
+    try:
+        BulkReplayJob.objects.filter(
+            pk=job_id,
+            run=run,
+            state__in=[BulkReplayJob.State.QUEUED, BulkReplayJob.State.RUNNING],
+        ).update(
+            state=BulkReplayJob.State.FAILED,
+            error=error[:2000],
+            finished_at=timezone.now(),
+            lease_expires_at=None,
+        )
+    except Exception:
+        logger.exception(
+            "audit.bulk_replay_fail_unrecorded", extra={"bulk_job_id": job_id}
+        )
+
+
+def bulk_replay_job_run(
+    *,
+    job_id: int,
+    run: int,
+    seconds: float | None = None,
+    progress: Callable[[int, int], None] | None = None,
+    publish_next: bool = False,
+) -> BulkReplayJob | None:
+    """Runs chunks of the job's ``run`` (one operator action per chunk, linked to the job)
+    until no row is left or ``seconds`` have passed; then, with ``publish_next``, queues the
+    next task of the chain through ``dispatch``. Each chunk's progress is committed with it.
+    An error fails the job (resumable); a task of an earlier run does nothing."""
+    deadline = None if seconds is None else time.monotonic() + seconds
+    job = None
+    try:
+        while True:
+            job, more = _chunk_run(job_id=job_id, run=run)
+            if job is None or job.run != run:
+                return job
             if progress is not None:
                 progress(job.processed, job.total)
-    except Exception as exc:
-        BulkReplayJob.objects.filter(pk=job.pk).update(
-            state=BulkReplayJob.State.FAILED,
-            error=str(exc)[:2000],
-            finished_at=timezone.now(),
+            if not more:
+                break
+            if deadline is not None and time.monotonic() >= deadline:
+                if publish_next:
+                    bulk_replay_job_publish(job_id=job_id, run=run)
+                return job
+    except BaseException as exc:  # re-raised; an interrupted command fails the job too
+        logger.exception(
+            "audit.bulk_replay_failed", extra={"bulk_job_id": job_id, "run": run}
         )
-        logger.exception("audit.bulk_replay_failed", extra={"bulk_job_id": job.pk})
+        _run_fail(job_id=job_id, run=run, error=str(exc) or type(exc).__name__)
         raise
-    BulkReplayJob.objects.filter(pk=job.pk).update(
-        state=BulkReplayJob.State.SUCCEEDED,
-        total=max(job.total, job.processed),
-        finished_at=timezone.now(),
-    )
-    job.refresh_from_db()
-    logger.info(
-        "audit.bulk_replay_finished",
-        extra={"bulk_job_id": job.pk, "processed": job.processed},
-    )
+    if job.state == BulkReplayJob.State.SUCCEEDED:
+        logger.info(
+            "audit.bulk_replay_finished",
+            extra={"bulk_job_id": job.pk, "processed": job.processed},
+        )
     return job

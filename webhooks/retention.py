@@ -3,25 +3,37 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import datetime
+from datetime import UTC, datetime
 
 from django.db import transaction
 from django.utils import timezone
 
-from .models import TERMINAL_STATUSES, InboxEvent
+from .models import TERMINAL_STATUSES, InboxEvent, OperatorAction
+
+
+def purge_stamp(value: datetime) -> str:
+    """How a purge's time is written in its operator action, to be compared with the
+    ``body_purged_at`` of the rows it purged."""
+    return value.astimezone(UTC).isoformat()
 
 
 def inbox_bodies_purge(
     *,
     older_than: datetime,
     batch_size: int = 1000,
+    actor_name: str = "system",
     progress: Callable[[int], None] | None = None,
 ) -> int:
     """Drops the raw body of terminal inbox rows received before ``older_than`` and stamps
     ``body_purged_at``; keeps every other column, so the row still answers duplicates. Never
     touches a row that may still be processed. Works in batches, each its own short
-    transaction; returns how many bodies were dropped."""
+    transaction; returns how many bodies were dropped.
+
+    Each batch is recorded, in its own transaction, as a ``purge_bodies`` operator action that
+    names the rows and carries the stamp they got: ``audit_verify`` accepts a missing body only
+    where such a record (itself sealed) took it (docs/security.md, "Sealed audit trail")."""
     purged = 0
+    cutoff = purge_stamp(older_than)
     while True:
         with transaction.atomic():
             ids = list(
@@ -36,8 +48,21 @@ def inbox_bodies_purge(
             )
             if not ids:
                 return purged
-            purged += InboxEvent.objects.filter(id__in=ids).update(
-                raw_body=None, body_purged_at=timezone.now()
+            stamp = timezone.now()
+            count = InboxEvent.objects.filter(id__in=ids).update(
+                raw_body=None, body_purged_at=stamp
             )
+            OperatorAction.objects.create(
+                action=OperatorAction.Action.PURGE_BODIES,
+                actor_name=actor_name,
+                reason=f"retention: terminal events received before {cutoff}",
+                event_ids=ids,
+                event_count=count,
+                details={
+                    "purged_at": purge_stamp(stamp),
+                    "older_than": cutoff,
+                },
+            )
+            purged += count
         if progress is not None:
             progress(purged)

@@ -73,6 +73,17 @@ def _header(headers: Mapping[str, str], name: str) -> str:
     return (headers.get(name) or "").strip()
 
 
+def _signature_and_timestamp(
+    headers: Mapping[str, str], signature_header: str, timestamp_header: str
+) -> tuple[str, str]:
+    """Both headers of a timestamped scheme; ``missing`` when either is absent or empty."""
+    signature = _header(headers, signature_header)
+    timestamp = _header(headers, timestamp_header)
+    if not signature or not timestamp:
+        raise InvalidSignature(REASON_MISSING)
+    return signature, timestamp
+
+
 def _hmac_sha256(key: bytes, message: bytes) -> bytes:
     return hmac.new(key, message, hashlib.sha256).digest()
 
@@ -116,10 +127,9 @@ class HmacSha256Scheme:
     def verify(
         self, *, raw_body: bytes, headers: Mapping[str, str], secrets: Sequence[str]
     ) -> Verified:
-        signature = _header(headers, self.signature_header)
-        timestamp = _header(headers, self.timestamp_header)
-        if not signature or not timestamp:
-            raise InvalidSignature(REASON_MISSING)
+        signature, timestamp = _signature_and_timestamp(
+            headers, self.signature_header, self.timestamp_header
+        )
         candidates = _hex_entries(signature, "v1=")
         if not candidates:
             raise InvalidSignature(REASON_MALFORMED)
@@ -169,10 +179,9 @@ class StandardWebhooksScheme:
     def verify(
         self, *, raw_body: bytes, headers: Mapping[str, str], secrets: Sequence[str]
     ) -> Verified:
-        signature = _header(headers, self.signature_header)
-        timestamp = _header(headers, self.timestamp_header)
-        if not signature or not timestamp:
-            raise InvalidSignature(REASON_MISSING)
+        signature, timestamp = _signature_and_timestamp(
+            headers, self.signature_header, self.timestamp_header
+        )
         candidates = []
         for entry in signature.split():
             version, _, value = entry.partition(",")

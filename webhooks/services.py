@@ -15,6 +15,7 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db import IntegrityError, connection, transaction
 from django.db.models import Q, QuerySet
 from django.utils import timezone
+from django.views.decorators.debug import sensitive_variables
 
 from .dispatch import inbox_event_publish
 from .envelopes import Envelope, body_parse
@@ -61,6 +62,9 @@ SIGNATURE_HEADERS = ("x-webhook-signature", "webhook-signature", "x-hub-signatur
 # --- sources and secrets --------------------------------------------------------------------
 
 
+# Every local of these services and of what they call is hidden from error reports and debug
+# pages (docs/security.md, "No secrets in error reports"): they hold the secret.
+@sensitive_variables()
 @transaction.atomic
 def webhook_source_create(
     *, slug: str, scheme: str, handler: str, secret: str | None = None
@@ -80,6 +84,7 @@ def webhook_source_create(
     return source, secret
 
 
+@sensitive_variables()
 @transaction.atomic
 def webhook_source_rotate(
     *,

@@ -2,6 +2,7 @@ import os
 import socket
 
 from celery import shared_task
+from django.conf import settings
 from django.db import InterfaceError, OperationalError
 
 from .dispatch import BULK_REPLAY_TASK, PROCESS_TASK, inbox_event_publish
@@ -42,5 +43,15 @@ def inbox_sweep_task() -> int:
 
 
 @shared_task(name=BULK_REPLAY_TASK)
-def bulk_replay_job_run_task(bulk_replay_job_id: int) -> int:
-    return bulk_replay_job_run(job_id=bulk_replay_job_id).processed
+def bulk_replay_job_run_task(bulk_replay_job_id: int, run: int = 0) -> int:
+    """One slice of a bulk replay job's run: chunks for at most
+    AUDIT_BULK_REPLAY_SLICE_SECONDS, then the next slice is published. A job of any size stays
+    far from the task time limits; a message of an earlier run (the job was resumed since)
+    does nothing. (``run`` 0: a message published before runs were counted.)"""
+    job = bulk_replay_job_run(
+        job_id=bulk_replay_job_id,
+        run=run,
+        seconds=settings.AUDIT_BULK_REPLAY_SLICE_SECONDS,
+        publish_next=True,
+    )
+    return job.processed if job is not None else 0

@@ -253,13 +253,25 @@ DEFAULT_EXCEPTION_REPORTER_FILTER = (
 )
 
 # --- Admin audit console -------------------------------------------------------------------
+# AUDIT_SEAL_KEY, the HMAC key of the sealed trail, is set by each environment's module:
+# production has no default for it.
 # Rows are sealed once they are older than the horizon; a row whose transaction commits later
 # still gets sealed by a later run, as long as it commits within the lookback.
 AUDIT_SEAL_INTERVAL_SECONDS = env.float("AUDIT_SEAL_INTERVAL_SECONDS", default=60)
 AUDIT_SEAL_HORIZON_SECONDS = env.int("AUDIT_SEAL_HORIZON_SECONDS", default=60)
 AUDIT_SEAL_LOOKBACK_SECONDS = env.int("AUDIT_SEAL_LOOKBACK_SECONDS", default=86400)
 AUDIT_SEAL_BATCH_SIZE = env.int("AUDIT_SEAL_BATCH_SIZE", default=5000)
+# A bulk replay job runs as a chain of tasks: each replays chunks of CHUNK_SIZE rows (one
+# transaction each, with the job's progress) for at most SLICE_SECONDS, well inside the task
+# time limits, then queues the next. A job whose lease (renewed by every chunk) has run out
+# was interrupted and may be resumed.
 AUDIT_BULK_REPLAY_CHUNK_SIZE = env.int("AUDIT_BULK_REPLAY_CHUNK_SIZE", default=200)
+AUDIT_BULK_REPLAY_SLICE_SECONDS = env.float(
+    "AUDIT_BULK_REPLAY_SLICE_SECONDS", default=30
+)
+AUDIT_BULK_REPLAY_LEASE_SECONDS = env.int(
+    "AUDIT_BULK_REPLAY_LEASE_SECONDS", default=CELERY_TASK_TIME_LIMIT + 300
+)
 
 # --- Deployments and builds: executor, worker lease, idempotency-key retention -------------
 DEPLOY_EXECUTOR = env("DEPLOY_EXECUTOR", default="simulated")

@@ -14,6 +14,9 @@ SECRET_KEY = env(
     "DJANGO_SECRET_KEY",
     default="local-only-insecure-key-3f9a1c0e7b2d4e6f8a0b1c2d3e4f5a6b",
 )
+AUDIT_SEAL_KEY = env(
+    "AUDIT_SEAL_KEY", default="local-only-audit-seal-key-9d8c7b6a5f4e3d2c1b0a"
+)
 ALLOWED_HOSTS = env.list(
     "DJANGO_ALLOWED_HOSTS", default=["localhost", "127.0.0.1", "[::1]"]
 )

@@ -1,7 +1,17 @@
 """Production: PostgreSQL and Redis or RabbitMQ from the environment, no defaults for secrets."""
 
+from django.core.exceptions import ImproperlyConfigured
+
 from .base import *  # noqa: F403
-from .base import env
+from .base import BENCH_ENDPOINTS, env
+
+# The floor endpoints under /_bench/ answer without authentication and write to a table of
+# their own: never served with these settings. The benchmarks use config.settings.bench.
+if BENCH_ENDPOINTS:
+    raise ImproperlyConfigured(
+        "BENCH_ENDPOINTS is on: production settings never serve the benchmark endpoints "
+        "under /_bench/. Unset it (benchmarks run with config.settings.bench)."
+    )
 
 SECRET_KEY = env("DJANGO_SECRET_KEY")
 DEBUG = env.bool("DJANGO_DEBUG", default=False)
@@ -14,11 +24,20 @@ DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = env.bool(
     "DISABLE_SERVER_SIDE_CURSORS", default=False
 )
 CELERY_BROKER_URL = env("CELERY_BROKER_URL")
+# The key of the sealed audit trail (docs/security.md, "Sealed audit trail"): kept out of the
+# database, so that someone who can write to the database cannot recompute the chain.
+AUDIT_SEAL_KEY = env("AUDIT_SEAL_KEY")
+if len(AUDIT_SEAL_KEY) < 32:
+    raise ImproperlyConfigured("AUDIT_SEAL_KEY must be at least 32 characters long")
 
 # DJANGO_HTTPS=false serves plain HTTP: TLS terminated by a proxy on the same host, or a local
 # production-like run.
 HTTPS = env.bool("DJANGO_HTTPS", default=True)
-SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+# X-Forwarded-Proto is a header any client can send: it is believed only when the operator
+# says a proxy in front sets it (and strips the client's own), e.g. TLS terminated by a load
+# balancer with DJANGO_HTTPS on. Otherwise a forged "https" would pass for a secure request.
+if env.bool("DJANGO_TRUST_X_FORWARDED_PROTO", default=False):
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 SECURE_SSL_REDIRECT = HTTPS
 SESSION_COOKIE_SECURE = HTTPS
 CSRF_COOKIE_SECURE = HTTPS

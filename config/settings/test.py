@@ -6,6 +6,9 @@ from .base import env
 SECRET_KEY = env(
     "DJANGO_SECRET_KEY", default="test-insecure-key-6c1d9e0a2b3f4c5d6e7f8a9b0c1d2e3f"
 )
+AUDIT_SEAL_KEY = env(
+    "AUDIT_SEAL_KEY", default="test-only-audit-seal-key-1a2b3c4d5e6f7a8b9c0d"
+)
 DEBUG = False
 ALLOWED_HOSTS = ["*"]
 DATABASES = {

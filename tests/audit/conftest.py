@@ -1,6 +1,8 @@
 import pytest
+from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
+from django.urls import reverse
 
 from audit.roles import AUDITORS, OPERATORS, roles_bootstrap
 from tests.broker import broker_messages  # noqa: F401 - used by the audit tests
@@ -15,6 +17,18 @@ def make_user(username: str, group: str | None):
     if group:
         user.groups.add(Group.objects.get(name=group))
     return user
+
+
+def admin_action(http, changelist: str, action: str, *objects, follow=False, **fields):
+    """The admin action ``action`` on ``objects``, posted from the ``changelist``
+    (``webhooks_deadletteredevent``) as its form posts it; ``post="yes"`` and the confirmation
+    page's fields (a ``reason``) answer that page."""
+    data = {
+        "action": action,
+        ACTION_CHECKBOX_NAME: [obj.pk for obj in objects],
+        **fields,
+    }
+    return http.post(reverse(f"admin:{changelist}_changelist"), data, follow=follow)
 
 
 @pytest.fixture

@@ -4,27 +4,27 @@ an auditor and an anonymous visitor."""
 from datetime import timedelta
 
 import pytest
-from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 from django.urls import reverse
 from django.utils import timezone
 
 from audit.roles import AUDITORS, OPERATORS, roles_bootstrap
 from audit.services import inbox_rows_seal
-from webhooks.models import (
-    BulkReplayJob,
-    FingerprintMismatch,
-    InboxEvent,
-    OperatorAction,
-    ProcessingStatus,
-)
-
-from .factories import (
+from tests.audit.conftest import admin_action
+from tests.integrations.research.factories import research_event
+from tests.webhooks.factories import (
     DeadLetteredEventFactory,
     FingerprintMismatchFactory,
     InboxAttemptFactory,
     InboxEventFactory,
     WebhookSecretFactory,
     WebhookSourceFactory,
+)
+from webhooks.models import (
+    BulkReplayJob,
+    FingerprintMismatch,
+    InboxEvent,
+    OperatorAction,
+    ProcessingStatus,
 )
 
 pytestmark = pytest.mark.django_db
@@ -41,20 +41,32 @@ CHANGELISTS = [
 ]
 
 
+def body_with_markup() -> dict:
+    """A research event whose texts are markup: every page must show them escaped."""
+    body = research_event(
+        source_version=1,
+        data={"summary": "<script>alert(1)</script>", "authors": ["Ada"]},
+    )
+    body["source"]["title"] = "A <b>bold</b> title & more"
+    return body
+
+
 @pytest.fixture
 def trail(operator):
     """One of everything the console shows."""
-    source = WebhookSourceFactory(slug="papers")
-    WebhookSecretFactory(source=source, secret="s3cr3t-papers-do-not-show")
+    source = WebhookSourceFactory(slug="papers", secret="s3cr3t-papers-do-not-show")
     WebhookSecretFactory(source=source, secret="s3cr3t-papers-rotated-old")
     processed = InboxEventFactory(
+        body=body_with_markup(),
         source=source,
         processing_status=ProcessingStatus.PROCESSED,
         processed_at=timezone.now(),
         received_at=timezone.now() - timedelta(minutes=3),
     )
     dead = DeadLetteredEventFactory(
-        source=source, received_at=timezone.now() - timedelta(minutes=2)
+        body=body_with_markup(),
+        source=source,
+        received_at=timezone.now() - timedelta(minutes=2),
     )
     InboxAttemptFactory(event=dead, number=1, error="first failure")
     mismatch = FingerprintMismatchFactory(event=processed)
@@ -121,7 +133,21 @@ def test_bootstrap_roles_is_idempotent_and_gives_auditors_only_view_permissions(
     codenames = set(auditors.permissions.values_list("codename", flat=True))
     assert codenames and all(c.startswith("view_") for c in codenames)
     apps_ = set(auditors.permissions.values_list("content_type__app_label", flat=True))
-    assert apps_ <= {"core", "webhooks", "research", "deployments", "audit"}
+    product_apps = {
+        "core",
+        "webhooks",
+        "idempotency",
+        "research",
+        "deployments",
+        "audit",
+    }
+    assert apps_ == product_apps
+    # Every model of the product is browsable by auditors, the ones added later included.
+    from django.apps import apps as registry
+
+    for label in product_apps:
+        for model in registry.get_app_config(label).get_models():
+            assert f"view_{model._meta.model_name}" in codenames, model
     for needed in (
         "view_inboxevent",
         "view_deadletteredevent",
@@ -181,15 +207,13 @@ def test_auditor_is_offered_no_action_and_no_add(auditor_client, trail):
 
 def test_auditor_cannot_replay_change_add_or_delete(auditor_client, trail):
     dead = trail["dead"]
-    url = reverse("admin:webhooks_deadletteredevent_changelist")
-    response = auditor_client.post(
-        url,
-        {
-            "action": "replay_selected",
-            ACTION_CHECKBOX_NAME: [dead.pk],
-            "post": "yes",
-            "reason": "sneaky",
-        },
+    response = admin_action(
+        auditor_client,
+        "webhooks_deadletteredevent",
+        "replay_selected",
+        dead,
+        post="yes",
+        reason="sneaky",
     )
     assert response.status_code in (200, 302, 403)
     dead.refresh_from_db()
@@ -203,22 +227,18 @@ def test_auditor_cannot_replay_change_add_or_delete(auditor_client, trail):
     delete = reverse("admin:webhooks_inboxevent_delete", args=[dead.pk])
     assert auditor_client.post(delete, {"post": "yes"}).status_code == 403
     mismatch = trail["mismatch"]
-    auditor_client.post(
-        reverse("admin:webhooks_fingerprintmismatch_changelist"),
-        {
-            "action": "mark_investigated",
-            ACTION_CHECKBOX_NAME: [mismatch.pk],
-            "post": "yes",
-            "reason": "x",
-        },
+    admin_action(
+        auditor_client,
+        "webhooks_fingerprintmismatch",
+        "mark_investigated",
+        mismatch,
+        post="yes",
+        reason="x",
     )
     mismatch.refresh_from_db()
     assert mismatch.investigated_at is None
     job = trail["job"]
-    auditor_client.post(
-        reverse("admin:webhooks_bulkreplayjob_changelist"),
-        {"action": "start_selected", ACTION_CHECKBOX_NAME: [job.pk]},
-    )
+    admin_action(auditor_client, "webhooks_bulkreplayjob", "start_selected", job)
     job.refresh_from_db()
     assert job.state == BulkReplayJob.State.COUNTED
     assert (
@@ -238,8 +258,8 @@ def test_operator_replays_with_a_reason_through_the_confirmation_page(
     assert b"Replay selected" in listing.content
     assert dead.event_id.encode() in listing.content
 
-    confirm = operator_client.post(
-        url, {"action": "replay_selected", ACTION_CHECKBOX_NAME: [dead.pk]}
+    confirm = admin_action(
+        operator_client, "webhooks_deadletteredevent", "replay_selected", dead
     )
     assert confirm.status_code == 200
     assert b"Reason" in confirm.content
@@ -247,14 +267,13 @@ def test_operator_replays_with_a_reason_through_the_confirmation_page(
     assert dead.processing_status == ProcessingStatus.DEAD_LETTERED  # not yet
 
     with django_capture_on_commit_callbacks() as callbacks:
-        done = operator_client.post(
-            url,
-            {
-                "action": "replay_selected",
-                ACTION_CHECKBOX_NAME: [dead.pk],
-                "post": "yes",
-                "reason": "fixed the handler",
-            },
+        done = admin_action(
+            operator_client,
+            "webhooks_deadletteredevent",
+            "replay_selected",
+            dead,
+            post="yes",
+            reason="fixed the handler",
             follow=True,
         )
     assert b"Replayed 1 event(s)" in done.content
@@ -271,14 +290,13 @@ def test_operator_replays_with_a_reason_through_the_confirmation_page(
 
 def test_operator_replay_without_a_reason_shows_the_form_again(operator_client, trail):
     dead = trail["dead"]
-    response = operator_client.post(
-        reverse("admin:webhooks_deadletteredevent_changelist"),
-        {
-            "action": "replay_selected",
-            ACTION_CHECKBOX_NAME: [dead.pk],
-            "post": "yes",
-            "reason": "",
-        },
+    response = admin_action(
+        operator_client,
+        "webhooks_deadletteredevent",
+        "replay_selected",
+        dead,
+        post="yes",
+        reason="",
     )
     assert response.status_code == 200
     assert b"This field is required" in response.content
@@ -288,15 +306,13 @@ def test_operator_replay_without_a_reason_shows_the_form_again(operator_client, 
 
 def test_operator_marks_a_mismatch_investigated(operator_client, operator, trail):
     mismatch = trail["mismatch"]
-    url = reverse("admin:webhooks_fingerprintmismatch_changelist")
-    response = operator_client.post(
-        url,
-        {
-            "action": "mark_investigated",
-            ACTION_CHECKBOX_NAME: [mismatch.pk],
-            "post": "yes",
-            "reason": "producer bug, ticket 42",
-        },
+    response = admin_action(
+        operator_client,
+        "webhooks_fingerprintmismatch",
+        "mark_investigated",
+        mismatch,
+        post="yes",
+        reason="producer bug, ticket 42",
         follow=True,
     )
     assert b"Marked 1 mismatch(es) investigated" in response.content
@@ -332,10 +348,7 @@ def test_operator_creates_a_bulk_replay_job_with_a_dry_run_count_then_starts_it(
     assert InboxEvent.objects.filter(processing_status="received").count() == 0
 
     with django_capture_on_commit_callbacks() as callbacks:
-        operator_client.post(
-            reverse("admin:webhooks_bulkreplayjob_changelist"),
-            {"action": "start_selected", ACTION_CHECKBOX_NAME: [job.pk]},
-        )
+        admin_action(operator_client, "webhooks_bulkreplayjob", "start_selected", job)
     assert len(callbacks) == 1
     job.refresh_from_db()
     assert job.state == BulkReplayJob.State.QUEUED

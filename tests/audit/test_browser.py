@@ -1,14 +1,15 @@
 """A real browser (Debian's chromium, driven by Playwright) against the live server: an operator
-replays a dead-lettered event from the dead-letter queue."""
+replays a dead-lettered event from the dead-letter queue; the dashboard reads well."""
 
 import pytest
+from django.urls import reverse
 from playwright.sync_api import expect, sync_playwright
 
-from audit.roles import OPERATORS
+from audit.roles import AUDITORS, OPERATORS
+from tests.webhooks.factories import DeadLetteredEventFactory
 from webhooks.models import OperatorAction, ProcessingStatus
 
 from .conftest import PASSWORD, broker_messages, make_user
-from .factories import DeadLetteredEventFactory
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -30,6 +31,7 @@ def test_operator_replays_a_dead_letter_in_a_real_browser(
     # synchronous calls between browser steps.
     monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
     make_user("operator", OPERATORS)
+    dead_letter_queue = reverse("admin:webhooks_deadletteredevent_changelist")
     dead = DeadLetteredEventFactory()
     other = DeadLetteredEventFactory()
 
@@ -38,13 +40,11 @@ def test_operator_replays_a_dead_letter_in_a_real_browser(
         try:
             page = browser.new_page()
             page.set_default_timeout(15_000)
-            page.goto(
-                f"{live_server.url}/admin/login/?next=/admin/audit/deadletteredevent/"
-            )
+            page.goto(f"{live_server.url}/admin/login/?next={dead_letter_queue}")
             page.fill("#id_username", "operator")
             page.fill("#id_password", PASSWORD)
             page.click("input[type=submit]")
-            page.wait_for_url("**/admin/audit/deadletteredevent/")
+            page.wait_for_url(f"**{dead_letter_queue}")
             expect(page.locator("#result_list")).to_contain_text(dead.event_id)
 
             page.check(f"input[name=_selected_action][value='{dead.pk}']")
@@ -59,7 +59,10 @@ def test_operator_replays_a_dead_letter_in_a_real_browser(
             expect(page.locator("#result_list")).not_to_contain_text(dead.event_id)
             expect(page.locator("#result_list")).to_contain_text(other.event_id)
 
-            page.goto(f"{live_server.url}/admin/webhooks/inboxevent/{dead.pk}/change/")
+            page.goto(
+                live_server.url
+                + reverse("admin:webhooks_inboxevent_change", args=[dead.pk])
+            )
             expect(page.locator(".field-status .readonly")).to_have_text("received")
         finally:
             browser.close()
@@ -74,3 +77,34 @@ def test_operator_replays_a_dead_letter_in_a_real_browser(
         "replayed from the browser",
     )
     assert [m["args"][0] for m in broker_messages()] == [dead.pk]
+
+
+def test_the_dashboard_uses_the_page_width_and_its_headers_read_on_one_line(
+    live_server, roles, monkeypatch
+):
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+    make_user("auditor", AUDITORS)
+    DeadLetteredEventFactory()
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 900})
+            page.set_default_timeout(15_000)
+            page.goto(f"{live_server.url}/admin/login/?next=/admin/")
+            page.fill("#id_username", "auditor")
+            page.fill("#id_password", PASSWORD)
+            page.click("input[type=submit]")
+            page.wait_for_url("**/admin/")
+            dashboard = page.locator("#audit-dashboard").bounding_box()
+            header = page.locator("#audit-dashboard th", has_text="events")
+            status = page.locator("#audit-dashboard th", has_text="status")
+            header_box, status_box = header.bounding_box(), status.bounding_box()
+        finally:
+            browser.close()
+
+    # The page's content is 1280 px less the admin's 40 px margins on each side.
+    assert dashboard["width"] >= 1100, dashboard
+    # One line of text, as tall as the "status" header next to it (not one letter per line).
+    assert header_box["height"] <= status_box["height"] + 1, (header_box, status_box)
+    assert header_box["width"] > header_box["height"], header_box

@@ -1,41 +1,22 @@
 """Races, with real threads on their own PostgreSQL connections and a real worker process."""
 
-import threading
-
 import pytest
-from django.db import connections
 
 from audit.models import AuditSeal, AuditSealEntry
 from audit.services import audit_trail_verify, inbox_rows_seal
 from tests import processes
+from tests.threads import run_together
+from tests.webhooks.factories import (
+    DeadLetteredEventFactory,
+    InboxEventFactory,
+    WebhookSourceFactory,
+)
 from webhooks.models import BulkReplayJob, InboxEvent, OperatorAction
 from webhooks.replay import NothingToReplay, bulk_replay_job_create, inbox_events_replay
 
 from .conftest import broker_messages
-from .factories import DeadLetteredEventFactory, InboxEventFactory, WebhookSourceFactory
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-def run_in_threads(target, n: int) -> list:
-    barrier = threading.Barrier(n)
-    results, errors = [], []
-
-    def run():
-        try:
-            barrier.wait(timeout=30)
-            results.append(target())
-        except Exception as exc:  # collected and asserted on below
-            errors.append(exc)
-        finally:
-            connections.close_all()
-
-    threads = [threading.Thread(target=run) for _ in range(n)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=60)
-    return results, errors
 
 
 def test_concurrent_replays_of_the_same_rows_replay_each_row_once(
@@ -51,7 +32,7 @@ def test_concurrent_replays_of_the_same_rows_replay_each_row_once(
             reason="race",
         ).event_count
 
-    results, errors = run_in_threads(replay, 4)
+    results, errors = run_together([replay] * 4)
 
     assert all(isinstance(e, NothingToReplay) for e in errors), errors
     assert sum(results) == 30
@@ -74,7 +55,7 @@ def test_concurrent_sealers_seal_each_row_once_in_one_chain(settings):
         40, received_at=timezone.now() - timedelta(minutes=10)
     )
 
-    results, errors = run_in_threads(lambda: len(inbox_rows_seal()), 3)
+    results, errors = run_together([lambda: len(inbox_rows_seal())] * 3)
     later = len(inbox_rows_seal())  # whatever a sealer that lost the lock left behind
 
     assert errors == []

@@ -6,10 +6,15 @@ import pytest
 from django.utils import timezone
 
 from audit.selectors import dashboard_figures
+from audit.templatetags.audit_dashboard import chart_bars
 from core.selectors import capped_count
+from tests.idempotency.factories import IdempotencyRecordFactory
+from tests.webhooks.factories import (
+    DeadLetteredEventFactory,
+    InboxEventFactory,
+    WebhookSourceFactory,
+)
 from webhooks.models import InboxEvent, SignatureFailure
-
-from .factories import DeadLetteredEventFactory, InboxEventFactory, WebhookSourceFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -51,9 +56,11 @@ def test_dashboard_figures_cover_the_last_24_hours_only():
     assert figures["latency_p95"] == pytest.approx(8.8)  # percentile_cont
     assert figures["dead_letters"] == 2
     assert figures["stuck_keys"] == 0
-    assert sum(bar["count"] for bar in figures["chart"]) == 6
-    assert len(figures["chart"]) == 24
-    assert max(bar["height"] for bar in figures["chart"]) == 60
+    assert sum(point["count"] for point in figures["per_hour"]) == 6
+    assert len(figures["per_hour"]) == 24
+    bars = chart_bars(figures["per_hour"])
+    assert max(bar["height"] for bar in bars) == 60  # the busiest hour fills the chart
+    assert [bar["x"] for bar in bars] == [12 * i for i in range(24)]
 
 
 def test_dashboard_on_an_empty_inbox():
@@ -69,25 +76,19 @@ def test_capped_count_stops_at_the_cap():
     assert capped_count(InboxEvent.objects.all(), cap=10) == 5
 
 
-def test_dashboard_counts_idempotency_keys_stuck_in_processing(settings):
-    from core.services import api_client_create
-    from idempotency.models import IdempotencyRecord
-
-    settings.DEPLOY_REDISPATCH_AFTER_SECONDS = 60
-    client, _ = api_client_create(name="dashboard-ci")
+def test_dashboard_counts_idempotency_keys_stuck_in_processing():
     now = timezone.now()
-    for key, status, age in (
-        ("stuck", "processing", timedelta(minutes=10)),
-        ("young", "processing", timedelta(seconds=5)),
-        ("done", "succeeded", timedelta(minutes=10)),
+    # Stuck: processing past the operation's own deadline, whatever the key's age.
+    for key, status, age, deadline in (
+        ("stuck", "processing", timedelta(minutes=10), now - timedelta(seconds=1)),
+        ("young", "processing", timedelta(seconds=5), now + timedelta(seconds=85)),
+        ("long", "processing", timedelta(hours=1), now + timedelta(minutes=5)),
+        ("done", "succeeded", timedelta(minutes=10), None),
     ):
-        IdempotencyRecord.objects.create(
-            client=client,
-            operation_type="deployment.create",
+        IdempotencyRecordFactory(
             key=key,
-            fingerprint="0" * 64,
             status=status,
-            expires_at=now + timedelta(days=1),
+            progress_deadline=deadline,
             created_at=now - age,
             updated_at=now - age,
         )

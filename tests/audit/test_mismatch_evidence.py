@@ -10,8 +10,8 @@ from django.conf import settings
 from django.urls import reverse
 
 from core.admin_base import DIFF_MAX_LINES
-
-from .factories import FingerprintMismatchFactory, InboxEventFactory
+from tests.webhooks.factories import FingerprintMismatchFactory, InboxEventFactory
+from webhooks.envelopes import raw_fingerprint
 
 pytestmark = pytest.mark.django_db
 
@@ -62,8 +62,17 @@ def pair(count: int) -> tuple[bytes, bytes]:
 
 
 def mismatch_of(original: bytes, conflicting: bytes):
-    event = InboxEventFactory(raw_body=original)
-    return FingerprintMismatchFactory(event=event, raw_body=conflicting)
+    """A stored event of ``original`` and the evidence of ``conflicting``: bytes stored as
+    they are (not research events, not always JSON), fingerprinted as bytes."""
+    event = InboxEventFactory(
+        raw_body=original, content_fingerprint=raw_fingerprint(original)
+    )
+    return FingerprintMismatchFactory(
+        event=event,
+        body={},  # no parsed body: the columns below come from the bytes
+        raw_body=conflicting,
+        conflicting_fingerprint=raw_fingerprint(conflicting),
+    )
 
 
 def timed_get(client, url):

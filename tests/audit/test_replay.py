@@ -8,6 +8,12 @@ import pytest
 from django.core.management import call_command
 from django.utils import timezone
 
+from tests.webhooks.factories import (
+    DeadLetteredEventFactory,
+    InboxAttemptFactory,
+    InboxEventFactory,
+    WebhookSourceFactory,
+)
 from webhooks.models import (
     BulkReplayJob,
     InboxAttempt,
@@ -19,17 +25,12 @@ from webhooks.replay import (
     NothingToReplay,
     bulk_replay_job_create,
     bulk_replay_job_run,
+    bulk_replay_job_start,
     inbox_events_replay,
     replay_queryset_build,
 )
 
 from .conftest import broker_messages
-from .factories import (
-    DeadLetteredEventFactory,
-    InboxAttemptFactory,
-    InboxEventFactory,
-    WebhookSourceFactory,
-)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -169,8 +170,11 @@ def test_bulk_replay_job_counts_first_then_replays_in_chunks(operator, settings)
     assert job.state == BulkReplayJob.State.COUNTED
     assert InboxEvent.objects.filter(processing_status="received").count() == 0
 
+    job = bulk_replay_job_start(job=job, started_by_name="os:ops", publish=False)
     seen = []
-    job = bulk_replay_job_run(job_id=job.pk, progress=lambda d, t: seen.append((d, t)))
+    job = bulk_replay_job_run(
+        job_id=job.pk, run=job.run, progress=lambda d, t: seen.append((d, t))
+    )
 
     assert job.state == BulkReplayJob.State.SUCCEEDED
     assert (job.processed, job.total) == (10, 10)
@@ -181,7 +185,8 @@ def test_bulk_replay_job_counts_first_then_replays_in_chunks(operator, settings)
     )
     actions = OperatorAction.objects.filter(bulk_job=job)
     assert [a.event_count for a in actions.order_by("pk")] == [4, 4, 2]
-    assert all(a.actor == operator for a in actions)
+    # The one who started the job, not the one who created it.
+    assert {(a.actor, a.actor_name) for a in actions} == {(None, "os:ops")}
 
 
 def test_operator_actions_and_seals_are_append_only(operator):

@@ -6,14 +6,13 @@ the row stays ``received`` and this test fails."""
 import pytest
 
 from tests import processes
-from webhooks.models import TERMINAL_STATUSES, InboxAttempt, InboxEvent
-from webhooks.replay import inbox_events_replay
-
-from .factories import (
+from tests.webhooks.factories import (
     DeadLetteredEventFactory,
     InboxAttemptFactory,
     WebhookSourceFactory,
 )
+from webhooks.models import TERMINAL_STATUSES, InboxAttempt, InboxEvent
+from webhooks.replay import inbox_events_replay
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 

@@ -1,15 +1,16 @@
 """Secret rotation from the admin: operators only, the secret typed in and never shown."""
 
-import time
+import logging
 
 import pytest
 from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 from django.test import Client
 from django.urls import reverse
+from django.views.debug import ExceptionReporter
 
-from tests.webhooks.factories import WebhookSourceFactory
+from tests.audit.conftest import admin_action
+from tests.webhooks.factories import WebhookSourceFactory, signed_post
 from webhooks.models import OperatorAction, WebhookSecret
-from webhooks.schemes import signature_headers
 
 pytestmark = pytest.mark.django_db
 
@@ -17,46 +18,41 @@ NEW_SECRET = "operator-chosen-secret-0123456789"
 
 
 def rotate(http: Client, source, **fields):
-    data = {
-        "action": "rotate_secret",
-        ACTION_CHECKBOX_NAME: [source.pk],
+    answer = {
         "post": "yes",
         "secret": NEW_SECRET,
         "grace_seconds": "600",
         "reason": "quarterly rotation",
     }
-    data.update(fields)
-    return http.post(
-        reverse("admin:webhooks_webhooksource_changelist"), data, follow=True
+    return admin_action(
+        http,
+        "webhooks_webhooksource",
+        "rotate_secret",
+        source,
+        follow=True,
+        **(answer | fields),
     )
 
 
 def post_signed(source, secret: str) -> int:
     body = b'{"event_id": "evt-rot-1"}'
-    headers = signature_headers(
+    response = signed_post(
+        Client(),
+        source.slug,
+        body,
+        event_id="evt-rot-1",
         scheme=source.scheme,
         secret=secret,
-        raw_body=body,
-        event_id="evt-rot-1",
-        timestamp=int(time.time()),
     )
-    meta = {"HTTP_" + k.upper().replace("-", "_"): v for k, v in headers.items()}
-    return (
-        Client()
-        .post(
-            f"/webhooks/{source.slug}/", body, content_type="application/json", **meta
-        )
-        .status_code
-    )
+    return response.status_code
 
 
 def test_operator_rotates_a_secret_and_it_signs_from_now_on(operator_client, operator):
     source = WebhookSourceFactory(slug="rotated")
     old = WebhookSecret.objects.get(source=source)
     # The confirmation page asks for the secret without showing any.
-    page = operator_client.post(
-        reverse("admin:webhooks_webhooksource_changelist"),
-        {"action": "rotate_secret", ACTION_CHECKBOX_NAME: [source.pk]},
+    page = admin_action(
+        operator_client, "webhooks_webhooksource", "rotate_secret", source
     )
     assert page.status_code == 200
     assert b'type="password"' in page.content
@@ -105,3 +101,84 @@ def test_auditor_cannot_rotate(auditor_client):
     rotate(auditor_client, source)
     assert WebhookSecret.objects.filter(source=source).count() == 1
     assert not OperatorAction.objects.filter(action="rotate_secret").exists()
+
+
+@pytest.fixture
+def rotation_fails(monkeypatch):
+    """An unexpected error inside the rotation, after the secret reached the service."""
+
+    def unavailable(name):
+        raise RuntimeError("signature scheme registry unavailable")
+
+    monkeypatch.setattr("webhooks.services.scheme_get", unavailable)
+
+
+@pytest.fixture
+def error_records():
+    """What ``django.request`` logs for a 500: the record an error mail is built from."""
+    records: list[logging.LogRecord] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            records.append(record)
+
+    handler = Keep(level=logging.ERROR)
+    logger = logging.getLogger("django.request")
+    logger.addHandler(handler)
+    yield records
+    logger.removeHandler(handler)
+
+
+def test_an_error_report_of_a_rotation_never_contains_the_secret(
+    operator, rotation_fails, error_records
+):
+    http = Client(raise_request_exception=False)
+    http.force_login(operator)
+    source = WebhookSourceFactory(slug="rotated-report")
+    response = http.post(
+        reverse("admin:webhooks_webhooksource_changelist"),
+        {
+            "action": "rotate_secret",
+            ACTION_CHECKBOX_NAME: [source.pk],
+            "post": "yes",
+            "secret": NEW_SECRET,
+            "grace_seconds": "600",
+            "reason": "quarterly rotation",
+        },
+    )
+    assert response.status_code == 500
+    [record] = error_records
+    # Built as Django's AdminEmailHandler builds an error mail, with the request's POST data
+    # and every frame's local variables.
+    reporter = ExceptionReporter(record.request, *record.exc_info, is_email=True)
+    text, html = reporter.get_traceback_text(), reporter.get_traceback_html()
+    assert "signature scheme registry unavailable" in text
+    assert "quarterly rotation" in text  # the POST data is in the report
+    assert NEW_SECRET not in text
+    assert NEW_SECRET not in html
+
+
+def test_the_debug_page_of_a_rotation_never_shows_the_secret(
+    operator, rotation_fails, settings
+):
+    settings.DEBUG = True
+    http = Client(raise_request_exception=False)
+    http.force_login(operator)
+    source = WebhookSourceFactory(slug="rotated-debug")
+    response = http.post(
+        reverse("admin:webhooks_webhooksource_changelist"),
+        {
+            "action": "rotate_secret",
+            ACTION_CHECKBOX_NAME: [source.pk],
+            "post": "yes",
+            "secret": NEW_SECRET,
+            "grace_seconds": "600",
+            "reason": "quarterly rotation",
+        },
+        HTTP_ACCEPT="text/html",
+    )
+    assert response.status_code == 500
+    page = response.content.decode()
+    assert "signature scheme registry unavailable" in page
+    assert "quarterly rotation" in page
+    assert NEW_SECRET not in page

@@ -11,9 +11,8 @@ from django.utils import timezone
 
 from audit.models import AuditSeal, AuditSealEntry
 from audit.services import GENESIS_HASH, audit_trail_verify, inbox_rows_seal
+from tests.webhooks.factories import InboxEventFactory, WebhookSourceFactory
 from webhooks.models import InboxEvent
-
-from .factories import InboxEventFactory, WebhookSourceFactory
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -9,35 +9,16 @@ import sys
 import pytest
 import requests
 
-from tests.processes import ROOT, free_port, wait_until
+from tests.processes import ROOT, embedded_env, free_port, manage, wait_until
 
 pytestmark = pytest.mark.slow
 
 
-def local_env(tmp_path, port):
-    env = {
-        key: value
-        for key, value in os.environ.items()
-        if key not in {"DATABASE_URL", "CELERY_BROKER_URL", "DJANGO_SETTINGS_MODULE"}
-    }
-    env.update(
-        {"APP_VAR_DIR": str(tmp_path), "WEB_PORT": str(port), "PYTHONUNBUFFERED": "1"}
-    )
-    return env
-
-
 def test_procfile_runs_web_worker_and_beat_on_sqlite_and_a_filesystem_broker(tmp_path):
     port = free_port()
-    env = local_env(tmp_path, port)
+    env = embedded_env(tmp_path, port)
     python = sys.executable
-    subprocess.run(
-        [python, "manage.py", "migrate", "--noinput"],
-        cwd=ROOT,
-        env=env,
-        check=True,
-        capture_output=True,
-        timeout=180,
-    )
+    manage("migrate", "--noinput", env=env, check=True)
     log = open(tmp_path / "honcho.log", "wb")  # noqa: SIM115
     honcho = subprocess.Popen(
         [os.path.join(os.path.dirname(python), "honcho"), "start", "-f", "Procfile"],
@@ -61,15 +42,7 @@ def test_procfile_runs_web_worker_and_beat_on_sqlite_and_a_filesystem_broker(tmp
         body = requests.get(f"http://127.0.0.1:{port}/readyz", timeout=5).json()
         assert body["checks"] == {"database": True, "broker": True}
 
-        ping = subprocess.run(
-            [python, "manage.py", "worker_ping", "--timeout", "60"],
-            cwd=ROOT,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-        assert ping.returncode == 0, ping.stdout + ping.stderr
+        ping = manage("worker_ping", "--timeout", "60", env=env, check=True)
         assert "answered" in ping.stdout
         assert (tmp_path / "db.sqlite3").exists()
         assert (tmp_path / "broker" / "queue").is_dir()

@@ -2,14 +2,18 @@
 a web and a worker process, ``send_test_webhook``, and the event processed by the research
 handler, as a newcomer sees it through the API."""
 
-import subprocess
-import sys
-
 import pytest
 import requests
 
-from tests.core.test_embedded_default import local_env
-from tests.processes import BIN, ROOT, Process, free_port, wait_http_ok, wait_until
+from tests.processes import (
+    BIN,
+    Process,
+    embedded_env,
+    free_port,
+    manage,
+    wait_http_ok,
+    wait_until,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -17,24 +21,11 @@ DEMO_TOKEN = "demo-api-token-change-me"
 DEMO_SECRET = "demo-webhook-secret-change-me"
 
 
-def manage(*args: str, env: dict) -> subprocess.CompletedProcess:
-    result = subprocess.run(
-        [sys.executable, "manage.py", *args],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
-    return result
-
-
 def test_a_signed_demo_event_is_processed_on_sqlite(tmp_path):
     port = free_port()
-    env = local_env(tmp_path, port)
-    manage("migrate", "--noinput", env=env)
-    manage("demo_setup", env=env)
+    env = embedded_env(tmp_path, port)
+    manage("migrate", "--noinput", env=env, check=True)
+    manage("demo_setup", env=env, check=True)
     web = Process(
         [str(BIN / "gunicorn"), "config.wsgi", "--bind", f"127.0.0.1:{port}"],
         env,
@@ -59,6 +50,7 @@ def test_a_signed_demo_event_is_processed_on_sqlite(tmp_path):
             "--event-id",
             "evt_readme_1",
             env=env,
+            check=True,
         )
         assert "-> 202" in sent.stdout
 

@@ -2,21 +2,28 @@
 PostgreSQL. A real gunicorn on ``config.settings.local`` for what a producer sends, and the
 tests of each case run again on SQLite for what the database decides."""
 
+import functools
 import json
 import subprocess
 import sys
-import threading
-import time
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import requests
 
-from tests.core.test_embedded_default import local_env
-from tests.core.test_embedded_default_event import DEMO_SECRET, DEMO_TOKEN, manage
-from tests.processes import BIN, ROOT, Process, free_port, wait_http_ok
-from tests.webhooks.factories import GITHUB_SECRET, encode, research_event
-from webhooks.schemes import signature_headers
+from tests.core.test_embedded_default_event import DEMO_SECRET, DEMO_TOKEN
+from tests.integrations.github.factories import github_headers
+from tests.integrations.research.factories import research_event
+from tests.processes import (
+    BIN,
+    ROOT,
+    Process,
+    embedded_env,
+    free_port,
+    manage,
+    wait_http_ok,
+)
+from tests.threads import run_together
+from tests.webhooks.factories import GITHUB_SECRET, encode, signed_headers
 
 pytestmark = pytest.mark.slow
 
@@ -34,7 +41,7 @@ CASE_MODULES = [
 def test_the_input_cases_hold_on_sqlite(tmp_path):
     """The same tests, on a SQLite database (the test settings; the embedded default's own
     settings need collected static files for the admin pages)."""
-    env = local_env(tmp_path, free_port())
+    env = embedded_env(tmp_path, free_port())
     env["DATABASE_URL"] = f"sqlite:///{tmp_path / 'test.sqlite3'}"
     result = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *CASE_MODULES],
@@ -53,9 +60,9 @@ def embedded(tmp_path_factory):
     """One web server on a fresh SQLite file and the demo data, for the module's tests."""
     tmp_path = tmp_path_factory.mktemp("embedded")
     port = free_port()
-    env = local_env(tmp_path, port)
-    manage("migrate", "--noinput", env=env)
-    manage("demo_setup", env=env)
+    env = embedded_env(tmp_path, port)
+    manage("migrate", "--noinput", env=env, check=True)
+    manage("demo_setup", env=env, check=True)
     manage(
         "webhook_source",
         "create",
@@ -67,6 +74,7 @@ def embedded(tmp_path_factory):
         "--secret",
         GITHUB_SECRET,
         env=env,
+        check=True,
     )
     web = Process(
         [
@@ -89,14 +97,7 @@ def embedded(tmp_path_factory):
 
 
 def github_post(url: str, raw: bytes, delivery: str) -> requests.Response:
-    headers = signature_headers(
-        scheme="github",
-        secret=GITHUB_SECRET,
-        raw_body=raw,
-        event_id=delivery,
-        timestamp=0,
-    )
-    headers["X-GitHub-Event"] = "ping"
+    headers = github_headers(raw, delivery=delivery)
     return requests.post(f"{url}/webhooks/gh/", data=raw, headers=headers, timeout=30)
 
 
@@ -105,14 +106,13 @@ def test_a_github_body_under_many_delivery_ids_at_once_is_one_event(embedded):
     first = github_post(embedded, raw, "delivery-first")
     assert first.status_code == 202, first.text
 
-    barrier = threading.Barrier(8)
-
-    def replay(n):
-        barrier.wait(timeout=30)
-        return github_post(embedded, raw, f"delivery-{n}")
-
-    with ThreadPoolExecutor(max_workers=8) as pool:
-        replays = list(pool.map(replay, range(8)))
+    replays, errors = run_together(
+        [
+            functools.partial(github_post, embedded, raw, f"delivery-{n}")
+            for n in range(8)
+        ]
+    )
+    assert not errors, errors
 
     for response in replays:
         assert response.status_code == 200, response.text
@@ -142,12 +142,8 @@ def test_a_date_outside_the_range_is_422_not_500(embedded, field, value):
     else:
         body[field] = value
     raw = encode(body)
-    headers = signature_headers(
-        scheme="hmac-sha256",
-        secret=DEMO_SECRET,
-        raw_body=raw,
-        event_id=body["event_id"],
-        timestamp=int(time.time()),
+    headers = signed_headers(
+        raw_body=raw, event_id=body["event_id"], secret=DEMO_SECRET
     )
     response = requests.post(
         f"{embedded}/webhooks/demo/", data=raw, headers=headers, timeout=30

@@ -1,9 +1,13 @@
+import os
+
 import pytest
-from django.db import connection
 
 from config.celery_app import app as celery_app
+from tests.outages import database_unreachable
 
 pytestmark = pytest.mark.django_db
+
+UNREACHABLE_BROKER = "redis://127.0.0.1:1/0"
 
 
 def test_healthz_answers_without_checking_anything(client):
@@ -19,36 +23,42 @@ def test_readyz_is_ready_with_real_database_and_broker(client):
 
 
 def test_readyz_is_503_when_the_broker_is_unreachable(client, monkeypatch):
-    # A real connection attempt to a closed port, not a mocked failure.
-    # Celery lets the CELERY_BROKER_URL environment variable win over its configuration, so
-    # both are set. The configuration first: monkeypatch restores the value it read, and read
-    # after the variable was set, that would be the unreachable URL, for every later test.
-    monkeypatch.setattr(celery_app.conf, "broker_url", "redis://127.0.0.1:1/0")
-    monkeypatch.setenv("CELERY_BROKER_URL", "redis://127.0.0.1:1/0")
-    response = client.get("/readyz")
+    configured = celery_app.conf.broker_url
+    environment = os.environ.get("CELERY_BROKER_URL")
+    with monkeypatch.context() as patch:
+        # A real connection attempt to a closed port, not a mocked failure. Celery lets the
+        # CELERY_BROKER_URL environment variable, when there is one, win over its
+        # configuration, so both are set. The configuration first: monkeypatch restores the
+        # value it read, and read after the variable was set, that would be the unreachable
+        # URL, for every later test.
+        patch.setattr(celery_app.conf, "broker_url", UNREACHABLE_BROKER)
+        patch.setenv("CELERY_BROKER_URL", UNREACHABLE_BROKER)
+        response = client.get("/readyz")
     assert response.status_code == 503
     assert response.json()["checks"] == {"database": True, "broker": False}
+    # Nothing of the unreachable broker is left for the tests that run after this one.
+    assert celery_app.conf.broker_url == configured
+    assert os.environ.get("CELERY_BROKER_URL") == environment
 
 
 @pytest.mark.django_db(transaction=True)
 def test_readyz_is_503_when_the_database_is_unreachable(client):
-    original_port = connection.settings_dict["PORT"]
-    connection.close()
-    connection.settings_dict["PORT"] = "1"
-    try:
+    with database_unreachable():
         response = client.get("/readyz")
-    finally:
-        connection.close()
-        connection.settings_dict["PORT"] = original_port
     assert response.status_code == 503
     assert response.json()["checks"]["database"] is False
-
-
-def test_the_broker_configuration_is_restored_after_the_broker_down_test():
-    # Runs after the test above (file order): a leak here broke every later publishing test.
-    assert "127.0.0.1:1/" not in celery_app.conf.broker_url
 
 
 def test_healthz_and_readyz_refuse_other_methods(client):
     assert client.post("/healthz").status_code == 405
     assert client.post("/readyz").status_code == 405
+
+
+@pytest.mark.django_db
+def test_an_unknown_api_path_answers_the_json_error_body(client):
+    response = client.get("/api/no-such-thing/")
+    assert response.status_code == 404
+    assert response.json() == {"error": "not_found"}
+    # Pages outside the API keep Django's own 404 page.
+    assert client.get("/no-such-page/").status_code == 404
+    assert client.get("/no-such-page/")["Content-Type"].startswith("text/html")

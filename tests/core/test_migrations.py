@@ -93,7 +93,7 @@ def test_moved_models_keep_their_rows_and_their_permissions(back_to_before_the_m
 
 @pytest.fixture
 def before_the_body_key():
-    yield migrate([("webhooks", "0003_registries_and_admin_names")])
+    yield migrate([("webhooks", "0005_bulk_replay_runs")])
     migrate(latest())
 
 

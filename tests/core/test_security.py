@@ -9,7 +9,8 @@ from rest_framework.authentication import SessionAuthentication
 from rest_framework.settings import api_settings
 from rest_framework.views import APIView
 
-from tests.core.test_settings import PRODUCTION_ENV, manage
+from tests.core.test_settings import PRODUCTION_ENV
+from tests.processes import manage
 from webhooks.views import webhook_receive
 
 
@@ -76,6 +77,7 @@ def production_settings(**env: str) -> dict:
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 def test_production_turns_on_https_redirect_hsts_and_secure_cookies_by_default():
     values = production_settings()
     assert values["DEBUG"] is False
@@ -90,6 +92,7 @@ def test_production_turns_on_https_redirect_hsts_and_secure_cookies_by_default()
     assert values["SECURE_REDIRECT_EXEMPT"] == [r"^healthz$", r"^readyz$", r"^metrics$"]
 
 
+@pytest.mark.slow
 def test_django_https_false_serves_plain_http_without_hsts_or_secure_cookies():
     values = production_settings(DJANGO_HTTPS="false")
     assert values["SECURE_SSL_REDIRECT"] is False
@@ -157,3 +160,32 @@ def test_an_api_body_over_the_upload_limit_is_413_with_its_error_code(api, setti
     assert response.json() == {"error": "payload_too_large"}
     assert not Deployment.objects.exists()
     assert not IdempotencyRecord.objects.exists()
+
+
+FORGED_PROTO = (
+    "from django.test import Client; "
+    "r = Client().get('/api/whoami/', HTTP_HOST='inbox.example.com', "
+    "HTTP_X_FORWARDED_PROTO='https'); "
+    "print(r.status_code, r.get('Location', ''), r.has_header('Strict-Transport-Security'))"
+)
+
+
+def production_answer(**env: str) -> list[str]:
+    result = manage("shell", "-c", FORGED_PROTO, env={**PRODUCTION_ENV, **env})
+    assert result.returncode == 0, result.stderr
+    return result.stdout.strip().splitlines()[-1].split()
+
+
+def test_a_forged_x_forwarded_proto_is_not_trusted_by_default():
+    """A client reaching the server directly cannot claim HTTPS with a header: plain HTTP is
+    still redirected, and no HSTS is sent over it."""
+    assert production_answer() == [
+        "301",
+        "https://inbox.example.com/api/whoami/",
+        "False",
+    ]
+
+
+def test_behind_a_proxy_the_operator_trusts_x_forwarded_proto():
+    status, *_, hsts = production_answer(DJANGO_TRUST_X_FORWARDED_PROTO="true")
+    assert (status, hsts) == ("401", "True")  # served as HTTPS: no redirect

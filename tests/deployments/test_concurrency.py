@@ -1,8 +1,8 @@
 """Concurrent first requests with one key, against a real gunicorn server, PostgreSQL and the
 Redis broker (no worker runs: the dispatched messages stay countable in the queue)."""
 
+import functools
 import json
-import threading
 
 import pytest
 import requests
@@ -12,7 +12,8 @@ from deployments.models import Deployment
 from idempotency.models import IdempotencyRecord
 from tests import processes
 from tests.broker import queued_envelopes
-from tests.deployments.conftest import deployment_body
+from tests.deployments.factories import deployment_body
+from tests.threads import run_together
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -48,28 +49,19 @@ def server(tmp_path):
 
 
 def fire(url: str, bodies: list[dict], key: str) -> list[requests.Response]:
-    barrier = threading.Barrier(len(bodies))
-    responses: list = [None] * len(bodies)
+    """Every body posted at the same moment with the same key, one connection each."""
+    headers = {
+        "Authorization": f"Bearer {TOKEN}",
+        "Content-Type": "application/json",
+        "Idempotency-Key": key,
+    }
 
-    def one(i: int) -> None:
+    def one(body: dict) -> requests.Response:
         with requests.Session() as session:
-            barrier.wait()
-            responses[i] = session.post(
-                url,
-                data=json.dumps(bodies[i]),
-                headers={
-                    "Authorization": f"Bearer {TOKEN}",
-                    "Content-Type": "application/json",
-                    "Idempotency-Key": key,
-                },
-                timeout=60,
-            )
+            return session.post(url, data=json.dumps(body), headers=headers, timeout=60)
 
-    threads = [threading.Thread(target=one, args=(i,)) for i in range(len(bodies))]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    responses, errors = run_together([functools.partial(one, body) for body in bodies])
+    assert not errors, errors
     return responses
 
 

@@ -1,8 +1,6 @@
 """The Idempotency-Key contract of POST /api/deployments/ and /api/builds/ (docs/http-api.md)."""
 
-import json
 import time
-from urllib.parse import quote
 
 import pytest
 from django.test import override_settings
@@ -11,17 +9,11 @@ from rest_framework.test import APIClient
 from deployments.models import Build, Deployment
 from idempotency.metrics import IDEMPOTENCY_REQUESTS
 from idempotency.models import IdempotencyRecord
-from tests.deployments.conftest import build_body, deployment_body
+from tests.core.factories import bearer_http
+from tests.deployments.factories import build_body, deployment_body
+from tests.deployments.factories import idempotent_post as post
 
 pytestmark = pytest.mark.django_db
-
-
-def post(api, url, body, key="key-1", **headers):
-    if key is not None:
-        headers["HTTP_IDEMPOTENCY_KEY"] = key
-    return api.post(
-        url, data=json.dumps(body), content_type="application/json", **headers
-    )
 
 
 def metric(operation, outcome) -> float:
@@ -106,15 +98,7 @@ def test_same_key_other_fingerprint_is_409_naming_the_fields(api):
     ],
 )
 def test_missing_or_invalid_key_is_400_and_nothing_is_recorded(api, key, error):
-    headers = {}
-    if key is not None:
-        headers["HTTP_IDEMPOTENCY_KEY"] = key
-    response = api.post(
-        "/api/deployments/",
-        data=json.dumps(deployment_body()),
-        content_type="application/json",
-        **headers,
-    )
+    response = post(api, "/api/deployments/", deployment_body(), key=key)
     assert response.status_code == 400
     assert response.json() == {"error": error}
     assert not Deployment.objects.exists()
@@ -132,9 +116,7 @@ def test_without_token_is_401(db):
     response = post(APIClient(), "/api/deployments/", deployment_body())
     assert response.status_code == 401
     assert response.json() == {"error": "unauthorized"}
-    wrong = APIClient()
-    wrong.credentials(HTTP_AUTHORIZATION="Bearer not-a-token")
-    response = post(wrong, "/api/deployments/", deployment_body())
+    response = post(bearer_http("not-a-token"), "/api/deployments/", deployment_body())
     assert response.status_code == 401
     assert response.json() == {"error": "unauthorized"}
     assert not IdempotencyRecord.objects.exists()
@@ -295,31 +277,6 @@ def test_builds_follow_the_same_contract(api):
     page = api.get("/api/builds/", {"idempotency_key": "key-1"}).json()
     assert [b["build_id"] for b in page["results"]] == [body["build_id"]]
     assert Build.objects.count() == 1
-
-
-@pytest.mark.parametrize(
-    "key", ["plain", "with/slash", "q?and#hash", "100%", " sp ace"]
-)
-def test_idempotency_key_lookup_with_awkward_keys(api, other_api, key):
-    created = post(api, "/api/deployments/", deployment_body(), key=key).json()
-    url = f"/api/idempotency-keys/deployment.create/{quote(key, safe='')}/"
-    response = api.get(url)
-    assert response.status_code == 200
-    body = response.json()
-    assert body["status"] == "processing"
-    assert body["resource_id"] == created["deployment_id"]
-    assert len(body["fingerprint"]) == 64
-    assert body["created_at"] and body["expires_at"]
-    assert other_api.get(url).status_code == 404
-    assert api.get("/api/idempotency-keys/build.create/plain/").status_code == 404
-
-
-@override_settings(IDEMPOTENCY_KEY_TTL_SECONDS=1)
-def test_idempotency_key_lookup_says_expired(api):
-    post(api, "/api/deployments/", deployment_body())
-    time.sleep(1.1)
-    body = api.get("/api/idempotency-keys/deployment.create/key-1/").json()
-    assert body["status"] == "expired"
 
 
 @pytest.mark.parametrize("path", ["/api/deployments/", "/api/builds/"])

@@ -1,6 +1,5 @@
 """POST /api/status-sync/: the same Idempotency-Key contract, and the ordering rule."""
 
-import json
 from datetime import timedelta
 
 import pytest
@@ -8,18 +7,10 @@ from django.utils import timezone
 
 from deployments.models import Deployment, JobTransition, StatusSync
 from idempotency.models import IdempotencyRecord
-from tests.deployments.conftest import build_body, deployment_body
+from tests.deployments.factories import build_body, deployment_body
+from tests.deployments.factories import idempotent_post as post
 
 pytestmark = pytest.mark.django_db
-
-
-def post(api, url, body, key):
-    return api.post(
-        url,
-        data=json.dumps(body),
-        content_type="application/json",
-        HTTP_IDEMPOTENCY_KEY=key,
-    )
 
 
 @pytest.fixture
@@ -174,11 +165,8 @@ def test_invalid_reports_are_422(api, body):
 
 
 def test_status_sync_needs_a_key_and_a_token(api, deployment):
-    response = api.post(
-        "/api/status-sync/",
-        data=json.dumps({"deployment_id": deployment.public_id}),
-        content_type="application/json",
-    )
+    body = {"deployment_id": deployment.public_id}
+    response = post(api, "/api/status-sync/", body, key=None)
     assert response.status_code == 400
     assert response.json() == {"error": "idempotency_key_required"}
 

@@ -1,19 +1,19 @@
 """The job worker: the executor runs at most once per job, every transition is recorded."""
 
-import threading
 from datetime import timedelta
 
 import pytest
-from django.db import connection
 from django.test import override_settings
 from django.utils import timezone
 
-from core.services import api_client_create
 from deployments import executors
 from deployments.executors import ExecutionResult
-from deployments.models import Build, Deployment, JobTransition
+from deployments.models import JobTransition
 from deployments.services import deployment_jobs_redispatch, job_run
 from idempotency.models import IdempotencyRecord
+from tests.deployments.factories import BuildFactory, DeploymentFactory
+from tests.idempotency.factories import IdempotencyRecordFactory
+from tests.threads import run_together
 
 
 @pytest.fixture
@@ -33,19 +33,6 @@ def counting_executor(monkeypatch):
         yield runs, outcome
 
 
-def deployment_make(**fields) -> Deployment:
-    client, _ = api_client_create(name=f"c-{Deployment.objects.count()}")
-    defaults = {
-        "client": client,
-        "idempotency_key": "k",
-        "repository": "acme/x",
-        "commit_sha": "abcdef1",
-        "environment": "staging",
-    }
-    defaults.update(fields)
-    return Deployment.objects.create(**defaults)
-
-
 def transitions(job) -> list[tuple[str, str]]:
     return list(
         JobTransition.objects.filter(deployment=job)
@@ -57,15 +44,8 @@ def transitions(job) -> list[tuple[str, str]]:
 @pytest.mark.django_db
 def test_a_job_runs_once_and_records_its_transitions(counting_executor):
     runs, _ = counting_executor
-    job = deployment_make()
-    IdempotencyRecord.objects.create(
-        client=job.client,
-        operation_type="deployment.create",
-        key="k",
-        fingerprint="f" * 64,
-        resource_id=job.public_id,
-        expires_at=timezone.now() + timedelta(days=1),
-    )
+    job = DeploymentFactory()
+    IdempotencyRecordFactory(client=job.client, key="k", resource_id=job.public_id)
 
     assert (
         job_run(kind="deployment", public_id=job.public_id, worker="w1") == "succeeded"
@@ -86,14 +66,14 @@ def test_a_job_runs_once_and_records_its_transitions(counting_executor):
 def test_a_failing_or_raising_executor_fails_the_job(counting_executor, monkeypatch):
     _, outcome = counting_executor
     outcome["succeeded"] = False
-    job = deployment_make()
+    job = DeploymentFactory()
     assert job_run(kind="deployment", public_id=job.public_id, worker="w") == "failed"
 
     def explode(job):
         raise RuntimeError("boom")
 
     monkeypatch.setattr(executors, "counting_execute", explode, raising=False)
-    other = deployment_make()
+    other = DeploymentFactory()
     assert job_run(kind="deployment", public_id=other.public_id, worker="w") == "failed"
     other.refresh_from_db()
     assert "boom" in other.detail
@@ -102,12 +82,12 @@ def test_a_failing_or_raising_executor_fails_the_job(counting_executor, monkeypa
 @pytest.mark.django_db
 def test_a_job_moved_on_by_a_report_is_not_executed(counting_executor):
     runs, _ = counting_executor
-    job = deployment_make(status="succeeded")
+    job = DeploymentFactory(status="succeeded")
     assert job_run(kind="deployment", public_id=job.public_id, worker="w") == (
         "not_queued"
     )
     # a report moving an executed job back to queued does not make it runnable again
-    started = deployment_make(
+    started = DeploymentFactory(
         status="queued", executor_started_at=timezone.now(), claimed_by="gone"
     )
     assert job_run(kind="deployment", public_id=started.public_id, worker="w") == (
@@ -119,24 +99,14 @@ def test_a_job_moved_on_by_a_report_is_not_executed(counting_executor):
 @pytest.mark.django_db(transaction=True)
 def test_two_concurrent_deliveries_run_the_executor_once(counting_executor):
     runs, _ = counting_executor
-    job = deployment_make()
-    barrier = threading.Barrier(2)
-    results = []
-
-    def deliver(name):
-        barrier.wait()
-        try:
-            results.append(
-                job_run(kind="deployment", public_id=job.public_id, worker=name)
-            )
-        finally:
-            connection.close()
-
-    threads = [threading.Thread(target=deliver, args=(f"w{i}",)) for i in range(2)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    job = DeploymentFactory()
+    results, errors = run_together(
+        [
+            lambda: job_run(kind="deployment", public_id=job.public_id, worker="w0"),
+            lambda: job_run(kind="deployment", public_id=job.public_id, worker="w1"),
+        ]
+    )
+    assert errors == []
     assert sorted(results) == ["already_started", "succeeded"]
     assert runs == [job.public_id]
     assert transitions(job) == [("queued", "running"), ("running", "succeeded")]
@@ -153,20 +123,14 @@ def test_sweep_redispatches_only_stale_queued_jobs_and_fails_lost_ones(
     processes.purge_broker()
     try:
         old = timezone.now() - timedelta(seconds=120)
-        stale = deployment_make(last_dispatched_at=old)
-        deployment_make()  # fresh: its own message is still on its way
-        lost = deployment_make(
+        stale = DeploymentFactory(last_dispatched_at=old)
+        DeploymentFactory()  # fresh: its own message is still on its way
+        lost = DeploymentFactory(
             status="running",
             executor_started_at=old,
             lease_expires_at=timezone.now() - timedelta(seconds=1),
         )
-        Build.objects.create(
-            client=stale.client,
-            idempotency_key="b",
-            repository="acme/x",
-            commit_sha="abcdef1",
-            last_dispatched_at=old,
-        )
+        BuildFactory(client=stale.client, last_dispatched_at=old)
 
         assert deployment_jobs_redispatch() == 3
         assert deployment_jobs_redispatch() == 0
@@ -186,7 +150,7 @@ def test_sweep_redispatches_only_stale_queued_jobs_and_fails_lost_ones(
 def test_a_redelivered_message_fails_a_job_whose_worker_was_lost(counting_executor):
     runs, _ = counting_executor
     started = timezone.now() - timedelta(minutes=10)
-    job = deployment_make(
+    job = DeploymentFactory(
         status="running",
         executor_started_at=started,
         lease_expires_at=started + timedelta(minutes=5),
@@ -199,7 +163,7 @@ def test_a_redelivered_message_fails_a_job_whose_worker_was_lost(counting_execut
     assert job.status == "failed"
     assert job.detail.startswith("worker_lost")
     # within its lease, a redelivery leaves a running job to its worker
-    alive = deployment_make(
+    alive = DeploymentFactory(
         status="running",
         executor_started_at=timezone.now(),
         lease_expires_at=timezone.now() + timedelta(minutes=5),

@@ -1,48 +1,39 @@
 """Real Celery worker and beat processes, the Redis broker and PostgreSQL."""
 
-import json
-
 import pytest
-import redis
-from django.conf import settings
-from rest_framework.test import APIClient
 
-from core.services import api_client_create
 from deployments.models import Deployment, JobTransition
 from idempotency.models import IdempotencyRecord
 from tests import processes
-from tests.deployments.conftest import deployment_body
+from tests.broker import broker_reset
+from tests.core.factories import api_client_make, bearer_http
+from tests.deployments.factories import deployment_body, idempotent_post
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
 
 @pytest.fixture
 def api_http():
-    _, token = api_client_create(name="ci-proc", token="test-token-proc-0123456789abcd")
-    http = APIClient()
-    http.credentials(HTTP_AUTHORIZATION=f"Bearer {token}")
-    processes.purge_broker()
-    yield http
-    processes.purge_broker()
+    _, token = api_client_make(name="ci-proc")
+    broker_reset()
+    yield bearer_http(token)
     # A killed worker's unacknowledged message waits in Redis for its visibility timeout;
     # drop it so that it cannot reach a later test's worker.
-    redis.Redis.from_url(settings.CELERY_BROKER_URL).delete("unacked", "unacked_index")
+    broker_reset()
 
 
 def create(http, key: str) -> Deployment:
-    response = http.post(
-        "/api/deployments/",
-        data=json.dumps(deployment_body()),
-        content_type="application/json",
-        HTTP_IDEMPOTENCY_KEY=key,
-    )
+    response = idempotent_post(http, "/api/deployments/", deployment_body(), key)
     assert response.status_code == 202
     return Deployment.objects.get(public_id=response.json()["deployment_id"])
 
 
-def status_of(deployment: Deployment) -> str:
-    deployment.refresh_from_db()
-    return deployment.status
+def wait_status(deployment: Deployment, status: str, *, timeout: float, what: str):
+    def reached() -> bool:
+        deployment.refresh_from_db()
+        return deployment.status == status
+
+    processes.wait_until(reached, timeout=timeout, what=what)
 
 
 def worker_runs(deployment: Deployment) -> int:
@@ -58,10 +49,8 @@ def test_a_real_worker_takes_a_deployment_to_succeeded(tmp_path, api_http):
     ).start()
     try:
         deployment = create(api_http, "real-1")
-        processes.wait_until(
-            lambda: status_of(deployment) == "succeeded",
-            timeout=60,
-            what="the deployment to succeed",
+        wait_status(
+            deployment, "succeeded", timeout=60, what="the deployment to succeed"
         )
     finally:
         worker.stop()
@@ -89,11 +78,7 @@ def test_a_worker_killed_mid_run_never_runs_the_executor_twice(tmp_path, api_htt
     ).start()
     try:
         deployment = create(api_http, "kill-1")
-        processes.wait_until(
-            lambda: status_of(deployment) == "running",
-            timeout=60,
-            what="the job to be claimed",
-        )
+        wait_status(deployment, "running", timeout=60, what="the job to be claimed")
     finally:
         first.kill()
     assert worker_runs(deployment) == 1
@@ -106,11 +91,7 @@ def test_a_worker_killed_mid_run_never_runs_the_executor_twice(tmp_path, api_htt
     worker = processes.celery_worker(tmp_path, name="again", env=restart_env).start()
     beat = processes.celery_beat(tmp_path, env=restart_env).start()
     try:
-        processes.wait_until(
-            lambda: status_of(deployment) == "failed",
-            timeout=90,
-            what="the lost job to be failed",
-        )
+        wait_status(deployment, "failed", timeout=90, what="the lost job to be failed")
         # Let the redelivered message and further sweeps arrive: nothing runs it again.
         # A few more sweeps (and any redelivery of the killed worker's message) find the
         # job already decided: nothing starts the executor again.
@@ -150,10 +131,8 @@ def test_a_job_whose_message_was_lost_is_redispatched_by_the_sweep(tmp_path, api
     worker = processes.celery_worker(tmp_path, env=env).start()
     beat = processes.celery_beat(tmp_path, env=env).start()
     try:
-        processes.wait_until(
-            lambda: status_of(deployment) == "succeeded",
-            timeout=90,
-            what="the swept job to succeed",
+        wait_status(
+            deployment, "succeeded", timeout=90, what="the swept job to succeed"
         )
     finally:
         beat.stop()

@@ -5,8 +5,8 @@ from django.contrib.auth import get_user_model
 from rest_framework.test import APIClient
 
 from research.models import DocumentRevision, ResearchDocument
-from tests.webhooks.inbox_factories import inbox_event_create, research_envelope
-from webhooks.processing import inbox_event_process
+from tests.integrations.research.factories import research_event
+from tests.research.factories import document_event_apply
 
 pytestmark = pytest.mark.django_db
 
@@ -27,10 +27,9 @@ DOCUMENT_FIELDS = {
 
 
 def apply(**kwargs) -> dict:
-    envelope = research_envelope(**kwargs)
-    event = inbox_event_create(envelope)
-    inbox_event_process(inbox_event_id=event.pk)
-    return envelope
+    body = research_event(**kwargs)
+    document_event_apply(body)
+    return body
 
 
 def test_document_detail_has_exactly_the_spec_fields(api):

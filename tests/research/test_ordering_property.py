@@ -2,21 +2,18 @@
 concurrent workers (threads, each with its own PostgreSQL connection), ends at the newest
 state, with strictly increasing revisions and no event applied twice."""
 
-import threading
+import functools
 import uuid
 from datetime import timedelta
 
 import pytest
-from django.db import connection
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from research.models import DocumentRevision, ResearchDocument
-from tests.webhooks.inbox_factories import (
-    BASE_TIME,
-    inbox_events_bulk_create,
-    research_envelope,
-)
+from tests.integrations.research.factories import BASE_TIME, research_event
+from tests.threads import run_together
+from tests.webhooks.factories import inbox_events_bulk_create
 from webhooks.models import InboxAttempt, InboxEvent
 from webhooks.processing import inbox_event_process
 
@@ -43,29 +40,15 @@ def run_concurrently(ids: list[int], schedule: st.DataObject) -> None:
     runs = [pk for pk in ids for _ in range(schedule.draw(st.integers(1, 2)))]
     runs = schedule.draw(st.permutations(runs))
     lanes = [runs[i::WORKERS] for i in range(WORKERS)]
-    barrier = threading.Barrier(WORKERS)
-    errors: list[BaseException] = []
 
     def worker(lane: list[int], name: str) -> None:
-        try:
-            barrier.wait(timeout=30)
-            for pk in lane:
-                inbox_event_process(inbox_event_id=pk, worker=name)
-        except BaseException as exc:  # surfaced in the main thread below
-            errors.append(exc)
-        finally:
-            connection.close()
+        for pk in lane:
+            inbox_event_process(inbox_event_id=pk, worker=name)
 
-    threads = [
-        threading.Thread(target=worker, args=(lane, f"t{i}"))
-        for i, lane in enumerate(lanes)
-    ]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=120)
+    _, errors = run_together(
+        [functools.partial(worker, lane, f"t{i}") for i, lane in enumerate(lanes)]
+    )
     assert not errors, errors
-    assert not any(t.is_alive() for t in threads)
 
 
 def assert_common_invariants(entity_id: str, events: list[InboxEvent]) -> None:
@@ -96,7 +79,7 @@ def test_versioned_events_end_at_the_maximum_version(events, schedule):
     entity_id = f"doc_{uuid.uuid4().hex[:12]}"
     rows = inbox_events_bulk_create(
         [
-            research_envelope(entity_id=entity_id, source_version=v, event_type=kind)
+            research_event(entity_id=entity_id, source_version=v, event_type=kind)
             for v, kind in events
         ]
     )
@@ -141,7 +124,7 @@ def test_unversioned_events_end_at_the_latest_occurred_at_then_event_id(
     entity_id = f"doc_{uuid.uuid4().hex[:12]}"
     prefix = uuid.uuid4().hex[:8]
     envelopes = [
-        research_envelope(
+        research_event(
             entity_id=entity_id,
             occurred_at=BASE_TIME + timedelta(seconds=second),
             event_id=f"evt_{prefix}_{letter}",

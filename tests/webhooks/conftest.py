@@ -10,15 +10,5 @@ def http():
 
 
 @pytest.fixture
-def source(db):
-    return WebhookSourceFactory(slug="research-sync")
-
-
-@pytest.fixture
 def standard_source(db):
     return WebhookSourceFactory(slug="sw-sync", scheme="standard-webhooks")
-
-
-@pytest.fixture
-def github_source(db):
-    return WebhookSourceFactory(slug="github", scheme="github", handler="github")

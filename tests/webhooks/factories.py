@@ -1,30 +1,52 @@
-"""Factories and signing helpers of the webhook tests. Payloads come from the integrations'
-fixture files (``integrations/<name>/fixtures/<event>__<variant>.json``) and are signed with
-real HMAC."""
+"""Sources with their secrets, inbox rows stored as ingest stores them, their attempts and
+fingerprint mismatches, and the signing helpers of the webhook tests (real HMAC, through
+``webhooks.schemes``).
+
+An inbox row is built from a body (a research event of ``tests.integrations.research.factories``
+unless given): its columns are read from the body, ``raw_body`` is the body's bytes,
+``payload_hash`` their SHA-256 and ``content_fingerprint`` what ingest computes
+(``webhooks.envelopes.content_fingerprint``: the canonical JSON without the delivery fields).
+Columns given to a factory override what the body says: a status, times, attempts."""
 
 from __future__ import annotations
 
 import json
 import time
-from pathlib import Path
+from typing import Any
 
 import factory
+from django.utils import timezone
 
-from webhooks.models import WebhookSecret, WebhookSource
+from tests.integrations.research.factories import research_event
+from webhooks.envelopes import content_fingerprint, instant_parse, raw_fingerprint
+from webhooks.models import (
+    FingerprintMismatch,
+    InboxAttempt,
+    InboxEvent,
+    ProcessingStatus,
+    WebhookSecret,
+    WebhookSource,
+)
 from webhooks.schemes import signature_headers
 
-ROOT = Path(__file__).resolve().parent.parent.parent
 HMAC_SECRET = "test-secret-hmac-0123456789abcdef"
 STANDARD_SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 GITHUB_SECRET = "It's a Secret to Everybody"
+# The secret every factory-made source signs with, by scheme.
 SECRETS = {
     "hmac-sha256": HMAC_SECRET,
     "standard-webhooks": STANDARD_SECRET,
     "github": GITHUB_SECRET,
 }
+RESEARCH_SOURCE = "research-sync"
+
+
+# --- sources and secrets --------------------------------------------------------------------
 
 
 class WebhookSourceFactory(factory.django.DjangoModelFactory):
+    """A source with one secret: ``secret=`` names it, else its scheme's test secret."""
+
     class Meta:
         model = WebhookSource
         skip_postgeneration_save = True
@@ -41,22 +63,27 @@ class WebhookSourceFactory(factory.django.DjangoModelFactory):
             )
 
 
-def fixture_bytes(integration: str, name: str) -> bytes:
-    """A payload fixture of an integration: ``integrations/<name>/fixtures/<event>.json``."""
-    return (
-        ROOT / "integrations" / integration / "fixtures" / f"{name}.json"
-    ).read_bytes()
+class WebhookSecretFactory(factory.django.DjangoModelFactory):
+    """Another secret of a source, as a rotation leaves it."""
+
+    class Meta:
+        model = WebhookSecret
+
+    source = factory.SubFactory(WebhookSourceFactory)
+    secret = factory.Sequence(lambda n: f"whsecret-{n}-5f2b9c1e7d4a")
 
 
-def research_event(
-    variant: str = "research.document.updated__basic", **changes
-) -> dict:
-    body = json.loads(fixture_bytes("research", variant))
-    body.update(changes)
-    return body
+def research_source(slug: str = RESEARCH_SOURCE) -> WebhookSource:
+    """The research source of that slug, created with its secret the first time."""
+    return WebhookSource.objects.filter(slug=slug).first() or WebhookSourceFactory(
+        slug=slug, scheme="hmac-sha256", handler="research"
+    )
 
 
-def encode(body) -> bytes:
+# --- signing and posting --------------------------------------------------------------------
+
+
+def encode(body: Any) -> bytes:
     return json.dumps(body).encode()
 
 
@@ -68,6 +95,7 @@ def signed_headers(
     secret: str | None = None,
     timestamp: int | None = None,
 ) -> dict[str, str]:
+    """The headers a producer sends, signed with the scheme's test secret unless given."""
     return signature_headers(
         scheme=scheme,
         secret=secret or SECRETS[scheme],
@@ -80,3 +108,132 @@ def signed_headers(
 def as_meta(headers: dict[str, str]) -> dict[str, str]:
     """HTTP headers as the Django test client's WSGI environ keys."""
     return {"HTTP_" + name.upper().replace("-", "_"): v for name, v in headers.items()}
+
+
+def webhook_post(client, slug: str, raw_body: bytes, headers: dict[str, str], **extra):
+    """``POST /webhooks/<slug>/`` through a Django test client, with a producer's headers."""
+    return client.post(
+        f"/webhooks/{slug}/",
+        data=raw_body,
+        content_type="application/json",
+        **as_meta(headers),
+        **extra,
+    )
+
+
+def signed_post(client, slug: str, body, *, event_id: str | None = None, **signing):
+    """``body`` (a dict, or bytes sent as they are) signed as ``signed_headers`` signs and
+    posted; the id header is the body's ``event_id`` unless given."""
+    raw = body if isinstance(body, bytes) else encode(body)
+    if event_id is None:
+        event_id = body["event_id"]
+    headers = signed_headers(raw_body=raw, event_id=event_id, **signing)
+    return webhook_post(client, slug, raw, headers)
+
+
+# --- inbox rows -----------------------------------------------------------------------------
+
+
+def stored_headers(event_id: str) -> dict[str, str]:
+    """Headers as ingest keeps them: lower-case names, the signature cut to a prefix."""
+    return {
+        "content-type": "application/json",
+        "x-webhook-id": event_id,
+        "x-webhook-signature": "v1=3f2a9c0d1...",
+    }
+
+
+def _entity(body: dict) -> dict:
+    entity = body.get("entity")
+    return entity if isinstance(entity, dict) else {}
+
+
+class InboxEventFactory(factory.django.DjangoModelFactory):
+    """An inbox row as ingest stores ``body`` (a new research event unless given), received
+    now and never published (the sweep's case), on the research source unless given."""
+
+    class Meta:
+        model = InboxEvent
+
+    class Params:
+        body = factory.LazyFunction(research_event)
+
+    source = factory.LazyFunction(research_source)
+    event_id = factory.LazyAttribute(lambda o: o.body["event_id"])
+    event_type = factory.LazyAttribute(lambda o: o.body["event_type"])
+    entity_id = factory.LazyAttribute(lambda o: _entity(o.body).get("entity_id", ""))
+    entity_type = factory.LazyAttribute(
+        lambda o: _entity(o.body).get("entity_type", "")
+    )
+    source_version = factory.LazyAttribute(
+        lambda o: _entity(o.body).get("source_version")
+    )
+    occurred_at = factory.LazyAttribute(
+        lambda o: instant_parse(o.body.get("occurred_at"), required=False)[0]
+    )
+    tenant_id = factory.LazyAttribute(lambda o: o.body.get("tenant_id") or "")
+    idempotency_key = factory.LazyAttribute(
+        lambda o: o.body.get("idempotency_key") or ""
+    )
+    raw_body = factory.LazyAttribute(lambda o: encode(o.body))
+    payload_hash = factory.LazyAttribute(lambda o: raw_fingerprint(bytes(o.raw_body)))
+    content_fingerprint = factory.LazyAttribute(lambda o: content_fingerprint(o.body))
+    headers = factory.LazyAttribute(lambda o: stored_headers(o.event_id))
+    remote_addr = "127.0.0.1"
+    received_at = factory.LazyFunction(timezone.now)
+    last_seen_at = factory.LazyAttribute(lambda o: o.received_at)
+
+
+class DeadLetteredEventFactory(InboxEventFactory):
+    processing_status = ProcessingStatus.DEAD_LETTERED
+    attempts = 8
+    error_message = "handler exploded: ValueError"
+
+
+def inbox_events_bulk_create(bodies: list[dict], **columns: Any) -> list[InboxEvent]:
+    """One row per body in a few statements (``bulk_create``), all on one source."""
+    columns.setdefault("source", research_source())
+    rows = [InboxEventFactory.build(body=body, **columns) for body in bodies]
+    return InboxEvent.objects.bulk_create(rows, batch_size=1000)
+
+
+class InboxAttemptFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = InboxAttempt
+
+    event = factory.SubFactory(InboxEventFactory)
+    number = 1
+    outcome = InboxAttempt.Outcome.RETRY
+    error = "boom"
+    worker = "w1@host"
+
+
+def conflicting_body(event: InboxEvent) -> dict:
+    """The stored body of ``event`` with the next source version: same id, other content."""
+    body = json.loads(bytes(event.raw_body))
+    entity = body["entity"]
+    entity["source_version"] = (entity.get("source_version") or 0) + 1
+    return body
+
+
+class FingerprintMismatchFactory(factory.django.DjangoModelFactory):
+    """The evidence ingest keeps of a conflicting delivery of ``event`` (``body``, by default
+    the event's body with the next source version)."""
+
+    class Meta:
+        model = FingerprintMismatch
+
+    class Params:
+        body = factory.LazyAttribute(lambda o: conflicting_body(o.event))
+
+    event = factory.SubFactory(InboxEventFactory)
+    raw_body = factory.LazyAttribute(lambda o: encode(o.body))
+    headers = factory.LazyAttribute(lambda o: stored_headers(o.event.event_id))
+    original_fingerprint = factory.LazyAttribute(lambda o: o.event.content_fingerprint)
+    conflicting_fingerprint = factory.LazyAttribute(
+        lambda o: content_fingerprint(o.body)
+    )
+    conflicting_payload_hash = factory.LazyAttribute(
+        lambda o: raw_fingerprint(bytes(o.raw_body))
+    )
+    remote_addr = "203.0.113.9"

@@ -148,8 +148,8 @@ def test_send_test_webhook_against_a_live_server(live_server, scheme):
         live_server.url,
         "--source",
         "demo",
-        "--secret",
-        secret,
+        # One argument: a generated secret may begin with "-".
+        f"--secret={secret}",
         "--scheme",
         scheme,
         "--event-id",

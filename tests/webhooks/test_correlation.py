@@ -9,18 +9,15 @@ from django.utils import timezone
 
 from core.logging import CELERY_HEADER, correlation_id_get
 from tests.broker import broker_messages, broker_reset
-from tests.webhooks.inbox_factories import inbox_event_create, research_envelope
+from tests.integrations.research.factories import research_event
+from tests.webhooks.factories import (
+    InboxEventFactory,
+    WebhookSourceFactory,
+    signed_post,
+)
 from webhooks.models import InboxEvent
 from webhooks.replay import inbox_events_replay
 from webhooks.sweep import inbox_sweep
-
-from .factories import (
-    WebhookSourceFactory,
-    as_meta,
-    encode,
-    research_event,
-    signed_headers,
-)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -43,22 +40,14 @@ def queued_correlation_ids() -> list[str | None]:
 def test_the_ingest_request_publishes_with_the_event_id(client):
     WebhookSourceFactory(slug="corr-ingest")
     body = research_event(event_id="evt_corr_ingest")
-    raw = encode(body)
-    response = client.post(
-        "/webhooks/corr-ingest/",
-        data=raw,
-        content_type="application/json",
-        **as_meta(signed_headers(raw_body=raw, event_id="evt_corr_ingest")),
-    )
+    response = signed_post(client, "corr-ingest", body)
     assert response.status_code == 202
     assert queued_correlation_ids() == ["evt_corr_ingest"]
 
 
 def test_the_sweep_publishes_each_row_with_its_own_event_id():
     old = timezone.now() - timedelta(minutes=5)
-    events = [
-        inbox_event_create(research_envelope(), received_at=old) for _ in range(3)
-    ]
+    events = [InboxEventFactory(received_at=old) for _ in range(3)]
     assert correlation_id_get() == ""
 
     assert inbox_sweep() == 3
@@ -68,10 +57,7 @@ def test_the_sweep_publishes_each_row_with_its_own_event_id():
 
 
 def test_a_replay_publishes_each_row_with_its_own_event_id():
-    events = [
-        inbox_event_create(research_envelope(), processing_status="dead_lettered")
-        for _ in range(2)
-    ]
+    events = [InboxEventFactory(processing_status="dead_lettered") for _ in range(2)]
 
     inbox_events_replay(
         events_queryset=InboxEvent.objects.all(),

@@ -14,17 +14,16 @@ from django.utils import timezone
 from core.logging import correlation_id_get
 from tests import processes
 from tests.broker import broker_reset
-from tests.webhooks.inbox_factories import inbox_event_create, research_envelope
-from webhooks.models import InboxEvent, ProcessingStatus
-from webhooks.tasks import inbox_sweep_task
-
-from .factories import (
+from tests.integrations.research.factories import research_event
+from tests.webhooks.factories import (
     HMAC_SECRET,
+    InboxEventFactory,
     WebhookSourceFactory,
     encode,
-    research_event,
     signed_headers,
 )
+from webhooks.models import InboxEvent, ProcessingStatus
+from webhooks.tasks import inbox_sweep_task
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -136,9 +135,7 @@ def test_web_and_worker_logs_carry_the_event_id_as_correlation_id(tmp_path, work
 def test_a_message_published_by_the_sweep_carries_the_event_id(worker):
     """A row stored with no message (the publish after its commit was lost): the sweep, run by
     the worker as beat would run it, publishes it with the event id as correlation id."""
-    event = inbox_event_create(
-        research_envelope(), received_at=timezone.now() - timedelta(minutes=5)
-    )
+    event = InboxEventFactory(received_at=timezone.now() - timedelta(minutes=5))
     assert correlation_id_get() == ""
 
     inbox_sweep_task.delay()

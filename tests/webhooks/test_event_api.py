@@ -1,31 +1,17 @@
 import pytest
 
+from tests.integrations.research.factories import research_event
+from tests.webhooks.factories import RESEARCH_SOURCE, signed_post
 from webhooks.models import InboxEvent
-
-from .factories import (
-    WebhookSourceFactory,
-    as_meta,
-    encode,
-    research_event,
-    signed_headers,
-)
 
 pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
-def recorded(client):
-    WebhookSourceFactory(slug="research-sync")
+def recorded(client, source):
     body = research_event()
-    raw = encode(body)
-    headers = as_meta(signed_headers(raw_body=raw, event_id=body["event_id"]))
     for _ in range(2):
-        client.post(
-            "/webhooks/research-sync/",
-            data=raw,
-            content_type="application/json",
-            **headers,
-        )
+        signed_post(client, RESEARCH_SOURCE, body)
     return body["event_id"]
 
 

@@ -5,7 +5,8 @@ stable message per outcome, never the internal error text, which stays in the ad
 import pytest
 from django.urls import reverse
 
-from tests.webhooks.inbox_factories import inbox_event_create, research_envelope
+from tests.integrations.research.factories import research_event
+from tests.webhooks.factories import InboxEventFactory
 from webhooks.models import InboxEvent, WebhookSource
 from webhooks.processing import inbox_event_process
 
@@ -45,7 +46,7 @@ def assert_no_internal_text(message: str) -> None:
 def test_a_failure_quoting_sql_reaches_the_client_as_a_generic_message(
     api, failing_source, admin_client, settings
 ):
-    event = inbox_event_create(research_envelope(), source=failing_source)
+    event = InboxEventFactory(source=failing_source)
 
     assert inbox_event_process(inbox_event_id=event.pk).status == "failed"
     stored = InboxEvent.objects.get(pk=event.pk).error_message
@@ -74,7 +75,7 @@ def test_a_failure_quoting_sql_reaches_the_client_as_a_generic_message(
 
 
 def test_data_the_domain_rejects_is_named_as_rejected_without_its_details(api):
-    event = inbox_event_create(research_envelope(data={"summary": "nul\x00"}))
+    event = InboxEventFactory(body=research_event(data={"summary": "nul\x00"}))
     inbox_event_process(inbox_event_id=event.pk)
     assert "NUL" in InboxEvent.objects.get(pk=event.pk).error_message
 
@@ -112,8 +113,7 @@ def test_a_row_the_database_cannot_give_back_is_named_as_rejected_without_its_er
 def test_each_other_status_has_its_one_message_whatever_the_stored_note(
     api, status, message
 ):
-    event = inbox_event_create(
-        research_envelope(),
+    event = InboxEventFactory(
         processing_status=status,
         error_message="OperationalError: could not connect to server at 10.0.0.5",
     )

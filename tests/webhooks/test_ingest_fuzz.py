@@ -8,9 +8,8 @@ from django.test import Client
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
+from tests.webhooks.factories import WebhookSourceFactory, signed_headers, webhook_post
 from webhooks.models import InboxEvent
-
-from .factories import WebhookSourceFactory, as_meta, signed_headers
 
 pytestmark = pytest.mark.django_db
 
@@ -113,12 +112,7 @@ def sources(db):
     raw=bodies,
 )
 def test_unsigned_requests_never_5xx_and_never_store(sources, slug, headers, raw):
-    response = Client().post(
-        f"/webhooks/{slug}/",
-        data=raw,
-        content_type="application/json",
-        **as_meta(headers),
-    )
+    response = webhook_post(Client(), slug, raw, headers)
     assert response.status_code in (400, 401), response.content
     assert not InboxEvent.objects.exists()
 
@@ -153,12 +147,7 @@ def test_signed_requests_with_any_body_never_5xx(
     if scheme == "github":
         headers["X-GitHub-Event"] = github_event
     before = InboxEvent.objects.count()
-    response = Client().post(
-        f"/webhooks/{slug[scheme]}/",
-        data=raw,
-        content_type="application/json",
-        **as_meta(headers),
-    )
+    response = webhook_post(Client(), slug[scheme], raw, headers)
     assert response.status_code in (200, 202, 400, 401, 409, 422), response.content
     created = InboxEvent.objects.count() - before
     event(f"status {response.status_code}")

@@ -2,9 +2,8 @@
 races decided by the database, one dispatch per event, chunked bodies, a broker that is down.
 No worker runs, so every published message stays in the ``celery`` list of the test broker."""
 
+import functools
 import http.client
-import threading
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import redis
@@ -12,14 +11,10 @@ import requests
 from django.conf import settings
 
 from tests import processes
+from tests.integrations.research.factories import research_event
+from tests.threads import run_together
+from tests.webhooks.factories import WebhookSourceFactory, encode, signed_headers
 from webhooks.models import FingerprintMismatch, InboxEvent
-
-from .factories import (
-    WebhookSourceFactory,
-    encode,
-    research_event,
-    signed_headers,
-)
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -62,16 +57,15 @@ def server(tmp_path, broker):
 def responses_all_at_once(
     url: str, requests_: list[tuple[bytes, dict]]
 ) -> list[requests.Response]:
-    barrier = threading.Barrier(len(requests_))
-
-    def send(item):
-        raw, headers = item
+    def send(raw: bytes, headers: dict) -> requests.Response:
         with requests.Session() as session:
-            barrier.wait(timeout=30)
             return session.post(url, data=raw, headers=headers, timeout=60)
 
-    with ThreadPoolExecutor(max_workers=len(requests_)) as pool:
-        return list(pool.map(send, requests_))
+    responses, errors = run_together(
+        [functools.partial(send, raw, headers) for raw, headers in requests_]
+    )
+    assert not errors, errors
+    return responses
 
 
 def post_all_at_once(url: str, requests_: list[tuple[bytes, dict]]) -> list[int]:
@@ -95,10 +89,11 @@ def test_same_event_posted_by_many_threads_at_once(server, broker):
 
 def test_conflicting_bodies_posted_at_once(server, broker):
     source = WebhookSourceFactory(slug="race")
+    event_id = "evt_race_conflicting"
     bodies = [
-        encode(research_event(data={"summary": f"variant {n}"})) for n in range(THREADS)
+        encode(research_event(event_id=event_id, data={"summary": f"variant {n}"}))
+        for n in range(THREADS)
     ]
-    event_id = research_event()["event_id"]
     statuses = post_all_at_once(
         f"{server}/webhooks/race/",
         [(raw, signed_headers(raw_body=raw, event_id=event_id)) for raw in bodies],
@@ -155,14 +150,19 @@ def test_one_github_delivery_id_with_many_bodies_at_once(server, broker):
     assert broker.llen("celery") == 1
 
 
-def chunked_post(base_url: str, path: str, raw: bytes, headers: dict):
+def chunked_post(base_url: str, body: dict) -> tuple[int, bytes]:
+    """``body`` signed and sent in 1000-byte chunks, with no Content-Length, to a new
+    source."""
+    source = WebhookSourceFactory()
+    raw = encode(body)
+    headers = signed_headers(raw_body=raw, event_id=body["event_id"])
     host, port = base_url.removeprefix("http://").split(":")
     connection = http.client.HTTPConnection(host, int(port), timeout=30)
     try:
         pieces = (raw[i : i + 1000] for i in range(0, len(raw), 1000))
         connection.request(
             "POST",
-            path,
+            f"/webhooks/{source.slug}/",
             body=pieces,
             headers={**headers, "Content-Type": "application/json"},
             encode_chunked=True,
@@ -174,29 +174,15 @@ def chunked_post(base_url: str, path: str, raw: bytes, headers: dict):
 
 
 def test_chunked_body_without_content_length(server, broker):
-    WebhookSourceFactory(slug="chunks")
     body = research_event()
-    raw = encode(body)
-    status, content = chunked_post(
-        server,
-        "/webhooks/chunks/",
-        raw,
-        signed_headers(raw_body=raw, event_id=body["event_id"]),
-    )
+    status, content = chunked_post(server, body)
     assert status == 202, content
-    assert bytes(InboxEvent.objects.get().raw_body) == raw
+    assert bytes(InboxEvent.objects.get().raw_body) == encode(body)
 
 
 def test_chunked_body_over_the_limit_is_413(server, broker):
-    WebhookSourceFactory(slug="chunks")
     body = research_event(data={"summary": "x" * (MAX_BODY * 3)})
-    raw = encode(body)
-    status, content = chunked_post(
-        server,
-        "/webhooks/chunks/",
-        raw,
-        signed_headers(raw_body=raw, event_id=body["event_id"]),
-    )
+    status, content = chunked_post(server, body)
     assert status == 413
     assert b"payload_too_large" in content
     assert not InboxEvent.objects.exists()

@@ -12,10 +12,17 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from prometheus_client import REGISTRY
 
+from tests.integrations.fixtures import fixture_bytes
+from tests.integrations.github.factories import github_headers
+from tests.integrations.research.factories import research_event
+from tests.webhooks.factories import (
+    WebhookSourceFactory,
+    encode,
+    signed_headers,
+    signed_post,
+    webhook_post,
+)
 from webhooks.models import FingerprintMismatch, InboxEvent
-
-from .factories import encode, fixture_bytes, research_event, signed_headers
-from .test_ingest import GITHUB_URL, github_headers, post, post_signed
 
 pytestmark = pytest.mark.django_db
 
@@ -28,11 +35,11 @@ def test_a_github_body_under_a_fresh_delivery_id_is_a_duplicate_of_the_original(
     http, github_source, caplog
 ):
     raw = fixture_bytes("github", "deployment_status__basic")
-    first = post(
+    first = webhook_post(
         http,
+        github_source.slug,
         raw,
         github_headers(raw, event="deployment_status", delivery="d-orig"),
-        url=GITHUB_URL,
     )
     assert first.status_code == 202, first.content
     before = duplicates()
@@ -41,11 +48,11 @@ def test_a_github_body_under_a_fresh_delivery_id_is_a_duplicate_of_the_original(
         caplog.at_level("INFO"),
         TestCase.captureOnCommitCallbacks(execute=False) as published,
     ):
-        replay = post(
+        replay = webhook_post(
             http,
+            github_source.slug,
             raw,
             github_headers(raw, event="deployment_status", delivery="d-replayed"),
-            url=GITHUB_URL,
         )
 
     assert replay.status_code == 200, replay.content
@@ -70,12 +77,14 @@ def test_a_replay_with_another_event_header_is_still_the_same_event(
     http, github_source
 ):
     raw = fixture_bytes("github", "ping__basic")
-    post(http, raw, github_headers(raw, event="ping", delivery="d-1"), url=GITHUB_URL)
-    replay = post(
+    webhook_post(
+        http, github_source.slug, raw, github_headers(raw, event="ping", delivery="d-1")
+    )
+    replay = webhook_post(
         http,
+        github_source.slug,
         raw,
         github_headers(raw, event="deployment_status", delivery="d-2"),
-        url=GITHUB_URL,
     )
     assert replay.status_code == 200
     assert replay.json()["event_id"] == "d-1"
@@ -85,9 +94,11 @@ def test_a_replay_with_another_event_header_is_still_the_same_event(
 
 def test_the_duplicate_reports_the_original_rows_current_status(http, github_source):
     raw = fixture_bytes("github", "ping__basic")
-    post(http, raw, github_headers(raw, delivery="d-1"), url=GITHUB_URL)
+    webhook_post(http, github_source.slug, raw, github_headers(raw, delivery="d-1"))
     InboxEvent.objects.update(processing_status="processed")
-    replay = post(http, raw, github_headers(raw, delivery="d-2"), url=GITHUB_URL)
+    replay = webhook_post(
+        http, github_source.slug, raw, github_headers(raw, delivery="d-2")
+    )
     assert replay.json() == {
         "status": "duplicate",
         "event_id": "d-1",
@@ -97,11 +108,13 @@ def test_the_duplicate_reports_the_original_rows_current_status(http, github_sou
 
 def test_a_purged_body_still_identifies_its_event(http, github_source):
     raw = fixture_bytes("github", "ping__basic")
-    post(http, raw, github_headers(raw, delivery="d-1"), url=GITHUB_URL)
+    webhook_post(http, github_source.slug, raw, github_headers(raw, delivery="d-1"))
     InboxEvent.objects.update(
         raw_body=None, body_purged_at=timezone.now(), processing_status="processed"
     )
-    replay = post(http, raw, github_headers(raw, delivery="d-2"), url=GITHUB_URL)
+    replay = webhook_post(
+        http, github_source.slug, raw, github_headers(raw, delivery="d-2")
+    )
     assert replay.status_code == 200
     assert replay.json()["event_id"] == "d-1"
     assert InboxEvent.objects.count() == 1
@@ -111,11 +124,13 @@ def test_same_delivery_id_with_another_body_is_still_the_409_with_evidence(
     http, github_source
 ):
     raw = fixture_bytes("github", "ping__basic")
-    post(http, raw, github_headers(raw, delivery="d-1"), url=GITHUB_URL)
+    webhook_post(http, github_source.slug, raw, github_headers(raw, delivery="d-1"))
     original = InboxEvent.objects.values().get()
     other = fixture_bytes("github", "deployment_status__basic")
 
-    response = post(http, other, github_headers(other, delivery="d-1"), url=GITHUB_URL)
+    response = webhook_post(
+        http, github_source.slug, other, github_headers(other, delivery="d-1")
+    )
 
     assert response.status_code == 409
     assert response.json()["error"] == "inconsistent_duplicate"
@@ -128,8 +143,8 @@ def test_same_delivery_id_with_another_body_is_still_the_409_with_evidence(
 def test_same_delivery_id_and_body_is_the_plain_duplicate(http, github_source):
     raw = fixture_bytes("github", "ping__basic")
     headers = github_headers(raw, delivery="d-1")
-    post(http, raw, headers, url=GITHUB_URL)
-    again = post(http, raw, headers, url=GITHUB_URL)
+    webhook_post(http, github_source.slug, raw, headers)
+    again = webhook_post(http, github_source.slug, raw, headers)
     assert again.status_code == 200
     assert again.json()["event_id"] == "d-1"
     assert InboxEvent.objects.get().delivery_count == 2
@@ -138,8 +153,8 @@ def test_same_delivery_id_and_body_is_the_plain_duplicate(http, github_source):
 def test_other_bodies_are_other_events(http, github_source):
     for n in range(3):
         raw = json.dumps({"zen": f"zen {n}", "hook_id": n}).encode()
-        response = post(
-            http, raw, github_headers(raw, delivery=f"d-{n}"), url=GITHUB_URL
+        response = webhook_post(
+            http, github_source.slug, raw, github_headers(raw, delivery=f"d-{n}")
         )
         assert response.status_code == 202
     assert InboxEvent.objects.count() == 3
@@ -151,19 +166,17 @@ def test_two_samples_sent_to_a_github_source_are_two_events(http, github_source)
     for delivery in ("sample-1", "sample-2"):
         sample = integration.sample(event_id=delivery)
         headers = github_headers(sample.raw_body, delivery=delivery)
-        response = post(http, sample.raw_body, headers, url=GITHUB_URL)
+        response = webhook_post(http, github_source.slug, sample.raw_body, headers)
         assert response.status_code == 202, response.content
     assert InboxEvent.objects.count() == 2
 
 
 def test_one_body_is_one_event_per_source(http, github_source):
-    from .factories import WebhookSourceFactory
-
     WebhookSourceFactory(slug="github-2", scheme="github", handler="github")
     raw = fixture_bytes("github", "ping__basic")
-    post(http, raw, github_headers(raw, delivery="d-1"), url=GITHUB_URL)
-    other_source = post(
-        http, raw, github_headers(raw, delivery="d-2"), url="/webhooks/github-2/"
+    webhook_post(http, github_source.slug, raw, github_headers(raw, delivery="d-1"))
+    other_source = webhook_post(
+        http, "github-2", raw, github_headers(raw, delivery="d-2")
     )
     assert other_source.status_code == 202
     assert InboxEvent.objects.count() == 2
@@ -177,12 +190,12 @@ def test_the_research_insert_path_is_still_one_read_and_one_statement(http, sour
     the signed body) costs the source lookup and the one upsert, as before."""
     body = research_event()
     with CaptureQueriesContext(connection) as queries:
-        assert post_signed(http, body).status_code == 202
+        assert signed_post(http, source.slug, body).status_code == 202
     assert len(queries) == 2, [q["sql"][:80] for q in queries]
     assert "ON CONFLICT" in queries[1]["sql"]
     with CaptureQueriesContext(connection) as queries:
-        redelivery = research_event(delivered_at="2026-12-01T00:00:00Z")
-        assert post_signed(http, redelivery).status_code == 200
+        redelivery = {**body, "delivered_at": "2026-12-01T00:00:00Z"}
+        assert signed_post(http, source.slug, redelivery).status_code == 200
     assert len(queries) == 2
 
 
@@ -190,8 +203,8 @@ def test_a_github_event_and_its_replay_cost_one_statement_each(http, github_sour
     raw = fixture_bytes("github", "ping__basic")
     for delivery, status in (("d-1", 202), ("d-2", 200)):
         with CaptureQueriesContext(connection) as queries:
-            response = post(
-                http, raw, github_headers(raw, delivery=delivery), url=GITHUB_URL
+            response = webhook_post(
+                http, github_source.slug, raw, github_headers(raw, delivery=delivery)
             )
         assert response.status_code == status
         # The source lookup and the upsert (inside the test's transaction, the upsert runs
@@ -201,7 +214,7 @@ def test_a_github_event_and_its_replay_cost_one_statement_each(http, github_sour
 
 
 def test_the_research_scheme_rows_do_not_enter_the_body_index(http, source):
-    post_signed(http, research_event())
+    signed_post(http, source.slug, research_event())
     assert InboxEvent.objects.get().body_key is None
 
 
@@ -209,6 +222,6 @@ def test_research_events_with_byte_identical_bodies_are_unaffected(http, source)
     body = research_event()
     raw = encode(body)
     headers = signed_headers(raw_body=raw, event_id=body["event_id"])
-    assert post(http, raw, headers).status_code == 202
-    assert post(http, raw, headers).status_code == 200
+    assert webhook_post(http, source.slug, raw, headers).status_code == 202
+    assert webhook_post(http, source.slug, raw, headers).status_code == 200
     assert InboxEvent.objects.get().delivery_count == 2

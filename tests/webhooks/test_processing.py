@@ -1,14 +1,14 @@
 """The processing service on the real PostgreSQL: claims, leases, retries, dead letters."""
 
-import threading
 from datetime import timedelta
 
 import pytest
-from django.db import connection, transaction
 from django.utils import timezone
 
 from research.models import DocumentRevision, ResearchDocument
-from tests.webhooks.inbox_factories import inbox_event_create, research_envelope
+from tests.integrations.research.factories import research_event
+from tests.threads import document_locked
+from tests.webhooks.factories import InboxEventFactory
 from webhooks import metrics
 from webhooks.models import InboxAttempt
 from webhooks.processing import (
@@ -45,7 +45,7 @@ def test_retry_delay_is_full_jitter_below_the_capped_exponential(settings, attem
 
 @pytest.mark.django_db
 def test_a_terminal_row_is_never_processed_again():
-    event = inbox_event_create(research_envelope(source_version=1))
+    event = InboxEventFactory(body=research_event(source_version=1))
     first = inbox_event_process(inbox_event_id=event.pk, worker="a")
     again = inbox_event_process(inbox_event_id=event.pk, worker="b")
     assert (first.status, first.skipped) == ("processed", "")
@@ -57,7 +57,7 @@ def test_a_terminal_row_is_never_processed_again():
 
 @pytest.mark.django_db
 def test_a_row_leased_by_a_live_attempt_is_skipped():
-    event = inbox_event_create(
+    event = InboxEventFactory(
         processing_status="processing",
         attempts=1,
         lease_expires_at=timezone.now() + timedelta(minutes=5),
@@ -71,7 +71,7 @@ def test_a_row_leased_by_a_live_attempt_is_skipped():
 
 @pytest.mark.django_db
 def test_a_failed_row_is_not_retried_before_its_time():
-    event = inbox_event_create(
+    event = InboxEventFactory(
         processing_status="failed",
         attempts=1,
         next_attempt_at=timezone.now() + timedelta(minutes=5),
@@ -84,8 +84,8 @@ def test_a_failed_row_is_not_retried_before_its_time():
 
 @pytest.mark.django_db
 def test_an_expired_lease_closes_the_lost_attempt_and_processes_the_row():
-    event = inbox_event_create(
-        research_envelope(source_version=1),
+    event = InboxEventFactory(
+        body=research_event(source_version=1),
         processing_status="processing",
         attempts=1,
         lease_expires_at=timezone.now() - timedelta(seconds=1),
@@ -109,7 +109,7 @@ def test_an_expired_lease_closes_the_lost_attempt_and_processes_the_row():
 def test_a_worker_lost_on_the_last_attempt_dead_letters(settings):
     settings.INBOX_MAX_ATTEMPTS = 2
     before = sample(metrics.DEAD_LETTERS)
-    event = inbox_event_create(
+    event = InboxEventFactory(
         processing_status="processing",
         attempts=2,
         lease_expires_at=timezone.now() - timedelta(seconds=1),
@@ -124,7 +124,7 @@ def test_a_worker_lost_on_the_last_attempt_dead_letters(settings):
 
 @pytest.mark.django_db
 def test_a_run_whose_claim_was_taken_over_applies_nothing():
-    event = inbox_event_create(research_envelope(source_version=1))
+    event = InboxEventFactory(body=research_event(source_version=1))
     claim = _inbox_event_claim(inbox_event_id=event.pk, worker="slow")
     # The lease expired and another run claimed the row meanwhile.
     type(event).objects.filter(pk=event.pk).update(attempts=claim.number + 1)
@@ -139,8 +139,8 @@ def test_stale_and_latency_metrics_are_recorded():
     stale_before = sample(metrics.WEBHOOK_STALE_EVENTS)
     latency_before = sample(metrics.WEBHOOK_PROCESSING_LATENCY, "_count")
     for version in (2, 1, 2):
-        event = inbox_event_create(
-            research_envelope(entity_id="doc_m", source_version=version)
+        event = InboxEventFactory(
+            body=research_event(entity_id="doc_m", source_version=version)
         )
         inbox_event_process(inbox_event_id=event.pk)
     assert sample(metrics.WEBHOOK_STALE_EVENTS) == stale_before + 2
@@ -149,40 +149,10 @@ def test_stale_and_latency_metrics_are_recorded():
 
 @pytest.mark.django_db
 def test_task_body_takes_an_id_and_returns_the_outcome():
-    event = inbox_event_create(research_envelope(source_version=1))
+    event = InboxEventFactory(body=research_event(source_version=1))
     assert process_inbox_event_task.apply((event.pk,)).get() == "processed"
     assert process_inbox_event_task.apply((event.pk,)).get() == "terminal"
     assert process_inbox_event_task.apply((10**12,)).get() == "missing"
-
-
-class DocumentLockHolder:
-    """Another connection holding a document's row lock, as a stuck transaction would."""
-
-    def __init__(self, entity_id: str):
-        self.entity_id = entity_id
-        self.locked = threading.Event()
-        self.release = threading.Event()
-        self.thread = threading.Thread(target=self._run)
-
-    def _run(self) -> None:
-        try:
-            with transaction.atomic():
-                ResearchDocument.objects.select_for_update().get(
-                    entity_id=self.entity_id
-                )
-                self.locked.set()
-                self.release.wait(timeout=60)
-        finally:
-            connection.close()
-
-    def __enter__(self):
-        self.thread.start()
-        assert self.locked.wait(timeout=10)
-        return self
-
-    def __exit__(self, *exc):
-        self.release.set()
-        self.thread.join(timeout=10)
 
 
 @pytest.mark.django_db(transaction=True)
@@ -192,14 +162,14 @@ def test_transient_failures_back_off_then_dead_letter_after_max_attempts(setting
     settings.INBOX_RETRY_MAX_SECONDS = 15
     settings.RESEARCH_DOCUMENT_LOCK_TIMEOUT_MS = 50
     inbox_event_process(
-        inbox_event_id=inbox_event_create(
-            research_envelope(entity_id="doc_p", source_version=1)
+        inbox_event_id=InboxEventFactory(
+            body=research_event(entity_id="doc_p", source_version=1)
         ).pk
     )
-    event = inbox_event_create(research_envelope(entity_id="doc_p", source_version=2))
+    event = InboxEventFactory(body=research_event(entity_id="doc_p", source_version=2))
     dead_before = sample(metrics.DEAD_LETTERS)
 
-    with DocumentLockHolder("doc_p"):
+    with document_locked("doc_p", at_most=60):
         for number in (1, 2):
             started = timezone.now()
             outcome = inbox_event_process(inbox_event_id=event.pk, worker="w")

@@ -2,23 +2,19 @@
 the test PostgreSQL and the Redis broker; killed with SIGKILL as a dying machine would be."""
 
 import random
-import threading
 import time
 from datetime import timedelta
 
 import pytest
-from django.db import connection, transaction
 from django.db.models import Count
 from django.utils import timezone
 
 from research.models import DocumentRevision, ResearchDocument
 from tests import processes
 from tests.broker import broker_reset
-from tests.webhooks.inbox_factories import (
-    inbox_event_create,
-    inbox_events_bulk_create,
-    research_envelope,
-)
+from tests.integrations.research.factories import research_event
+from tests.threads import document_locked
+from tests.webhooks.factories import InboxEventFactory, inbox_events_bulk_create
 from webhooks.dispatch import inbox_event_publish
 from webhooks.models import TERMINAL_STATUSES, InboxAttempt, InboxEvent
 from webhooks.processing import WORKER_LOST_ERROR, inbox_event_process
@@ -83,21 +79,21 @@ def test_backlog_never_published_is_recovered_by_the_sweep(tmp_path, running):
         versions = [1, 2, 3, 4, 4]
         rng.shuffle(versions)
         envelopes += [
-            research_envelope(entity_id=f"doc_backlog_{entity}", source_version=v)
+            research_event(entity_id=f"doc_backlog_{entity}", source_version=v)
             for v in versions
         ]
     rows = inbox_events_bulk_create(envelopes, received_at=old)
     # A retry whose message was lost, and a row a dead worker left in processing.
-    failed = inbox_event_create(
-        research_envelope(source_version=1),
+    failed = InboxEventFactory(
+        body=research_event(source_version=1),
         processing_status="failed",
         attempts=1,
         next_attempt_at=timezone.now() - timedelta(seconds=5),
         dispatched_at=old,
         received_at=old,
     )
-    orphan = inbox_event_create(
-        research_envelope(source_version=1),
+    orphan = InboxEventFactory(
+        body=research_event(source_version=1),
         processing_status="processing",
         attempts=1,
         lease_expires_at=timezone.now() - timedelta(seconds=5),
@@ -141,7 +137,7 @@ def test_worker_killed_mid_batch_then_restarted_loses_and_repeats_nothing(
 ):
     count = 900
     envelopes = [
-        research_envelope(entity_id=f"doc_kill_{i % 300}", source_version=1 + i // 300)
+        research_event(entity_id=f"doc_kill_{i % 300}", source_version=1 + i // 300)
         for i in range(count)
     ]
     rows = inbox_events_bulk_create(envelopes)
@@ -197,28 +193,6 @@ def test_worker_killed_mid_batch_then_restarted_loses_and_repeats_nothing(
     )
 
 
-class DocumentLockHolder(threading.Thread):
-    """Holds a document's row lock from another connection: every attempt to apply an event to
-    that document times out on the lock, a transient failure that never passes."""
-
-    def __init__(self, entity_id: str):
-        super().__init__(daemon=True)
-        self.entity_id = entity_id
-        self.locked = threading.Event()
-        self.release = threading.Event()
-
-    def run(self) -> None:
-        try:
-            with transaction.atomic():
-                ResearchDocument.objects.select_for_update().get(
-                    entity_id=self.entity_id
-                )
-                self.locked.set()
-                self.release.wait(timeout=120)
-        finally:
-            connection.close()
-
-
 def test_poison_event_dead_letters_after_exactly_max_attempts(tmp_path, running):
     env = {
         **FAST_SWEEP,
@@ -227,17 +201,15 @@ def test_poison_event_dead_letters_after_exactly_max_attempts(tmp_path, running)
         "INBOX_RETRY_MAX_SECONDS": "0.8",
         "RESEARCH_DOCUMENT_LOCK_TIMEOUT_MS": "200",
     }
-    seed = inbox_event_create(
-        research_envelope(entity_id="doc_poison", source_version=1)
+    seed = InboxEventFactory(
+        body=research_event(entity_id="doc_poison", source_version=1)
     )
     inbox_event_process(inbox_event_id=seed.pk)
-    poison = inbox_event_create(
-        research_envelope(entity_id="doc_poison", source_version=2)
+    poison = InboxEventFactory(
+        body=research_event(entity_id="doc_poison", source_version=2)
     )
-    holder = DocumentLockHolder("doc_poison")
-    holder.start()
-    assert holder.locked.wait(timeout=10)
-    try:
+    # Every attempt times out on the lock: a transient failure that never passes.
+    with document_locked("doc_poison"):
         worker = running(processes.celery_worker(tmp_path, concurrency=2, env=env))
         running(processes.celery_beat(tmp_path, env=env))
         assert inbox_event_publish(inbox_event_id=poison.pk)
@@ -254,9 +226,6 @@ def test_poison_event_dead_letters_after_exactly_max_attempts(tmp_path, running)
             print(worker.log()[-4000:])
             raise
         time.sleep(3)  # sweeps and any stray message get their chance to attempt again
-    finally:
-        holder.release.set()
-        holder.join(timeout=10)
 
     poison.refresh_from_db()
     assert poison.attempts == 4

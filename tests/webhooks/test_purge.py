@@ -1,13 +1,15 @@
 """purge_inbox: old terminal rows lose their raw body and keep their metadata."""
 
+import getpass
 from datetime import timedelta
 
 import pytest
 from django.core.management import CommandError, call_command
 from django.utils import timezone
 
-from tests.webhooks.inbox_factories import inbox_event_create, research_envelope
-from webhooks.models import InboxEvent
+from tests.webhooks.factories import InboxEventFactory
+from webhooks.models import InboxEvent, OperatorAction
+from webhooks.retention import purge_stamp
 
 pytestmark = pytest.mark.django_db
 
@@ -23,18 +25,15 @@ TERMINAL = [
 def test_purges_old_terminal_bodies_in_batches_and_keeps_metadata(capsys):
     old = timezone.now() - timedelta(days=40)
     purgeable = [
-        inbox_event_create(
-            research_envelope(), received_at=old, processing_status=status
-        )
+        InboxEventFactory(received_at=old, processing_status=status)
         for status in TERMINAL
         for _ in range(3)
     ]
     kept_pending = [
-        inbox_event_create(research_envelope(), received_at=old, processing_status=s)
+        InboxEventFactory(received_at=old, processing_status=s)
         for s in ("received", "processing", "failed")
     ]
-    kept_recent = inbox_event_create(
-        research_envelope(),
+    kept_recent = InboxEventFactory(
         received_at=timezone.now() - timedelta(days=2),
         processing_status="processed",
     )
@@ -62,8 +61,23 @@ def test_purges_old_terminal_bodies_in_batches_and_keeps_metadata(capsys):
         assert bytes(fresh.raw_body) == bytes(event.raw_body)
         assert fresh.body_purged_at is None
 
+    # Each batch is an operator action naming its rows and the stamp they got.
+    actions = list(OperatorAction.objects.order_by("pk"))
+    assert [a.event_count for a in actions] == [4, 4, 4, 3]
+    assert {a.action for a in actions} == {"purge_bodies"}
+    assert {a.actor_name for a in actions} == {f"os:{getpass.getuser()}"}
+    assert sorted(pk for a in actions for pk in a.event_ids) == sorted(metadata_before)
+    for action in actions:
+        stamps = set(
+            InboxEvent.objects.filter(pk__in=action.event_ids).values_list(
+                "body_purged_at", flat=True
+            )
+        )
+        assert [purge_stamp(stamp) for stamp in stamps] == [action.details["purged_at"]]
+
     call_command("purge_inbox", "--older-than", "30")
     assert "of 0 terminal events" in capsys.readouterr().out
+    assert OperatorAction.objects.count() == 4
 
 
 def test_a_negative_age_is_refused():

@@ -6,17 +6,16 @@ import hmac
 
 import pytest
 
-from webhooks.schemes import SCHEMES, scheme_get
-
-from .factories import (
+from tests.integrations.research.factories import research_event
+from tests.webhooks.factories import (
     HMAC_SECRET,
     SECRETS,
     WebhookSourceFactory,
-    as_meta,
     encode,
-    research_event,
     signed_headers,
+    webhook_post,
 )
+from webhooks.schemes import SCHEMES, scheme_get
 
 pytestmark = pytest.mark.django_db
 
@@ -28,12 +27,7 @@ def test_metrics_and_the_event_api_never_show_a_secret_or_a_signature(client, ap
     headers = signed_headers(raw_body=raw, event_id=body["event_id"])
     forged = headers | {"X-Webhook-Signature": "v1=" + "cd" * 32}
     for sent, status in ((forged, 401), (headers, 202), (headers, 200)):
-        response = client.post(
-            "/webhooks/exposure/",
-            data=raw,
-            content_type="application/json",
-            **as_meta(sent),
-        )
+        response = webhook_post(client, "exposure", raw, sent)
         assert response.status_code == status
 
     metrics = client.get("/metrics").content.decode()

@@ -1,20 +1,16 @@
 """The outbox sweep against PostgreSQL and the real Redis broker: what it re-dispatches, and
 that overlapping sweeps never publish a row twice."""
 
-import threading
 from collections import Counter
 from datetime import timedelta
 
 import pytest
-from django.db import connection
 from django.utils import timezone
 
 from tests.broker import broker_reset, queued_inbox_event_ids
-from tests.webhooks.inbox_factories import (
-    inbox_event_create,
-    inbox_events_bulk_create,
-    research_envelope,
-)
+from tests.integrations.research.factories import research_event
+from tests.threads import run_together
+from tests.webhooks.factories import InboxEventFactory, inbox_events_bulk_create
 from webhooks.models import InboxEvent
 from webhooks.sweep import inbox_sweep
 from webhooks.tasks import inbox_sweep_task
@@ -34,17 +30,17 @@ def test_sweep_redispatches_exactly_the_rows_whose_message_may_be_lost():
     now = timezone.now()
     old, fresh = now - timedelta(seconds=120), now - timedelta(seconds=5)
     due = {
-        "received_old": inbox_event_create(received_at=old),
-        "received_old_dispatched_before_half_its_age": inbox_event_create(
+        "received_old": InboxEventFactory(received_at=old),
+        "received_old_dispatched_before_half_its_age": InboxEventFactory(
             received_at=now - timedelta(minutes=20),
             dispatched_at=now - timedelta(minutes=11),
         ),
-        "failed_due": inbox_event_create(
+        "failed_due": InboxEventFactory(
             processing_status="failed",
             attempts=1,
             next_attempt_at=now - timedelta(seconds=1),
         ),
-        "lease_expired": inbox_event_create(
+        "lease_expired": InboxEventFactory(
             processing_status="processing",
             attempts=1,
             lease_expires_at=now - timedelta(seconds=1),
@@ -52,33 +48,33 @@ def test_sweep_redispatches_exactly_the_rows_whose_message_may_be_lost():
         ),
     }
     not_due = {
-        "received_fresh": inbox_event_create(received_at=fresh),
-        "received_old_dispatched_recently": inbox_event_create(
+        "received_fresh": InboxEventFactory(received_at=fresh),
+        "received_old_dispatched_recently": InboxEventFactory(
             received_at=old, dispatched_at=fresh
         ),
         # Waiting in a long queue, most likely: re-dispatches are spaced by half its age.
-        "received_old_dispatched_after_half_its_age": inbox_event_create(
+        "received_old_dispatched_after_half_its_age": InboxEventFactory(
             received_at=now - timedelta(minutes=20),
             dispatched_at=now - timedelta(minutes=9),
         ),
-        "failed_later": inbox_event_create(
+        "failed_later": InboxEventFactory(
             processing_status="failed",
             attempts=1,
             next_attempt_at=now + timedelta(seconds=30),
         ),
-        "failed_due_retry_already_published": inbox_event_create(
+        "failed_due_retry_already_published": InboxEventFactory(
             processing_status="failed",
             attempts=1,
             next_attempt_at=now - timedelta(seconds=1),
             dispatched_at=now - timedelta(seconds=1),
         ),
-        "lease_live": inbox_event_create(
+        "lease_live": InboxEventFactory(
             processing_status="processing",
             attempts=1,
             lease_expires_at=now + timedelta(seconds=60),
         ),
         **{
-            status: inbox_event_create(
+            status: InboxEventFactory(
                 processing_status=status, received_at=old, processed_at=old
             )
             for status in (
@@ -107,7 +103,7 @@ def test_sweep_redispatches_exactly_the_rows_whose_message_may_be_lost():
 
 
 def test_the_sweep_task_runs_the_inbox_sweep():
-    event = inbox_event_create(received_at=timezone.now() - timedelta(minutes=5))
+    event = InboxEventFactory(received_at=timezone.now() - timedelta(minutes=5))
     assert inbox_sweep_task.apply().get() == 1
     assert queued_inbox_event_ids() == [event.pk]
 
@@ -115,7 +111,7 @@ def test_the_sweep_task_runs_the_inbox_sweep():
 def test_sweep_works_in_bounded_batches_and_takes_every_due_row():
     old = timezone.now() - timedelta(minutes=5)
     rows = inbox_events_bulk_create(
-        [research_envelope() for _ in range(23)], received_at=old
+        [research_event() for _ in range(23)], received_at=old
     )
     assert inbox_sweep(batch_size=5) == 23
     assert sorted(queued_inbox_event_ids()) == sorted(r.pk for r in rows)
@@ -124,27 +120,9 @@ def test_sweep_works_in_bounded_batches_and_takes_every_due_row():
 def test_two_sweeps_at_once_never_double_dispatch():
     old = timezone.now() - timedelta(minutes=5)
     rows = inbox_events_bulk_create(
-        [research_envelope() for _ in range(400)], received_at=old
+        [research_event() for _ in range(400)], received_at=old
     )
-    sweepers = 3
-    barrier = threading.Barrier(sweepers)
-    published: list[int] = []
-    errors: list[BaseException] = []
-
-    def sweep() -> None:
-        try:
-            barrier.wait(timeout=30)
-            published.append(inbox_sweep(batch_size=20))
-        except BaseException as exc:
-            errors.append(exc)
-        finally:
-            connection.close()
-
-    threads = [threading.Thread(target=sweep) for _ in range(sweepers)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=120)
+    published, errors = run_together([lambda: inbox_sweep(batch_size=20)] * 3)
 
     assert not errors, errors
     assert sum(published) == 400

@@ -12,13 +12,11 @@ from django.urls import reverse
 from django.utils import timezone
 
 from research.models import ResearchDocument
-from tests.webhooks.inbox_factories import inbox_event_create, research_envelope
+from tests.integrations.research.factories import research_event
+from tests.webhooks.factories import InboxEventFactory, signed_post
 from webhooks.models import FingerprintMismatch, InboxAttempt, InboxEvent
 from webhooks.processing import inbox_event_process
 from webhooks.sweep import inbox_sweep
-
-from .factories import research_event
-from .test_ingest import post_signed
 
 pytestmark = pytest.mark.django_db
 
@@ -47,7 +45,7 @@ def test_a_date_outside_the_storable_range_is_422_naming_the_field(
     else:
         body[field] = value
 
-    response = post_signed(http, body)
+    response = signed_post(http, source.slug, body)
 
     assert response.status_code == 422, response.content
     assert response.json()["error"] == "invalid_payload"
@@ -67,7 +65,7 @@ def test_dates_at_the_edges_of_the_range_are_stored_processed_and_read_back(
 ):
     body = research_event(occurred_at=value)
     body["source"]["published_at"] = value
-    assert post_signed(http, body).status_code == 202
+    assert signed_post(http, source.slug, body).status_code == 202
 
     event = InboxEvent.objects.get()
     assert inbox_event_process(inbox_event_id=event.pk).status == "processed"
@@ -96,9 +94,8 @@ def stored_by_an_older_deployment(which: str, **state) -> InboxEvent:
     """An inbox row whose ``occurred_at`` column holds what the body named, written with raw
     SQL as no current code path can write it."""
     body_value, column_value = STORED[connection.vendor][which]
-    envelope = research_envelope()
-    envelope["occurred_at"] = body_value
-    event = inbox_event_create(envelope, occurred_at=None, **state)
+    body = research_event(occurred_at=body_value)
+    event = InboxEventFactory(body=body, occurred_at=None, **state)
     table = connection.ops.quote_name(InboxEvent._meta.db_table)
     with connection.cursor() as cursor:
         cursor.execute(
@@ -201,7 +198,7 @@ def test_every_page_that_shows_such_a_row_renders(admin_client, api, which):
     reason="only PostgreSQL could store such a date: SQLite ingest refused it with a 500",
 )
 def test_a_document_stored_with_an_unreadable_date_dead_letters_its_next_event():
-    first = inbox_event_create(research_envelope(entity_id="doc-poisoned"))
+    first = InboxEventFactory(body=research_event(entity_id="doc-poisoned"))
     assert inbox_event_process(inbox_event_id=first.pk).status == "processed"
     table = connection.ops.quote_name(ResearchDocument._meta.db_table)
     with connection.cursor() as cursor:
@@ -209,7 +206,7 @@ def test_a_document_stored_with_an_unreadable_date_dead_letters_its_next_event()
             f"UPDATE {table} SET published_at = %s WHERE entity_id = %s",  # noqa: S608
             ["10000-01-01 00:59:59+00", "doc-poisoned"],
         )
-    later = inbox_event_create(research_envelope(entity_id="doc-poisoned"))
+    later = InboxEventFactory(body=research_event(entity_id="doc-poisoned"))
 
     outcome = inbox_event_process(inbox_event_id=later.pk)
 
@@ -220,9 +217,9 @@ def test_a_document_stored_with_an_unreadable_date_dead_letters_its_next_event()
 
 
 def test_a_body_whose_published_at_an_older_deployment_accepted_is_dead_lettered():
-    envelope = research_envelope()
-    envelope["source"]["published_at"] = "9999-12-31T23:59:59-01:00"
-    event = inbox_event_create(envelope)
+    body = research_event()
+    body["source"]["published_at"] = "9999-12-31T23:59:59-01:00"
+    event = InboxEventFactory(body=body)
 
     outcome = inbox_event_process(inbox_event_id=event.pk)
 
@@ -258,7 +255,7 @@ def test_a_source_member_the_database_cannot_store_is_422(
     body = research_event()
     body["source"][member] = value
 
-    response = post_signed(http, body)
+    response = signed_post(http, source.slug, body)
 
     assert response.status_code == 422, response.content
     details = response.json()["details"]
@@ -269,7 +266,7 @@ def test_a_source_member_the_database_cannot_store_is_422(
 def test_a_content_hash_of_the_full_column_length_is_stored_and_applied(http, source):
     body = research_event()
     body["source"]["content_hash"] = "h" * 255
-    assert post_signed(http, body).status_code == 202
+    assert signed_post(http, source.slug, body).status_code == 202
     event = InboxEvent.objects.get()
     assert inbox_event_process(inbox_event_id=event.pk).status == "processed"
 
@@ -293,7 +290,7 @@ def test_data_the_database_cannot_store_is_dead_lettered_on_the_first_attempt(
     data, reason
 ):
     # ``data`` is the domain's to validate, at processing: ingest stores it as sent.
-    event = inbox_event_create(research_envelope(data=data))
+    event = InboxEventFactory(body=research_event(data=data))
 
     outcome = inbox_event_process(inbox_event_id=event.pk)
 

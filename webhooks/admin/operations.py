@@ -10,8 +10,10 @@ from core.admin_base import BoundedCountPaginator, ReadOnlyAdminMixin
 
 from ..models import BulkReplayJob, OperatorAction
 from ..replay import (
+    BulkReplayJobNotResumable,
     BulkReplayJobNotStartable,
     bulk_replay_job_create,
+    bulk_replay_job_resume,
     bulk_replay_job_start,
 )
 from ..selectors import inbox_events_by_pks
@@ -84,8 +86,9 @@ class BulkReplayJobForm(forms.ModelForm):
 
 @admin.register(BulkReplayJob)
 class BulkReplayJobAdmin(admin.ModelAdmin):
-    """A replay by filter: adding one records its dry-run count; "Start" hands it to a worker;
-    the list shows its progress."""
+    """A replay by filter: adding one records its dry-run count; "Start" hands it to the
+    workers; the list shows its progress and who created and started it; "Resume" takes a
+    failed or interrupted job on from where it stopped."""
 
     form = BulkReplayJobForm
     paginator = BoundedCountPaginator
@@ -94,6 +97,7 @@ class BulkReplayJobAdmin(admin.ModelAdmin):
         "pk",
         "created_at",
         "created_by_name",
+        "started_by_name",
         "filter_summary",
         "dry_run_count",
         "state",
@@ -102,7 +106,7 @@ class BulkReplayJobAdmin(admin.ModelAdmin):
     )
     list_filter = ("state",)
     ordering = ("-created_at", "-id")
-    actions = ("start_selected",)
+    actions = ("start_selected", "resume_selected")
     readonly_fields = (
         "filter_summary",
         "reason",
@@ -111,7 +115,11 @@ class BulkReplayJobAdmin(admin.ModelAdmin):
         "progress",
         "created_by_name",
         "created_at",
+        "started_by_name",
         "started_at",
+        "resumed_by_name",
+        "run",
+        "lease_expires_at",
         "finished_at",
         "error",
     )
@@ -187,9 +195,28 @@ class BulkReplayJobAdmin(admin.ModelAdmin):
         started = 0
         for job in queryset.filter(state=BulkReplayJob.State.COUNTED):
             try:
-                bulk_replay_job_start(job=job)
+                bulk_replay_job_start(job=job, started_by=request.user)
                 started += 1
             except BulkReplayJobNotStartable:
                 continue
         level = messages.SUCCESS if started else messages.WARNING
         self.message_user(request, f"Started {started} bulk replay job(s).", level)
+
+    @admin.action(permissions=["replay"], description="Resume selected jobs")
+    def resume_selected(self, request, queryset):
+        resumed, refused = 0, 0
+        for pk in queryset.values_list("pk", flat=True):
+            try:
+                bulk_replay_job_resume(job_id=pk, resumed_by=request.user)
+                resumed += 1
+            except (BulkReplayJobNotResumable, BulkReplayJob.DoesNotExist):
+                refused += 1
+        text = f"Resumed {resumed} bulk replay job(s)."
+        if refused:
+            text += (
+                f" {refused} not resumable: only a failed job, or one whose worker "
+                "stopped renewing its lease, is."
+            )
+        self.message_user(
+            request, text, messages.SUCCESS if resumed else messages.WARNING
+        )

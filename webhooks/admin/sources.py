@@ -4,7 +4,10 @@ from django import forms
 from django.contrib import admin, messages
 from django.http import HttpResponse
 from django.utils.decorators import method_decorator
-from django.views.decorators.debug import sensitive_post_parameters
+from django.views.decorators.debug import (
+    sensitive_post_parameters,
+    sensitive_variables,
+)
 
 from core.admin_base import ReadOnlyAdminMixin, ReasonForm, confirm_with_reason
 from core.errors import ServiceError
@@ -70,6 +73,7 @@ class WebhookSourceAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         return request.user.has_perm("webhooks.rotate_secret")
 
     @admin.action(description="Rotate secret", permissions=["rotate_secret"])
+    @sensitive_variables("data")
     def rotate_secret(self, request, queryset):
         if queryset.count() != 1:
             self.message_user(

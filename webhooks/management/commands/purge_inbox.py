@@ -1,3 +1,4 @@
+import getpass
 from datetime import timedelta
 
 from django.core.management.base import BaseCommand, CommandError
@@ -9,7 +10,8 @@ from webhooks.retention import inbox_bodies_purge
 class Command(BaseCommand):
     help = (
         "Drops the raw bodies of terminal inbox events older than DAYS, in batches; keeps "
-        "their metadata (ids, hashes, fingerprints, statuses), so deduplication still works."
+        "their metadata (ids, hashes, fingerprints, statuses), so deduplication still works. "
+        "Each batch is recorded as an operator action under the invoking OS user."
     )
 
     def add_arguments(self, parser):
@@ -27,7 +29,10 @@ class Command(BaseCommand):
             self.stdout.write(f"purged {count} bodies so far")
 
         total = inbox_bodies_purge(
-            older_than=cutoff, batch_size=batch_size, progress=progress
+            older_than=cutoff,
+            batch_size=batch_size,
+            actor_name=f"os:{getpass.getuser()}",
+            progress=progress,
         )
         self.stdout.write(
             self.style.SUCCESS(

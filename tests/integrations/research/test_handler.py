@@ -5,29 +5,18 @@ from datetime import timedelta
 import pytest
 
 from research.models import DocumentRevision, ResearchDocument
-from tests.webhooks.inbox_factories import (
-    BASE_TIME,
-    inbox_event_create,
-    research_envelope,
-)
-from webhooks.models import InboxAttempt, InboxEvent
-from webhooks.processing import inbox_event_process
+from tests.integrations.research.factories import BASE_TIME, research_event
+from tests.research.factories import document_event_apply
+from webhooks.models import InboxAttempt
 
 pytestmark = pytest.mark.django_db
 
 
-def process(envelope: dict) -> InboxEvent:
-    event = inbox_event_create(envelope)
-    inbox_event_process(inbox_event_id=event.pk, worker="test")
-    event.refresh_from_db()
-    return event
-
-
 def test_created_event_upserts_the_document_with_its_citations_and_a_revision():
-    envelope = research_envelope(
+    envelope = research_event(
         entity_id="doc_1", event_type="research.document.created", source_version=3
     )
-    event = process(envelope)
+    event = document_event_apply(envelope)
 
     assert event.processing_status == "processed"
     assert event.processed_at is not None
@@ -59,9 +48,9 @@ def test_created_event_upserts_the_document_with_its_citations_and_a_revision():
 
 
 def test_equal_version_is_ignored_as_duplicate_version_and_changes_nothing():
-    process(research_envelope(entity_id="doc_eq", source_version=5))
-    second = process(
-        research_envelope(entity_id="doc_eq", source_version=5, data={"summary": "x"})
+    document_event_apply(research_event(entity_id="doc_eq", source_version=5))
+    second = document_event_apply(
+        research_event(entity_id="doc_eq", source_version=5, data={"summary": "x"})
     )
     assert second.processing_status == "ignored_duplicate_version"
     assert "not newer" in second.error_message
@@ -72,20 +61,20 @@ def test_equal_version_is_ignored_as_duplicate_version_and_changes_nothing():
 
 
 def test_lower_version_is_ignored_out_of_order():
-    process(research_envelope(entity_id="doc_ooo", source_version=8))
-    late = process(research_envelope(entity_id="doc_ooo", source_version=7))
+    document_event_apply(research_event(entity_id="doc_ooo", source_version=8))
+    late = document_event_apply(research_event(entity_id="doc_ooo", source_version=7))
     assert late.processing_status == "ignored_out_of_order"
     assert ResearchDocument.objects.get(entity_id="doc_ooo").current_source_version == 8
 
 
 def test_delete_then_late_older_update_never_resurrects():
-    process(research_envelope(entity_id="doc_d", source_version=1))
-    deleted = process(
-        research_envelope(
+    document_event_apply(research_event(entity_id="doc_d", source_version=1))
+    deleted = document_event_apply(
+        research_event(
             entity_id="doc_d", event_type="research.document.deleted", source_version=3
         )
     )
-    late = process(research_envelope(entity_id="doc_d", source_version=2))
+    late = document_event_apply(research_event(entity_id="doc_d", source_version=2))
 
     assert deleted.processing_status == "processed"
     assert late.processing_status == "ignored_out_of_order"
@@ -99,13 +88,13 @@ def test_delete_then_late_older_update_never_resurrects():
 
 
 def test_newer_update_after_delete_resurrects():
-    process(
-        research_envelope(
+    document_event_apply(
+        research_event(
             entity_id="doc_r", event_type="research.document.deleted", source_version=4
         )
     )
-    newer = process(
-        research_envelope(
+    newer = document_event_apply(
+        research_event(
             entity_id="doc_r", event_type="research.document.created", source_version=5
         )
     )
@@ -116,13 +105,13 @@ def test_newer_update_after_delete_resurrects():
 
 
 def test_delete_of_a_never_seen_document_leaves_a_tombstone_that_blocks_older_creates():
-    process(
-        research_envelope(
+    document_event_apply(
+        research_event(
             entity_id="doc_t", event_type="research.document.deleted", source_version=9
         )
     )
-    create = process(
-        research_envelope(
+    create = document_event_apply(
+        research_event(
             entity_id="doc_t", event_type="research.document.created", source_version=2
         )
     )
@@ -135,19 +124,19 @@ def test_delete_of_a_never_seen_document_leaves_a_tombstone_that_blocks_older_cr
 
 def test_without_versions_occurred_at_then_event_id_decides():
     t = BASE_TIME
-    first = process(
-        research_envelope(entity_id="doc_nv", occurred_at=t, event_id="evt_b")
+    first = document_event_apply(
+        research_event(entity_id="doc_nv", occurred_at=t, event_id="evt_b")
     )
-    older = process(
-        research_envelope(
+    older = document_event_apply(
+        research_event(
             entity_id="doc_nv", occurred_at=t - timedelta(seconds=1), event_id="evt_z"
         )
     )
-    tie_lower = process(
-        research_envelope(entity_id="doc_nv", occurred_at=t, event_id="evt_a")
+    tie_lower = document_event_apply(
+        research_event(entity_id="doc_nv", occurred_at=t, event_id="evt_a")
     )
-    tie_higher = process(
-        research_envelope(entity_id="doc_nv", occurred_at=t, event_id="evt_c")
+    tie_higher = document_event_apply(
+        research_event(entity_id="doc_nv", occurred_at=t, event_id="evt_c")
     )
     assert first.processing_status == "processed"
     assert older.processing_status == "ignored_out_of_order"
@@ -159,8 +148,8 @@ def test_without_versions_occurred_at_then_event_id_decides():
 
 
 def test_unknown_event_type_is_ignored_unsupported_without_a_document():
-    event = process(
-        research_envelope(entity_id="doc_u", event_type="research.document.archived")
+    event = document_event_apply(
+        research_event(entity_id="doc_u", event_type="research.document.archived")
     )
     assert event.processing_status == "ignored_unsupported"
     assert not ResearchDocument.objects.filter(entity_id="doc_u").exists()
@@ -190,7 +179,9 @@ def test_unknown_event_type_is_ignored_unsupported_without_a_document():
     ],
 )
 def test_invalid_data_dead_letters_at_once_with_the_reason(data, reason):
-    event = process(research_envelope(entity_id="doc_bad", source_version=1, data=data))
+    event = document_event_apply(
+        research_event(entity_id="doc_bad", source_version=1, data=data)
+    )
     assert event.processing_status == "dead_lettered"
     assert event.attempts == 1
     assert reason in event.error_message
@@ -202,12 +193,10 @@ def test_invalid_data_dead_letters_at_once_with_the_reason(data, reason):
 
 
 def test_invalid_data_does_not_touch_an_existing_document():
-    process(research_envelope(entity_id="doc_keep", source_version=1))
+    document_event_apply(research_event(entity_id="doc_keep", source_version=1))
     before = ResearchDocument.objects.get(entity_id="doc_keep")
-    bad = process(
-        research_envelope(
-            entity_id="doc_keep", source_version=2, data={"authors": [None]}
-        )
+    bad = document_event_apply(
+        research_event(entity_id="doc_keep", source_version=2, data={"authors": [None]})
     )
     after = ResearchDocument.objects.get(entity_id="doc_keep")
     assert bad.processing_status == "dead_lettered"

@@ -5,7 +5,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("webhooks", "0004_inbox_body_key"),
+        ("webhooks", "0006_inbox_body_key"),
     ]
 
     operations = [

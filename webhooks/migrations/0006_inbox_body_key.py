@@ -19,7 +19,7 @@ UPDATE webhooks_inboxevent SET body_key = payload_hash
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("webhooks", "0003_registries_and_admin_names"),
+        ("webhooks", "0005_bulk_replay_runs"),
     ]
 
     operations = [

@@ -1,0 +1,39 @@
+"""gunicorn settings. gunicorn reads ``gunicorn.conf.py`` from its working directory, so
+``gunicorn config.wsgi`` started at the repository root (README.md, "Processes") runs with
+them; elsewhere, pass ``-c <repository>/gunicorn.conf.py``.
+
+Metrics: this server's workers share one folder of metric files, set up here in the arbiter
+before any worker forks, so that every scrape of /metrics answers the sums over all workers
+whichever worker serves it; a worker that exits is marked dead. An application started by
+gunicorn without these settings refuses to serve (``config/wsgi.py``). See docs/security.md,
+"Metrics of every process".
+"""
+
+import multiprocessing
+import os
+import sys
+
+# The configuration is read before gunicorn puts its working directory on the path.
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from core.metrics_dir import metrics_dir_prepare
+
+metrics_dir_prepare(server="gunicorn")
+
+bind = os.environ.get("GUNICORN_BIND", "127.0.0.1:8000")
+# Sync workers: gthread with keep-alive was measured piling every connection onto one
+# worker; sync workers were stable.
+worker_class = "sync"
+workers = int(os.environ.get("GUNICORN_WORKERS", multiprocessing.cpu_count() * 2 + 1))
+timeout = int(os.environ.get("GUNICORN_TIMEOUT", "30"))
+graceful_timeout = 30
+max_requests = int(os.environ.get("GUNICORN_MAX_REQUESTS", "10000"))
+max_requests_jitter = 1000
+accesslog = os.environ.get("GUNICORN_ACCESSLOG") or None
+forwarded_allow_ips = os.environ.get("FORWARDED_ALLOW_IPS", "127.0.0.1")
+
+
+def child_exit(server, worker):
+    from core.metrics import process_mark_dead
+
+    process_mark_dead(worker.pid)

@@ -1,0 +1,145 @@
+"""Bulk replay jobs on a REAL Celery worker: a job many chunks long runs as a chain of tasks,
+and a job whose worker is killed (-9) mid-way is resumed and finishes with every row replayed
+exactly once."""
+
+import re
+import time
+
+import pytest
+
+from tests import processes
+from tests.broker import broker_reset
+from tests.webhooks.factories import DeadLetteredEventFactory, WebhookSourceFactory
+from webhooks.dispatch import BULK_REPLAY_TASK
+from webhooks.models import BulkReplayJob, OperatorAction
+from webhooks.replay import (
+    bulk_replay_job_create,
+    bulk_replay_job_resume,
+    bulk_replay_job_start,
+)
+
+from .conftest import make_user
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+
+WORKER_ENV = {
+    "AUDIT_BULK_REPLAY_CHUNK_SIZE": "10",
+    "AUDIT_BULK_REPLAY_SLICE_SECONDS": "0",
+    "AUDIT_BULK_REPLAY_LEASE_SECONDS": "2",
+    "INBOX_MAX_ATTEMPTS": "1",
+}
+
+
+@pytest.fixture
+def clean_broker():
+    broker_reset()
+    yield
+    broker_reset()
+
+
+def job_for(n, *, creator):
+    source = WebhookSourceFactory()
+    dead = DeadLetteredEventFactory.create_batch(n, source=source)
+    job = bulk_replay_job_create(
+        source=source,
+        status="dead_lettered",
+        since=None,
+        event_ids=[],
+        reason="provider outage",
+        created_by=creator,
+    )
+    assert job.dry_run_count == n
+    return job, dead
+
+
+def finished(job):
+    return BulkReplayJob.objects.get(pk=job.pk).state in (
+        BulkReplayJob.State.SUCCEEDED,
+        BulkReplayJob.State.FAILED,
+    )
+
+
+def replayed_ids(job):
+    return [
+        pk
+        for action in OperatorAction.objects.filter(bulk_job=job)
+        for pk in action.event_ids
+    ]
+
+
+def chunk_tasks_run(worker):
+    return len(
+        re.findall(
+            rf"Task {re.escape(BULK_REPLAY_TASK)}\[[^\]]+\] received", worker.log()
+        )
+    )
+
+
+def test_a_job_many_chunks_long_runs_as_a_chain_of_tasks_on_a_real_worker(
+    tmp_path, operator, roles, clean_broker
+):
+    creator = make_user("creator", "Operators")
+    job, dead = job_for(120, creator=creator)
+    worker = processes.celery_worker(tmp_path, env=WORKER_ENV).start()
+    try:
+        bulk_replay_job_start(job=job, started_by=operator)
+        processes.wait_until(
+            lambda: finished(job), timeout=120, what="the bulk replay job to finish"
+        )
+    finally:
+        worker.stop()
+    job.refresh_from_db()
+    assert job.state == BulkReplayJob.State.SUCCEEDED, worker.log()[-3000:]
+    assert (job.processed, job.total) == (120, 120)
+    assert (
+        chunk_tasks_run(worker) >= 12
+    )  # one task per chunk of 10 (+ a last, empty one)
+    actions = OperatorAction.objects.filter(bulk_job=job)
+    assert actions.count() == 12
+    assert {(a.actor, a.actor_name) for a in actions} == {(operator, "operator")}
+    assert sorted(replayed_ids(job)) == sorted(e.pk for e in dead)
+
+
+def test_a_job_whose_worker_is_killed_mid_way_resumes_and_replays_every_row_once(
+    tmp_path, operator, roles, clean_broker
+):
+    job, dead = job_for(200, creator=operator)
+    worker = processes.celery_worker(tmp_path, env=WORKER_ENV).start()
+    try:
+        bulk_replay_job_start(job=job, started_by=operator)
+        processes.wait_until(
+            lambda: BulkReplayJob.objects.get(pk=job.pk).processed >= 30,
+            timeout=60,
+            interval=0.02,
+            what="the job to be under way",
+        )
+        worker.kill()
+    finally:
+        worker.stop()
+    job.refresh_from_db()
+    assert job.state in (BulkReplayJob.State.QUEUED, BulkReplayJob.State.RUNNING)
+    assert 30 <= job.processed < 200
+    interrupted_at = job.processed
+
+    time.sleep(2.5)  # the lease of the dead worker's chunk runs out
+    resumer = make_user("resumer", "Operators")
+    bulk_replay_job_resume(job_id=job.pk, resumed_by=resumer)
+    worker = processes.celery_worker(tmp_path, env=WORKER_ENV, name="w2").start()
+    try:
+        processes.wait_until(
+            lambda: finished(job), timeout=120, what="the resumed job to finish"
+        )
+    finally:
+        worker.stop()
+
+    job.refresh_from_db()
+    assert job.state == BulkReplayJob.State.SUCCEEDED, worker.log()[-3000:]
+    assert job.processed == 200
+    ids = replayed_ids(job)
+    assert len(ids) == len(set(ids)) == 200  # every row exactly once
+    assert set(ids) == {e.pk for e in dead}
+    names = set(
+        OperatorAction.objects.filter(bulk_job=job).values_list("actor_name", flat=True)
+    )
+    assert names == {"operator", "resumer"}
+    assert interrupted_at < 200
