@@ -33,6 +33,7 @@ def test_a_server_gets_a_fresh_folder_of_its_own(temp_dir):
     assert os.listdir(path) == []
 
 
+@pytest.mark.slow  # starts a process, to have the pid of one that has ended
 def test_the_folders_of_servers_that_died_outright_are_removed(temp_dir):
     dead = temp_dir / f"prometheus-celery-{dead_pid()}-abc"
     alive = temp_dir / f"prometheus-celery-{os.getppid()}-def"

@@ -176,6 +176,7 @@ def production_answer(**env: str) -> list[str]:
     return result.stdout.strip().splitlines()[-1].split()
 
 
+@pytest.mark.slow
 def test_a_forged_x_forwarded_proto_is_not_trusted_by_default():
     """A client reaching the server directly cannot claim HTTPS with a header: plain HTTP is
     still redirected, and no HSTS is sent over it."""
@@ -186,6 +187,7 @@ def test_a_forged_x_forwarded_proto_is_not_trusted_by_default():
     ]
 
 
+@pytest.mark.slow
 def test_behind_a_proxy_the_operator_trusts_x_forwarded_proto():
     status, *_, hsts = production_answer(DJANGO_TRUST_X_FORWARDED_PROTO="true")
     assert (status, hsts) == ("401", "True")  # served as HTTPS: no redirect
