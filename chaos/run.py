@@ -283,11 +283,8 @@ class Faults:
         self._timed("beat stopped", action)
 
     def concurrent_sweeps(self) -> None:
-        code = (
-            "from webhooks.sweep import inbox_sweep;"
-            " from deployments.services import deployment_jobs_redispatch;"
-            " print(inbox_sweep(), deployment_jobs_redispatch())"
-        )
+        # Two relay rounds with their sweep, at once, beside the workers' own relays.
+        code = "from core.relay import Relay; print(Relay().run_once(sweep=True))"
         env = stack_env(**self.env)
 
         def action():

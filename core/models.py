@@ -2,6 +2,7 @@ import hashlib
 import secrets
 
 from django.db import models
+from django.utils import timezone
 
 
 class AppendOnlyError(Exception):
@@ -98,3 +99,30 @@ class WorkerHeartbeat(models.Model):
 
     def __str__(self) -> str:
         return f"{self.hostname} {self.created_at:%Y-%m-%d %H:%M:%S}"
+
+
+class RelayHeartbeat(models.Model):
+    """One outbox relay (a thread of a worker process), as it last reported itself: how
+    ``/metrics`` and ``/readyz`` tell how many relays are alive."""
+
+    relay_id = models.CharField(max_length=255)
+    started_at = models.DateTimeField(auto_now_add=True)
+    last_seen_at = models.DateTimeField()
+    published = models.BigIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["relay_id"], name="core_relayheartbeat_relay_uniq"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.relay_id
+
+    @classmethod
+    def beat(cls, *, relay_id: str, published: int) -> None:
+        cls.objects.update_or_create(
+            relay_id=relay_id,
+            defaults={"last_seen_at": timezone.now(), "published": published},
+        )

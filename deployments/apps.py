@@ -6,13 +6,10 @@ class DeploymentsConfig(AppConfig):
     verbose_name = "Deployments and builds"
 
     def ready(self) -> None:
-        from django.conf import settings
+        from core.relay import outbox_register
 
-        from core.periodic import periodic_task_register
+        from .outbox import JOBS_OUTBOX
 
-        # In the same rhythm as the inbox's sweep: a lost message costs a job the same delay.
-        periodic_task_register(
-            name="deployment-jobs-sweep",
-            task="deployments.sweep",
-            every_seconds=settings.INBOX_SWEEP_INTERVAL_SECONDS,
-        )
+        # New jobs reach the workers through the relay; its sweep re-publishes lost ones
+        # and fails jobs whose lease ran out.
+        outbox_register(JOBS_OUTBOX)

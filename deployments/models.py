@@ -46,7 +46,9 @@ class Job(BaseModel):
     # When the current status was reported or reached: external reports older than this are
     # not applied.
     status_changed_at = models.DateTimeField(default=timezone.now)
-    last_dispatched_at = models.DateTimeField(default=timezone.now)
+    # When a run message was last published for the job; null while it waits for its first
+    # (the relay's claim, through the partial "outbox" index).
+    last_dispatched_at = models.DateTimeField(null=True, blank=True)
     executor_started_at = models.DateTimeField(null=True, blank=True)
     executor_finished_at = models.DateTimeField(null=True, blank=True)
     claimed_by = models.CharField(max_length=255, blank=True, default="")
@@ -89,6 +91,11 @@ class Deployment(Job):
                 condition=Q(status__in=["queued", "running"]),
             ),
             models.Index(
+                fields=["id"],
+                name="deployments_dep_outbox_idx",
+                condition=Q(status="queued", last_dispatched_at__isnull=True),
+            ),
+            models.Index(
                 fields=["repository", "environment", "-id"],
                 name="deployments_dep_github_idx",
             ),
@@ -121,6 +128,11 @@ class Build(Job):
                 fields=["status", "last_dispatched_at"],
                 name="deployments_bld_sweep_idx",
                 condition=Q(status__in=["queued", "running"]),
+            ),
+            models.Index(
+                fields=["id"],
+                name="deployments_bld_outbox_idx",
+                condition=Q(status="queued", last_dispatched_at__isnull=True),
             ),
             models.Index(
                 fields=["status", "-created_at"], name="deployments_bld_status_idx"

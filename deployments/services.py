@@ -6,14 +6,12 @@ import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from celery import current_app
 from django.conf import settings
 from django.db import transaction
 from django.db.models import CharField, F, Value
 from django.utils import timezone
 
 from core.errors import NotFound
-from core.logging import correlation_id_bound, correlation_id_get
 from core.models import ApiClient
 from idempotency.services import (
     idempotency_record_progress_deadline_set,
@@ -47,26 +45,6 @@ def job_kind(job: Job) -> str:
     return "deployment" if isinstance(job, Deployment) else "build"
 
 
-def job_dispatch(*, job: Job) -> None:
-    """Publishes the job's task once the surrounding transaction commits. A failed publish is
-    only logged: the job row is the outbox, and the sweep publishes it again."""
-    kind, public_id = job_kind(job), job.public_id
-    # The idempotency key is the job's correlation id, also when the sweep publishes it.
-    correlation_id = correlation_id_get() or job.idempotency_key
-
-    def publish() -> None:
-        try:
-            with correlation_id_bound(correlation_id):
-                current_app.send_task(RUN_JOB_TASK, args=[kind, public_id])
-            logger.info("job.dispatched", extra={"kind": kind, "job_id": public_id})
-        except Exception:
-            logger.warning(
-                "job.dispatch_failed", extra={"kind": kind, "job_id": public_id}
-            )
-
-    transaction.on_commit(publish)
-
-
 def job_pickup_deadline(*, job: Job) -> datetime:
     """When a new job's key counts as stuck if no worker has picked the job up: the sweep
     re-dispatches it after ``DEPLOY_REDISPATCH_AFTER_SECONDS`` and runs every
@@ -80,8 +58,9 @@ def job_pickup_deadline(*, job: Job) -> datetime:
 def deployment_create(
     *, client: ApiClient, idempotency_key: str, data: dict
 ) -> Deployment:
-    """Creates a queued deployment and dispatches its job after commit. The caller holds the
-    idempotency record in the same transaction."""
+    """Creates a queued deployment; the relay publishes its job once the transaction has
+    committed (``deployments.outbox``). The caller holds the idempotency record in the same
+    transaction."""
     deployment = Deployment.objects.create(
         client=client,
         idempotency_key=idempotency_key,
@@ -91,12 +70,11 @@ def deployment_create(
         workflow=data.get("workflow") or "",
         triggered_by=data.get("triggered_by") or "",
     )
-    job_dispatch(job=deployment)
     return deployment
 
 
 def build_create(*, client: ApiClient, idempotency_key: str, data: dict) -> Build:
-    """Creates a queued build and dispatches its job after commit."""
+    """Creates a queued build; the relay publishes its job (``deployments.outbox``)."""
     build = Build.objects.create(
         client=client,
         idempotency_key=idempotency_key,
@@ -106,7 +84,6 @@ def build_create(*, client: ApiClient, idempotency_key: str, data: dict) -> Buil
         workflow=data.get("workflow") or "",
         triggered_by=data.get("triggered_by") or "",
     )
-    job_dispatch(job=build)
     return build
 
 
@@ -203,8 +180,9 @@ def _job_locked(*, kind: str, public_id: str) -> Job | None:
 
 
 def _worker_lost_fail(*, job: Job, actor: str, now: datetime) -> None:
-    if job.executor_started_at is None:
-        # Reported running by an external system, never run by a worker of ours.
+    if job.executor_started_at is None or job.executor_finished_at is not None:
+        # Reported running by an external system (never run by a worker of ours, or reported
+        # running again after our worker's result).
         detail = (
             "report_lost: reported running, but no further report came within the lease"
         )
@@ -264,39 +242,17 @@ def job_run(*, kind: str, public_id: str, worker: str) -> str:
     return status
 
 
-def deployment_jobs_redispatch(*, batch_size: int = 500) -> int:
-    """Publishes again queued jobs that no worker picked up within
-    ``DEPLOY_REDISPATCH_AFTER_SECONDS``, and fails running jobs whose worker was lost.
-    Rows are claimed with ``SKIP LOCKED``: overlapping sweeps never take the same row."""
+def jobs_lost_fail(*, batch_size: int = 500) -> int:
+    """Fails running jobs whose lease ran out: the worker that ran the executor died without a
+    result, or the system that reported them running reported nothing more. Rows are taken
+    with ``SKIP LOCKED``: overlapping sweeps never take the same job. Returns how many."""
     now = timezone.now()
-    cutoff = now - timedelta(seconds=settings.DEPLOY_REDISPATCH_AFTER_SECONDS)
     count = 0
     for model in JOB_MODELS.values():
         with transaction.atomic():
-            jobs = list(
-                model.objects.select_for_update(skip_locked=True)
-                .filter(
-                    status=JobStatus.QUEUED,
-                    executor_started_at__isnull=True,
-                    last_dispatched_at__lt=cutoff,
-                )
-                .order_by("last_dispatched_at")[:batch_size]
-            )
-            if jobs:
-                model.objects.filter(pk__in=[job.pk for job in jobs]).update(
-                    last_dispatched_at=now
-                )
-                for job in jobs:
-                    job_dispatch(job=job)
-            count += len(jobs)
-        with transaction.atomic():
             lost = list(
                 model.objects.select_for_update(skip_locked=True)
-                .filter(
-                    status=JobStatus.RUNNING,
-                    executor_finished_at__isnull=True,
-                    lease_expires_at__lt=now,
-                )
+                .filter(status=JobStatus.RUNNING, lease_expires_at__lt=now)
                 .order_by("lease_expires_at")[:batch_size]
             )
             for job in lost:

@@ -3,7 +3,7 @@ import socket
 
 from celery import shared_task
 
-from .services import RUN_JOB_TASK, deployment_jobs_redispatch, job_run
+from .services import RUN_JOB_TASK, job_run
 
 
 @shared_task(name=RUN_JOB_TASK, bind=True)
@@ -11,10 +11,3 @@ def job_run_task(self, kind: str, public_id: str) -> str:
     """Runs a deployment's or build's executor at most once, however often it is delivered."""
     worker = f"worker:{socket.gethostname()}/{os.getpid()}/{self.request.id}"
     return job_run(kind=kind, public_id=public_id, worker=worker)
-
-
-@shared_task(name="deployments.sweep")
-def deployment_jobs_sweep_task() -> int:
-    """Beat, every INBOX_SWEEP_INTERVAL_SECONDS: re-dispatches queued jobs that no worker
-    picked up, and fails running jobs whose worker was lost."""
-    return deployment_jobs_redispatch()

@@ -6,16 +6,13 @@ class WebhooksConfig(AppConfig):
     verbose_name = "Webhook inbox"
 
     def ready(self) -> None:
-        from django.conf import settings
-
         from core.metrics import scrape_collector_register
-        from core.periodic import periodic_task_register
+        from core.relay import outbox_register
 
         from .metrics import QueueLagCollector
+        from .outbox import INBOX_OUTBOX
 
         scrape_collector_register(QueueLagCollector())
-        periodic_task_register(
-            name="inbox-sweep",
-            task="webhooks.sweep",
-            every_seconds=settings.INBOX_SWEEP_INTERVAL_SECONDS,
-        )
+        # Accepted events, replays and due retries reach the workers through the relay; its
+        # sweep publishes again what a lost message left behind.
+        outbox_register(INBOX_OUTBOX)

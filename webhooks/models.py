@@ -165,7 +165,20 @@ class InboxEvent(models.Model):
             ),
         ]
         indexes = [
-            # The sweep: rows waiting for (re)dispatch, by status and due time.
+            # The relay (webhooks.outbox): new rows waiting for their first message, and
+            # retries waiting for theirs; each index holds only such rows, so a claim is an
+            # index probe however large the inbox grows.
+            models.Index(
+                fields=["id"],
+                name="webhooks_inbox_outbox_idx",
+                condition=Q(processing_status="received", dispatched_at__isnull=True),
+            ),
+            models.Index(
+                fields=["next_attempt_at"],
+                name="webhooks_inbox_retry_idx",
+                condition=Q(processing_status="failed", dispatched_at__isnull=True),
+            ),
+            # The relay's sweep: rows whose message may be lost, by status and due time.
             models.Index(
                 fields=["processing_status", "next_attempt_at"],
                 name="webhooks_inbox_sweep_idx",

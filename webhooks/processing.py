@@ -1,31 +1,42 @@
-"""The processing service: one inbox row through its handler, at most once.
+"""The processing service: inbox rows through their integration's handler, at most once each
+(docs/architecture.md, "Processing state machine").
 
-Two transactions per run, on purpose:
+A worker takes a batch of rows (one message carries up to ``INBOX_BATCH_SIZE`` ids):
 
-1. **Claim** (short): lock the row, skip it if it is terminal, not yet due, or leased by a live
-   attempt; otherwise count the attempt, set ``processing`` with a lease and record an
-   ``InboxAttempt`` row (the common case is one conditional UPDATE with the attempt's INSERT).
-   This commits before the handler runs, so the attempt of a worker that dies mid-way stays
-   visible, and its expired lease tells the sweep to re-dispatch the row.
-2. **Run**: lock the row again and check that the claim still holds (a run whose lease expired
-   and was taken over must not apply anything); call the handler; write the new status and
-   close the attempt. The domain change and the status commit together, under the row lock,
-   so a concurrent or repeated run of the same row finds it terminal and does nothing. A
-   failure rolls all of that back and is recorded in a transaction of its own.
+1. **Claim** the batch in one statement and commit: every ``received`` row, and every
+   ``failed`` row whose retry is due, becomes ``processing`` with its lease, and an
+   ``InboxAttempt`` row is written for it. The claim commits before any handler runs, so the
+   attempt of a worker that dies mid-batch stays visible, and its expired lease tells the
+   relay's sweep to publish the row again. Rows in any other state (terminal, leased by a live
+   attempt, not yet due, or left ``processing`` by a worker that died) are sorted out one by
+   one under their row lock.
+2. **Run** each claimed row in a transaction of its own: the handler's domain change, then the
+   row's new status and the closing of its attempt, with one conditional UPDATE that only
+   matches while the claim still holds (a run whose lease expired and was taken over changes
+   nothing: it rolls its domain change back). The domain change and the status commit
+   together, so a concurrent or repeated run finds the row terminal and does nothing. A
+   failure rolls all of that back and is recorded in a second transaction, under the same
+   condition; one event's failure rolls back nothing of the others in the batch.
+
+Retries back off per event (``next_attempt_at``); the relay publishes a row again once its
+retry is due. Poison events dead-letter per event.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import random
+from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from django.conf import settings
 from django.db import DataError, connection, transaction
 from django.utils import timezone
 
 from core.errors import PermanentProcessingError
+from core.logging import correlation_id_bound
 
 from . import metrics
 from .integrations import HandlerResult, integration_get
@@ -35,6 +46,7 @@ from .models import (
     InboxAttempt,
     InboxEvent,
     ProcessingStatus,
+    WebhookSource,
 )
 
 logger = logging.getLogger(__name__)
@@ -45,27 +57,65 @@ STALE_STATUSES = {
     ProcessingStatus.IGNORED_DUPLICATE_VERSION,
 }
 WORKER_LOST_ERROR = "worker lost: the lease expired before the attempt finished"
-
-_FAST_CLAIM_SQL = f"""
-WITH claimed AS (
-    UPDATE {InboxEvent._meta.db_table}
-       SET processing_status = 'processing',
-           attempts = attempts + 1,
-           lease_expires_at = %(lease)s
-     WHERE id = %(id)s
-       AND (processing_status = 'received'
-            OR (processing_status = 'failed'
-                AND (next_attempt_at IS NULL OR next_attempt_at <= %(now)s)))
-    RETURNING id, attempts
-)
-INSERT INTO {InboxAttempt._meta.db_table}
-       (event_id, number, started_at, outcome, resulting_status, error, worker)
-SELECT id, attempts, %(now)s, 'started', '', '', %(worker)s FROM claimed
-RETURNING id, number
-"""  # noqa: S608 - table names from the models, values bound
 ERROR_MAX_CHARS = 2000
-# The columns a claim and a failure write read: never the ones ingest filled from the body,
-# so that a row whose stored values cannot be read back can still be claimed and closed.
+
+_EVENTS = InboxEvent._meta.db_table
+_ATTEMPTS = InboxAttempt._meta.db_table
+_SOURCES = WebhookSource._meta.db_table
+
+# The claim of a batch, in one statement: the rows that can be taken become ``processing``
+# with their lease, their attempts are inserted, and what the handlers need comes back. The
+# occurred time comes back as seconds since the epoch: a stored date Python cannot hold must
+# not fail the whole batch.
+_BATCH_CLAIM_SQL = f"""
+WITH claimed AS (
+    UPDATE {_EVENTS} AS e
+       SET processing_status = 'processing',
+           attempts = e.attempts + 1,
+           lease_expires_at = %(lease)s
+      FROM {_SOURCES} AS s
+     WHERE e.id = ANY(%(ids)s)
+       AND s.id = e.source_id
+       AND (e.processing_status = 'received'
+            OR (e.processing_status = 'failed'
+                AND (e.next_attempt_at IS NULL OR e.next_attempt_at <= %(now)s)))
+    RETURNING e.id, e.attempts, e.event_id, e.event_type, e.source_id, e.entity_id,
+              e.entity_type, e.source_version, EXTRACT(EPOCH FROM e.occurred_at),
+              e.raw_body, s.slug, s.handler
+), attempt AS (
+    INSERT INTO {_ATTEMPTS}
+           (event_id, number, started_at, outcome, resulting_status, error, worker)
+    SELECT id, attempts, %(now)s, 'started', '', '', %(worker)s FROM claimed
+    RETURNING id, event_id
+)
+SELECT claimed.*, attempt.id FROM claimed JOIN attempt ON attempt.event_id = claimed.id
+ORDER BY claimed.id
+"""  # noqa: S608 - table names from the models, values bound
+
+# The end of a run, in one statement: the row's outcome and its attempt's, only while the
+# claim still holds (the row is ``processing`` with the attempt's number).
+_CLOSE_SQL = f"""
+WITH closed AS (
+    UPDATE {_EVENTS}
+       SET processing_status = %(status)s,
+           processed_at = %(processed_at)s,
+           error_message = %(error)s,
+           dead_letter_cause = %(cause)s,
+           next_attempt_at = %(next_attempt_at)s,
+           dispatched_at = CASE WHEN %(retry)s THEN NULL ELSE dispatched_at END,
+           lease_expires_at = NULL
+     WHERE id = %(id)s AND processing_status = 'processing' AND attempts = %(number)s
+    RETURNING id
+)
+UPDATE {_ATTEMPTS}
+   SET finished_at = %(now)s, outcome = %(outcome)s, resulting_status = %(status)s,
+       error = %(attempt_error)s
+ WHERE id = %(attempt)s AND EXISTS (SELECT 1 FROM closed)
+RETURNING id
+"""  # noqa: S608 - table names from the models, values bound
+
+# The columns the one-by-one claim reads: never the ones ingest filled from the body, so
+# that a row whose stored values cannot be read back can still be claimed and closed.
 _STATE_FIELDS = (
     "event_id",
     "event_type",
@@ -74,8 +124,6 @@ _STATE_FIELDS = (
     "attempts",
     "next_attempt_at",
     "lease_expires_at",
-    "error_message",
-    "dead_letter_cause",
 )
 # What reading a stored value back can raise: PostgreSQL holds years Python's dates cannot
 # (psycopg raises DataError), SQLite gives back text that does not parse (ValueError).
@@ -100,11 +148,11 @@ class ProcessingOutcome:
     retry_at: datetime | None = None
 
 
-@dataclass(frozen=True)
+@dataclass
 class _Claim:
-    event_pk: int
+    event: InboxEvent  # built from the claim's columns, or loaded one by one
     attempt_pk: int
-    number: int
+    handler: str
 
 
 def inbox_retry_delay(*, attempt: int) -> float:
@@ -143,60 +191,95 @@ def _error_text(exc: BaseException) -> str:
     return text[:ERROR_MAX_CHARS]
 
 
-def _dead_letter(event: InboxEvent, *, error: str, cause: str) -> None:
-    event.processing_status = ProcessingStatus.DEAD_LETTERED
-    event.error_message = error
-    event.dead_letter_cause = cause
-    event.next_attempt_at = None
-    event.lease_expires_at = None
-    event.save(
-        update_fields=[
-            "processing_status",
-            "error_message",
-            "dead_letter_cause",
-            "next_attempt_at",
-            "lease_expires_at",
-        ]
-    )
-
-
-def _inbox_event_claim_fast(*, inbox_event_id: int, worker: str) -> _Claim | None:
-    """The common case in one statement: a ``received`` row, or a ``failed`` row whose retry
-    is due, becomes ``processing`` with its lease, and its attempt row is inserted, atomically.
-    The conditional UPDATE takes the same row lock as ``SELECT ... FOR UPDATE`` and PostgreSQL
-    re-checks its condition on the row's latest version after any wait, so two runs can never
-    both claim. ``None``: the row is in another state, for ``_inbox_event_claim`` to sort out.
-
-    A data-modifying ``WITH`` is PostgreSQL's: on the embedded SQLite default the claim is
-    always ``_inbox_event_claim``'s (SQLite has one writer at a time anyway)."""
-    if connection.vendor != "postgresql":
+def _instant(epoch) -> datetime | None:
+    """A stored instant, from its seconds since the epoch; ``None`` if Python cannot hold it
+    (the body, parsed again by the handler, names the value)."""
+    if epoch is None:
         return None
+    try:
+        return datetime.fromtimestamp(float(epoch), tz=UTC)
+    except (OverflowError, ValueError, OSError):
+        return None
+
+
+# --- claim ---------------------------------------------------------------------------------
+
+
+def _batch_claim_fast(*, ids: list[int], worker: str) -> list[_Claim]:
+    """The common case in one statement (PostgreSQL): see ``_BATCH_CLAIM_SQL``. The UPDATE
+    takes the rows' locks and PostgreSQL re-checks its condition on each row's latest version
+    after any wait, so two claims can never both take a row. On the embedded SQLite default
+    every row is claimed one by one (SQLite has one writer at a time anyway)."""
+    if connection.vendor != "postgresql" or not ids:
+        return []
     now = timezone.now()
     with connection.cursor() as cursor:
         cursor.execute(
-            _FAST_CLAIM_SQL,
+            _BATCH_CLAIM_SQL,
             {
-                "id": inbox_event_id,
+                "ids": list(ids),
                 "now": now,
                 "lease": now
                 + timedelta(seconds=settings.INBOX_PROCESSING_LEASE_SECONDS),
                 "worker": worker[:255],
             },
         )
-        row = cursor.fetchone()
-    if row is None:
-        return None
-    return _Claim(event_pk=inbox_event_id, attempt_pk=row[0], number=row[1])
+        rows = cursor.fetchall()
+    claims = []
+    for (
+        pk,
+        attempts,
+        event_id,
+        event_type,
+        source_id,
+        entity_id,
+        entity_type,
+        source_version,
+        occurred_epoch,
+        raw_body,
+        slug,
+        handler,
+        attempt_pk,
+    ) in rows:
+        event = InboxEvent(
+            id=pk,
+            attempts=attempts,
+            event_id=event_id,
+            event_type=event_type,
+            source_id=source_id,
+            entity_id=entity_id,
+            entity_type=entity_type,
+            source_version=source_version,
+            occurred_at=_instant(occurred_epoch),
+            raw_body=raw_body,
+            processing_status=ProcessingStatus.PROCESSING,
+        )
+        event._state.adding = False
+        event.source = WebhookSource(id=source_id, slug=slug, handler=handler)
+        claims.append(_Claim(event=event, attempt_pk=attempt_pk, handler=handler))
+    return claims
+
+
+def _dead_letter_at_claim(event: InboxEvent, *, error: str) -> None:
+    InboxEvent.objects.filter(pk=event.pk).update(
+        processing_status=ProcessingStatus.DEAD_LETTERED,
+        error_message=error,
+        dead_letter_cause=DeadLetterCause.EXHAUSTED,
+        next_attempt_at=None,
+        lease_expires_at=None,
+    )
 
 
 @transaction.atomic
 def _inbox_event_claim(
     *, inbox_event_id: int, worker: str
 ) -> _Claim | ProcessingOutcome:
+    """One row, under its row lock: the rows the batch claim did not take."""
     now = timezone.now()
     event = (
-        InboxEvent.objects.select_for_update()
-        .only(*_STATE_FIELDS)
+        InboxEvent.objects.select_for_update(of=("self",))
+        .select_related("source")
+        .only(*_STATE_FIELDS, "source__slug", "source__handler")
         .filter(pk=inbox_event_id)
         .first()
     )
@@ -230,9 +313,7 @@ def _inbox_event_claim(
             "inbox.worker_lost", extra=_log_extra(event, attempts=event.attempts)
         )
         if event.attempts >= settings.INBOX_MAX_ATTEMPTS:
-            _dead_letter(
-                event, error=WORKER_LOST_ERROR, cause=DeadLetterCause.EXHAUSTED
-            )
+            _dead_letter_at_claim(event, error=WORKER_LOST_ERROR)
             return ProcessingOutcome(status=ProcessingStatus.DEAD_LETTERED)
 
     event.attempts += 1
@@ -240,24 +321,42 @@ def _inbox_event_claim(
     event.lease_expires_at = now + timedelta(
         seconds=settings.INBOX_PROCESSING_LEASE_SECONDS
     )
-    event.save(update_fields=["attempts", "processing_status", "lease_expires_at"])
+    InboxEvent.objects.filter(pk=event.pk).update(
+        attempts=event.attempts,
+        processing_status=ProcessingStatus.PROCESSING,
+        lease_expires_at=event.lease_expires_at,
+    )
     attempt = InboxAttempt.objects.create(
         event=event, number=event.attempts, started_at=now, worker=worker[:255]
     )
-    return _Claim(event_pk=event.pk, attempt_pk=attempt.pk, number=event.attempts)
+    return _Claim(event=event, attempt_pk=attempt.pk, handler=event.source.handler)
 
 
-def _handler_call(event: InboxEvent) -> HandlerResult:
-    result = integration_get(event.source.handler).handle(event)
-    if result.status not in HANDLER_STATUSES:
-        raise ValueError(f"handler returned an invalid status {result.status!r}")
-    return result
-
-
-class _LeaseLost(Exception):
-    def __init__(self, event: InboxEvent):
-        super().__init__("lease lost")
-        self.event = event
+def _body_load(claim: _Claim) -> None:
+    """The columns the handler reads that the one-by-one claim left out; ``UnreadableRow``
+    when one of them cannot be read back."""
+    if "raw_body" not in claim.event.get_deferred_fields():
+        return
+    pk = claim.event.pk
+    try:
+        values = (
+            InboxEvent.objects.filter(pk=pk)
+            .values(
+                "raw_body",
+                "entity_id",
+                "entity_type",
+                "source_version",
+                "occurred_at",
+            )
+            .get()
+        )
+    except _LOAD_ERRORS as exc:
+        columns = ", ".join(_unreadable_columns(pk)) or "a column"
+        raise UnreadableRow(
+            f"the stored {columns} cannot be read back: {type(exc).__name__}: {exc}"
+        ) from exc
+    for name, value in values.items():
+        setattr(claim.event, name, value)
 
 
 def _unreadable_columns(pk: int) -> list[str]:
@@ -271,122 +370,148 @@ def _unreadable_columns(pk: int) -> list[str]:
     return names
 
 
-def _claimed_event_lock(*, claim: _Claim, state_only: bool = False) -> InboxEvent:
-    """The row, locked, if the claim still holds; ``_LeaseLost`` if our lease expired and
-    another run took the row over (that run owns the outcome now). ``state_only``: only the
-    columns a failure write needs. ``UnreadableRow`` if the row's columns cannot be read."""
-    rows = InboxEvent.objects.select_for_update(of=("self",))
-    rows = rows.only(*_STATE_FIELDS) if state_only else rows.select_related("source")
-    try:
-        event = rows.get(pk=claim.event_pk)
-    except _LOAD_ERRORS as exc:
-        columns = ", ".join(_unreadable_columns(claim.event_pk)) or "a column"
-        raise UnreadableRow(
-            f"the stored {columns} cannot be read back: {type(exc).__name__}: {exc}"
-        ) from exc
-    if (
-        event.processing_status != ProcessingStatus.PROCESSING
-        or event.attempts != claim.number
-    ):
-        raise _LeaseLost(event)
-    return event
+# --- run -----------------------------------------------------------------------------------
 
 
-def _success_write(event: InboxEvent, *, claim: _Claim, result: HandlerResult) -> None:
+class _LeaseLost(Exception):
+    """Our lease expired and another run took the row over: that run owns the outcome."""
+
+
+def _close(
+    claim: _Claim,
+    *,
+    status: str,
+    outcome: str,
+    error: str = "",
+    cause: str = "",
+    next_attempt_at: datetime | None = None,
+) -> None:
+    """The row's outcome and its attempt's, while the claim holds; ``_LeaseLost`` otherwise."""
     now = timezone.now()
-    event.processing_status = result.status
-    event.processed_at = now
-    event.error_message = result.note[:ERROR_MAX_CHARS]
-    event.next_attempt_at = None
-    event.lease_expires_at = None
-    event.save(
-        update_fields=[
-            "processing_status",
-            "processed_at",
-            "error_message",
-            "next_attempt_at",
-            "lease_expires_at",
-        ]
-    )
-    InboxAttempt.objects.filter(pk=claim.attempt_pk).update(
-        finished_at=now,
+    event = claim.event
+    terminal_ok = status in HANDLER_STATUSES
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute(
+                _CLOSE_SQL,
+                {
+                    "status": status,
+                    "processed_at": now if terminal_ok else None,
+                    "error": error,
+                    "cause": cause,
+                    "next_attempt_at": next_attempt_at,
+                    "retry": next_attempt_at is not None,
+                    "id": event.pk,
+                    "number": event.attempts,
+                    "now": now,
+                    "outcome": outcome,
+                    "attempt_error": "" if terminal_ok else error,
+                    "attempt": claim.attempt_pk,
+                },
+            )
+            closed = cursor.fetchone() is not None
+    else:
+        fields = {
+            "processing_status": status,
+            "processed_at": now if terminal_ok else None,
+            "error_message": error,
+            "dead_letter_cause": cause,
+            "next_attempt_at": next_attempt_at,
+            "lease_expires_at": None,
+        }
+        if next_attempt_at is not None:
+            fields["dispatched_at"] = None
+        closed = bool(
+            InboxEvent.objects.filter(
+                pk=event.pk,
+                processing_status=ProcessingStatus.PROCESSING,
+                attempts=event.attempts,
+            ).update(**fields)
+        )
+        if closed:
+            InboxAttempt.objects.filter(pk=claim.attempt_pk).update(
+                finished_at=now,
+                outcome=outcome,
+                resulting_status=status,
+                error="" if terminal_ok else error,
+            )
+    if not closed:
+        raise _LeaseLost()
+    event.processing_status = status
+    event.processed_at = now if terminal_ok else None
+    event.error_message = error
+    event.next_attempt_at = next_attempt_at
+
+
+def _success_write(claim: _Claim, result: HandlerResult) -> None:
+    _close(
+        claim,
+        status=result.status,
         outcome=InboxAttempt.Outcome.SUCCEEDED
         if result.status == ProcessingStatus.PROCESSED
         else InboxAttempt.Outcome.IGNORED,
-        resulting_status=result.status,
+        error=result.note[:ERROR_MAX_CHARS],
     )
 
 
-def _failure_write(
-    event: InboxEvent, *, claim: _Claim, error: BaseException
-) -> ProcessingOutcome:
-    now = timezone.now()
+def _failure_write(claim: _Claim, error: BaseException) -> ProcessingOutcome:
     text = _error_text(error)
-    attempt_fields = {"finished_at": now, "error": text}
-    if _is_permanent(error) or event.attempts >= settings.INBOX_MAX_ATTEMPTS:
+    if _is_permanent(error) or claim.event.attempts >= settings.INBOX_MAX_ATTEMPTS:
         cause = (
             DeadLetterCause.REJECTED
             if _is_permanent(error)
             else DeadLetterCause.EXHAUSTED
         )
-        _dead_letter(event, error=text, cause=cause)
-        attempt_fields.update(
+        _close(
+            claim,
+            status=ProcessingStatus.DEAD_LETTERED,
             outcome=InboxAttempt.Outcome.DEAD_LETTERED,
-            resulting_status=ProcessingStatus.DEAD_LETTERED,
+            error=text,
+            cause=cause,
         )
-        outcome = ProcessingOutcome(status=ProcessingStatus.DEAD_LETTERED)
-    else:
-        retry_at = now + timedelta(seconds=inbox_retry_delay(attempt=event.attempts))
-        event.processing_status = ProcessingStatus.FAILED
-        event.error_message = text
-        event.next_attempt_at = retry_at
-        event.lease_expires_at = None
-        # The task publishes the retry for that time; the sweep covers a lost message.
-        event.dispatched_at = retry_at
-        event.save(
-            update_fields=[
-                "processing_status",
-                "error_message",
-                "next_attempt_at",
-                "lease_expires_at",
-                "dispatched_at",
-            ]
-        )
-        attempt_fields.update(
-            outcome=InboxAttempt.Outcome.RETRY,
-            resulting_status=ProcessingStatus.FAILED,
-        )
-        outcome = ProcessingOutcome(status=ProcessingStatus.FAILED, retry_at=retry_at)
-    InboxAttempt.objects.filter(pk=claim.attempt_pk).update(**attempt_fields)
-    return outcome
+        return ProcessingOutcome(status=ProcessingStatus.DEAD_LETTERED)
+    retry_at = timezone.now() + timedelta(
+        seconds=inbox_retry_delay(attempt=claim.event.attempts)
+    )
+    # The relay publishes the row again once the retry is due (``dispatched_at`` cleared).
+    _close(
+        claim,
+        status=ProcessingStatus.FAILED,
+        outcome=InboxAttempt.Outcome.RETRY,
+        error=text,
+        next_attempt_at=retry_at,
+    )
+    return ProcessingOutcome(status=ProcessingStatus.FAILED, retry_at=retry_at)
 
 
-def _inbox_event_run(*, claim: _Claim) -> tuple[InboxEvent, ProcessingOutcome]:
+def _handler_call(claim: _Claim) -> HandlerResult:
+    _body_load(claim)
+    result = integration_get(claim.handler).handle(claim.event)
+    if result.status not in HANDLER_STATUSES:
+        raise ValueError(f"handler returned an invalid status {result.status!r}")
+    return result
+
+
+def _claimed_event_run(claim: _Claim) -> ProcessingOutcome:
     """Runs the handler and writes its outcome in one transaction with the domain change.
 
     No savepoint on the way: when the handler (or anything in that transaction) fails, the
     whole transaction rolls back, domain change included, and the failure is recorded in a
-    second one, after checking again that the claim still holds."""
+    second one, under the same claim condition."""
     try:
         with transaction.atomic():
-            event = _claimed_event_lock(claim=claim)
-            result = _handler_call(event)
-            _success_write(event, claim=claim, result=result)
-        return event, ProcessingOutcome(status=result.status)
-    except _LeaseLost as lost:
-        return lost.event, ProcessingOutcome(
-            status=lost.event.processing_status, skipped=Skip.LEASE_LOST
-        )
+            result = _handler_call(claim)
+            _success_write(claim, result)
+        return ProcessingOutcome(status=result.status)
+    except _LeaseLost:
+        return ProcessingOutcome(status="", skipped=Skip.LEASE_LOST)
     except Exception as exc:  # PermanentProcessingError, or anything a retry may cure
         error = exc
     try:
         with transaction.atomic():
-            event = _claimed_event_lock(claim=claim, state_only=True)
-            return event, _failure_write(event, claim=claim, error=error)
-    except _LeaseLost as lost:
-        return lost.event, ProcessingOutcome(
-            status=lost.event.processing_status, skipped=Skip.LEASE_LOST
-        )
+            return _failure_write(claim, error)
+    except _LeaseLost:
+        return ProcessingOutcome(status="", skipped=Skip.LEASE_LOST)
 
 
 def _outcome_record(event: InboxEvent, outcome: ProcessingOutcome) -> None:
@@ -424,32 +549,71 @@ def _outcome_record(event: InboxEvent, outcome: ProcessingOutcome) -> None:
     )
 
 
-def inbox_event_process(*, inbox_event_id: int, worker: str = "") -> ProcessingOutcome:
-    """Processes one inbox row through its source's handler.
+@contextlib.contextmanager
+def _lock_timeout() -> Iterator[None]:
+    """The handlers' row locks (a research document's) give up after
+    ``RESEARCH_DOCUMENT_LOCK_TIMEOUT_MS`` (a transient error, retried): set for the session
+    once per batch rather than once per event."""
+    if connection.vendor != "postgresql":
+        yield
+        return
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SET lock_timeout = %s",
+            [f"{int(settings.RESEARCH_DOCUMENT_LOCK_TIMEOUT_MS)}ms"],
+        )
+    try:
+        yield
+    finally:
+        with contextlib.suppress(Exception), connection.cursor() as cursor:
+            cursor.execute("RESET lock_timeout")
+
+
+def inbox_events_process(
+    *, ids: list[int], worker: str = ""
+) -> list[ProcessingOutcome]:
+    """Processes a batch of inbox rows through their sources' handlers, each in its own
+    transaction; returns one outcome per id, in the order given.
 
     Idempotent per row: a terminal row is never processed again, and of two concurrent runs
     only the one holding the claim applies anything. Transient failures leave the row
     ``failed`` with ``next_attempt_at`` (exponential backoff, full jitter) until
     ``INBOX_MAX_ATTEMPTS``; ``PermanentProcessingError``, a value the database refuses
     (``DataError``) and a row whose columns cannot be read back dead-letter at once."""
-    claim = _inbox_event_claim_fast(
-        inbox_event_id=inbox_event_id, worker=worker
-    ) or _inbox_event_claim(inbox_event_id=inbox_event_id, worker=worker)
-    if isinstance(claim, ProcessingOutcome):
-        if claim.status == ProcessingStatus.DEAD_LETTERED and not claim.skipped:
-            # Dead-lettered at claim time: its last attempt's worker was lost.
-            metrics.DEAD_LETTERS.inc()
-            logger.error(
-                "inbox.dead_lettered",
-                extra={"inbox_event_id": inbox_event_id, "error": WORKER_LOST_ERROR},
-            )
-        elif claim.skipped:
-            logger.debug(
-                "inbox.skipped",
-                extra={"inbox_event_id": inbox_event_id, "reason": claim.skipped},
-            )
-        return claim
-    event, outcome = _inbox_event_run(claim=claim)
-    if not outcome.skipped:
-        _outcome_record(event, outcome)
-    return outcome
+    ids = list(dict.fromkeys(ids))
+    outcomes: dict[int, ProcessingOutcome] = {}
+    with _lock_timeout():
+        claims = _batch_claim_fast(ids=ids, worker=worker)
+        claimed = {claim.event.pk for claim in claims}
+        for pk in ids:
+            if pk in claimed:
+                continue
+            claim = _inbox_event_claim(inbox_event_id=pk, worker=worker)
+            if isinstance(claim, _Claim):
+                claims.append(claim)
+                continue
+            outcomes[pk] = claim
+            if claim.status == ProcessingStatus.DEAD_LETTERED and not claim.skipped:
+                # Dead-lettered at claim time: its last attempt's worker was lost.
+                metrics.DEAD_LETTERS.inc()
+                logger.error(
+                    "inbox.dead_lettered",
+                    extra={"inbox_event_id": pk, "error": WORKER_LOST_ERROR},
+                )
+            elif claim.skipped:
+                logger.debug(
+                    "inbox.skipped",
+                    extra={"inbox_event_id": pk, "reason": claim.skipped},
+                )
+        for claim in sorted(claims, key=lambda c: c.event.pk):
+            with correlation_id_bound(claim.event.event_id):
+                outcome = _claimed_event_run(claim)
+                if not outcome.skipped:
+                    _outcome_record(claim.event, outcome)
+            outcomes[claim.event.pk] = outcome
+    return [outcomes[pk] for pk in ids]
+
+
+def inbox_event_process(*, inbox_event_id: int, worker: str = "") -> ProcessingOutcome:
+    """One row: a batch of one (see ``inbox_events_process``)."""
+    return inbox_events_process(ids=[inbox_event_id], worker=worker)[0]

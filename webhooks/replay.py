@@ -18,7 +18,7 @@ from django.db import transaction
 from django.db.models import F, Q, QuerySet
 from django.utils import timezone
 
-from .dispatch import bulk_replay_job_publish, inbox_event_publish
+from .dispatch import bulk_replay_job_publish
 from .models import (
     REPLAYABLE_STATUSES,
     BulkReplayJob,
@@ -65,8 +65,9 @@ def inbox_events_replay(
     bulk_job: BulkReplayJob | None = None,
 ) -> OperatorAction:
     """Moves the replayable rows of ``events_queryset`` back to ``received`` with a fresh round
-    of attempts (the attempt history stays), clears their error and retry time, dispatches each
-    one after commit, and records ONE operator action naming them. Returns that action.
+    of attempts (the attempt history stays), clears their error and retry time, and records
+    ONE operator action naming them. Returns that action. The relay publishes the rows once
+    this commits (they wait for a message again: ``dispatched_at`` is cleared).
 
     Rows are locked (``select_for_update(skip_locked=True)``) and re-checked under the lock, so
     two operators replaying the same rows at once replay each row once; rows in any other status
@@ -74,7 +75,6 @@ def inbox_events_replay(
     if actor_name is None:
         actor_name = actor.get_username() if actor is not None else "system"
     selected = list(events_queryset.order_by().values_list("pk", flat=True))
-    now = timezone.now()
     with transaction.atomic():
         rows = list(
             InboxEvent.objects.filter(
@@ -99,7 +99,7 @@ def inbox_events_replay(
             next_attempt_at=None,
             lease_expires_at=None,
             processed_at=None,
-            dispatched_at=now,
+            dispatched_at=None,
         )
         operator_action = OperatorAction.objects.create(
             action=action,
@@ -112,13 +112,6 @@ def inbox_events_replay(
             details={"previous": {str(k): v for k, v in previous.items()}},
             bulk_job=bulk_job,
         )
-        for row in rows:
-            # The event id is the message's correlation id, as when it was first received.
-            transaction.on_commit(
-                lambda pk=row.pk, event_id=row.event_id: inbox_event_publish(
-                    inbox_event_id=pk, event_id=event_id
-                )
-            )
     logger.info(
         "inbox.replayed",
         extra={

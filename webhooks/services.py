@@ -17,7 +17,6 @@ from django.db.models import Q, QuerySet
 from django.utils import timezone
 from django.views.decorators.debug import sensitive_variables
 
-from .dispatch import inbox_event_publish
 from .envelopes import Envelope, body_parse
 from .errors import InconsistentDuplicate, InvalidSignature, StaleTimestamp
 from .integrations import integration_get
@@ -381,8 +380,8 @@ def _inbox_upsert(
     ]
     log_extra = {"source": source.slug, "event_id": envelope.event_id}
     # One statement in autocommit is its own transaction: when execute() returns, the row is
-    # committed, and ``on_commit`` (outside any atomic block) publishes right away. Inside a
-    # caller's atomic block, the publish waits for that block's commit.
+    # committed, and the answer may say so. Nothing here talks to the broker: the relay of a
+    # worker publishes the new row (``webhooks.outbox``).
     row = _inbox_upsert_execute(params=params, by_body=body_key is not None)
     if row is None:
         with transaction.atomic():
@@ -404,12 +403,6 @@ def _inbox_upsert(
     else:
         inbox_event_id, event_id, delivery_count, processing_status = row
         created = delivery_count == 1
-        if created:
-            transaction.on_commit(
-                lambda: inbox_event_publish(
-                    inbox_event_id=inbox_event_id, event_id=event_id
-                )
-            )
     if row is None:
         WEBHOOK_INCONSISTENT_DUPLICATES.inc()
         logger.warning("inbox.inconsistent_duplicate", extra=log_extra)

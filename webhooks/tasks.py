@@ -5,41 +5,41 @@ from celery import shared_task
 from django.conf import settings
 from django.db import InterfaceError, OperationalError
 
-from .dispatch import BULK_REPLAY_TASK, PROCESS_TASK, inbox_event_publish
-from .processing import inbox_event_process
+from .dispatch import BULK_REPLAY_TASK, PROCESS_ONE_TASK, PROCESS_TASK
+from .processing import inbox_events_process
 from .replay import bulk_replay_job_run
-from .sweep import inbox_sweep
+
+# The database went away mid-batch: try again soon. Rows the batch had claimed but not run
+# keep their lease; the relay's sweep publishes them again once it expires.
+_DATABASE_RETRY = {
+    "acks_late": True,
+    "reject_on_worker_lost": True,
+    "autoretry_for": (OperationalError, InterfaceError),
+    "retry_backoff": True,
+    "retry_backoff_max": 60,
+    "retry_jitter": True,
+    "max_retries": 5,
+}
 
 
-@shared_task(
-    bind=True,
-    name=PROCESS_TASK,
-    acks_late=True,
-    reject_on_worker_lost=True,
-    # The database went away mid-run: try again soon; the row's lease and the sweep cover the
-    # case where these retries run out.
-    autoretry_for=(OperationalError, InterfaceError),
-    retry_backoff=True,
-    retry_backoff_max=60,
-    retry_jitter=True,
-    max_retries=5,
-)
+def _worker_name(task) -> str:
+    return task.request.hostname or f"{socket.gethostname()}:{os.getpid()}"
+
+
+@shared_task(bind=True, name=PROCESS_TASK, **_DATABASE_RETRY)
+def process_inbox_events_task(self, inbox_event_ids: list[int]) -> list[str]:
+    """Processes a batch of inbox rows, each in its own transaction. Idempotent: a second or
+    concurrent run never applies an event twice. A transient failure leaves the row ``failed``
+    with its retry time; the relay publishes it again when that comes."""
+    outcomes = inbox_events_process(ids=inbox_event_ids, worker=_worker_name(self))
+    return [outcome.skipped or outcome.status for outcome in outcomes]
+
+
+@shared_task(bind=True, name=PROCESS_ONE_TASK, **_DATABASE_RETRY)
 def process_inbox_event_task(self, inbox_event_id: int) -> str:
-    """Processes one inbox row. Idempotent: a second or concurrent run never applies twice.
-    Owns the retry policy's delivery: a transient failure is published again for the row's
-    ``next_attempt_at``."""
-    worker = self.request.hostname or f"{socket.gethostname()}:{os.getpid()}"
-    outcome = inbox_event_process(inbox_event_id=inbox_event_id, worker=worker)
-    if outcome.retry_at is not None:
-        inbox_event_publish(inbox_event_id=inbox_event_id, eta=outcome.retry_at)
+    """One row, as an earlier release published it: a batch of one."""
+    (outcome,) = inbox_events_process(ids=[inbox_event_id], worker=_worker_name(self))
     return outcome.skipped or outcome.status
-
-
-@shared_task(name="webhooks.sweep")
-def inbox_sweep_task() -> int:
-    """Beat, every INBOX_SWEEP_INTERVAL_SECONDS: re-dispatches inbox rows whose message may
-    have been lost (see ``sweep.inbox_sweep``)."""
-    return inbox_sweep()
 
 
 @shared_task(name=BULK_REPLAY_TASK)

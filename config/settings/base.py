@@ -209,6 +209,18 @@ INBOX_REDISPATCH_AFTER_SECONDS = env.int("INBOX_REDISPATCH_AFTER_SECONDS", defau
 DEPLOY_REDISPATCH_AFTER_SECONDS = env.int("DEPLOY_REDISPATCH_AFTER_SECONDS", default=60)
 DEPLOY_SIMULATED_SECONDS = env.float("DEPLOY_SIMULATED_SECONDS", default=1)
 
+# --- The outbox relay (docs/architecture.md, "Request paths") --------------------------------
+# Every worker runs a relay that publishes committed work (new events, retries that came due,
+# new jobs) to the broker. It polls the database: at once while there is work, up to
+# RELAY_IDLE_POLL_SECONDS when idle.
+RELAY_ENABLED = env.bool("RELAY_ENABLED", default=True)
+RELAY_BATCH_LIMIT = env.int("RELAY_BATCH_LIMIT", default=500)  # rows per claim
+RELAY_IDLE_POLL_SECONDS = env.float("RELAY_IDLE_POLL_SECONDS", default=0.025)
+RELAY_HEARTBEAT_SECONDS = env.float("RELAY_HEARTBEAT_SECONDS", default=5)
+# Inbox events per processing message: a worker claims them in one statement and processes
+# each in its own transaction.
+INBOX_BATCH_SIZE = env.int("INBOX_BATCH_SIZE", default=50)
+
 # Floor endpoints under /_bench/ for the benchmarks; never on in production.
 BENCH_ENDPOINTS = env.bool("BENCH_ENDPOINTS", default=False)
 

@@ -10,13 +10,13 @@ import pytest
 from django.db import connection
 from django.urls import reverse
 from django.utils import timezone
+from webhooks.sweep import inbox_sweep
 
 from research.models import ResearchDocument
 from tests.integrations.research.factories import research_event
 from tests.webhooks.factories import InboxEventFactory, signed_post
 from webhooks.models import FingerprintMismatch, InboxAttempt, InboxEvent
 from webhooks.processing import inbox_event_process
-from webhooks.sweep import inbox_sweep
 
 pytestmark = pytest.mark.django_db
 

@@ -1,0 +1,255 @@
+"""The outbox relay: moves committed work from the database to the workers
+(docs/architecture.md, "Request paths" and "Where each race is decided").
+
+A request that accepts work (a webhook event, a deployment) commits one row and answers; it
+never talks to the broker. The row is the outbox. Each app registers its outboxes here from
+its ``AppConfig.ready``: a function that claims rows waiting for a message and marks them
+dispatched, a sweep that claims rows whose message may have been lost, and how old the oldest
+waiting row is.
+
+A relay runs in every Celery worker (``RelayStep``, a worker bootstep), as a thread of the
+worker's main process, so that deploying stays web + worker + beat and events move with beat
+stopped. It loops:
+
+- claim: in one transaction per outbox, ``SELECT ... FOR UPDATE SKIP LOCKED`` of a bounded
+  batch of waiting rows (a partial index keeps that cheap at any table size), stamp them
+  dispatched, publish their messages, commit. Several relays at once never take the same row;
+  a publish that fails rolls the stamp back, so the rows wait for the next round; a relay
+  killed between publish and commit leaves rows that are published twice, which the workers'
+  idempotent claim makes harmless;
+- sweep, every ``INBOX_SWEEP_INTERVAL_SECONDS``: rows whose message may be lost (published
+  long ago and never claimed, retries that came due, leases that expired) are published again;
+  a relay killed after commit and before publishing loses nothing, its rows come back here;
+- poll adaptively: at once again while batches come back full, a few milliseconds while work
+  trickles in, up to ``RELAY_IDLE_POLL_SECONDS`` when idle. Polling costs nothing on the
+  request path (a ``NOTIFY`` from every inserting transaction was measured to cost about a
+  third of the database's commit rate; see docs/benchmarks.md), and a lost wake-up cannot
+  exist: the database, not a notification, says what is waiting.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from celery import bootsteps, current_app
+from django.conf import settings
+from django.db import close_old_connections, connection, transaction
+from django.utils import timezone
+
+from .logging import correlation_id_bound
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Publication:
+    """One message: the task to run and its arguments, with the correlation id it carries."""
+
+    task: str
+    args: list
+    correlation_id: str = ""
+
+
+@dataclass(frozen=True)
+class Outbox:
+    """How the relay serves one kind of outbox row. ``claim(limit)`` and ``sweep(limit)`` run
+    inside the relay's transaction: they lock and stamp the rows they return messages for, and
+    return ``(rows_taken, publications)``. ``oldest_waiting()`` is when the oldest row waiting
+    for a message was committed (``None`` when none waits): the relay's lag."""
+
+    name: str
+    claim: Callable[[int], tuple[int, list[Publication]]]
+    sweep: Callable[[int], tuple[int, list[Publication]]]
+    oldest_waiting: Callable[[], datetime | None]
+    has_waiting: Callable[[], bool] = field(default=lambda: True)
+
+
+_outboxes: dict[str, Outbox] = {}
+
+
+def outbox_register(outbox: Outbox) -> None:
+    _outboxes[outbox.name] = outbox
+
+
+def outboxes() -> list[Outbox]:
+    return list(_outboxes.values())
+
+
+def outbox_lag_seconds(*, now: datetime | None = None) -> dict[str, float]:
+    """Per outbox, how long its oldest waiting row has waited for a message (0 when none)."""
+    now = now or timezone.now()
+    lags = {}
+    for outbox in outboxes():
+        oldest = outbox.oldest_waiting()
+        lags[outbox.name] = max((now - oldest).total_seconds(), 0.0) if oldest else 0.0
+    return lags
+
+
+def publish(publications: list[Publication]) -> None:
+    """Publishes the messages on one producer; raises if the broker refuses one."""
+    if not publications:
+        return
+    app = current_app
+    with app.producer_or_acquire() as producer:
+        for publication in publications:
+            bound = (
+                correlation_id_bound(publication.correlation_id)
+                if publication.correlation_id
+                else contextlib.nullcontext()
+            )
+            with bound:
+                app.send_task(
+                    publication.task, args=publication.args, producer=producer
+                )
+
+
+def relay_round(
+    outbox: Outbox, step: Callable[[int], tuple[int, list[Publication]]], limit: int
+) -> int:
+    """One claim (or sweep) of one outbox: lock and stamp, publish, commit. Returns the rows
+    taken; a failed publish rolls the stamps back and raises."""
+    with transaction.atomic():
+        taken, publications = step(limit)
+        publish(publications)
+    return taken
+
+
+@dataclass
+class RelayStats:
+    rounds: int = 0
+    published_rows: int = 0
+    errors: int = 0
+    last_error: str = ""
+
+
+class Relay:
+    """The loop of one relay. ``run_once`` is one round over every outbox; ``run`` loops until
+    ``stop`` is set."""
+
+    def __init__(
+        self,
+        *,
+        batch_limit: int | None = None,
+        idle_poll_seconds: float | None = None,
+        sweep_interval_seconds: float | None = None,
+    ):
+        self.batch_limit = batch_limit or settings.RELAY_BATCH_LIMIT
+        self.idle_poll_seconds = (
+            idle_poll_seconds
+            if idle_poll_seconds is not None
+            else settings.RELAY_IDLE_POLL_SECONDS
+        )
+        self.sweep_interval_seconds = (
+            sweep_interval_seconds
+            if sweep_interval_seconds is not None
+            else settings.INBOX_SWEEP_INTERVAL_SECONDS
+        )
+        self.stop = threading.Event()
+        self.stats = RelayStats()
+        self.relay_id = f"{socket.gethostname()}:{os.getpid()}"
+        self._last_sweep = 0.0
+        self._last_heartbeat = 0.0
+
+    def run_once(self, *, sweep: bool | None = None) -> tuple[int, bool]:
+        """One round: new rows of every outbox, and the sweep when it is due (or asked).
+        Returns the rows taken and whether a batch came back full."""
+        now = time.monotonic()
+        if sweep is None:
+            sweep = now - self._last_sweep >= self.sweep_interval_seconds
+        taken, full = 0, False
+        for outbox in outboxes():
+            if outbox.has_waiting():
+                count = relay_round(outbox, outbox.claim, self.batch_limit)
+                taken += count
+                full = full or count >= self.batch_limit
+            if sweep:
+                taken += relay_round(outbox, outbox.sweep, self.batch_limit)
+        if sweep:
+            self._last_sweep = now
+        self.stats.rounds += 1
+        self.stats.published_rows += taken
+        return taken, full
+
+    def heartbeat(self) -> None:
+        from .models import RelayHeartbeat
+
+        RelayHeartbeat.beat(relay_id=self.relay_id, published=self.stats.published_rows)
+
+    def run(self) -> None:
+        pause = 0.0
+        backoff = 0.5
+        while not self.stop.is_set():
+            try:
+                close_old_connections()
+                if (
+                    time.monotonic() - self._last_heartbeat
+                    >= settings.RELAY_HEARTBEAT_SECONDS
+                ):
+                    self.heartbeat()
+                    self._last_heartbeat = time.monotonic()
+                taken, full = self.run_once()
+                backoff = 0.5
+                if full:
+                    pause = 0.0
+                elif taken:
+                    pause = 0.002
+                else:  # idle: back off towards the idle poll
+                    pause = min(max(pause * 2, 0.002), self.idle_poll_seconds)
+            except Exception as exc:  # the database or the broker is away: wait, retry
+                self.stats.errors += 1
+                self.stats.last_error = type(exc).__name__
+                logger.warning(
+                    "relay.round_failed",
+                    extra={"relay": self.relay_id, "error": type(exc).__name__},
+                    exc_info=True,
+                )
+                with contextlib.suppress(Exception):
+                    connection.close()
+                pause = backoff
+                backoff = min(backoff * 2, 10.0)
+            self.stop.wait(pause)
+        with contextlib.suppress(Exception):
+            connection.close()
+
+
+class RelayThread:
+    """A relay in a daemon thread of the worker's main process."""
+
+    def __init__(self) -> None:
+        self.relay = Relay()
+        self.thread = threading.Thread(
+            target=self._run, name="outbox-relay", daemon=True
+        )
+
+    def _run(self) -> None:
+        logger.info("relay.started", extra={"relay": self.relay.relay_id})
+        self.relay.run()
+        logger.info("relay.stopped", extra={"relay": self.relay.relay_id})
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.relay.stop.set()
+        self.thread.join(timeout=10)
+
+
+class RelayStep(bootsteps.StartStopStep):
+    """Runs a relay in every Celery worker (``celery -A config worker``), unless
+    ``RELAY_ENABLED`` is off for that worker."""
+
+    requires = ("celery.worker.components:Pool",)
+
+    def include_if(self, worker):
+        return settings.RELAY_ENABLED
+
+    def create(self, worker):
+        return RelayThread()
