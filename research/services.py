@@ -115,9 +115,7 @@ def document_data_validate(data: Any) -> tuple[str, list[str], list[dict[str, st
     return summary, authors, cleaned
 
 
-def document_change_decide(
-    *, document: ResearchDocument, change: DocumentChange
-) -> str:
+def document_change_decide(*, document: LockedDocument, change: DocumentChange) -> str:
     """The ordering rule (docs/architecture.md, "Research documents"): versions when both
     sides have one, else ``(occurred_at, event_id)``. Arrival order never decides."""
     if not document.last_event_id:
@@ -141,38 +139,97 @@ def document_change_decide(
     return Decision.OUT_OF_ORDER
 
 
+_DOCUMENTS = ResearchDocument._meta.db_table
+_CITATIONS = Citation._meta.db_table
+_REVISIONS = DocumentRevision._meta.db_table
+
+# Locks the document's row, creating it empty (nothing applied) if it does not exist, and
+# reads what the ordering rule compares: one statement. ``INSERT ... ON CONFLICT DO UPDATE``
+# locks the row it finds or inserts, so two first events for one entity meet on the same row.
+# Only the ordering columns come back: the content is overwritten, never read.
 _DOCUMENT_LOCK_SQL = f"""
-INSERT INTO {ResearchDocument._meta.db_table} (
+INSERT INTO {_DOCUMENTS} (
     entity_id, entity_type, current_source_version, last_occurred_at, last_event_id,
     source_url, title, source_content_hash, published_at, summary, authors, is_deleted,
     deleted_at, created_at, updated_at
-) VALUES (%s, '', NULL, NULL, '', '', '', '', NULL, '', '[]'::jsonb, false, NULL, %s, %s)
+) VALUES (%s, '', NULL, NULL, '', '', '', '', NULL, '', %s, FALSE, NULL, %s, %s)
 ON CONFLICT (entity_id) DO UPDATE SET entity_id = EXCLUDED.entity_id
-RETURNING *
-"""  # noqa: S608 - the table name from the model, values bound
+RETURNING id, current_source_version, last_occurred_at, last_event_id
+"""  # noqa: S608 - table names from the models, values bound
+
+_DOCUMENT_UPDATE_SQL = f"""
+UPDATE {_DOCUMENTS} SET
+    entity_type = CASE WHEN %(entity_type)s = '' THEN entity_type
+                       ELSE %(entity_type)s END,
+    current_source_version = %(version)s, last_occurred_at = %(occurred_at)s,
+    last_event_id = %(event_id)s, source_content_hash = %(content_hash)s,
+    is_deleted = %(is_deleted)s, deleted_at = %(deleted_at)s, source_url = %(url)s,
+    title = %(title)s, published_at = %(published_at)s, summary = %(summary)s,
+    authors = %(authors)s, updated_at = %(now)s
+WHERE id = %(pk)s
+"""  # noqa: S608 - table names from the models, values bound
+
+# PostgreSQL: the whole write in one statement. The citations are replaced position by
+# position (an upsert of the new ones and a delete of those past their number: the two touch
+# different rows, as statements of one WITH must).
+_DOCUMENT_APPLY_SQL = f"""
+WITH doc AS (
+    UPDATE {_DOCUMENTS} SET
+        entity_type = CASE WHEN %(entity_type)s = '' THEN entity_type
+                           ELSE %(entity_type)s END,
+        current_source_version = %(version)s, last_occurred_at = %(occurred_at)s,
+        last_event_id = %(event_id)s, source_content_hash = %(content_hash)s,
+        is_deleted = %(is_deleted)s, deleted_at = %(deleted_at)s, source_url = %(url)s,
+        title = %(title)s, published_at = %(published_at)s, summary = %(summary)s,
+        authors = %(authors)s, updated_at = %(now)s
+    WHERE id = %(pk)s
+), old_citations AS (
+    DELETE FROM {_CITATIONS} WHERE document_id = %(pk)s AND position >= %(count)s
+), new_citations AS (
+    INSERT INTO {_CITATIONS} (document_id, position, text, reference_url)
+    SELECT %(pk)s, c.ord - 1, c.text, c.url
+      FROM unnest(%(texts)s::text[], %(urls)s::text[]) WITH ORDINALITY AS c(text, url, ord)
+    ON CONFLICT (document_id, position)
+    DO UPDATE SET text = EXCLUDED.text, reference_url = EXCLUDED.reference_url
+)
+INSERT INTO {_REVISIONS} (
+    document_id, inbox_event_id, event_id, kind, source_version, occurred_at,
+    content_hash, snapshot, applied_at
+) VALUES (%(pk)s, %(inbox_event_id)s, %(event_id)s, %(kind)s, %(version)s,
+          %(occurred_at)s, %(content_hash)s, %(snapshot)s, %(now)s)
+"""  # noqa: S608 - table names from the models, values bound
+
+_REVISION_INSERT_SQL = f"""
+INSERT INTO {_REVISIONS} (
+    document_id, inbox_event_id, event_id, kind, source_version, occurred_at,
+    content_hash, snapshot, applied_at
+) VALUES (%(pk)s, %(inbox_event_id)s, %(event_id)s, %(kind)s, %(version)s,
+          %(occurred_at)s, %(content_hash)s, %(snapshot)s, %(now)s)
+"""  # noqa: S608 - table names from the models, values bound
 
 
-def _document_lock(*, entity_id: str) -> ResearchDocument:
-    """The document's row, locked until the transaction ends; created empty (nothing applied)
-    if it does not exist. One statement: ``INSERT ... ON CONFLICT DO UPDATE`` locks the row it
-    finds or inserts, so two first events for one entity meet on the same row.
+@dataclass(frozen=True)
+class LockedDocument:
+    """What the ordering rule reads of a locked document."""
 
-    The statement is PostgreSQL's. On the embedded SQLite default, transactions take the
-    database's one write lock when they begin (``IMMEDIATE``), so a plain get-or-create is
-    already alone."""
-    if connection.vendor != "postgresql":
-        document, _ = ResearchDocument.objects.get_or_create(entity_id=entity_id)
-        return document
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SET LOCAL lock_timeout = %s",
-            [f"{int(settings.RESEARCH_DOCUMENT_LOCK_TIMEOUT_MS)}ms"],
-        )
-    now = timezone.now()
+    pk: int
+    current_source_version: int | None
+    last_occurred_at: datetime | None
+    last_event_id: str
+
+
+def _document_lock(*, entity_id: str) -> LockedDocument:
+    """The document's row, locked until the transaction ends (see ``_DOCUMENT_LOCK_SQL``).
+    Waiting for the lock gives up after the session's ``lock_timeout`` (the processing batch
+    sets it to ``RESEARCH_DOCUMENT_LOCK_TIMEOUT_MS``) with a transient error. On the embedded
+    SQLite default, transactions take the database's one write lock when they begin
+    (``IMMEDIATE``), so the same statement is already alone."""
+    now = _datetime_field.get_db_prep_save(timezone.now(), connection)
+    authors = _json_field.get_db_prep_save([], connection)
     try:
-        (document,) = ResearchDocument.objects.raw(
-            _DOCUMENT_LOCK_SQL, [entity_id, now, now]
-        )
+        with connection.cursor() as cursor:
+            cursor.execute(_DOCUMENT_LOCK_SQL, [entity_id, authors, now, now])
+            pk, version, occurred, event_id = cursor.fetchone()
     except OperationalError as exc:
         if not isinstance(exc.__cause__, LockNotAvailable):
             raise
@@ -180,64 +237,94 @@ def _document_lock(*, entity_id: str) -> ResearchDocument:
             f"document {entity_id!r} stayed locked by another transaction for more "
             f"than {settings.RESEARCH_DOCUMENT_LOCK_TIMEOUT_MS} ms (lock timeout)"
         ) from exc
-    return document
+    return LockedDocument(
+        pk=pk,
+        current_source_version=version,
+        last_occurred_at=_instant_read(occurred),
+        last_event_id=event_id,
+    )
+
+
+def _document_apply_in_steps(cursor, values: dict, citations: list, *, had_state: bool):
+    """The same write in several statements, where one statement cannot hold them all (the
+    embedded SQLite default)."""
+    cursor.execute(_DOCUMENT_UPDATE_SQL, values)
+    if had_state:  # a document created by this transaction has no citations yet
+        cursor.execute(
+            f"DELETE FROM {_CITATIONS} WHERE document_id = %(pk)s",  # noqa: S608
+            values,
+        )
+    for position, citation in enumerate(citations):
+        cursor.execute(
+            f"INSERT INTO {_CITATIONS} (document_id, position, text, reference_url)"  # noqa: S608
+            " VALUES (%s, %s, %s, %s)",
+            [values["pk"], position, citation["text"], citation["reference_url"]],
+        )
+    cursor.execute(_REVISION_INSERT_SQL, values)
+
+
+_datetime_field = ResearchDocument._meta.get_field("updated_at")
+_json_field = ResearchDocument._meta.get_field("authors")
+_snapshot_field = DocumentRevision._meta.get_field("snapshot")
+
+
+def _instant_read(value) -> datetime | None:
+    """A stored instant as PostgreSQL (aware) or SQLite (naive UTC, or text) hands it back."""
+    if value is None or (isinstance(value, datetime) and timezone.is_aware(value)):
+        return value
+    return _datetime_field.to_python(value)
 
 
 def document_change_apply(
     *, inbox_event_id: int, change: DocumentChange
-) -> tuple[str, ResearchDocument, DocumentRevision | None]:
-    """Applies ``change`` to its document if the ordering rule lets it, with its revision.
+) -> tuple[str, LockedDocument, bool]:
+    """Applies ``change`` to its document if the ordering rule lets it, with its revision;
+    returns the decision, the document as it was, and whether it applied.
 
     Must run inside the transaction that also records the event's new status: the document
     row stays locked until that commits, so two workers applying versions 7 and 8 at once are
-    serialised and the state can never end at 7."""
+    serialised and the state can never end at 7. On PostgreSQL the document, its citations
+    and the revision are written by one statement: this runs once per event, and the ORM's
+    query building and a round trip per table would cost more than the writes."""
     document = _document_lock(entity_id=change.entity_id)
     decision = document_change_decide(document=document, change=change)
     if decision != Decision.APPLY:
-        return decision, document, None
+        return decision, document, False
 
     now = timezone.now()
-    had_state = bool(document.last_event_id)
-    document.entity_type = change.entity_type or document.entity_type
-    document.current_source_version = change.source_version
-    document.last_occurred_at = change.occurred_at
-    document.last_event_id = change.event_id
-    document.source_content_hash = change.content_hash
-    if change.kind == DocumentRevision.Kind.DELETED:
+    deleted = change.kind == DocumentRevision.Kind.DELETED
+    citations = [] if deleted else change.citations
+    instant = _datetime_field.get_db_prep_save
+    values = {
+        "pk": document.pk,
+        "inbox_event_id": inbox_event_id,
+        "entity_type": change.entity_type,
+        "version": change.source_version,
+        "occurred_at": instant(change.occurred_at, connection),
+        "event_id": change.event_id,
+        "content_hash": change.content_hash,
+        "kind": change.kind,
         # A tombstone keeps identity and version; the content is gone.
-        document.is_deleted = True
-        document.deleted_at = now
-        document.source_url = ""
-        document.title = ""
-        document.published_at = None
-        document.summary = ""
-        document.authors = []
-    else:
-        document.is_deleted = False
-        document.deleted_at = None
-        document.source_url = change.source_url
-        document.title = change.title
-        document.published_at = change.published_at
-        document.summary = change.summary
-        document.authors = change.authors
-    document.save()
-
-    if had_state:  # a document created by this transaction has no citations yet
-        Citation.objects.filter(document=document).delete()
-    if change.citations:
-        Citation.objects.bulk_create(
-            Citation(document=document, position=position, **citation)
-            for position, citation in enumerate(change.citations)
-        )
-    revision = DocumentRevision.objects.create(
-        document=document,
-        inbox_event_id=inbox_event_id,
-        event_id=change.event_id,
-        kind=change.kind,
-        source_version=change.source_version,
-        occurred_at=change.occurred_at,
-        content_hash=change.content_hash,
-        snapshot=change.snapshot(),
-        applied_at=now,
-    )
-    return decision, document, revision
+        "is_deleted": deleted,
+        "deleted_at": instant(now if deleted else None, connection),
+        "url": "" if deleted else change.source_url,
+        "title": "" if deleted else change.title,
+        "published_at": instant(None if deleted else change.published_at, connection),
+        "summary": "" if deleted else change.summary,
+        "authors": _json_field.get_db_prep_save(
+            [] if deleted else change.authors, connection
+        ),
+        "snapshot": _snapshot_field.get_db_prep_save(change.snapshot(), connection),
+        "now": instant(now, connection),
+    }
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            values["count"] = len(citations)
+            values["texts"] = [citation["text"] for citation in citations]
+            values["urls"] = [citation["reference_url"] for citation in citations]
+            cursor.execute(_DOCUMENT_APPLY_SQL, values)
+        else:
+            _document_apply_in_steps(
+                cursor, values, citations, had_state=bool(document.last_event_id)
+            )
+    return decision, document, True

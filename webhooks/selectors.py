@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import functools
-from datetime import datetime
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
 
+from django.conf import settings
 from django.db import DataError, connection, models
 from django.db.models import Q, QuerySet
 from django.db.models.functions import Cast
@@ -28,19 +31,39 @@ def _source_with_secrets_sql(vendor: str) -> str:
     secret = quote(WebhookSecret._meta.db_table)
     columns = ", ".join(f"s.{quote(name)}" for name in _SOURCE_FIELDS)
     return (
-        f"SELECT {columns}, k.secret FROM {source} s"  # noqa: S608 - constant names
+        f"SELECT {columns}, k.secret, k.expires_at FROM {source} s"  # noqa: S608
         f" LEFT JOIN {secret} k ON k.source_id = s.id"
         " AND (k.expires_at IS NULL OR k.expires_at > %s)"
         " WHERE s.slug = %s AND s.is_enabled = %s"
     )
 
 
-def webhook_source_with_secrets(
-    *, slug: str, now: datetime | None = None
-) -> tuple[WebhookSource, list[str]] | None:
-    """The enabled source and its valid secrets (possibly none), in one query: this runs on
-    every webhook request, so it skips the ORM's query compilation."""
-    now = now or timezone.now()
+@dataclass(frozen=True)
+class SourceSnapshot:
+    """An enabled source and its secrets with their expiry, as read at ``loaded_at``
+    (``time.monotonic``)."""
+
+    source: WebhookSource
+    secrets: tuple[tuple[str, datetime | None], ...]
+    loaded_at: float
+
+    def secrets_valid(self, now: datetime | None = None) -> list[str]:
+        """The secrets that verify signatures at ``now``: those without expiry and those
+        still in their rotation grace period."""
+        now = now or timezone.now()
+        return [
+            secret
+            for secret, expires_at in self.secrets
+            if expires_at is None or expires_at > now
+        ]
+
+
+# Per process: slug -> the snapshot read last (see ``webhook_source_snapshot``).
+_snapshots: dict[str, SourceSnapshot] = {}
+
+
+def _snapshot_load(slug: str) -> SourceSnapshot | None:
+    now = timezone.now()
     expires_at = WebhookSecret._meta.get_field("expires_at")
     params = [expires_at.get_db_prep_value(now, connection), slug, True]
     with connection.cursor() as cursor:
@@ -48,10 +71,57 @@ def webhook_source_with_secrets(
         rows = cursor.fetchall()
     if not rows:
         return None
-    source = WebhookSource.from_db(
-        connection.alias, _SOURCE_FIELDS, rows[0][: len(_SOURCE_FIELDS)]
+    width = len(_SOURCE_FIELDS)
+    source = WebhookSource.from_db(connection.alias, _SOURCE_FIELDS, rows[0][:width])
+    secrets = [
+        (row[width], _aware(row[width + 1])) for row in rows if row[width] is not None
+    ]
+    return SourceSnapshot(
+        source=source, secrets=tuple(secrets), loaded_at=time.monotonic()
     )
-    return source, [row[-1] for row in rows if row[-1] is not None]
+
+
+def _aware(value: datetime | str | None) -> datetime | None:
+    """A stored instant as an aware datetime (SQLite hands back naive UTC, or text)."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        value = datetime.fromisoformat(value)
+    return value if timezone.is_aware(value) else timezone.make_aware(value, UTC)
+
+
+def webhook_source_snapshot(*, slug: str, fresh: bool = False) -> SourceSnapshot | None:
+    """The enabled source ``slug`` and its secrets, in one query, read at most
+    ``WEBHOOK_SOURCE_CACHE_SECONDS`` ago in this process (``fresh``: now). This runs on every
+    webhook request: a process serving a source steadily reads it once per period, not once
+    per request. A change (a source disabled, a secret rotated) reaches every process within
+    that period; in the process that made it, at once (``webhook_source_snapshot_forget``).
+    Unknown and disabled slugs are not kept: each request for one reads the database."""
+    max_age = settings.WEBHOOK_SOURCE_CACHE_SECONDS
+    snapshot = None if fresh or max_age <= 0 else _snapshots.get(slug)
+    if snapshot is not None and time.monotonic() - snapshot.loaded_at <= max_age:
+        return snapshot
+    snapshot = _snapshot_load(slug)
+    if snapshot is None:
+        _snapshots.pop(slug, None)
+    elif max_age > 0:
+        _snapshots[slug] = snapshot
+    return snapshot
+
+
+def webhook_source_snapshot_forget(*, slug: str | None = None) -> None:
+    """Drops this process's snapshot of ``slug`` (of every source with ``None``)."""
+    if slug is None:
+        _snapshots.clear()
+    else:
+        _snapshots.pop(slug, None)
+
+
+def webhook_source_secrets_now(*, slug: str) -> list[str]:
+    """The valid secrets of the enabled source ``slug`` as stored now (none if it is gone or
+    disabled); the process's snapshot is refreshed with them."""
+    snapshot = webhook_source_snapshot(slug=slug, fresh=True)
+    return snapshot.secrets_valid() if snapshot is not None else []
 
 
 def webhook_source_list() -> QuerySet[WebhookSource]:

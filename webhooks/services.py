@@ -6,7 +6,7 @@ import contextlib
 import functools
 import hashlib
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -34,8 +34,8 @@ from .models import (
     WebhookSecret,
     WebhookSource,
 )
-from .schemes import scheme_get
-from .selectors import webhook_secrets_valid
+from .schemes import REASON_MISMATCH, scheme_get
+from .selectors import webhook_secrets_valid, webhook_source_snapshot_forget
 
 logger = logging.getLogger(__name__)
 
@@ -59,6 +59,14 @@ SIGNATURE_HEADERS = ("x-webhook-signature", "webhook-signature", "x-hub-signatur
 
 
 # --- sources and secrets --------------------------------------------------------------------
+
+
+def _snapshot_forget(slug: str) -> None:
+    """This process stops using its snapshot of the source at once, and again once the
+    change has committed (a request in between may have read the old state). Other processes
+    see the change within ``WEBHOOK_SOURCE_CACHE_SECONDS``."""
+    webhook_source_snapshot_forget(slug=slug)
+    transaction.on_commit(lambda: webhook_source_snapshot_forget(slug=slug))
 
 
 # Every local of these services and of what they call is hidden from error reports and debug
@@ -117,6 +125,7 @@ def webhook_source_rotate(
         reason=reason,
         details={"source": source.slug, "grace_seconds": grace_seconds},
     )
+    _snapshot_forget(source.slug)
     logger.info(
         "webhook_source.rotated",
         extra={"source": source.slug, "grace_seconds": grace_seconds},
@@ -128,6 +137,7 @@ def webhook_source_set_enabled(*, source: WebhookSource, enabled: bool) -> None:
     WebhookSource.objects.filter(pk=source.pk).update(
         is_enabled=enabled, updated_at=timezone.now()
     )
+    _snapshot_forget(source.slug)
     logger.info(
         "webhook_source.enabled" if enabled else "webhook_source.disabled",
         extra={"source": source.slug},
@@ -203,6 +213,9 @@ def _timestamp_check(*, timestamp: str | None, tolerance: int) -> None:
         raise StaleTimestamp()
 
 
+# The columns an accepted delivery fills, bound as parameters; of these, the ones whose Python
+# value the database driver cannot take as it is (instants on SQLite, JSON) go through their
+# field's adaptation.
 _INBOX_COLUMNS = (
     "source_id",
     "event_id",
@@ -218,16 +231,20 @@ _INBOX_COLUMNS = (
     "body_key",
     "raw_body",
     "headers",
-    "signature_valid",
     "remote_addr",
     "received_at",
-    "processing_status",
-    "http_status",
-    "error_message",
-    "attempts",
-    "delivery_count",
     "last_seen_at",
 )
+_ADAPTED_COLUMNS = ("occurred_at", "headers", "received_at", "last_seen_at")
+# And the ones every new row starts with, written into the statement.
+_INBOX_CONSTANTS = {
+    "signature_valid": "TRUE",
+    "processing_status": f"'{ProcessingStatus.RECEIVED}'",
+    "http_status": "202",
+    "error_message": "''",
+    "attempts": "0",
+    "delivery_count": "1",
+}
 
 
 @functools.cache
@@ -246,8 +263,10 @@ def _inbox_upsert_sql(vendor: str, *, on: str) -> str:
     Either way the unique index decides races. Valid on PostgreSQL and on SQLite >= 3.35."""
     quote = connection.ops.quote_name
     table = quote(InboxEvent._meta.db_table)
-    columns = ", ".join(quote(name) for name in _INBOX_COLUMNS)
-    placeholders = ", ".join(["%s"] * len(_INBOX_COLUMNS))
+    columns = ", ".join(quote(name) for name in (*_INBOX_COLUMNS, *_INBOX_CONSTANTS))
+    placeholders = ", ".join(
+        ["%s"] * len(_INBOX_COLUMNS) + list(_INBOX_CONSTANTS.values())
+    )
     if on == "event_id":
         target = "(source_id, event_id)"
         condition = f" WHERE {table}.content_fingerprint = EXCLUDED.content_fingerprint"
@@ -298,6 +317,7 @@ def inbox_event_record(
     headers: Mapping[str, str],
     remote_addr: str | None = None,
     secrets: Sequence[str] | None = None,
+    secrets_reload: Callable[[], Sequence[str]] | None = None,
 ) -> IngestResult:
     """Verifies, validates and records one delivery. Idempotent per (source, event_id): the
     first delivery creates the row and publishes its processing task after commit; a delivery
@@ -307,12 +327,23 @@ def inbox_event_record(
     as well: the stored body under another id only counts on the stored row, and the result
     names the stored event id. Raises ``InvalidSignature``, ``StaleTimestamp``, ``InvalidJson``
     or ``InvalidPayload`` before anything is written (failed authentication is counted).
-    ``secrets`` are the source's valid secrets when the caller already loaded them."""
+    ``secrets`` are the source's valid secrets when the caller already loaded them (possibly
+    a while ago: ``secrets_reload`` then gives them as stored now, tried once when none of
+    ``secrets`` verifies the signature)."""
     scheme = scheme_get(source.scheme)
     if secrets is None:
         secrets = webhook_secrets_valid(source=source)
     try:
-        verified = scheme.verify(raw_body=raw_body, headers=headers, secrets=secrets)
+        try:
+            verified = scheme.verify(
+                raw_body=raw_body, headers=headers, secrets=secrets
+            )
+        except InvalidSignature as exc:
+            if secrets_reload is None or exc.reason != REASON_MISMATCH:
+                raise
+            verified = scheme.verify(
+                raw_body=raw_body, headers=headers, secrets=secrets_reload()
+            )
         tolerance = source.timestamp_tolerance_seconds
         if tolerance is None:
             tolerance = settings.WEBHOOK_TIMESTAMP_TOLERANCE_SECONDS
@@ -363,21 +394,14 @@ def _inbox_upsert(
         "body_key": body_key,
         "raw_body": raw_body,
         "headers": stored_headers,
-        "signature_valid": True,
         "remote_addr": remote_addr,
         "received_at": now,
-        "processing_status": ProcessingStatus.RECEIVED,
-        "http_status": 202,
-        "error_message": "",
-        "attempts": 0,
-        "delivery_count": 1,
         "last_seen_at": now,
     }
     field = InboxEvent._meta.get_field
-    params = [
-        field(name).get_db_prep_save(values[name], connection)
-        for name in _INBOX_COLUMNS
-    ]
+    for name in _ADAPTED_COLUMNS:
+        values[name] = field(name).get_db_prep_save(values[name], connection)
+    params = [values[name] for name in _INBOX_COLUMNS]
     log_extra = {"source": source.slug, "event_id": envelope.event_id}
     # One statement in autocommit is its own transaction: when execute() returns, the row is
     # committed, and the answer may say so. Nothing here talks to the broker: the relay of a

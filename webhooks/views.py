@@ -18,7 +18,7 @@ from core.exceptions import error_json_response
 
 from .errors import UnknownSource
 from .metrics import WEBHOOK_REQUESTS
-from .selectors import webhook_source_with_secrets
+from .selectors import webhook_source_secrets_now, webhook_source_snapshot
 from .services import inbox_event_record
 
 logger = logging.getLogger(__name__)
@@ -78,10 +78,10 @@ def webhook_receive(request: HttpRequest, slug: str) -> HttpResponse:
     # Unknown slugs are counted under one label, so that probing cannot grow the metrics.
     label = "unknown"
     try:
-        found = webhook_source_with_secrets(slug=slug)
-        if found is None:
+        snapshot = webhook_source_snapshot(slug=slug)
+        if snapshot is None:
             raise UnknownSource()
-        source, secrets = found
+        source = snapshot.source
         label = source.slug
         if request.method != "POST":
             return _respond(label, HttpResponseNotAllowed(["POST"]))
@@ -91,7 +91,10 @@ def webhook_receive(request: HttpRequest, slug: str) -> HttpResponse:
             raw_body=raw_body,
             headers=request.headers,
             remote_addr=_remote_addr(request),
-            secrets=secrets,
+            secrets=snapshot.secrets_valid(),
+            # A signature that none of the remembered secrets verifies is checked again
+            # against the source as stored now (a secret rotated in another process).
+            secrets_reload=lambda: webhook_source_secrets_now(slug=slug),
         )
     except ServiceError as exc:
         return _respond(label, error_json_response(exc))

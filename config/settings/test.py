@@ -28,3 +28,6 @@ WHITENOISE_AUTOREFRESH = True
 # Login throttling is off for tests that log in through the test client; the test of the
 # throttle turns it back on.
 AXES_ENABLED = False
+# Tests change sources in the database directly between requests of one process: read them
+# for every request (the cache has tests of its own, which turn it on).
+WEBHOOK_SOURCE_CACHE_SECONDS = env.float("WEBHOOK_SOURCE_CACHE_SECONDS", default=0)

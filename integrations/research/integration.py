@@ -89,10 +89,10 @@ class ResearchIntegration:
                 note=f"unsupported event type {event.event_type[:128]!r}",
             )
         change = _document_change(_stored_event(event), kind=kind)
-        decision, document, revision = document_change_apply(
+        decision, document, applied = document_change_apply(
             inbox_event_id=event.pk, change=change
         )
-        if revision is not None:
+        if applied:
             return HandlerResult(status=ProcessingStatus.PROCESSED)
         return HandlerResult(
             status=_STATUS_BY_DECISION[decision],
