@@ -57,6 +57,12 @@ class BuildOutputSerializer(serializers.Serializer):
     updated_at = serializers.DateTimeField()
 
 
+# One instance each for the responses of new operations: a serializer's fields are built (deep
+# copied) per instance, which would cost more than the rendering itself.
+_DEPLOYMENT_OUTPUT = DeploymentOutputSerializer()
+_BUILD_OUTPUT = BuildOutputSerializer()
+
+
 class DeploymentCreateApi(IdempotentPostMixin, APIView):
     operation_type = "deployment.create"
     fingerprint_fields = ("repository", "commit_sha", "environment", "workflow")
@@ -80,13 +86,16 @@ class DeploymentCreateApi(IdempotentPostMixin, APIView):
 
     input_serializer_class = DeploymentCreateInputSerializer
 
+    writes_nothing = True
+
     def perform(self, *, client, key, data) -> OperationResult:
-        deployment = services.deployment_create(
+        deployment = services.deployment_new(
             client=client, idempotency_key=key, data=data
         )
         return OperationResult(
             status_code=202,
-            body=DeploymentOutputSerializer(deployment).data,
+            body=_DEPLOYMENT_OUTPUT.to_representation(deployment),
+            resource_row=deployment,
             resource_id=deployment.public_id,
             location=deployment.get_absolute_url(),
             record_status=IdempotencyStatus.PROCESSING,
@@ -127,11 +136,14 @@ class BuildCreateApi(IdempotentPostMixin, APIView):
 
     input_serializer_class = BuildCreateInputSerializer
 
+    writes_nothing = True
+
     def perform(self, *, client, key, data) -> OperationResult:
-        build = services.build_create(client=client, idempotency_key=key, data=data)
+        build = services.build_new(client=client, idempotency_key=key, data=data)
         return OperationResult(
             status_code=202,
-            body=BuildOutputSerializer(build).data,
+            body=_BUILD_OUTPUT.to_representation(build),
+            resource_row=build,
             resource_id=build.public_id,
             location=build.get_absolute_url(),
             record_status=IdempotencyStatus.PROCESSING,

@@ -27,6 +27,7 @@ from .models import (
     JobStatus,
     JobTransition,
     StatusSync,
+    public_id_generate,
 )
 
 logger = logging.getLogger(__name__)
@@ -55,13 +56,15 @@ def job_pickup_deadline(*, job: Job) -> datetime:
     )
 
 
-def deployment_create(
+def deployment_new(
     *, client: ApiClient, idempotency_key: str, data: dict
 ) -> Deployment:
-    """Creates a queued deployment; the relay publishes its job once the transaction has
-    committed (``deployments.outbox``). The caller holds the idempotency record in the same
-    transaction."""
-    deployment = Deployment.objects.create(
+    """A queued deployment, not saved yet: the Idempotency-Key mechanism writes it together
+    with the key's record (``OperationResult.resource_row``), and the relay then publishes its
+    job (``deployments.outbox``). Nothing here talks to the database or the broker."""
+    now = timezone.now()
+    return Deployment(
+        public_id=public_id_generate(Deployment.public_id_prefix),
         client=client,
         idempotency_key=idempotency_key,
         repository=data["repository"],
@@ -69,13 +72,17 @@ def deployment_create(
         environment=data["environment"],
         workflow=data.get("workflow") or "",
         triggered_by=data.get("triggered_by") or "",
+        status_changed_at=now,
+        created_at=now,
+        updated_at=now,
     )
-    return deployment
 
 
-def build_create(*, client: ApiClient, idempotency_key: str, data: dict) -> Build:
-    """Creates a queued build; the relay publishes its job (``deployments.outbox``)."""
-    build = Build.objects.create(
+def build_new(*, client: ApiClient, idempotency_key: str, data: dict) -> Build:
+    """A queued build, not saved yet (see ``deployment_new``)."""
+    now = timezone.now()
+    return Build(
+        public_id=public_id_generate(Build.public_id_prefix),
         client=client,
         idempotency_key=idempotency_key,
         repository=data["repository"],
@@ -83,8 +90,10 @@ def build_create(*, client: ApiClient, idempotency_key: str, data: dict) -> Buil
         ref=data.get("ref") or "",
         workflow=data.get("workflow") or "",
         triggered_by=data.get("triggered_by") or "",
+        status_changed_at=now,
+        created_at=now,
+        updated_at=now,
     )
-    return build
 
 
 def _transition_record(

@@ -38,6 +38,9 @@ class IdempotencyRecord(models.Model):
     response_status = models.PositiveSmallIntegerField(null=True, blank=True)
     response_body = models.BinaryField(null=True, blank=True)
     response_location = models.CharField(max_length=255, blank=True, default="")
+    # SHA-256 of the first request's body as sent: a retry with the very same bytes is
+    # answered from the record without parsing or validating its body again.
+    request_hash = models.CharField(max_length=64, blank=True, default="")
     expires_at = models.DateTimeField()
     expired_at = models.DateTimeField(null=True, blank=True)
     # While ``processing``: when the operation must next show progress, kept by the app that

@@ -8,8 +8,13 @@ A retry is one indexed read of the committed record, outside any transaction. A 
 finds no live record runs ``perform`` and inserts the complete record (response included) with
 ``INSERT ... ON CONFLICT DO NOTHING``: a concurrent first request with the same key blocks on the
 other's uncommitted row; when that one commits, this INSERT does nothing, the whole transaction
-(with what ``perform`` wrote and the dispatch it scheduled) is rolled back, and the committed
-record is replayed. Two operations never commit for one live key.
+(with what ``perform`` wrote) is rolled back, and the committed record is replayed. Two
+operations never commit for one live key.
+
+An operation whose whole effect is one new row (a deployment, a build) hands that row back
+unsaved (``OperationResult.resource_row``): on PostgreSQL the record and the row are then
+inserted by one statement, the row only if the record was, so a new key costs one round trip
+and no transaction of its own.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.core.serializers.json import DjangoJSONEncoder
-from django.db import connection, transaction
+from django.db import connection, models, transaction
 from django.utils import timezone
 
 from core.canonical import canonical_json
@@ -53,6 +58,8 @@ class OperationResult:
     location: str = ""
     record_status: str = IdempotencyStatus.SUCCEEDED
     progress_deadline: datetime | None = None
+    # The operation's one new row, not saved yet: written together with the record.
+    resource_row: models.Model | None = None
 
 
 @dataclass(frozen=True)
@@ -71,52 +78,117 @@ def response_body_render(body: dict) -> bytes:
     return json.dumps(body, cls=DjangoJSONEncoder, separators=(",", ":")).encode()
 
 
-def _record_insert(
+_RECORD_COLUMNS = (
+    "client_id",
+    "operation_type",
+    "key",
+    "fingerprint",
+    "fingerprint_fields",
+    "resource_id",
+    "status",
+    "response_status",
+    "response_body",
+    "response_location",
+    "request_hash",
+    "expires_at",
+    "progress_deadline",
+    "created_at",
+    "updated_at",
+)
+
+
+def _record_values(
     *,
     client: ApiClient,
     operation_type: str,
     key: str,
     fingerprint: str,
     fingerprint_fields: dict,
+    request_hash: str,
     result: OperationResult,
     body: bytes,
-    now,
-) -> int | None:
+    now: datetime,
+) -> list:
+    expires_at = now + timedelta(seconds=settings.IDEMPOTENCY_KEY_TTL_SECONDS)
+    processing = result.record_status == IdempotencyStatus.PROCESSING
+    return [
+        client.pk,
+        operation_type,
+        key,
+        fingerprint,
+        canonical_json(fingerprint_fields).decode(),
+        result.resource_id,
+        result.record_status,
+        result.status_code,
+        body,
+        result.location,
+        request_hash,
+        expires_at,
+        result.progress_deadline if processing else None,
+        now,
+        now,
+    ]
+
+
+def _record_insert_sql() -> str:
+    table = IdempotencyRecord._meta.db_table
+    placeholders = ", ".join(["%s"] * len(_RECORD_COLUMNS))
+    return (
+        f"INSERT INTO {table} ({', '.join(_RECORD_COLUMNS)})"  # noqa: S608 - our names
+        f" VALUES ({placeholders}) ON CONFLICT DO NOTHING RETURNING id"
+    )
+
+
+def _record_insert(*, values: list) -> int | None:
     """Inserts the complete live record; None when another live one exists (after waiting for
     it to commit or roll back if it is still in flight)."""
-    table = IdempotencyRecord._meta.db_table
-    expires_at = now + timedelta(seconds=settings.IDEMPOTENCY_KEY_TTL_SECONDS)
     with connection.cursor() as cursor:
-        cursor.execute(
-            f"""
-            INSERT INTO {table} (client_id, operation_type, key, fingerprint,
-                fingerprint_fields, resource_id, status, response_status, response_body,
-                response_location, expires_at, progress_deadline, created_at, updated_at)
-            VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
-            ON CONFLICT DO NOTHING
-            RETURNING id
-            """,  # noqa: S608 - the table name is ours, every value is a parameter
-            [
-                client.pk,
-                operation_type,
-                key,
-                fingerprint,
-                canonical_json(fingerprint_fields).decode(),
-                result.resource_id,
-                result.record_status,
-                result.status_code,
-                body,
-                result.location,
-                expires_at,
-                result.progress_deadline
-                if result.record_status == IdempotencyStatus.PROCESSING
-                else None,
-                now,
-                now,
-            ],
-        )
+        cursor.execute(_record_insert_sql(), values)
         row = cursor.fetchone()
     return row[0] if row else None
+
+
+def _row_parts(row: models.Model) -> tuple[str, list]:
+    """The columns and values of a new row as it was built: a value the builder set (its
+    timestamps, which the response already shows) is written as it is; one left unset takes
+    its field's default."""
+    fields = [field for field in row._meta.concrete_fields if not field.primary_key]
+    values = []
+    for field in fields:
+        value = getattr(row, field.attname)
+        if value is None:
+            value = field.pre_save(row, add=True)
+        values.append(field.get_db_prep_save(value, connection))
+    columns = ", ".join(connection.ops.quote_name(field.column) for field in fields)
+    return columns, values
+
+
+def _row_insert(row: models.Model) -> None:
+    columns, values = _row_parts(row)
+    table = connection.ops.quote_name(row._meta.db_table)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO {table} ({columns})"  # noqa: S608 - names from the model
+            f" VALUES ({', '.join(['%s'] * len(values))})",
+            values,
+        )
+
+
+def _record_and_row_insert(*, values: list, row: models.Model) -> int | None:
+    """The record and the operation's row in one statement (PostgreSQL): the row is inserted
+    only if the record was, so either both commit or neither exists. ``None`` as above."""
+    columns, row_values = _row_parts(row)
+    sql = (
+        f"WITH record AS ({_record_insert_sql()}),"  # noqa: S608 - names from the models
+        f" resource AS (INSERT INTO {connection.ops.quote_name(row._meta.db_table)}"
+        f" ({columns}) SELECT {', '.join(['%s'] * len(row_values))}"
+        " WHERE EXISTS (SELECT 1 FROM record))"
+        " SELECT id FROM record"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [*values, *row_values])
+        found = cursor.fetchone()
+    return found[0] if found else None
 
 
 @dataclass(frozen=True)
@@ -127,9 +199,10 @@ class LiveRecord:
     unexpired: bool
     response_body: bytes
     response_location: str
+    request_hash: str = ""
 
 
-def _live_record(
+def idempotency_live_record(
     *, client: ApiClient, operation_type: str, key: str
 ) -> LiveRecord | None:
     """The live record of a key, read with one statement through the partial unique index.
@@ -140,7 +213,7 @@ def _live_record(
         cursor.execute(
             f"""
             SELECT id, fingerprint, fingerprint_fields, expires_at > %s, response_body,
-                response_location
+                response_location, request_hash
             FROM {table}
             WHERE client_id = %s AND operation_type = %s AND key = %s
                 AND expired_at IS NULL
@@ -160,6 +233,7 @@ def _live_record(
         unexpired=bool(row[3]),
         response_body=bytes(row[4]) if row[4] is not None else b"",
         response_location=row[5],
+        request_hash=row[6],
     )
 
 
@@ -168,7 +242,7 @@ def _differing_fields(stored: dict, current: dict) -> list[str]:
     return [name for name in names if stored.get(name) != current.get(name)]
 
 
-def _replay(
+def idempotency_replay(
     *,
     client: ApiClient,
     operation_type: str,
@@ -199,6 +273,20 @@ def _replay(
     )
 
 
+def idempotency_replay_identical(
+    *, record: LiveRecord, operation_type: str, key: str
+) -> IdempotentResponse:
+    """The stored response, for a retry whose body is the first request's, byte for byte
+    (its fingerprint can only be the stored one)."""
+    IDEMPOTENCY_REQUESTS.labels(operation_type, "replayed").inc()
+    return IdempotentResponse(
+        status_code=200,
+        body=record.response_body,
+        location=record.response_location,
+        replayed=True,
+    )
+
+
 def idempotent_execute(
     *,
     client: ApiClient,
@@ -206,16 +294,24 @@ def idempotent_execute(
     key: str,
     fingerprint_fields: dict,
     perform: Callable[[], OperationResult],
+    request_hash: str = "",
+    existing: LiveRecord | None = None,
+    existing_read: bool = False,
+    writes_nothing: bool = False,
 ) -> IdempotentResponse:
     """Runs ``perform`` at most once per live (client, operation_type, key).
 
-    - new key: ``perform`` runs in the transaction that writes the record; its response is
-      stored byte for byte and returned;
+    - new key: ``perform`` runs in the transaction that writes the record (or hands back its
+      one new row, written with the record in one statement); its response is stored byte for
+      byte and returned;
     - same key and fingerprint: the stored response, ``replayed=True``; nothing is written;
     - same key, other fingerprint: ``IdempotencyKeyReused`` naming the differing fields;
     - key past ``IDEMPOTENCY_KEY_TTL_SECONDS``: the old record is marked expired (kept for
       audit) and the operation runs again as new.
     An exception from ``perform`` rolls the record back with it: nothing is recorded.
+    ``existing_read``: the caller already read the key's live record, ``existing`` (``None``:
+    there is none), so it is not read again. ``writes_nothing``: ``perform`` only builds its
+    result (its one new row in ``resource_row``), so it may run before any transaction.
     """
     fingerprint = fingerprint_compute(fields=fingerprint_fields)
     replay_args = {
@@ -225,25 +321,23 @@ def idempotent_execute(
         "fingerprint": fingerprint,
         "fingerprint_fields": fingerprint_fields,
     }
-    existing = _live_record(client=client, operation_type=operation_type, key=key)
+    if not existing_read:
+        existing = idempotency_live_record(
+            client=client, operation_type=operation_type, key=key
+        )
     for _ in range(MAX_CLAIM_ROUNDS):
         now = timezone.now()
         if existing is not None and existing.unexpired:
-            return _replay(record=existing, **replay_args)
+            return idempotency_replay(record=existing, **replay_args)
         outcome = "new" if existing is None else "expired"
-        with transaction.atomic():
-            if existing is not None:
-                # Past its TTL: the record stays for audit, marked expired, and the key is
-                # free for a new operation in this same transaction.
-                IdempotencyRecord.objects.filter(
-                    pk=existing.pk, expired_at__isnull=True
-                ).update(expired_at=now, updated_at=now)
-            result = perform()
-            body = response_body_render(result.body)
-            record_id = _record_insert(result=result, body=body, now=now, **replay_args)
-            if record_id is None:
-                # Another request committed this key first: undo ours, replay theirs.
-                transaction.set_rollback(True)
+        record_id, result, body = _operation_record(
+            perform=perform,
+            writes_nothing=writes_nothing,
+            existing=existing,
+            now=now,
+            request_hash=request_hash,
+            **replay_args,
+        )
         if record_id is not None:
             IDEMPOTENCY_REQUESTS.labels(operation_type, outcome).inc()
             logger.info(
@@ -262,8 +356,49 @@ def idempotent_execute(
                 location=result.location,
                 replayed=False,
             )
-        existing = _live_record(client=client, operation_type=operation_type, key=key)
+        existing = idempotency_live_record(
+            client=client, operation_type=operation_type, key=key
+        )
     raise TemporarilyUnavailable("idempotency record could not be claimed")
+
+
+def _operation_record(
+    *,
+    perform: Callable[[], OperationResult],
+    writes_nothing: bool,
+    existing: LiveRecord | None,
+    now: datetime,
+    **record_args,
+) -> tuple[int | None, OperationResult, bytes]:
+    """Runs the operation and records it; ``(None, ...)`` when another request committed the
+    key first (whatever the operation wrote is undone)."""
+    performed = None
+    if writes_nothing and existing is None and connection.vendor == "postgresql":
+        performed = perform()
+        if performed.resource_row is not None:
+            body = response_body_render(performed.body)
+            values = _record_values(result=performed, body=body, now=now, **record_args)
+            record_id = _record_and_row_insert(
+                values=values, row=performed.resource_row
+            )
+            return record_id, performed, body
+    with transaction.atomic():
+        if existing is not None:
+            # Past its TTL: the record stays for audit, marked expired, and the key is free
+            # for a new operation in this same transaction.
+            IdempotencyRecord.objects.filter(
+                pk=existing.pk, expired_at__isnull=True
+            ).update(expired_at=now, updated_at=now)
+        result = performed or perform()
+        if result.resource_row is not None:
+            _row_insert(result.resource_row)
+        body = response_body_render(result.body)
+        values = _record_values(result=result, body=body, now=now, **record_args)
+        record_id = _record_insert(values=values)
+        if record_id is None:
+            # Another request committed this key first: undo ours, replay theirs.
+            transaction.set_rollback(True)
+    return record_id, result, body
 
 
 def idempotency_record_resolve(

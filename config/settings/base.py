@@ -201,6 +201,10 @@ WEBHOOK_TIMESTAMP_TOLERANCE_SECONDS = env.int(
     "WEBHOOK_TIMESTAMP_TOLERANCE_SECONDS", default=300
 )
 WEBHOOK_MAX_BODY_BYTES = env.int("WEBHOOK_MAX_BODY_BYTES", default=1048576)
+# How long a web process trusts what it read of an API client (its token's client, active):
+# a client deactivated in the admin is refused by every process within this. 0 reads it for
+# every request.
+API_CLIENT_CACHE_SECONDS = env.float("API_CLIENT_CACHE_SECONDS", default=2)
 # How long a web process serves a source and its secrets from what it read last, instead of
 # reading them for every request: a source disabled or a secret rotated elsewhere reaches every
 # process within this (a signature no remembered secret verifies is checked against the

@@ -31,3 +31,4 @@ AXES_ENABLED = False
 # Tests change sources in the database directly between requests of one process: read them
 # for every request (the cache has tests of its own, which turn it on).
 WEBHOOK_SOURCE_CACHE_SECONDS = env.float("WEBHOOK_SOURCE_CACHE_SECONDS", default=0)
+API_CLIENT_CACHE_SECONDS = env.float("API_CLIENT_CACHE_SECONDS", default=0)
