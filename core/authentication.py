@@ -10,6 +10,14 @@ class BearerTokenAuthentication(authentication.BaseAuthentication):
     keyword = "Bearer"
 
     def authenticate(self, request):
+        # Once per request, whoever asks first (DRF, or a view's own short way before it).
+        raw = getattr(request, "_request", request)
+        if hasattr(raw, "_bearer_authenticated"):
+            return raw._bearer_authenticated
+        raw._bearer_authenticated = found = self._authenticate(request)
+        return found
+
+    def _authenticate(self, request):
         header = authentication.get_authorization_header(request).split()
         if not header or header[0].lower() != self.keyword.lower().encode():
             return None

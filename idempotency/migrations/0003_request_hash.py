@@ -4,15 +4,14 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('idempotency', '0002_progress_deadline'),
+        ("idempotency", "0002_progress_deadline"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='idempotencyrecord',
-            name='request_hash',
-            field=models.CharField(blank=True, default='', max_length=64),
+            model_name="idempotencyrecord",
+            name="request_hash",
+            field=models.CharField(blank=True, default="", max_length=64),
         ),
     ]

@@ -1,0 +1,132 @@
+"""What an idempotent POST costs the database: a new key is one statement after the key's read
+(the record and the deployment written together), a retry with the very same bytes is the
+key's read alone, and the answers are those of the whole way, byte for byte."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from core.models import ApiClient
+from deployments.models import Deployment
+from idempotency.models import IdempotencyRecord
+from tests.core.factories import api_client_make, bearer_http
+from tests.deployments.factories import deployment_body
+
+pytestmark = pytest.mark.django_db
+
+URL = "/api/deployments/"
+
+
+def post(http, body: bytes, key: str):
+    return http.post(
+        URL, data=body, content_type="application/json", HTTP_IDEMPOTENCY_KEY=key
+    )
+
+
+@pytest.fixture
+def client_http():
+    _, token = api_client_make(token="fast-paths-token-0123456789abcdef")
+    return bearer_http(token)
+
+
+def statements(queries) -> list[str]:
+    return [q["sql"] for q in queries]
+
+
+@pytest.mark.skipif(
+    connection.vendor != "postgresql", reason="one statement is PostgreSQL's"
+)
+def test_a_new_key_is_its_read_and_one_statement(client_http):
+    body = json.dumps(deployment_body()).encode()
+    with CaptureQueriesContext(connection) as queries:
+        response = post(client_http, body, "fast-new")
+    assert response.status_code == 202, response.content
+    sql = statements(queries)
+    # The token's client, the key's live record, then the record and the deployment.
+    assert len(sql) == 3, sql
+    assert "INSERT INTO" in sql[2] and Deployment._meta.db_table in sql[2]
+    assert IdempotencyRecord._meta.db_table in sql[2]
+    record = IdempotencyRecord.objects.get(key="fast-new")
+    deployment = Deployment.objects.get(public_id=record.resource_id)
+    answered = response.json()
+    assert answered["deployment_id"] == deployment.public_id
+    # What the answer says is what was stored.
+    assert answered["created_at"] == deployment.created_at.isoformat().replace(
+        "+00:00", "Z"
+    )
+
+
+def test_a_byte_identical_retry_is_answered_from_the_key_alone(client_http):
+    body = json.dumps(deployment_body()).encode()
+    first = post(client_http, body, "fast-retry")
+    assert first.status_code == 202
+    with CaptureQueriesContext(connection) as queries:
+        retry = post(client_http, body, "fast-retry")
+    assert retry.status_code == 200
+    assert retry.content == first.content
+    assert retry["Location"] == first["Location"]
+    assert retry["Idempotent-Replayed"] == "true"
+    sql = statements(queries)
+    assert len(sql) == 2, sql  # the token's client, the key's record
+    assert Deployment.objects.count() == 1
+
+
+def test_a_retry_with_other_bytes_but_the_same_operation_goes_the_whole_way(
+    client_http,
+):
+    """Whitespace and member order change the bytes, not the fingerprint: the answer is the
+    same replay, reached through validation."""
+    body = deployment_body()
+    first = post(client_http, json.dumps(body).encode(), "fast-spaces")
+    reordered = json.dumps(dict(reversed(list(body.items()))), indent=2).encode()
+    with CaptureQueriesContext(connection) as queries:
+        retry = post(client_http, reordered, "fast-spaces")
+    assert retry.status_code == 200
+    assert retry.content == first.content
+    assert retry["Idempotent-Replayed"] == "true"
+    assert len(statements(queries)) == 2  # no second read of the key
+    # Headers the whole way adds, the short way adds too.
+    identical = post(client_http, json.dumps(body).encode(), "fast-spaces")
+    assert sorted(identical.headers.items()) == sorted(retry.headers.items())
+
+
+def test_a_changed_operation_under_the_key_is_still_409(client_http):
+    post(client_http, json.dumps(deployment_body()).encode(), "fast-409")
+    other = json.dumps(deployment_body(commit_sha="fedcba9876")).encode()
+    response = post(client_http, other, "fast-409")
+    assert response.status_code == 409
+    assert response.json()["differing_fields"] == ["commit_sha"]
+
+
+def test_without_a_valid_token_an_identical_retry_is_still_401(client_http):
+    body = json.dumps(deployment_body()).encode()
+    post(client_http, body, "fast-401")
+    stranger = bearer_http("no-such-token-0123456789abcdef0123")
+    response = post(stranger, body, "fast-401")
+    assert response.status_code == 401
+    assert response.json() == {"error": "unauthorized"}
+
+
+def test_a_client_is_read_once_per_period(settings, client_http):
+    settings.API_CLIENT_CACHE_SECONDS = 60
+    body = json.dumps(deployment_body()).encode()
+    post(client_http, body, "fast-cache")
+    with CaptureQueriesContext(connection) as queries:
+        assert post(client_http, body, "fast-cache").status_code == 200
+    clients = [q for q in statements(queries) if ApiClient._meta.db_table in q]
+    assert clients == []
+
+
+def test_a_client_deactivated_elsewhere_is_refused_within_the_period(settings):
+    settings.API_CLIENT_CACHE_SECONDS = 0.3
+    client, token = api_client_make(token="fast-deactivated-0123456789abcdef")
+    http = bearer_http(token)
+    assert http.get("/api/whoami/").status_code == 200
+    ApiClient.objects.filter(pk=client.pk).update(is_active=False)
+    time.sleep(0.4)
+    assert http.get("/api/whoami/").status_code == 401
