@@ -12,7 +12,9 @@ class CoreConfig(AppConfig):
             metrics,
             schema,  # noqa: F401 - registers the OpenAPI extension
         )
+        from .relay_state import RelayCollector
 
         logging.celery_signals_connect()
         metrics.celery_signals_connect()
         db.celery_signals_connect()
+        metrics.scrape_collector_register(RelayCollector())

@@ -6,6 +6,8 @@ from django.http import HttpResponse, JsonResponse
 from django.views.decorators.http import require_GET
 from django.views.defaults import page_not_found
 
+from .relay_state import relay_state
+
 logger = logging.getLogger(__name__)
 
 
@@ -38,10 +40,17 @@ def _broker_ready() -> bool:
 
 @require_GET
 def readyz(request):
-    """Database and broker reachable: 200; otherwise 503 naming what is down."""
+    """Database and broker reachable: 200; otherwise 503 naming what is down. The body also
+    says whether the outbox relays keep up (``relay``): that is the workers' business, not
+    this process's readiness, so it never makes the answer a 503."""
     checks = {"database": _database_ready(), "broker": _broker_ready()}
     ready = all(checks.values())
     body = {"status": "ok" if ready else "unavailable", "checks": checks}
+    if checks["database"]:
+        try:
+            body["relay"] = relay_state()
+        except Exception as exc:  # never a 500 from a health probe
+            logger.warning("readyz.relay_unreadable", extra={"error": str(exc)})
     return JsonResponse(body, status=200 if ready else 503)
 
 

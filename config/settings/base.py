@@ -228,6 +228,8 @@ RELAY_ENABLED = env.bool("RELAY_ENABLED", default=True)
 RELAY_BATCH_LIMIT = env.int("RELAY_BATCH_LIMIT", default=500)  # rows per claim
 RELAY_IDLE_POLL_SECONDS = env.float("RELAY_IDLE_POLL_SECONDS", default=0.025)
 RELAY_HEARTBEAT_SECONDS = env.float("RELAY_HEARTBEAT_SECONDS", default=5)
+# /readyz says the relays do not keep up when a row has waited longer than this.
+RELAY_LAG_ALERT_SECONDS = env.float("RELAY_LAG_ALERT_SECONDS", default=5)
 # Inbox events per processing message: a worker claims them in one statement and processes
 # each in its own transaction.
 INBOX_BATCH_SIZE = env.int("INBOX_BATCH_SIZE", default=50)

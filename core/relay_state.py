@@ -1,0 +1,49 @@
+"""Whether the outbox relays keep up: how long the oldest waiting row of each outbox has waited
+for its message, and how many relays reported themselves alive lately. Read from the database,
+so any process answers for all of them: ``/metrics`` (gauges) and ``/readyz`` (its body)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from django.conf import settings
+from django.utils import timezone
+
+from .metrics import GaugeMetricFamily
+from .models import RelayHeartbeat
+from .relay import outbox_lag_seconds
+
+
+def relays_alive() -> int:
+    """Relays whose heartbeat is fresher than three of their periods."""
+    horizon = timezone.now() - timedelta(seconds=3 * settings.RELAY_HEARTBEAT_SECONDS)
+    return RelayHeartbeat.objects.filter(last_seen_at__gte=horizon).count()
+
+
+def relay_state() -> dict:
+    lags = outbox_lag_seconds()
+    return {
+        "relays_alive": relays_alive(),
+        "lag_seconds": {name: round(lag, 3) for name, lag in lags.items()},
+        "keeping_up": all(lag < settings.RELAY_LAG_ALERT_SECONDS for lag in lags.values()),
+    }
+
+
+class RelayCollector:
+    """``outbox_lag_seconds{outbox}`` and ``outbox_relays_alive``, read at scrape time."""
+
+    def collect(self):
+        lag = GaugeMetricFamily(
+            "outbox_lag_seconds",
+            "How long the oldest row waiting for its message has waited, per outbox.",
+            labels=["outbox"],
+        )
+        for name, seconds in outbox_lag_seconds().items():
+            lag.add_metric([name], seconds)
+        yield lag
+        alive = GaugeMetricFamily(
+            "outbox_relays_alive",
+            "Outbox relays (one per worker) that reported themselves alive lately.",
+        )
+        alive.add_metric([], relays_alive())
+        yield alive
