@@ -25,8 +25,11 @@ def broker_reset() -> None:
 
 
 def queued_envelopes(queue: str = QUEUE) -> list[dict]:
-    """The raw Celery messages waiting in the queue (headers, properties, encoded body)."""
-    return [json.loads(raw) for raw in redis_client().lrange(queue, 0, -1)]
+    """The raw Celery messages waiting in the queue (headers, properties, encoded body), in
+    the order they were published (the transport pushes on the left, workers pop on the
+    right)."""
+    raw_messages = redis_client().lrange(queue, 0, -1)
+    return [json.loads(raw) for raw in reversed(raw_messages)]
 
 
 def broker_messages(queue: str = QUEUE) -> list[dict]:
@@ -68,6 +71,6 @@ def message_inbox_event_ids(message: dict) -> list[int]:
 
 
 def queued_inbox_event_ids() -> list[int]:
-    """The inbox row ids of the processing messages waiting in the queue, in message order:
-    an id published twice appears twice."""
+    """The inbox row ids of the processing messages waiting in the queue, in the order they
+    were published: an id published twice appears twice."""
     return [pk for m in inbox_messages() for pk in message_inbox_event_ids(m)]
