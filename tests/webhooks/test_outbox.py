@@ -55,13 +55,6 @@ def claim_until_empty(limit: int) -> list[int]:
     return counts
 
 
-def sweep_until_empty(limit: int) -> list[int]:
-    counts = []
-    while count := inbox_sweep(limit=limit):
-        counts.append(count)
-    return counts
-
-
 # --- claim --------------------------------------------------------------------------------
 
 
@@ -213,9 +206,9 @@ def test_claims_and_sweeps_racing_on_rows_both_would_take_publish_each_once():
     taken, errors = run_together(
         [
             lambda: sum(claim_until_empty(15)),
-            lambda: sum(sweep_until_empty(15)),
+            lambda: inbox_sweep(limit=15),
             lambda: sum(claim_until_empty(25)),
-            lambda: sum(sweep_until_empty(25)),
+            lambda: inbox_sweep(limit=25),
         ]
     )
 
@@ -328,14 +321,47 @@ def test_a_relay_round_sweeps_when_asked_or_when_its_interval_has_passed():
     assert Relay(sweep_interval_seconds=0).run_once() == (1, False)
     assert queued_inbox_event_ids() == [event.pk, event.pk]
 
+    # A relay that just started sweeps in its first round, however long its interval and
+    # however recently the machine booted: what a crash left behind goes out at once.
+    lose_the_message(event)
+    assert Relay(sweep_interval_seconds=10**9).run_once() == (1, False)
+    assert queued_inbox_event_ids() == [event.pk, event.pk, event.pk]
 
-def test_sweep_works_in_bounded_batches_and_takes_every_due_row():
+
+def test_a_sweep_takes_every_due_row_in_bounded_batches():
     old = timezone.now() - timedelta(minutes=5)
     rows = inbox_events_bulk_create(
         [research_event() for _ in range(23)], received_at=old, dispatched_at=old
     )
-    assert sweep_until_empty(5) == [5, 5, 5, 5, 3]
+    assert inbox_sweep(limit=5) == 23
+    # Each batch of 5 was claimed, stamped and published in its own transaction.
+    assert [len(message_inbox_event_ids(m)) for m in inbox_messages()] == [
+        5,
+        5,
+        5,
+        5,
+        3,
+    ]
     assert sorted(queued_inbox_event_ids()) == sorted(r.pk for r in rows)
+    assert inbox_sweep(limit=5) == 0
+
+
+def test_a_relay_whose_sweep_comes_back_full_goes_on_sweeping_at_once():
+    """Many messages lost at once (a broker that lost its data): the relay does not wait for
+    its next interval to publish the rest, and claims new rows between sweep batches."""
+    old = timezone.now() - timedelta(minutes=5)
+    inbox_events_bulk_create(
+        [research_event() for _ in range(12)], received_at=old, dispatched_at=old
+    )
+    relay = Relay(batch_limit=5, sweep_interval_seconds=3600)
+
+    assert relay.run_once(sweep=True) == (5, True)  # full: the next round at once
+    new = InboxEventFactory()
+    assert relay.run_once() == (6, True)  # the new row, and the sweep goes on
+    assert queued_inbox_event_ids()[5] == new.pk
+    assert relay.run_once() == (2, False)
+    assert relay.run_once() == (0, False)  # done: the next sweep waits for its interval
+    assert len(queued_inbox_event_ids()) == 13
 
 
 def test_three_sweeps_at_once_never_double_dispatch():
@@ -343,7 +369,7 @@ def test_three_sweeps_at_once_never_double_dispatch():
     rows = inbox_events_bulk_create(
         [research_event() for _ in range(400)], received_at=old, dispatched_at=old
     )
-    published, errors = run_together([lambda: sum(sweep_until_empty(20))] * 3)
+    published, errors = run_together([lambda: inbox_sweep(limit=20)] * 3)
 
     assert not errors, errors
     assert sum(published) == 400
