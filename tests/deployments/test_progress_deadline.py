@@ -218,3 +218,45 @@ def test_a_new_deployment_key_costs_six_statements(api):
     assert len(queries.captured_queries) == 6, [
         q["sql"][:80] for q in queries.captured_queries
     ]
+
+
+def test_a_job_reported_running_past_its_workers_result_is_failed_when_the_lease_ends(
+    api, settings, monkeypatch
+):
+    """The worker finished, but a running report newer than its result had applied: the
+    job is running on the reporter's word alone, and the relay's sweep fails it once that
+    report's lease runs out with nothing more said."""
+    settings.DEPLOY_RUNNING_LEASE_SECONDS = 2
+
+    def execute_while_reported(job):
+        later = timezone.now() + timedelta(seconds=30)
+        assert report(api, job, "running", "r-late", at=later)["applied"] is True
+        return ExecutionResult(succeeded=True, detail="done")
+
+    monkeypatch.setattr(
+        executors, "reported_execute", execute_while_reported, raising=False
+    )
+    monkeypatch.setitem(
+        executors.EXECUTORS, "reported", "deployments.executors.reported_execute"
+    )
+    settings.DEPLOY_EXECUTOR = "reported"
+    deployment = deployment_create(api)
+
+    assert job_run(kind="deployment", public_id=deployment.public_id, worker="w") == (
+        "superseded"
+    )
+    deployment.refresh_from_db()
+    assert deployment.status == "running"
+    assert deployment.executor_finished_at is not None
+    assert jobs_sweep() == 0  # within the report's lease
+
+    sleep_past(deployment.lease_expires_at)
+    assert jobs_sweep() == 1
+    deployment.refresh_from_db()
+    assert deployment.status == "failed"
+    assert deployment.detail.startswith("report_lost:")
+    assert record_of(deployment).status == "failed"
+    # A redelivered run message leaves it alone: the executor ran once.
+    assert job_run(kind="deployment", public_id=deployment.public_id, worker="w2") == (
+        "already_started"
+    )
