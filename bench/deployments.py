@@ -2,8 +2,8 @@
 next to the floors (bare endpoint, raw INSERT ... ON CONFLICT) on the same gunicorn server.
 
 Targets (issue 8): replays >= 90% of the raw-insert floor (a replay is one indexed read),
-new operations >= 50% (record + deployment in one transaction, a publish after commit).
-No worker runs: the published messages wait in the bench broker and are dropped at the end.
+new operations >= 50% (record + deployment in one transaction; no broker call: a worker's
+relay publishes the job). No worker runs, so nothing is published.
 
     python -m bench.deployments        # JSON in var/bench/deployments.json
 """

@@ -2,7 +2,7 @@
 measured on the same server in the same run: signed new events against the raw
 ``INSERT ... ON CONFLICT`` floor (target >= 0.6), and 100% duplicates against new events
 (target >= 0.9). The product path is complete: signature check, envelope validation, the one
-upsert, the commit and the publish of the processing task to the broker (no worker consumes it).
+upsert and the commit; no broker call (a worker's relay publishes the row; none runs here).
 
 Run alone: ``python -m bench.ingest`` (BENCH_DATABASE_URL, BENCH_BROKER_URL, BENCH_SECONDS).
 """

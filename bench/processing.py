@@ -1,14 +1,16 @@
 """Processing throughput and latency (issue 4).
 
 - Throughput: a pre-filled inbox of BENCH_PROCESSING_EVENTS research events (20,000 by default:
-  half of them documents' first versions, half their second) with one message each, drained by
-  one worker process, then by two; next to the floor measured the same way in the same run (a
-  Celery task doing one UPDATE per message). Rates are (n - 1) / (last done - first done),
-  from the database's own timestamps, so worker start-up does not count.
-- Latency: inbox row committed + message published (as the ingest path does after commit) ->
-  row processed, at a steady moderate rate with two worker processes; p50 and p99. The ingest
-  endpoint is not part of this measurement (it was not on main when this was written), so the
-  HTTP request and its 202 are not included.
+  half of them documents' first versions, half their second), stamped dispatched and published
+  as the relay publishes them (messages of up to INBOX_BATCH_SIZE ids, through
+  ``core.relay.publish``), drained by one worker process, then by two; next to the floor
+  measured the same way in the same run (a Celery task doing one UPDATE per message, one
+  message per row). Rates are (n - 1) / (last done - first done), from the database's own
+  timestamps, so worker start-up does not count.
+- Latency: inbox row committed (as the ingest path commits it, with no message) -> the relay of
+  a worker publishes it -> row processed, at a steady moderate rate with two worker processes;
+  p50 and p99. The ingest endpoint is not part of this measurement, so the HTTP request and its
+  202 are not included.
 
 Run alone with ``python -m bench.processing``; writes ``var/bench/processing.json``.
 """
@@ -51,15 +53,19 @@ def _django_setup() -> None:
     if settings.configured:
         return
     os.environ.update(
-        {k: v for k, v in stack_env().items() if k.startswith(("DJANGO", "DATABASE"))}
+        {
+            k: v
+            for k, v in stack_env().items()
+            if k.startswith(("DJANGO", "DATABASE", "AUDIT_SEAL_KEY"))
+        }
     )
     os.environ["CELERY_BROKER_URL"] = stack_env()["CELERY_BROKER_URL"]
     django.setup()
 
 
-def _workers(ctx: BenchContext, count: int) -> list[Process]:
-    """``count`` worker processes (one Celery worker each, pool of one), as production would
-    scale them."""
+def _workers(ctx: BenchContext, count: int, **env: str) -> list[Process]:
+    """``count`` worker processes (one Celery worker each, pool of one, each with its
+    relay), as production would scale them."""
     started = []
     for i in range(count):
         args = [
@@ -80,7 +86,7 @@ def _workers(ctx: BenchContext, count: int) -> list[Process]:
             "bench.processing_floor",
         ]
         process = Process(
-            args, stack_env(), ctx.tmp / f"worker-{count}-{i}.log"
+            args, stack_env(**env), ctx.tmp / f"worker-{count}-{i}.log"
         ).start()
         ctx.processes.append(process)
         started.append(process)
@@ -92,7 +98,11 @@ def _stop(ctx: BenchContext, workers: list[Process]) -> None:
         ctx.stop(worker)
 
 
-def _inbox_fill(n: int, *, tag: str) -> list[int]:
+def _inbox_fill(n: int, *, tag: str) -> list[tuple[int, str]]:
+    """``n`` rows stamped dispatched, as a relay's claim leaves them: the workers' relays
+    leave them alone. Returns their ids and event ids."""
+    from django.utils import timezone
+
     from tests.integrations.research.factories import research_event
     from tests.webhooks.factories import inbox_events_bulk_create, research_source
 
@@ -108,8 +118,8 @@ def _inbox_fill(n: int, *, tag: str) -> list[int]:
         )
         for i in range(n)
     ]
-    rows = inbox_events_bulk_create(bodies, source=source)
-    return [row.pk for row in rows]
+    rows = inbox_events_bulk_create(bodies, source=source, dispatched_at=timezone.now())
+    return [(row.pk, row.event_id) for row in rows]
 
 
 def _publish_all(task, ids: list[int]) -> None:
@@ -117,18 +127,45 @@ def _publish_all(task, ids: list[int]) -> None:
         task.apply_async((pk,))
 
 
+def _publish_inbox(rows: list[tuple[int, str]]) -> None:
+    """The rows' processing messages as the relay publishes them: up to INBOX_BATCH_SIZE
+    ids each, a one-row message carrying its event id as correlation id."""
+    from django.conf import settings
+
+    from core.relay import Publication, publish
+    from webhooks.dispatch import PROCESS_TASK
+
+    size = max(settings.INBOX_BATCH_SIZE, 1)
+    chunks = [rows[start : start + size] for start in range(0, len(rows), size)]
+    publish(
+        [
+            Publication(
+                task=PROCESS_TASK,
+                args=[[pk for pk, _ in chunk]],
+                correlation_id=chunk[0][1] if len(chunk) == 1 else "",
+            )
+            for chunk in chunks
+        ]
+    )
+
+
 def _rate(first, last, n: int) -> float:
     seconds = (last - first).total_seconds()
     return (n - 1) / seconds if seconds > 0 else float("nan")
 
 
-def _drain_inbox(ctx: BenchContext, workers: int, ids: list[int]) -> float:
+def _drain_inbox(
+    ctx: BenchContext, workers: int, filled: list[tuple[int, str]]
+) -> float:
     from webhooks.models import TERMINAL_STATUSES, InboxEvent
-    from webhooks.tasks import process_inbox_event_task
 
     broker_purge()
-    _publish_all(process_inbox_event_task, ids)
-    started = _workers(ctx, workers)
+    _publish_inbox(filled)
+    # The relays' sweep must not add messages for rows that merely wait in the queue.
+    started = _workers(
+        ctx, workers, INBOX_REDISPATCH_AFTER_SECONDS=str(int(DRAIN_TIMEOUT) + 60)
+    )
+    ids = [pk for pk, _ in filled]
     rows = InboxEvent.objects.filter(pk__in=ids)
     wait_for(
         lambda: not rows.exclude(processing_status__in=TERMINAL_STATUSES).exists(),
@@ -171,12 +208,12 @@ def _drain_floor(ctx: BenchContext, workers: int, n: int) -> float:
 
 
 def _latency(ctx: BenchContext) -> dict:
-    """Steady load: one event every 1/LATENCY_RATE s, each committed then published."""
+    """Steady load: one event every 1/LATENCY_RATE s, each committed with no message; the
+    workers' relays publish them."""
     from django.db.models import Count
 
     from tests.integrations.research.factories import research_event
     from tests.webhooks.factories import InboxEventFactory
-    from webhooks.dispatch import inbox_event_publish
     from webhooks.models import TERMINAL_STATUSES, InboxEvent
 
     broker_purge()
@@ -194,7 +231,6 @@ def _latency(ctx: BenchContext) -> dict:
                 source_version=1, event_type="research.document.created"
             )
         )
-        inbox_event_publish(inbox_event_id=event.pk)
         ids.append(event.pk)
     rows = InboxEvent.objects.filter(pk__in=ids)
     wait_for(
@@ -223,8 +259,8 @@ def run(ctx: BenchContext) -> list[Figure]:
     results = {}
     for workers in WORKER_COUNTS:
         floor = _drain_floor(ctx, workers, EVENTS)
-        ids = _inbox_fill(EVENTS, tag=f"w{workers}")
-        processing = _drain_inbox(ctx, workers, ids)
+        filled = _inbox_fill(EVENTS, tag=f"w{workers}")
+        processing = _drain_inbox(ctx, workers, filled)
         results[workers] = (processing, floor)
         print(
             f"[processing] {workers} worker(s): {processing:,.1f} events/s, "
@@ -263,7 +299,7 @@ def run(ctx: BenchContext) -> list[Figure]:
         figures.append(
             Figure(
                 "processing",
-                f"latency commit+publish -> processed {name[:3]}",
+                f"latency commit -> relay -> processed {name[:3]}",
                 latency[name],
                 "ms",
                 higher_is_better=False,

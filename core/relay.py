@@ -17,9 +17,12 @@ stopped. It loops:
   a publish that fails rolls the stamp back, so the rows wait for the next round; a relay
   killed between publish and commit leaves rows that are published twice, which the workers'
   idempotent claim makes harmless;
-- sweep, every ``INBOX_SWEEP_INTERVAL_SECONDS``: rows whose message may be lost (published
-  long ago and never claimed, retries that came due, leases that expired) are published again;
-  a relay killed after commit and before publishing loses nothing, its rows come back here;
+- sweep, in its first round and then every ``INBOX_SWEEP_INTERVAL_SECONDS``: rows whose
+  message may be lost (published long ago and never claimed, retries that came due, leases
+  that expired) are published again; a relay killed after commit and before publishing loses
+  nothing, its rows come back here. A sweep whose batch comes back full goes on in the next
+  round, at once (a broker that lost its data can leave many rows behind), with the claim of
+  new rows between its batches;
 - poll adaptively: at once again while batches come back full, a few milliseconds while work
   trickles in, up to ``RELAY_IDLE_POLL_SECONDS`` when idle. Polling costs nothing on the
   request path (a ``NOTIFY`` from every inserting transaction was measured to cost about a
@@ -155,24 +158,37 @@ class Relay:
         self.stop = threading.Event()
         self.stats = RelayStats()
         self.relay_id = f"{socket.gethostname()}:{os.getpid()}"
-        self._last_sweep = 0.0
+        self._last_sweep: float | None = None  # never: the first round sweeps
+        # Outboxes whose last sweep batch came back full: their sweep goes on next round.
+        self._sweep_unfinished: set[str] = set()
         self._last_heartbeat = 0.0
 
     def run_once(self, *, sweep: bool | None = None) -> tuple[int, bool]:
-        """One round: new rows of every outbox, and the sweep when it is due (or asked).
-        Returns the rows taken and whether a batch came back full."""
+        """One round: new rows of every outbox, and a batch of the sweep when it is due (or
+        asked, or unfinished); ``sweep=False`` sweeps nothing. Returns the rows taken and
+        whether a batch came back full."""
         now = time.monotonic()
+        due = sweep
         if sweep is None:
-            sweep = now - self._last_sweep >= self.sweep_interval_seconds
+            due = (
+                self._last_sweep is None
+                or now - self._last_sweep >= self.sweep_interval_seconds
+            )
         taken, full = 0, False
         for outbox in outboxes():
             if outbox.has_waiting():
                 count = relay_round(outbox, outbox.claim, self.batch_limit)
                 taken += count
                 full = full or count >= self.batch_limit
-            if sweep:
-                taken += relay_round(outbox, outbox.sweep, self.batch_limit)
-        if sweep:
+            if due or (sweep is None and outbox.name in self._sweep_unfinished):
+                count = relay_round(outbox, outbox.sweep, self.batch_limit)
+                taken += count
+                if count >= self.batch_limit:
+                    self._sweep_unfinished.add(outbox.name)
+                    full = True
+                else:
+                    self._sweep_unfinished.discard(outbox.name)
+        if due:
             self._last_sweep = now
         self.stats.rounds += 1
         self.stats.published_rows += taken

@@ -25,8 +25,11 @@ def broker_reset() -> None:
 
 
 def queued_envelopes(queue: str = QUEUE) -> list[dict]:
-    """The raw Celery messages waiting in the queue (headers, properties, encoded body)."""
-    return [json.loads(raw) for raw in redis_client().lrange(queue, 0, -1)]
+    """The raw Celery messages waiting in the queue (headers, properties, encoded body), in
+    the order they were published (the transport pushes on the left, workers pop on the
+    right)."""
+    raw_messages = redis_client().lrange(queue, 0, -1)
+    return [json.loads(raw) for raw in reversed(raw_messages)]
 
 
 def broker_messages(queue: str = QUEUE) -> list[dict]:
@@ -44,10 +47,30 @@ def broker_messages(queue: str = QUEUE) -> list[dict]:
     return found
 
 
-def queued_inbox_event_ids() -> list[int]:
-    """The inbox row ids of the processing messages waiting in the queue, one per message."""
+PROCESS_TASK = "webhooks.process_inbox_events"  # one message: a list of inbox row ids
+PROCESS_ONE_TASK = (
+    "webhooks.process_inbox_event"  # one message: one id (earlier release)
+)
+
+
+def inbox_messages(queue: str = QUEUE) -> list[dict]:
+    """The processing messages waiting in the queue (batches, and single rows of an earlier
+    release)."""
     return [
-        m["args"][0]
-        for m in broker_messages()
-        if m["task"] == "webhooks.process_inbox_event"
+        m
+        for m in broker_messages(queue)
+        if m["task"] in {PROCESS_TASK, PROCESS_ONE_TASK}
     ]
+
+
+def message_inbox_event_ids(message: dict) -> list[int]:
+    """The inbox row ids one processing message carries."""
+    if message["task"] == PROCESS_TASK:
+        return list(message["args"][0])
+    return [message["args"][0]]
+
+
+def queued_inbox_event_ids() -> list[int]:
+    """The inbox row ids of the processing messages waiting in the queue, in the order they
+    were published: an id published twice appears twice."""
+    return [pk for m in inbox_messages() for pk in message_inbox_event_ids(m)]

@@ -130,7 +130,18 @@ INBOX_OUTBOX = Outbox(
 )
 
 
+# Batches of one ``inbox_sweep`` call at most: a relay goes on in its next rounds.
+MAX_SWEEP_BATCHES = 20
+
+
 def inbox_sweep(*, limit: int = 500) -> int:
-    """One sweep of the inbox outbox, as the relay runs it every
-    ``INBOX_SWEEP_INTERVAL_SECONDS``; returns the rows published again."""
-    return relay_round(INBOX_OUTBOX, INBOX_OUTBOX.sweep, limit)
+    """One sweep of the inbox outbox, as the relay runs it: batches of up to ``limit`` rows,
+    each claimed, stamped and published in its own transaction, until one comes back short
+    (at most ``MAX_SWEEP_BATCHES``). Returns the rows published again."""
+    published = 0
+    for _ in range(MAX_SWEEP_BATCHES):
+        count = relay_round(INBOX_OUTBOX, INBOX_OUTBOX.sweep, limit)
+        published += count
+        if count < limit:
+            break
+    return published

@@ -4,6 +4,7 @@ an auditor and an anonymous visitor."""
 from datetime import timedelta
 
 import pytest
+from django.db import transaction
 from django.urls import reverse
 from django.utils import timezone
 
@@ -26,6 +27,7 @@ from webhooks.models import (
     OperatorAction,
     ProcessingStatus,
 )
+from webhooks.outbox import INBOX_OUTBOX
 
 pytestmark = pytest.mark.django_db
 
@@ -277,9 +279,13 @@ def test_operator_replays_with_a_reason_through_the_confirmation_page(
             follow=True,
         )
     assert b"Replayed 1 event(s)" in done.content
-    assert len(callbacks) == 1  # the dispatch, after commit
+    assert callbacks == []  # nothing for the broker: the row waits for the relay
     dead.refresh_from_db()
     assert dead.processing_status == ProcessingStatus.RECEIVED
+    assert dead.dispatched_at is None
+    with transaction.atomic():  # the relay's claim: this row, once
+        _, publications = INBOX_OUTBOX.claim(10)
+    assert [p.args for p in publications] == [[[dead.pk]]]
     action = OperatorAction.objects.get(reason="fixed the handler")
     assert action.actor == operator and action.event_ids == [dead.pk]
     assert dead.event_id.encode() not in operator_client.get(url).content

@@ -8,6 +8,8 @@ import pytest
 from django.core.management import call_command
 from django.utils import timezone
 
+from core.relay import Relay
+from tests.broker import queued_inbox_event_ids
 from tests.webhooks.factories import (
     DeadLetteredEventFactory,
     InboxAttemptFactory,
@@ -70,10 +72,15 @@ def test_replay_moves_dead_letters_back_to_received_and_dispatches_them(
     assert sorted(action.event_ids) == sorted(e.pk for e in dead)
     assert action.event_count == 2
     assert action.skipped_count == 1
-    # Dispatched after commit: one message per replayed row in the broker, args = the row id.
-    messages = broker_messages()
-    assert sorted(m["args"][0] for m in messages) == sorted(e.pk for e in dead)
-    assert {m["task"] for m in messages} == {"webhooks.process_inbox_event"}
+    # The replay publishes nothing: the rows wait for the relay again, which publishes each
+    # of them once.
+    assert broker_messages() == []
+    assert all(e.dispatched_at is None for e in dead)
+    assert Relay().run_once(sweep=False) == (2, False)
+    assert sorted(queued_inbox_event_ids()) == sorted(e.pk for e in dead)
+    assert {m["task"] for m in broker_messages()} == {"webhooks.process_inbox_events"}
+    assert Relay().run_once(sweep=False) == (0, False)
+    assert len(queued_inbox_event_ids()) == 2
 
 
 def test_replay_of_nothing_replayable_raises_and_records_nothing(
@@ -139,7 +146,9 @@ def test_replay_events_command_replays_by_filter_as_the_os_user(empty_broker, ca
     assert actions[0].actor_name == f"os:{getpass.getuser()}"
     assert actions[0].action == "bulk_replay"
     assert sorted(actions[0].event_ids) == sorted(e.pk for e in dead)
-    assert len(broker_messages()) == 3
+    assert broker_messages() == []  # the relay publishes the replayed rows
+    Relay().run_once(sweep=False)
+    assert sorted(queued_inbox_event_ids()) == sorted(e.pk for e in dead)
 
 
 def test_replay_events_command_by_event_id_and_dry_run(empty_broker, capsys):

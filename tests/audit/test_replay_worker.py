@@ -1,7 +1,8 @@
 """End to end with a REAL Celery worker process: a replayed dead letter reaches a terminal status.
 
-Needs the processing pipeline (``webhooks.process_inbox_event``): with the task body still a stub
-the row stays ``received`` and this test fails."""
+The replay publishes nothing: the worker's relay publishes the row, and the worker processes
+it (``webhooks.process_inbox_events``). Without either the row stays ``received`` and this
+test fails."""
 
 import pytest
 

@@ -1,5 +1,6 @@
 """Concurrent first requests with one key, against a real gunicorn server, PostgreSQL and the
-Redis broker (no worker runs: the dispatched messages stay countable in the queue)."""
+Redis broker. No request publishes anything: a relay round (run here, as a worker's relay runs
+it) publishes the one job; no worker runs, so its message stays countable in the queue."""
 
 import functools
 import json
@@ -7,6 +8,8 @@ import json
 import pytest
 import requests
 
+from core.logging import CELERY_HEADER
+from core.relay import Relay
 from core.services import api_client_create
 from deployments.models import Deployment
 from idempotency.models import IdempotencyRecord
@@ -65,6 +68,21 @@ def fire(url: str, bodies: list[dict], key: str) -> list[requests.Response]:
     return responses
 
 
+def assert_one_job_message_after_a_relay_round(
+    deployment: Deployment, key: str
+) -> None:
+    """Nothing queued by the requests; one relay round queues exactly one run message for
+    the job, with the key as correlation id; a second round queues nothing."""
+    assert queued_envelopes() == []
+    assert Relay().run_once(sweep=False) == (1, False)
+    Relay().run_once(sweep=False)
+    messages = queued_envelopes()
+    assert len(messages) == 1
+    assert messages[0]["headers"]["task"] == "deployments.run_job"
+    assert deployment.public_id in messages[0]["headers"]["argsrepr"]
+    assert messages[0]["headers"][CELERY_HEADER] == key
+
+
 def test_fifty_concurrent_requests_with_one_key_make_one_deployment(server):
     responses = fire(f"{server}/api/deployments/", [deployment_body()] * 50, "race-1")
 
@@ -80,10 +98,7 @@ def test_fifty_concurrent_requests_with_one_key_make_one_deployment(server):
     deployment = Deployment.objects.get()
     assert first.json()["deployment_id"] == deployment.public_id
     assert IdempotencyRecord.objects.count() == 1
-    messages = queued_envelopes()
-    assert len(messages) == 1
-    assert messages[0]["headers"]["task"] == "deployments.run_job"
-    assert deployment.public_id in messages[0]["headers"]["argsrepr"]
+    assert_one_job_message_after_a_relay_round(deployment, "race-1")
 
 
 def test_concurrent_requests_with_one_key_and_two_bodies_never_5xx(server):
@@ -106,4 +121,4 @@ def test_concurrent_requests_with_one_key_and_two_bodies_never_5xx(server):
                 "error": "idempotency_key_reused",
                 "differing_fields": ["environment"],
             }
-    assert len(queued_envelopes()) == 1
+    assert_one_job_message_after_a_relay_round(winner, "race-2")

@@ -10,10 +10,12 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
+from core.relay import relay_round
 from deployments import executors
 from deployments.executors import ExecutionResult
 from deployments.models import Deployment, JobTransition
-from deployments.services import deployment_jobs_redispatch, job_run
+from deployments.outbox import JOBS_OUTBOX
+from deployments.services import job_run
 from idempotency.models import IdempotencyRecord
 from idempotency.selectors import idempotency_records_stuck
 from tests.deployments.factories import deployment_body
@@ -57,6 +59,11 @@ def record_of(job) -> IdempotencyRecord:
     )
 
 
+def jobs_sweep() -> int:
+    """One sweep of the jobs outbox, as a worker's relay runs it."""
+    return relay_round(JOBS_OUTBOX, JOBS_OUTBOX.sweep, 500)
+
+
 def sleep_past(moment) -> None:
     time.sleep(max(0.0, (moment - timezone.now()).total_seconds()) + 0.05)
 
@@ -73,7 +80,7 @@ def test_a_new_key_has_a_deadline_for_its_job_to_be_picked_up(api, settings):
     assert record.status == "processing"
     assert before + grace <= record.progress_deadline <= after + grace
     assert not idempotency_records_stuck().exists()
-    # No worker picked the job up, not even after the sweep re-dispatched it: stuck.
+    # No worker picked the job up, not even after the relay's sweep re-dispatched it: stuck.
     late = record.progress_deadline + timedelta(seconds=1)
     assert list(idempotency_records_stuck(now=late)) == [record]
 
@@ -99,10 +106,10 @@ def test_a_running_report_on_a_queued_job_gives_it_a_lease_that_the_sweep_enforc
     assert job_run(kind="deployment", public_id=deployment.public_id, worker="w") == (
         "not_queued"
     )
-    assert deployment_jobs_redispatch() == 0  # within its lease
+    assert jobs_sweep() == 0  # within its lease
 
     sleep_past(lease)
-    assert deployment_jobs_redispatch() == 1
+    assert jobs_sweep() == 1
     deployment.refresh_from_db()
     assert deployment.status == "failed"
     assert deployment.detail.startswith("report_lost:")
@@ -137,7 +144,7 @@ def test_each_further_running_report_renews_the_lease(api, settings):
     assert record_of(deployment).progress_deadline == deployment.lease_expires_at
 
     sleep_past(first_lease)
-    assert deployment_jobs_redispatch() == 0
+    assert jobs_sweep() == 0
     deployment.refresh_from_db()
     assert deployment.status == "running"
 
@@ -211,3 +218,45 @@ def test_a_new_deployment_key_costs_six_statements(api):
     assert len(queries.captured_queries) == 6, [
         q["sql"][:80] for q in queries.captured_queries
     ]
+
+
+def test_a_job_reported_running_past_its_workers_result_is_failed_when_the_lease_ends(
+    api, settings, monkeypatch
+):
+    """The worker finished, but a running report newer than its result had applied: the
+    job is running on the reporter's word alone, and the relay's sweep fails it once that
+    report's lease runs out with nothing more said."""
+    settings.DEPLOY_RUNNING_LEASE_SECONDS = 2
+
+    def execute_while_reported(job):
+        later = timezone.now() + timedelta(seconds=30)
+        assert report(api, job, "running", "r-late", at=later)["applied"] is True
+        return ExecutionResult(succeeded=True, detail="done")
+
+    monkeypatch.setattr(
+        executors, "reported_execute", execute_while_reported, raising=False
+    )
+    monkeypatch.setitem(
+        executors.EXECUTORS, "reported", "deployments.executors.reported_execute"
+    )
+    settings.DEPLOY_EXECUTOR = "reported"
+    deployment = deployment_create(api)
+
+    assert job_run(kind="deployment", public_id=deployment.public_id, worker="w") == (
+        "superseded"
+    )
+    deployment.refresh_from_db()
+    assert deployment.status == "running"
+    assert deployment.executor_finished_at is not None
+    assert jobs_sweep() == 0  # within the report's lease
+
+    sleep_past(deployment.lease_expires_at)
+    assert jobs_sweep() == 1
+    deployment.refresh_from_db()
+    assert deployment.status == "failed"
+    assert deployment.detail.startswith("report_lost:")
+    assert record_of(deployment).status == "failed"
+    # A redelivered run message leaves it alone: the executor ran once.
+    assert job_run(kind="deployment", public_id=deployment.public_id, worker="w2") == (
+        "already_started"
+    )

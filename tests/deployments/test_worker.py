@@ -9,9 +9,9 @@ from django.utils import timezone
 from deployments import executors
 from deployments.executors import ExecutionResult
 from deployments.models import JobTransition
-from deployments.services import deployment_jobs_redispatch, job_run
+from deployments.services import job_run
 from idempotency.models import IdempotencyRecord
-from tests.deployments.factories import BuildFactory, DeploymentFactory
+from tests.deployments.factories import DeploymentFactory
 from tests.idempotency.factories import IdempotencyRecordFactory
 from tests.threads import run_together
 
@@ -110,40 +110,6 @@ def test_two_concurrent_deliveries_run_the_executor_once(counting_executor):
     assert sorted(results) == ["already_started", "succeeded"]
     assert runs == [job.public_id]
     assert transitions(job) == [("queued", "running"), ("running", "succeeded")]
-
-
-@pytest.mark.django_db(transaction=True)
-@override_settings(DEPLOY_REDISPATCH_AFTER_SECONDS=60)
-def test_sweep_redispatches_only_stale_queued_jobs_and_fails_lost_ones(
-    counting_executor,
-):
-    from tests import processes
-    from tests.broker import queued_envelopes
-
-    processes.purge_broker()
-    try:
-        old = timezone.now() - timedelta(seconds=120)
-        stale = DeploymentFactory(last_dispatched_at=old)
-        DeploymentFactory()  # fresh: its own message is still on its way
-        lost = DeploymentFactory(
-            status="running",
-            executor_started_at=old,
-            lease_expires_at=timezone.now() - timedelta(seconds=1),
-        )
-        BuildFactory(client=stale.client, last_dispatched_at=old)
-
-        assert deployment_jobs_redispatch() == 3
-        assert deployment_jobs_redispatch() == 0
-        messages = queued_envelopes()
-        assert len(messages) == 2
-        assert {m["headers"]["task"] for m in messages} == {"deployments.run_job"}
-        assert any(stale.public_id in m["headers"]["argsrepr"] for m in messages)
-        lost.refresh_from_db()
-        assert lost.status == "failed"
-        assert lost.detail.startswith("worker_lost")
-        assert transitions(lost) == [("running", "failed")]
-    finally:
-        processes.purge_broker()
 
 
 @pytest.mark.django_db

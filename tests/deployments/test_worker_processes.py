@@ -1,13 +1,21 @@
-"""Real Celery worker and beat processes, the Redis broker and PostgreSQL."""
+"""Real Celery worker processes, the Redis broker and PostgreSQL. No beat: the relay in each
+worker publishes new jobs and, from its sweep, re-publishes lost ones and fails jobs whose
+lease ran out."""
+
+from datetime import timedelta
 
 import pytest
+from django.utils import timezone
 
+from core.relay import Relay
 from deployments.models import Deployment, JobTransition
 from idempotency.models import IdempotencyRecord
 from tests import processes
 from tests.broker import broker_reset
 from tests.core.factories import api_client_make, bearer_http
 from tests.deployments.factories import deployment_body, idempotent_post
+from tests.webhooks.factories import InboxEventFactory
+from webhooks.models import TERMINAL_STATUSES, InboxEvent
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -43,6 +51,26 @@ def worker_runs(deployment: Deployment) -> int:
     ).count()
 
 
+def a_sweep_has_run(worker: processes.Process) -> None:
+    """Waits for the worker's relay to sweep once more: an inbox row whose message was lost
+    long ago is published by a sweep only, and the relay sweeps every outbox in the same
+    round."""
+    long_ago = timezone.now() - timedelta(minutes=5)
+    probe = InboxEventFactory(
+        received_at=long_ago - timedelta(minutes=5), dispatched_at=long_ago
+    )
+    try:
+        processes.wait_until(
+            lambda: InboxEvent.objects.filter(
+                pk=probe.pk, processing_status__in=TERMINAL_STATUSES
+            ).exists(),
+            timeout=30,
+            what="a sweep of the worker's relay",
+        )
+    except AssertionError:
+        raise AssertionError(worker.log()[-3000:]) from None
+
+
 def test_a_real_worker_takes_a_deployment_to_succeeded(tmp_path, api_http):
     worker = processes.celery_worker(
         tmp_path, env={"DEPLOY_SIMULATED_SECONDS": "0.2"}
@@ -68,7 +96,7 @@ def test_a_real_worker_takes_a_deployment_to_succeeded(tmp_path, api_http):
 
 
 def test_a_worker_killed_mid_run_never_runs_the_executor_twice(tmp_path, api_http):
-    """kill -9 while the executor runs; after a restart (worker and beat, with the sweep) the
+    """kill -9 while the executor runs; after a restart (a worker alone: its relay sweeps) the
     job is failed as ``worker_lost`` once its lease expires (the documented outcome), and the
     executor is not started a second time."""
     first = processes.celery_worker(
@@ -89,20 +117,13 @@ def test_a_worker_killed_mid_run_never_runs_the_executor_twice(tmp_path, api_htt
         "INBOX_SWEEP_INTERVAL_SECONDS": "1",
     }
     worker = processes.celery_worker(tmp_path, name="again", env=restart_env).start()
-    beat = processes.celery_beat(tmp_path, env=restart_env).start()
     try:
         wait_status(deployment, "failed", timeout=90, what="the lost job to be failed")
-        # Let the redelivered message and further sweeps arrive: nothing runs it again.
         # A few more sweeps (and any redelivery of the killed worker's message) find the
         # job already decided: nothing starts the executor again.
-        sent = beat.log().count("deployments.sweep")
-        processes.wait_until(
-            lambda: beat.log().count("deployments.sweep") >= sent + 2,
-            timeout=30,
-            what="two more sweeps",
-        )
+        a_sweep_has_run(worker)
+        a_sweep_has_run(worker)
     finally:
-        beat.stop()
         worker.stop()
 
     deployment.refresh_from_db()
@@ -120,21 +141,26 @@ def test_a_worker_killed_mid_run_never_runs_the_executor_twice(tmp_path, api_htt
 
 
 def test_a_job_whose_message_was_lost_is_redispatched_by_the_sweep(tmp_path, api_http):
-    # The message is published with no worker running, then dropped: only the sweep can help.
+    # The message is published with no worker running (a relay round, as a worker's relay
+    # runs it), then dropped: only the sweep can help.
     deployment = create(api_http, "lost-1")
+    assert Relay().run_once(sweep=False) == (1, False)
     processes.purge_broker()
+    deployment.refresh_from_db()
+    published_at = deployment.last_dispatched_at
+    assert published_at is not None  # not the claim's any more
     env = {
         "DEPLOY_SIMULATED_SECONDS": "0.1",
         "DEPLOY_REDISPATCH_AFTER_SECONDS": "1",
         "INBOX_SWEEP_INTERVAL_SECONDS": "1",
     }
     worker = processes.celery_worker(tmp_path, env=env).start()
-    beat = processes.celery_beat(tmp_path, env=env).start()
     try:
         wait_status(
             deployment, "succeeded", timeout=90, what="the swept job to succeed"
         )
     finally:
-        beat.stop()
         worker.stop()
     assert worker_runs(deployment) == 1
+    deployment.refresh_from_db()
+    assert deployment.last_dispatched_at > published_at  # published again by the sweep

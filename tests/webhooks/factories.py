@@ -150,7 +150,8 @@ def _entity(body: dict) -> dict:
 
 class InboxEventFactory(factory.django.DjangoModelFactory):
     """An inbox row as ingest stores ``body`` (a new research event unless given), received
-    now and never published (the sweep's case), on the research source unless given."""
+    now and never published (waiting for the relay's claim), on the research source unless
+    given."""
 
     class Meta:
         model = InboxEvent

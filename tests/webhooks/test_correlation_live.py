@@ -1,7 +1,8 @@
 """The correlation id end to end, on real processes: a gunicorn server and a Celery worker, both
 writing their JSON logs to files. The event id names the request in the web log and the task in
-the worker log, whether the message was published by the ingest request or by the sweep; no log
-line holds the body, the signature or the secret."""
+the worker log, whether the worker's relay published the message for a new row or from its
+sweep; in a message of several rows, each row's lines name its own event id. No log line holds
+the body, the signature or the secret."""
 
 import json
 import uuid
@@ -23,11 +24,10 @@ from tests.webhooks.factories import (
     signed_headers,
 )
 from webhooks.models import InboxEvent, ProcessingStatus
-from webhooks.tasks import inbox_sweep_task
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
-PROCESS_TASK = "webhooks.process_inbox_event"
+PROCESS_TASK = "webhooks.process_inbox_events"
 
 
 def json_lines(process: processes.Process) -> list[dict]:
@@ -133,12 +133,13 @@ def test_web_and_worker_logs_carry_the_event_id_as_correlation_id(tmp_path, work
 
 
 def test_a_message_published_by_the_sweep_carries_the_event_id(worker):
-    """A row stored with no message (the publish after its commit was lost): the sweep, run by
-    the worker as beat would run it, publishes it with the event id as correlation id."""
-    event = InboxEventFactory(received_at=timezone.now() - timedelta(minutes=5))
+    """A row whose message was lost (published long ago, never taken): the sweep of the
+    worker's relay publishes it again, with the event id as correlation id."""
+    long_ago = timezone.now() - timedelta(minutes=5)
+    event = InboxEventFactory(
+        received_at=long_ago - timedelta(minutes=5), dispatched_at=long_ago
+    )
     assert correlation_id_get() == ""
-
-    inbox_sweep_task.delay()
 
     wait_processed(event.event_id, worker)
     processes.wait_until(
@@ -148,7 +149,38 @@ def test_a_message_published_by_the_sweep_carries_the_event_id(worker):
     )
     worker.stop()
     work = json_lines(worker)
-    sweeps = [r for r in work if r.get("message") == "inbox.sweep_redispatched"]
-    assert [(r["count"], r.get("correlation_id")) for r in sweeps] == [(1, None)]
+    assert [r for r in work if r.get("logger") == "core.relay"], worker.log()[-3000:]
+    assert all(
+        not r.get("correlation_id") for r in work if r.get("logger") == "core.relay"
+    )
     succeeded = task_succeeded_lines(work)
     assert [r.get("correlation_id") for r in succeeded] == [event.event_id]
+    event.refresh_from_db()
+    assert event.dispatched_at > long_ago
+
+
+def test_each_row_of_a_batch_is_named_by_its_own_event_id(tmp_path):
+    """Rows committed before the worker starts: its relay takes them in one claim, one
+    message of three ids with no correlation id; each row's lines name its event id."""
+    broker_reset()
+    events = [InboxEventFactory() for _ in range(3)]
+    worker = processes.celery_worker(tmp_path, env={"LOG_LEVEL": "INFO"}).start()
+    try:
+        for event in events:
+            wait_processed(event.event_id, worker)
+        processes.wait_until(
+            lambda: task_succeeded_lines(json_lines(worker)),
+            timeout=10,
+            what="the task's log line",
+        )
+    finally:
+        worker.stop()
+        broker_reset()
+    work = json_lines(worker)
+    succeeded = task_succeeded_lines(work)
+    assert len(succeeded) == 1, worker.log()[-3000:]
+    assert not succeeded[0].get("correlation_id")
+    processed = [r for r in work if r.get("message") == "inbox.processed"]
+    assert sorted(
+        (r["inbox_event_id"], r.get("correlation_id")) for r in processed
+    ) == [(e.pk, e.event_id) for e in events]

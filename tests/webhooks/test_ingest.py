@@ -12,6 +12,9 @@ from prometheus_client import REGISTRY
 from standardwebhooks.webhooks import Webhook
 
 from core.canonical import canonical_json
+from core.logging import CELERY_HEADER
+from core.relay import relay_round
+from tests.broker import broker_messages, broker_reset
 from tests.integrations.fixtures import fixture_json
 from tests.integrations.research.factories import research_event
 from tests.webhooks.factories import (
@@ -29,6 +32,7 @@ from webhooks.models import (
     SignatureFailure,
     WebhookSecret,
 )
+from webhooks.outbox import INBOX_OUTBOX
 from webhooks.services import webhook_source_rotate
 
 pytestmark = pytest.mark.django_db
@@ -96,25 +100,36 @@ def test_new_event_is_accepted_and_stored_with_every_field(http, source):
     )
 
 
-def test_accepted_event_is_published_after_commit(http, source, monkeypatch):
-    from webhooks import services
-
-    published = []
-    monkeypatch.setattr(
-        services,
-        "inbox_event_publish",
-        lambda *, inbox_event_id, event_id: published.append([inbox_event_id]),
-    )
-    body = research_event()
+def test_accepted_event_publishes_nothing_and_waits_for_the_relay(http, source):
+    """The request commits the row and answers: no broker call, nothing left to run after
+    the commit. The row waits in the outbox; one relay round publishes it once."""
     from django.test import TestCase
 
-    with TestCase.captureOnCommitCallbacks(execute=False) as callbacks:
+    broker_reset()
+    body = research_event()
+    with TestCase.captureOnCommitCallbacks(execute=True) as callbacks:
         response = post_signed(http, body)
     assert response.status_code == 202
-    assert published == []  # nothing before the commit
-    assert len(callbacks) == 1
-    callbacks[0]()
-    assert published == [[InboxEvent.objects.get().pk]]
+    assert callbacks == []
+    assert broker_messages() == []
+    row = InboxEvent.objects.get()
+    assert row.dispatched_at is None
+    assert INBOX_OUTBOX.has_waiting()
+    assert INBOX_OUTBOX.oldest_waiting() == row.received_at
+
+    assert relay_round(INBOX_OUTBOX, INBOX_OUTBOX.claim, 10) == 1
+    (message,) = broker_messages()
+    assert (message["task"], message["args"]) == (
+        "webhooks.process_inbox_events",
+        [[row.pk]],
+    )
+    assert message["headers"][CELERY_HEADER] == body["event_id"]
+    row.refresh_from_db()
+    assert row.dispatched_at is not None
+    assert not INBOX_OUTBOX.has_waiting()
+    assert relay_round(INBOX_OUTBOX, INBOX_OUTBOX.claim, 10) == 0
+    assert len(broker_messages()) == 1
+    broker_reset()
 
 
 def test_redelivery_changing_only_delivery_fields_is_a_duplicate(http, source):

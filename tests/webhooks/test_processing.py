@@ -3,6 +3,7 @@
 from datetime import timedelta
 
 import pytest
+from django.db import transaction
 from django.utils import timezone
 
 from research.models import DocumentRevision, ResearchDocument
@@ -10,15 +11,18 @@ from tests.integrations.research.factories import research_event
 from tests.threads import document_locked
 from tests.webhooks.factories import InboxEventFactory
 from webhooks import metrics
-from webhooks.models import InboxAttempt
+from webhooks.models import InboxAttempt, InboxEvent, WebhookSource
+from webhooks.outbox import INBOX_OUTBOX
 from webhooks.processing import (
     WORKER_LOST_ERROR,
+    _batch_claim_fast,
+    _claimed_event_run,
     _inbox_event_claim,
-    _inbox_event_run,
     inbox_event_process,
+    inbox_events_process,
     inbox_retry_delay,
 )
-from webhooks.tasks import process_inbox_event_task
+from webhooks.tasks import process_inbox_event_task, process_inbox_events_task
 
 
 def sample(metric, suffix: str = "_total") -> float:
@@ -123,15 +127,23 @@ def test_a_worker_lost_on_the_last_attempt_dead_letters(settings):
 
 
 @pytest.mark.django_db
-def test_a_run_whose_claim_was_taken_over_applies_nothing():
+@pytest.mark.parametrize("claimed_by", ["batch", "one_by_one"])
+def test_a_run_whose_claim_was_taken_over_applies_nothing(claimed_by):
     event = InboxEventFactory(body=research_event(source_version=1))
-    claim = _inbox_event_claim(inbox_event_id=event.pk, worker="slow")
+    if claimed_by == "batch":
+        (claim,) = _batch_claim_fast(ids=[event.pk], worker="slow")
+    else:
+        claim = _inbox_event_claim(inbox_event_id=event.pk, worker="slow")
     # The lease expired and another run claimed the row meanwhile.
-    type(event).objects.filter(pk=event.pk).update(attempts=claim.number + 1)
-    _, outcome = _inbox_event_run(claim=claim)
+    type(event).objects.filter(pk=event.pk).update(attempts=claim.event.attempts + 1)
+    outcome = _claimed_event_run(claim)
     assert outcome.skipped == "lease_lost"
     assert not DocumentRevision.objects.exists()
     assert not ResearchDocument.objects.exists()
+    event.refresh_from_db()
+    assert (event.processing_status, event.attempts) == ("processing", 2)
+    # The taken-over attempt is not closed by the run that lost it.
+    assert InboxAttempt.objects.get(event=event).finished_at is None
 
 
 @pytest.mark.django_db
@@ -148,11 +160,139 @@ def test_stale_and_latency_metrics_are_recorded():
 
 
 @pytest.mark.django_db
-def test_task_body_takes_an_id_and_returns_the_outcome():
+def test_task_body_takes_a_list_of_ids_and_returns_their_outcomes():
+    first, second = (
+        InboxEventFactory(body=research_event(source_version=1)) for _ in range(2)
+    )
+    assert process_inbox_events_task.apply(([first.pk, second.pk],)).get() == [
+        "processed",
+        "processed",
+    ]
+    assert process_inbox_events_task.apply(([second.pk, 10**12, first.pk],)).get() == [
+        "terminal",
+        "missing",
+        "terminal",
+    ]
+    assert process_inbox_events_task.apply(([],)).get() == []
+
+
+@pytest.mark.django_db
+def test_the_one_id_task_of_an_earlier_release_is_still_served():
     event = InboxEventFactory(body=research_event(source_version=1))
+    assert process_inbox_event_task.name == "webhooks.process_inbox_event"
     assert process_inbox_event_task.apply((event.pk,)).get() == "processed"
     assert process_inbox_event_task.apply((event.pk,)).get() == "terminal"
     assert process_inbox_event_task.apply((10**12,)).get() == "missing"
+
+
+@pytest.mark.django_db
+def test_a_batch_sorts_out_every_row_and_answers_in_the_order_given():
+    now = timezone.now()
+    fresh = [InboxEventFactory(body=research_event(source_version=1)) for _ in range(3)]
+    done = InboxEventFactory(processing_status="processed")
+    leased = InboxEventFactory(
+        processing_status="processing",
+        attempts=1,
+        lease_expires_at=now + timedelta(minutes=5),
+    )
+    not_due = InboxEventFactory(
+        processing_status="failed",
+        attempts=1,
+        next_attempt_at=now + timedelta(minutes=5),
+    )
+    due = InboxEventFactory(
+        body=research_event(source_version=1),
+        processing_status="failed",
+        attempts=1,
+        next_attempt_at=now - timedelta(seconds=1),
+    )
+    lost = InboxEventFactory(
+        body=research_event(source_version=1),
+        processing_status="processing",
+        attempts=1,
+        lease_expires_at=now - timedelta(seconds=1),
+    )
+    ids = [
+        fresh[2].pk,
+        done.pk,
+        10**12,
+        leased.pk,
+        fresh[0].pk,
+        not_due.pk,
+        lost.pk,
+        due.pk,
+        fresh[1].pk,
+    ]
+
+    outcomes = inbox_events_process(ids=ids, worker="w")
+
+    assert [(o.status, o.skipped) for o in outcomes] == [
+        ("processed", ""),
+        ("processed", "terminal"),
+        ("", "missing"),
+        ("processing", "leased"),
+        ("processed", ""),
+        ("failed", "not_due"),
+        ("processed", ""),
+        ("processed", ""),
+        ("processed", ""),
+    ]
+    for event in [*fresh, due, lost]:
+        event.refresh_from_db()
+        assert event.processing_status == "processed"
+        assert event.lease_expires_at is None
+        assert DocumentRevision.objects.filter(inbox_event=event).count() == 1
+    assert [e.attempts for e in fresh] == [1, 1, 1]
+    assert (due.attempts, lost.attempts) == (2, 2)
+    for event, state in ((leased, "processing"), (not_due, "failed")):
+        event.refresh_from_db()
+        assert (event.processing_status, event.attempts) == (state, 1)
+
+
+@pytest.mark.django_db
+def test_an_id_twice_in_a_batch_is_processed_once():
+    event = InboxEventFactory(body=research_event(source_version=1))
+    outcomes = inbox_events_process(ids=[event.pk, event.pk], worker="w")
+    assert outcomes[0].status == "processed"
+    event.refresh_from_db()
+    assert event.attempts == 1
+    assert InboxAttempt.objects.filter(event=event).count() == 1
+    assert DocumentRevision.objects.filter(inbox_event=event).count() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_failing_event_rolls_back_nothing_of_the_others_in_its_batch(settings):
+    """Each event runs in its own transaction: a handler whose query the database refuses
+    (the transaction is aborted) fails its own event only; the events before and after it in
+    the batch are applied and committed."""
+    settings.WEBHOOK_INTEGRATIONS = {
+        **settings.WEBHOOK_INTEGRATIONS,
+        "failing-sql": "tests.webhooks.failing_integration.integration",
+    }
+    failing = WebhookSource.objects.create(slug="failing", handler="failing-sql")
+    before = InboxEventFactory(body=research_event(entity_id="doc_b1"))
+    broken = InboxEventFactory(source=failing)
+    after = InboxEventFactory(body=research_event(entity_id="doc_b2"))
+
+    outcomes = inbox_events_process(ids=[before.pk, broken.pk, after.pk], worker="w")
+
+    assert [o.status for o in outcomes] == ["processed", "failed", "processed"]
+    assert outcomes[1].retry_at is not None
+    statuses = dict(
+        InboxEvent.objects.filter(pk__in=[before.pk, broken.pk, after.pk]).values_list(
+            "pk", "processing_status"
+        )
+    )
+    assert statuses == {
+        before.pk: "processed",
+        broken.pk: "failed",
+        after.pk: "processed",
+    }
+    assert set(ResearchDocument.objects.values_list("entity_id", flat=True)) == {
+        "doc_b1",
+        "doc_b2",
+    }
+    assert "no_such_column" in InboxEvent.objects.get(pk=broken.pk).error_message
 
 
 @pytest.mark.django_db(transaction=True)
@@ -181,11 +321,17 @@ def test_transient_failures_back_off_then_dead_letter_after_max_attempts(setting
             assert started <= event.next_attempt_at
             assert event.next_attempt_at <= timezone.now() + timedelta(seconds=cap)
             assert outcome.retry_at == event.next_attempt_at
-            assert event.dispatched_at == event.next_attempt_at
+            # No message for the retry yet: the relay publishes it once it is due.
+            assert event.dispatched_at is None
             assert inbox_event_process(inbox_event_id=event.pk).skipped == "not_due"
+            with transaction.atomic():
+                assert INBOX_OUTBOX.claim(10) == (0, [])
             type(event).objects.filter(pk=event.pk).update(
                 next_attempt_at=timezone.now() - timedelta(seconds=1)
             )
+            with transaction.atomic():
+                taken, publications = INBOX_OUTBOX.claim(10)
+            assert (taken, [p.args for p in publications]) == (1, [[[event.pk]]])
         outcome = inbox_event_process(inbox_event_id=event.pk, worker="w")
 
     event.refresh_from_db()

@@ -1,5 +1,7 @@
-"""Faults with REAL processes: Celery workers and beat started as a user starts them, against
-the test PostgreSQL and the Redis broker; killed with SIGKILL as a dying machine would be."""
+"""Faults with REAL processes: Celery workers started as a user starts them, against the test
+PostgreSQL and the Redis broker; killed with SIGKILL as a dying machine would be. No beat: the
+relay in each worker publishes every row waiting for a message and, from its sweep, the rows
+whose message was lost."""
 
 import random
 import time
@@ -15,7 +17,6 @@ from tests.broker import broker_reset
 from tests.integrations.research.factories import research_event
 from tests.threads import document_locked
 from tests.webhooks.factories import InboxEventFactory, inbox_events_bulk_create
-from webhooks.dispatch import inbox_event_publish
 from webhooks.models import TERMINAL_STATUSES, InboxAttempt, InboxEvent
 from webhooks.processing import WORKER_LOST_ERROR, inbox_event_process
 
@@ -69,9 +70,10 @@ def assert_each_event_applied_at_most_once() -> None:
     assert DocumentRevision.objects.count() == processed.count()
 
 
-def test_backlog_never_published_is_recovered_by_the_sweep(tmp_path, running):
-    """As after an ingest with the broker down: rows committed, no message ever published,
-    no worker running. Then worker and beat start: everything reaches a terminal status."""
+def test_a_backlog_is_recovered_by_a_worker_alone(tmp_path, running):
+    """Rows committed while no worker ran: most never published, some whose message was
+    lost with the broker's data. Then one worker starts, with no beat: its relay publishes
+    the first and its sweep the others; everything reaches a terminal status."""
     old = timezone.now() - timedelta(seconds=30)
     rng = random.Random(4)
     envelopes = []
@@ -83,6 +85,10 @@ def test_backlog_never_published_is_recovered_by_the_sweep(tmp_path, running):
             for v in versions
         ]
     rows = inbox_events_bulk_create(envelopes, received_at=old)
+    lost_messages = rows[::3]
+    InboxEvent.objects.filter(pk__in=[r.pk for r in lost_messages]).update(
+        dispatched_at=old
+    )
     # A retry whose message was lost, and a row a dead worker left in processing.
     failed = InboxEventFactory(
         body=research_event(source_version=1),
@@ -103,7 +109,6 @@ def test_backlog_never_published_is_recovered_by_the_sweep(tmp_path, running):
     InboxAttempt.objects.create(event=orphan, number=1, worker="dead@host")
 
     worker = running(processes.celery_worker(tmp_path, concurrency=2, env=FAST_SWEEP))
-    running(processes.celery_beat(tmp_path, env=FAST_SWEEP))
     wait_all_terminal(90, [worker])
 
     total = len(rows) + 2
@@ -140,9 +145,8 @@ def test_worker_killed_mid_batch_then_restarted_loses_and_repeats_nothing(
         research_event(entity_id=f"doc_kill_{i % 300}", source_version=1 + i // 300)
         for i in range(count)
     ]
-    rows = inbox_events_bulk_create(envelopes)
-    for row in rows:
-        assert inbox_event_publish(inbox_event_id=row.pk)
+    # Committed, waiting for a message: the first worker's relay publishes them in batches.
+    inbox_events_bulk_create(envelopes)
 
     first = running(
         processes.celery_worker(tmp_path, concurrency=2, name="w1", env=FAST_SWEEP)
@@ -161,10 +165,11 @@ def test_worker_killed_mid_batch_then_restarted_loses_and_repeats_nothing(
         "the batch finished before the kill: nothing was tested"
     )
 
+    # No beat: the second worker's relay sweeps what the kill left behind (rows leased by
+    # the dead worker, batches claimed but not run, messages lost with it).
     second = running(
         processes.celery_worker(tmp_path, concurrency=2, name="w2", env=FAST_SWEEP)
     )
-    running(processes.celery_beat(tmp_path, env=FAST_SWEEP))
     wait_all_terminal(180, [first, second])
 
     assert InboxEvent.objects.count() == count
@@ -208,11 +213,10 @@ def test_poison_event_dead_letters_after_exactly_max_attempts(tmp_path, running)
     poison = InboxEventFactory(
         body=research_event(entity_id="doc_poison", source_version=2)
     )
-    # Every attempt times out on the lock: a transient failure that never passes.
+    # Every attempt times out on the lock: a transient failure that never passes. The
+    # worker's relay publishes the event, then each retry once it is due.
     with document_locked("doc_poison"):
         worker = running(processes.celery_worker(tmp_path, concurrency=2, env=env))
-        running(processes.celery_beat(tmp_path, env=env))
-        assert inbox_event_publish(inbox_event_id=poison.pk)
         try:
             processes.wait_until(
                 lambda: InboxEvent.objects.filter(
@@ -225,7 +229,7 @@ def test_poison_event_dead_letters_after_exactly_max_attempts(tmp_path, running)
         except AssertionError:
             print(worker.log()[-4000:])
             raise
-        time.sleep(3)  # sweeps and any stray message get their chance to attempt again
+        time.sleep(3)  # the relay, its sweeps and any stray message get their chance
 
     poison.refresh_from_db()
     assert poison.attempts == 4

@@ -10,13 +10,14 @@ import pytest
 from django.db import connection
 from django.urls import reverse
 from django.utils import timezone
-from webhooks.sweep import inbox_sweep
 
+from core.relay import Relay
 from research.models import ResearchDocument
 from tests.integrations.research.factories import research_event
 from tests.webhooks.factories import InboxEventFactory, signed_post
 from webhooks.models import FingerprintMismatch, InboxAttempt, InboxEvent
-from webhooks.processing import inbox_event_process
+from webhooks.outbox import inbox_sweep
+from webhooks.processing import inbox_event_process, inbox_events_process
 
 pytestmark = pytest.mark.django_db
 
@@ -148,15 +149,40 @@ def test_a_stored_date_that_cannot_be_read_back_is_dead_lettered_on_the_first_at
         "dead_lettered",
         "dead_lettered",
     )
-    # Never again: however long ago it was received and dispatched, the sweep leaves it
-    # alone, and a stray message skips it.
+    # Never again: however long ago it was received and dispatched, the relay (its claim
+    # and its sweep) leaves it alone, and a stray message skips it.
     long_ago = timezone.now() - timedelta(hours=1)
     InboxEvent.objects.filter(pk=event.pk).update(
         received_at=long_ago, dispatched_at=None, lease_expires_at=long_ago
     )
     assert inbox_sweep() == 0
+    assert Relay().run_once(sweep=True) == (0, False)
     assert inbox_event_process(inbox_event_id=event.pk).skipped == "terminal"
     assert state_of(event)["attempts"] == attempts_before + 1
+
+
+@pytest.mark.parametrize("which", ["after_9999", "before_1"])
+def test_such_a_row_fails_nothing_else_in_its_batch(which):
+    """The batch claim reads every row's columns in one statement: a value one row holds
+    that Python cannot must not fail the others."""
+    before = InboxEventFactory(body=research_event(source_version=1))
+    event = stored_by_an_older_deployment(which)
+    after = InboxEventFactory(body=research_event(source_version=1))
+
+    outcomes = inbox_events_process(ids=[before.pk, event.pk, after.pk], worker="w")
+
+    assert [o.status for o in outcomes] == ["processed", "dead_lettered", "processed"]
+    assert state_of(event)["processing_status"] == "dead_lettered"
+    assert "occurred_at" in state_of(event)["error_message"]
+    assert (
+        ResearchDocument.objects.filter(
+            entity_id__in=[
+                json.loads(bytes(e.raw_body))["entity"]["entity_id"]
+                for e in (before, after)
+            ]
+        ).count()
+        == 2
+    )
 
 
 @pytest.mark.parametrize("which", ["after_9999", "before_1"])

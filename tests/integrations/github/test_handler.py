@@ -111,7 +111,7 @@ def test_state_mapping(github_source, deployment, state, status):
 def test_an_in_progress_status_gives_the_deployment_a_lease(
     github_source, deployment, settings
 ):
-    """Reported running by GitHub as by status-sync: the sweep fails the deployment if
+    """Reported running by GitHub as by status-sync: the relay's sweep fails the deployment if
     nothing more is reported within the lease (tests/deployments/test_progress_deadline.py)."""
     settings.DEPLOY_RUNNING_LEASE_SECONDS = 120
     before = timezone.now()

@@ -1,0 +1,90 @@
+"""The outbox relay itself (``core.relay``): every worker runs one, beat runs no sweep, and its
+loop publishes what waits, keeps going when a round fails, and stops when told."""
+
+import threading
+
+import pytest
+from django.utils import timezone
+
+from config.celery_app import app
+from core import relay as relay_module
+from core.models import RelayHeartbeat
+from core.relay import Outbox, Relay, RelayStep, RelayThread
+from tests import processes
+from tests.broker import broker_reset, queued_inbox_event_ids
+from tests.webhooks.factories import InboxEventFactory
+from webhooks.models import InboxEvent
+
+
+def test_beat_runs_no_sweep_and_no_sweep_task_is_left():
+    app.loader.import_default_modules()
+    scheduled = {entry["task"] for entry in app.conf.beat_schedule.values()}
+    assert scheduled == {"audit.seal_inbox", "idempotency.cleanup"}
+    assert "webhooks.sweep" not in app.tasks
+    assert "deployments.sweep" not in app.tasks
+
+
+def test_every_worker_runs_a_relay_unless_turned_off(settings):
+    assert "core.relay:RelayStep" in app.steps["worker"]
+    step = RelayStep.__new__(RelayStep)
+    settings.RELAY_ENABLED = True
+    assert step.include_if(worker=None)
+    settings.RELAY_ENABLED = False
+    assert not step.include_if(worker=None)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_relay_thread_publishes_what_waits_beats_and_stops(settings):
+    settings.RELAY_HEARTBEAT_SECONDS = 0
+    broker_reset()
+    thread = RelayThread()
+    thread.start()
+    try:
+        event = InboxEventFactory()
+        processes.wait_until(
+            lambda: queued_inbox_event_ids() == [event.pk],
+            timeout=10,
+            what="the relay thread to publish the new row",
+        )
+    finally:
+        thread.stop()
+        broker_reset()
+    assert not thread.thread.is_alive()
+    assert InboxEvent.objects.get(pk=event.pk).dispatched_at is not None
+    heartbeat = RelayHeartbeat.objects.get(relay_id=thread.relay.relay_id)
+    assert heartbeat.last_seen_at <= timezone.now()
+    assert thread.relay.stats.published_rows >= 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_round_that_fails_is_counted_and_the_loop_goes_on(settings, monkeypatch):
+    settings.RELAY_HEARTBEAT_SECONDS = 3600
+    calls = {"claims": 0}
+    recovered = threading.Event()
+
+    def claim(limit):
+        calls["claims"] += 1
+        if calls["claims"] == 1:
+            raise RuntimeError("the database went away")
+        recovered.set()
+        return 0, []
+
+    flaky = Outbox(
+        name="flaky",
+        claim=claim,
+        sweep=lambda limit: (0, []),
+        oldest_waiting=lambda: None,
+    )
+    monkeypatch.setattr(relay_module, "_outboxes", {"flaky": flaky})
+    relay = Relay(idle_poll_seconds=0.01)
+    runner = threading.Thread(target=relay.run, daemon=True)
+    runner.start()
+    try:
+        assert recovered.wait(timeout=10), "the relay did not try again"
+    finally:
+        relay.stop.set()
+        runner.join(timeout=10)
+    assert not runner.is_alive()
+    assert relay.stats.errors == 1
+    assert relay.stats.last_error == "RuntimeError"
+    assert relay.stats.rounds >= 1
