@@ -580,12 +580,12 @@ def inbox_events_process(
     ``failed`` with ``next_attempt_at`` (exponential backoff, full jitter) until
     ``INBOX_MAX_ATTEMPTS``; ``PermanentProcessingError``, a value the database refuses
     (``DataError``) and a row whose columns cannot be read back dead-letter at once."""
-    ids = list(dict.fromkeys(ids))
+    unique = list(dict.fromkeys(ids))  # an id given twice is processed once
     outcomes: dict[int, ProcessingOutcome] = {}
     with _lock_timeout():
-        claims = _batch_claim_fast(ids=ids, worker=worker)
+        claims = _batch_claim_fast(ids=unique, worker=worker)
         claimed = {claim.event.pk for claim in claims}
-        for pk in ids:
+        for pk in unique:
             if pk in claimed:
                 continue
             claim = _inbox_event_claim(inbox_event_id=pk, worker=worker)

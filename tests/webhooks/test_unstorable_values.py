@@ -223,8 +223,13 @@ def test_every_page_that_shows_such_a_row_renders(admin_client, api, which):
     connection.vendor != "postgresql",
     reason="only PostgreSQL could store such a date: SQLite ingest refused it with a 500",
 )
-def test_a_document_stored_with_an_unreadable_date_dead_letters_its_next_event():
-    first = InboxEventFactory(body=research_event(entity_id="doc-poisoned"))
+def test_a_document_stored_with_an_unreadable_date_is_healed_by_its_next_event():
+    """The handler reads of a document only what the ordering rule compares and overwrites
+    the rest: a newer event replaces the unreadable published_at and the document reads
+    back again."""
+    first = InboxEventFactory(
+        body=research_event(entity_id="doc-poisoned", source_version=1)
+    )
     assert inbox_event_process(inbox_event_id=first.pk).status == "processed"
     table = connection.ops.quote_name(ResearchDocument._meta.db_table)
     with connection.cursor() as cursor:
@@ -232,14 +237,15 @@ def test_a_document_stored_with_an_unreadable_date_dead_letters_its_next_event()
             f"UPDATE {table} SET published_at = %s WHERE entity_id = %s",  # noqa: S608
             ["10000-01-01 00:59:59+00", "doc-poisoned"],
         )
-    later = InboxEventFactory(body=research_event(entity_id="doc-poisoned"))
+    later_body = research_event(entity_id="doc-poisoned", source_version=2)
+    later = InboxEventFactory(body=later_body)
 
     outcome = inbox_event_process(inbox_event_id=later.pk)
 
-    assert outcome.status == "dead_lettered"
-    later.refresh_from_db()
-    assert later.attempts == 1
-    assert later.error_message.startswith("DataError")
+    assert outcome.status == "processed"
+    document = ResearchDocument.objects.get(entity_id="doc-poisoned")
+    published = later_body["source"]["published_at"].replace("Z", "+00:00")
+    assert document.published_at.isoformat() == published
 
 
 def test_a_body_whose_published_at_an_older_deployment_accepted_is_dead_lettered():
