@@ -39,7 +39,7 @@ test-fast: setup
 	$(PY) scripts/check_services.py
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports --no-cache
-	$(VENV)/bin/pytest -m "not slow" $(PYTEST_ARGS)
+	$(VENV)/bin/pytest -m "not slow" -n 2 $(PYTEST_ARGS)
 
 ## Benchmarks on PostgreSQL and Redis: figures next to floors from the same run.
 bench: setup

@@ -17,6 +17,14 @@ DATABASES = {
 DATABASES["default"]["CONN_MAX_AGE"] = 0
 DATABASES["default"]["TEST"] = {"NAME": env("TEST_DATABASE_NAME", default=None)}
 CELERY_BROKER_URL = env("CELERY_BROKER_URL", default="redis://127.0.0.1:6379/15")
+# `make test-fast` runs the suite in parallel processes (pytest-xdist): each has a database of
+# its own (pytest-django names it), and a Redis database of its own, counted down from the
+# configured one, since tests read what was published.
+_XDIST_WORKER = env("PYTEST_XDIST_WORKER", default="")
+if _XDIST_WORKER and CELERY_BROKER_URL.startswith("redis://"):
+    _base, _, _db = CELERY_BROKER_URL.rpartition("/")
+    _index = int(_XDIST_WORKER.removeprefix("gw") or 0)
+    CELERY_BROKER_URL = f"{_base}/{(int(_db or 0) - 1 - _index) % 16}"
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
