@@ -10,6 +10,8 @@ SERVICES = {
         "DATABASE_URL", "postgres://postgres@127.0.0.1:5432/app"
     ),
     "Redis": os.environ.get("CELERY_BROKER_URL", "redis://127.0.0.1:6379/15"),
+    # The broker-dependent tests run on both brokers the product supports.
+    "RabbitMQ": os.environ.get("RABBITMQ_URL", "amqp://guest:guest@127.0.0.1:5672//"),
 }
 
 
@@ -36,8 +38,8 @@ def main() -> int:
         for item in down:
             print(f"  - {item}", file=sys.stderr)
         print(
-            "Start them (see README, 'Services') or point DATABASE_URL / "
-            "CELERY_BROKER_URL at running ones.",
+            "Start them (see README, 'make test') or point DATABASE_URL / "
+            "CELERY_BROKER_URL / RABBITMQ_URL at running ones.",
             file=sys.stderr,
         )
         return 1

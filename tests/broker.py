@@ -1,9 +1,12 @@
-"""Reading and clearing the test broker (Redis) directly, to count what was published."""
+"""Reading and clearing the test broker (Redis) directly, to count what was published; and the
+brokers the broker-dependent tests run on."""
 
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
+import os
 
 import redis
 from django.conf import settings
@@ -74,3 +77,27 @@ def queued_inbox_event_ids() -> list[int]:
     """The inbox row ids of the processing messages waiting in the queue, in the order they
     were published: an id published twice appears twice."""
     return [pk for m in inbox_messages() for pk in message_inbox_event_ids(m)]
+
+
+# --- the brokers the product runs on -------------------------------------------------------
+# Redis and RabbitMQ both carry the product's messages in production; the tests whose behaviour
+# depends on the broker (a round trip, a worker killed mid-batch, a relay killed) run on each.
+RABBITMQ_URL = os.environ.get("RABBITMQ_URL", "amqp://guest:guest@127.0.0.1:5672//")
+
+
+def broker_urls() -> dict[str, str]:
+    return {"redis": settings.CELERY_BROKER_URL, "rabbitmq": RABBITMQ_URL}
+
+
+def broker_purge(url: str) -> None:
+    """Empties the product's queue on the broker at ``url``; for Redis, also what killed
+    workers left unacknowledged."""
+    from config.celery_app import app
+
+    # No queue yet on a fresh RabbitMQ: nothing to purge.
+    with app.connection_for_write(url) as connection, contextlib.suppress(Exception):
+        app.control.purge(connection=connection)
+    if url.startswith("redis://"):
+        client = redis.Redis.from_url(url)
+        client.delete("unacked", "unacked_index", "unacked_mutex")
+        client.close()

@@ -55,3 +55,15 @@ def _processes_only_in_slow_tests(request, monkeypatch):
         )
 
     monkeypatch.setattr(subprocess.Popen, "__init__", refuse)
+
+
+@pytest.fixture(params=["redis", "rabbitmq"])
+def broker_url(request) -> str:
+    """Each broker the product runs on in turn (Redis, RabbitMQ), emptied before and after
+    the test: for the tests whose behaviour depends on the broker."""
+    from tests.broker import broker_purge, broker_urls
+
+    url = broker_urls()[request.param]
+    broker_purge(url)
+    yield url
+    broker_purge(url)

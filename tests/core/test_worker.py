@@ -5,6 +5,7 @@ import uuid
 
 import pytest
 
+from config.celery_app import app
 from core.models import WorkerHeartbeat
 from core.tasks import heartbeat_task
 from tests import processes
@@ -12,12 +13,17 @@ from tests import processes
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
 
-def test_task_round_trip_through_a_real_worker_writes_to_postgresql(tmp_path):
-    processes.purge_broker()
-    worker = processes.celery_worker(tmp_path).start()
+def test_task_round_trip_through_a_real_worker_writes_to_postgresql(
+    tmp_path, broker_url
+):
+    """On each broker the product runs on: Redis and RabbitMQ."""
+    worker = processes.celery_worker(
+        tmp_path, env={"CELERY_BROKER_URL": broker_url}
+    ).start()
     try:
         token = uuid.uuid4().hex
-        heartbeat_task.delay(token)
+        with app.connection_for_write(broker_url) as connection:
+            heartbeat_task.apply_async((token,), connection=connection)
         beat = processes.wait_until(
             lambda: WorkerHeartbeat.objects.filter(token=token).first(),
             timeout=60,

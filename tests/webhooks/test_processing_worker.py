@@ -138,8 +138,11 @@ def test_a_backlog_is_recovered_by_a_worker_alone(tmp_path, running):
 
 
 def test_worker_killed_mid_batch_then_restarted_loses_and_repeats_nothing(
-    tmp_path, running
+    tmp_path, running, broker_url
 ):
+    """On each broker the product runs on (Redis, RabbitMQ): the killed worker's unacked
+    messages come back, or are lost with it; either way nothing is lost or applied twice."""
+    env = {**FAST_SWEEP, "CELERY_BROKER_URL": broker_url}
     count = 900
     envelopes = [
         research_event(entity_id=f"doc_kill_{i % 300}", source_version=1 + i // 300)
@@ -149,7 +152,7 @@ def test_worker_killed_mid_batch_then_restarted_loses_and_repeats_nothing(
     inbox_events_bulk_create(envelopes)
 
     first = running(
-        processes.celery_worker(tmp_path, concurrency=2, name="w1", env=FAST_SWEEP)
+        processes.celery_worker(tmp_path, concurrency=2, name="w1", env=env)
     )
     processes.wait_until(
         lambda: InboxEvent.objects.filter(processing_status="processed").count() >= 100,
@@ -168,7 +171,7 @@ def test_worker_killed_mid_batch_then_restarted_loses_and_repeats_nothing(
     # No beat: the second worker's relay sweeps what the kill left behind (rows leased by
     # the dead worker, batches claimed but not run, messages lost with it).
     second = running(
-        processes.celery_worker(tmp_path, concurrency=2, name="w2", env=FAST_SWEEP)
+        processes.celery_worker(tmp_path, concurrency=2, name="w2", env=env)
     )
     wait_all_terminal(180, [first, second])
 
