@@ -318,5 +318,5 @@ IDEMPOTENCY_CLEANUP_INTERVAL_SECONDS = env.float(
 # How long the research handler waits for a document's row lock before giving up with a
 # transient error (retried with backoff): normal contention lasts milliseconds.
 RESEARCH_DOCUMENT_LOCK_TIMEOUT_MS = env.int(
-    "RESEARCH_DOCUMENT_LOCK_TIMEOUT_MS", default=5000
+    "RESEARCH_DOCUMENT_LOCK_TIMEOUT_MS", default=2000
 )
