@@ -219,6 +219,16 @@ class BenchContext:
         self.processes.append(process)
         return process
 
+    def relay(self, *, name: str = "relay", **env: str) -> Process:
+        """``manage.py relay``: an outbox relay apart from the workers."""
+        process = Process(
+            [str(BIN / "python"), "manage.py", "relay"],
+            stack_env(**env),
+            self.tmp / f"{name}.log",
+        ).start()
+        self.processes.append(process)
+        return process
+
     def celery_beat(self, **env: str) -> Process:
         args = [
             str(BIN / "celery"),

@@ -246,11 +246,25 @@ class Faults:
         self.ctx, self.pg, self.redis, self.env, self.run = ctx, pg, redis, env, run
         self.workers: dict[str, object] = {}
         self.beat = None
+        self.relay = None
 
     def start_worker(self, name: str) -> None:
         self.workers[name] = self.ctx.celery_worker(
             concurrency=1, name=name, **self.env
         )
+
+    def start_relay(self) -> None:
+        # A relay apart from the workers' own, so that one can be killed alone.
+        self.relay = self.ctx.relay(**self.env)
+
+    def kill_relay(self) -> None:
+        def action():
+            self.relay.kill()
+            self.ctx.processes.remove(self.relay)
+            time.sleep(1)
+            self.start_relay()
+
+        self._timed("kill -9 relay", action)
 
     def _timed(self, name: str, action) -> None:
         start = time.monotonic()
@@ -307,11 +321,13 @@ class Faults:
         # (when, kind, action): each injected fault's name starts with its kind.
         steps = [
             (0.10, "kill -9 worker", lambda: self.kill_worker("w1")),
+            (0.16, "kill -9 relay", self.kill_relay),
             (0.22, "restart Redis", self.restart_redis),
             (0.35, "kill -9 worker", lambda: self.kill_worker("w2")),
             (0.45, "restart PostgreSQL", self.restart_postgres),
             (0.55, "beat stopped", lambda: self.stop_beat(duration * 0.12)),
             (0.60, "two sweeps at once", self.concurrent_sweeps),
+            (0.68, "kill -9 relay", self.kill_relay),
             (0.75, "kill -9 worker", lambda: self.kill_worker("w1")),
             (0.82, "two sweeps at once", self.concurrent_sweeps),
         ]
@@ -549,6 +565,7 @@ def main(argv: list[str] | None = None) -> int:
             faults = Faults(ctx, pg, redis, env, run)
             faults.start_worker("w1")
             faults.start_worker("w2")
+            faults.start_relay()
             faults.beat = ctx.celery_beat(**env)
             injector = threading.Thread(
                 target=faults.schedule, args=(size["duration"],), daemon=True
