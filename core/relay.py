@@ -23,6 +23,11 @@ stopped. It loops:
   nothing, its rows come back here. A sweep whose batch comes back full goes on in the next
   round, at once (a broker that lost its data can leave many rows behind), with the claim of
   new rows between its batches;
+- held groups: an outbox may hold some of its rows back from the claim (the events of a
+  paused webhook source). Each round the relay serves every such group apart, in a
+  transaction of its own (``Outbox.held_claim``): the outbox sets the group's rows aside, or
+  releases them in order within the group's rate. The claim of everything else stays what it
+  was; see docs/architecture.md, "Pausing a source";
 - poll adaptively: at once again while batches come back full, a few milliseconds while work
   trickles in, up to ``RELAY_IDLE_POLL_SECONDS`` when idle. Polling costs nothing on the
   request path (a ``NOTIFY`` from every inserting transaction was measured to cost about a
@@ -33,12 +38,13 @@ stopped. It loops:
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -66,13 +72,24 @@ class Outbox:
     """How the relay serves one kind of outbox row. ``claim(limit)`` and ``sweep(limit)`` run
     inside the relay's transaction: they lock and stamp the rows they return messages for, and
     return ``(rows_taken, publications)``. ``oldest_waiting()`` is when the oldest row waiting
-    for a message was committed (``None`` when none waits): the relay's lag."""
+    for a message was committed (``None`` when none waits): the relay's lag.
+
+    Rows may be held back in groups: ``held()`` names the groups held now (one cheap read per
+    round; none by default), which ``claim``, ``sweep`` and ``oldest_waiting`` leave alone, and
+    ``held_claim(group, limit)`` serves one of them in a transaction of its own, like a claim:
+    it may set rows aside, or release them in order at the group's own pace. It is called for
+    every held group in every round, by every relay; it decides under the group's own lock how
+    much may go, so that several relays together keep that pace."""
 
     name: str
     claim: Callable[[int], tuple[int, list[Publication]]]
     sweep: Callable[[int], tuple[int, list[Publication]]]
     oldest_waiting: Callable[[], datetime | None]
     has_waiting: Callable[[], bool] = field(default=lambda: True)
+    held: Callable[[], list[Hashable]] = field(default=lambda: [])
+    held_claim: Callable[[Hashable, int], tuple[int, list[Publication]]] = field(
+        default=lambda group, limit: (0, [])
+    )
 
 
 _outboxes: dict[str, Outbox] = {}
@@ -178,6 +195,14 @@ class Relay:
         for outbox in outboxes():
             if outbox.has_waiting():
                 count = relay_round(outbox, outbox.claim, self.batch_limit)
+                taken += count
+                full = full or count >= self.batch_limit
+            for group in outbox.held():
+                count = relay_round(
+                    outbox,
+                    functools.partial(outbox.held_claim, group),
+                    self.batch_limit,
+                )
                 taken += count
                 full = full or count >= self.batch_limit
             if due or (sweep is None and outbox.name in self._sweep_unfinished):

@@ -30,12 +30,52 @@ class WebhookSource(models.Model):
     is_enabled = models.BooleanField(default=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
+    # Paused (docs/architecture.md, "Pausing a source"): deliveries are verified and stored as
+    # ever, their events wait unprocessed. Ingest never reads these columns. Database
+    # defaults: a process of the previous release still creates sources during a deploy.
+    paused_at = models.DateTimeField("paused since", null=True, blank=True)
+    paused_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="+",
+    )
+    paused_by_name = models.CharField(
+        "paused by", max_length=255, blank=True, default="", db_default=""
+    )
+    pause_reason = models.TextField(blank=True, default="", db_default="")
+    # Draining after a resume: the relays release the held events in id order, at most
+    # ``drain_rate`` per second (none: as fast as they claim), spending ``drain_tokens``
+    # (refilled from ``drain_tokens_at``, at most one second's worth) under the source's row
+    # lock; the drain ends, and these are cleared, once nothing of the source waits.
+    drain_started_at = models.DateTimeField("draining since", null=True, blank=True)
+    drain_rate = models.FloatField(
+        null=True, blank=True, help_text="Events per second; empty: no limit."
+    )
+    drain_released = models.PositiveBigIntegerField(
+        default=0, db_default=0, help_text="Events released since the drain started."
+    )
+    drain_tokens = models.FloatField(default=0, db_default=0)
+    drain_tokens_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         constraints = [
             models.UniqueConstraint(fields=["slug"], name="webhooks_source_slug_uniq"),
+            models.CheckConstraint(
+                condition=Q(drain_rate__isnull=True) | Q(drain_rate__gt=0),
+                name="webhooks_source_drain_rate_positive",
+            ),
+            # Paused or draining, never both: a pause ends a drain, a resume starts one.
+            models.CheckConstraint(
+                condition=Q(paused_at__isnull=True) | Q(drain_started_at__isnull=True),
+                name="webhooks_source_paused_or_draining",
+            ),
         ]
-        permissions = [("rotate_secret", "Can rotate webhook source secrets")]
+        permissions = [
+            ("rotate_secret", "Can rotate webhook source secrets"),
+            ("pause_source", "Can pause and resume webhook sources"),
+        ]
 
     def __str__(self) -> str:
         return self.slug
@@ -151,6 +191,10 @@ class InboxEvent(models.Model):
     delivery_count = models.PositiveIntegerField(default=1)
     last_seen_at = models.DateTimeField(default=timezone.now)
     dispatched_at = models.DateTimeField(null=True, blank=True)
+    # Set aside by the relay while its source is paused or draining (docs/architecture.md,
+    # "Pausing a source"): out of the outbox's partial indexes, so that a long pause never
+    # makes a claim walk past its rows; cleared when the drain releases the row.
+    held_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         constraints = [
@@ -167,16 +211,30 @@ class InboxEvent(models.Model):
         indexes = [
             # The relay (webhooks.outbox): new rows waiting for their first message, and
             # retries waiting for theirs; each index holds only such rows, so a claim is an
-            # index probe however large the inbox grows.
+            # index probe however large the inbox grows. Rows set aside for a paused source
+            # leave both for the third, by source in id order (what a drain reads).
             models.Index(
                 fields=["id"],
                 name="webhooks_inbox_outbox_idx",
-                condition=Q(processing_status="received", dispatched_at__isnull=True),
+                condition=Q(
+                    processing_status="received",
+                    dispatched_at__isnull=True,
+                    held_at__isnull=True,
+                ),
             ),
             models.Index(
                 fields=["next_attempt_at"],
                 name="webhooks_inbox_retry_idx",
-                condition=Q(processing_status="failed", dispatched_at__isnull=True),
+                condition=Q(
+                    processing_status="failed",
+                    dispatched_at__isnull=True,
+                    held_at__isnull=True,
+                ),
+            ),
+            models.Index(
+                fields=["source", "id"],
+                name="webhooks_inbox_held_idx",
+                condition=Q(held_at__isnull=False),
             ),
             # The relay's sweep: rows whose message may be lost, by status and due time.
             models.Index(
@@ -314,7 +372,8 @@ class SignatureFailure(models.Model):
 
 
 class OperatorAction(AppendOnlyModel):
-    """Who did what to which inbox events, when and why. Append-only; auditors browse it."""
+    """Who did what to which inbox events or sources, when and why. Append-only; auditors
+    browse it."""
 
     class Action(models.TextChoices):
         REPLAY = "replay"
@@ -322,6 +381,8 @@ class OperatorAction(AppendOnlyModel):
         MARK_INVESTIGATED = "mark_investigated"
         ROTATE_SECRET = "rotate_secret"  # noqa: S105 - an action name
         PURGE_BODIES = "purge_bodies"
+        PAUSE_SOURCE = "pause_source"
+        RESUME_SOURCE = "resume_source"
 
     action = models.CharField(max_length=32, choices=Action.choices)
     actor = models.ForeignKey(

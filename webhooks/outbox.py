@@ -6,34 +6,76 @@ A row waits for a message when it is ``received`` and no message was published f
 no message for that retry. Both are read through partial indexes that hold only such rows, so
 a claim stays an index probe however large the inbox grows. The sweep publishes again what a
 lost message left behind (see ``inbox_sweep_due_q``).
+
+Rows of a paused source are held (docs/architecture.md, "Pausing a source"). The claim, the
+sweep and the lag leave them alone: a subquery over the sources table (a handful of rows,
+read once per statement) excludes the held sources. Each round, the relay serves every held
+source apart (``inbox_outbox_held_claim``) under the source's row lock: it sets the source's
+waiting rows aside (``held_at``: out of the two partial indexes, so that a long pause never
+makes a claim walk past its rows), and once the source is resumed it releases them in id
+order, at the source's drain rate, until none is left.
 """
 
 from __future__ import annotations
 
+import logging
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db.models import DateTimeField, ExpressionWrapper, F, Q, QuerySet, Value
+from django.db.models import (
+    DateTimeField,
+    ExpressionWrapper,
+    F,
+    Q,
+    QuerySet,
+    Value,
+)
 from django.utils import timezone
 
 from core.relay import Outbox, Publication, relay_round
 
 from .dispatch import PROCESS_TASK
-from .models import InboxEvent, ProcessingStatus
+from .models import InboxEvent, ProcessingStatus, WebhookSource
+
+logger = logging.getLogger(__name__)
+
+# A source whose events are held back: paused, or draining after a resume.
+HELD_SOURCES = Q(paused_at__isnull=False) | Q(drain_started_at__isnull=False)
+# A rate-limited drain may catch up on at most this much time at once (a relay that was
+# away): a burst after a gap stays within one second's worth of events.
+DRAIN_BURST_SECONDS = 1.0
 
 
-def _waiting_new() -> QuerySet[InboxEvent]:
-    return InboxEvent.objects.filter(
-        processing_status=ProcessingStatus.RECEIVED, dispatched_at__isnull=True
+def _held_source_ids() -> QuerySet[WebhookSource]:
+    return WebhookSource.objects.filter(HELD_SOURCES).values("id")
+
+
+def _waiting_new(*, source_id: int | None = None) -> QuerySet[InboxEvent]:
+    """New rows waiting for their first message: of every source not held, or of
+    ``source_id`` only."""
+    rows = InboxEvent.objects.filter(
+        processing_status=ProcessingStatus.RECEIVED,
+        dispatched_at__isnull=True,
+        held_at__isnull=True,
     )
+    if source_id is not None:
+        return rows.filter(source_id=source_id)
+    return rows.exclude(source_id__in=_held_source_ids())
 
 
-def _waiting_retries(now: datetime) -> QuerySet[InboxEvent]:
-    return InboxEvent.objects.filter(
+def _waiting_retries(
+    now: datetime, *, source_id: int | None = None
+) -> QuerySet[InboxEvent]:
+    """Retries that came due and wait for their message, as ``_waiting_new`` selects."""
+    rows = InboxEvent.objects.filter(
         processing_status=ProcessingStatus.FAILED,
         dispatched_at__isnull=True,
+        held_at__isnull=True,
         next_attempt_at__lte=now,
     )
+    if source_id is not None:
+        return rows.filter(source_id=source_id)
+    return rows.exclude(source_id__in=_held_source_ids())
 
 
 def inbox_sweep_due_q(*, now) -> Q:
@@ -46,7 +88,12 @@ def inbox_sweep_due_q(*, now) -> Q:
     A ``received`` row may just be waiting in a long queue: re-publishing it every interval
     would add a message per queued row each time and feed the backlog. Its re-dispatches are
     therefore spaced by half its age as well (dispatched before the midpoint between receipt
-    and now), so a row waiting T seconds gets about log2(T / interval) extra messages."""
+    and now), so a row waiting T seconds gets about log2(T / interval) extra messages.
+
+    Rows of held sources are left alone, whatever their state: a retry of a paused source
+    waits too, and so does a row whose lease expired (it is taken once the source's drain is
+    over). A row set aside (``held_at``) whose source is no longer held is published like a
+    lost one."""
     stale = now - timedelta(seconds=settings.INBOX_REDISPATCH_AFTER_SECONDS)
     not_recently_dispatched = Q(dispatched_at__isnull=True) | Q(dispatched_at__lt=stale)
     half_age_ago = ExpressionWrapper(
@@ -61,7 +108,7 @@ def inbox_sweep_due_q(*, now) -> Q:
         | Q(processing_status=ProcessingStatus.FAILED, next_attempt_at__lte=now)
         | Q(processing_status=ProcessingStatus.PROCESSING, lease_expires_at__lt=now)
     )
-    return due & not_recently_dispatched
+    return due & not_recently_dispatched & ~Q(source_id__in=_held_source_ids())
 
 
 def _publications(rows: list[tuple[int, str]]) -> list[Publication]:
@@ -91,7 +138,7 @@ def _take(queryset: QuerySet[InboxEvent], limit: int, now: datetime) -> list[tup
     )
     if rows:
         InboxEvent.objects.filter(id__in=[pk for pk, _ in rows]).update(
-            dispatched_at=now
+            dispatched_at=now, held_at=None
         )
     return rows
 
@@ -110,6 +157,128 @@ def inbox_outbox_sweep(limit: int) -> tuple[int, list[Publication]]:
     return len(rows), _publications(rows)
 
 
+# --- held sources -----------------------------------------------------------------------
+
+_HOLD_FIELDS = (
+    "paused_at",
+    "drain_started_at",
+    "drain_rate",
+    "drain_released",
+    "drain_tokens",
+    "drain_tokens_at",
+)
+
+
+def inbox_outbox_held() -> list[int]:
+    """The sources whose events are held back now (paused or draining)."""
+    return list(
+        WebhookSource.objects.filter(HELD_SOURCES)
+        .order_by("id")
+        .values_list("id", flat=True)
+    )
+
+
+def _rows_set_aside(*, source_id: int, limit: int, now: datetime) -> int:
+    """Sets aside up to ``limit`` waiting rows of a held source (new rows and due retries):
+    ``held_at`` takes them out of the outbox's partial indexes into
+    ``webhooks_inbox_held_idx``, where a drain reads them by source in id order."""
+    ids = list(
+        _waiting_new(source_id=source_id)
+        .select_for_update(skip_locked=True)
+        .values_list("id", flat=True)[:limit]
+    )
+    if len(ids) < limit:
+        ids += list(
+            _waiting_retries(now, source_id=source_id)
+            .select_for_update(skip_locked=True)
+            .values_list("id", flat=True)[: limit - len(ids)]
+        )
+    if ids:
+        InboxEvent.objects.filter(id__in=ids).update(held_at=now)
+    return len(ids)
+
+
+def drain_budget(
+    source: WebhookSource, *, now: datetime, limit: int
+) -> tuple[int, float]:
+    """How many held rows a draining source may release now, and the tokens its bucket holds
+    before they go: ``drain_rate`` tokens a second since ``drain_tokens_at``, at most
+    ``DRAIN_BURST_SECONDS`` worth (at least one). No rate: ``limit``."""
+    if source.drain_rate is None:
+        return limit, 0.0
+    ceiling = max(1.0, source.drain_rate * DRAIN_BURST_SECONDS)
+    elapsed = 0.0
+    if source.drain_tokens_at is not None:
+        elapsed = max((now - source.drain_tokens_at).total_seconds(), 0.0)
+    tokens = min(ceiling, source.drain_tokens + source.drain_rate * elapsed)
+    return min(int(tokens), limit), tokens
+
+
+def _drain_end(source: WebhookSource) -> None:
+    WebhookSource.objects.filter(pk=source.pk).update(
+        drain_started_at=None,
+        drain_rate=None,
+        drain_released=0,
+        drain_tokens=0,
+        drain_tokens_at=None,
+    )
+    logger.info(
+        "webhook_source.drained",
+        extra={"source_id": source.pk, "released": source.drain_released},
+    )
+
+
+def inbox_outbox_held_claim(
+    source_id: int, limit: int
+) -> tuple[int, list[Publication]]:
+    """Serves one held source, under its row lock (``FOR NO KEY UPDATE SKIP LOCKED``: a
+    relay that finds it taken leaves it to the one holding it this round; ingest's foreign
+    key check, ``FOR KEY SHARE``, never waits for it).
+
+    Paused: its waiting rows are set aside. Draining: rows are set aside likewise, then the
+    set-aside rows are released in id order, as many as the bucket allows: stamped
+    dispatched (never before the drain started: that is how a worker tells them from a
+    message published before the pause) and published, the bucket spent, in this
+    transaction, so that several relays together never exceed the rate. A drain with
+    nothing left to release ends: the source is normal again."""
+    source = (
+        WebhookSource.objects.select_for_update(skip_locked=True, no_key=True)
+        .filter(pk=source_id)
+        .only(*_HOLD_FIELDS)
+        .first()
+    )
+    if source is None:
+        return 0, []
+    now = timezone.now()
+    if source.paused_at is not None:
+        _rows_set_aside(source_id=source_id, limit=limit, now=now)
+        return 0, []
+    if source.drain_started_at is None:
+        return 0, []  # drained since ``inbox_outbox_held`` read it
+    budget, tokens = drain_budget(source, now=now, limit=limit)
+    if budget < 1:
+        return 0, []
+    _rows_set_aside(source_id=source_id, limit=limit, now=now)
+    rows = list(
+        InboxEvent.objects.filter(source_id=source_id, held_at__isnull=False)
+        .select_for_update(skip_locked=True)
+        .order_by("id")
+        .values_list("id", "event_id")[:budget]
+    )
+    if not rows:
+        _drain_end(source)
+        return 0, []
+    InboxEvent.objects.filter(id__in=[pk for pk, _ in rows]).update(
+        dispatched_at=max(now, source.drain_started_at), held_at=None
+    )
+    WebhookSource.objects.filter(pk=source_id).update(
+        drain_released=F("drain_released") + len(rows),
+        drain_tokens=tokens - len(rows) if source.drain_rate is not None else 0,
+        drain_tokens_at=now,
+    )
+    return len(rows), _publications(rows)
+
+
 def inbox_outbox_has_waiting() -> bool:
     """Two index probes, outside any transaction: an idle relay takes no lock."""
     return _waiting_new().exists() or _waiting_retries(timezone.now()).exists()
@@ -117,7 +286,8 @@ def inbox_outbox_has_waiting() -> bool:
 
 def inbox_outbox_oldest_waiting() -> datetime | None:
     """When the oldest event still waiting for its first message was received (the lowest
-    id: one probe of the partial index)."""
+    id: one probe of the partial index). Held rows are not the relay's lag: they wait because
+    an operator paused their source (``webhook_source_held_events`` counts them)."""
     return _waiting_new().order_by("id").values_list("received_at", flat=True).first()
 
 
@@ -127,6 +297,8 @@ INBOX_OUTBOX = Outbox(
     sweep=inbox_outbox_sweep,
     oldest_waiting=inbox_outbox_oldest_waiting,
     has_waiting=inbox_outbox_has_waiting,
+    held=inbox_outbox_held,
+    held_claim=inbox_outbox_held_claim,
 )
 
 

@@ -20,6 +20,13 @@ A worker takes a batch of rows (one message carries up to ``INBOX_BATCH_SIZE`` i
 
 Retries back off per event (``next_attempt_at``); the relay publishes a row again once its
 retry is due. Poison events dead-letter per event.
+
+Rows of a paused source are not claimed, whatever message names them (one published before
+the pause, one of an earlier release): they stay ``received`` (or ``failed``) with
+``dispatched_at`` cleared, for the relay to set aside and release after the resume. While the
+source drains, only the rows its drain released are claimed (stamped dispatched at or after
+the drain's start). Rows already ``processing`` when a pause lands finish normally
+(docs/architecture.md, "Pausing a source").
 """
 
 from __future__ import annotations
@@ -76,6 +83,8 @@ WITH claimed AS (
       FROM {_SOURCES} AS s
      WHERE e.id = ANY(%(ids)s)
        AND s.id = e.source_id
+       AND s.paused_at IS NULL
+       AND (s.drain_started_at IS NULL OR e.dispatched_at >= s.drain_started_at)
        AND (e.processing_status = 'received'
             OR (e.processing_status = 'failed'
                 AND (e.next_attempt_at IS NULL OR e.next_attempt_at <= %(now)s)))
@@ -124,6 +133,14 @@ _STATE_FIELDS = (
     "attempts",
     "next_attempt_at",
     "lease_expires_at",
+    "dispatched_at",
+)
+# What the one-by-one claim reads of the source: its handler, and whether it holds its rows.
+_SOURCE_STATE_FIELDS = (
+    "source__slug",
+    "source__handler",
+    "source__paused_at",
+    "source__drain_started_at",
 )
 # What reading a stored value back can raise: PostgreSQL holds years Python's dates cannot
 # (psycopg raises DataError), SQLite gives back text that does not parse (ValueError).
@@ -136,6 +153,7 @@ class Skip:
     LEASED = "leased"
     NOT_DUE = "not_due"
     LEASE_LOST = "lease_lost"
+    HELD = "held"
 
 
 @dataclass(frozen=True)
@@ -270,6 +288,16 @@ def _dead_letter_at_claim(event: InboxEvent, *, error: str) -> None:
     )
 
 
+def _held(event: InboxEvent) -> bool:
+    """The row's source holds it back: paused, or draining and this row not released yet."""
+    source = event.source
+    if source.paused_at is not None:
+        return True
+    return source.drain_started_at is not None and (
+        event.dispatched_at is None or event.dispatched_at < source.drain_started_at
+    )
+
+
 @transaction.atomic
 def _inbox_event_claim(
     *, inbox_event_id: int, worker: str
@@ -279,7 +307,7 @@ def _inbox_event_claim(
     event = (
         InboxEvent.objects.select_for_update(of=("self",))
         .select_related("source")
-        .only(*_STATE_FIELDS, "source__slug", "source__handler")
+        .only(*_STATE_FIELDS, *_SOURCE_STATE_FIELDS)
         .filter(pk=inbox_event_id)
         .first()
     )
@@ -300,6 +328,13 @@ def _inbox_event_claim(
         and event.next_attempt_at > now
     ):
         return ProcessingOutcome(status=status, skipped=Skip.NOT_DUE)
+    if _held(event):
+        # Its message came before the pause, or is an old one: the relay publishes the row
+        # again when the source's drain releases it. A row whose lease expired stays as it
+        # is; the sweep takes it once the source is no longer held.
+        if status != ProcessingStatus.PROCESSING and event.dispatched_at is not None:
+            InboxEvent.objects.filter(pk=event.pk).update(dispatched_at=None)
+        return ProcessingOutcome(status=status, skipped=Skip.HELD)
 
     if status == ProcessingStatus.PROCESSING:
         # The previous attempt's worker died (or hung past its lease): close its attempt.

@@ -100,6 +100,7 @@ def inbox_events_replay(
             lease_expires_at=None,
             processed_at=None,
             dispatched_at=None,
+            held_at=None,
         )
         operator_action = OperatorAction.objects.create(
             action=action,
