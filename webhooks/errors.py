@@ -36,3 +36,18 @@ class InconsistentDuplicate(ServiceError):
             "inconsistent duplicate",
             extra={"status": "rejected_inconsistent_duplicate", "event_id": event_id},
         )
+
+
+class SourceAlreadyPaused(ServiceError):
+    """A pause of a source that is paused already: nothing changes, nothing is recorded."""
+
+    status_code = 409
+    code = "source_already_paused"
+
+
+class SourceNotPaused(ServiceError):
+    """A resume of a source that is not paused (perhaps still draining after an earlier
+    resume): nothing changes, nothing is recorded."""
+
+    status_code = 409
+    code = "source_not_paused"

@@ -13,6 +13,8 @@ from django.db.models import Q, QuerySet
 from django.db.models.functions import Cast
 from django.utils import timezone
 
+from core.selectors import COUNT_CAP, capped_count
+
 from .models import (
     DeadLetterCause,
     InboxEvent,
@@ -147,9 +149,11 @@ def webhook_secrets_valid(
 
 def inbox_event_get(*, source_slug: str, event_id: str) -> InboxEvent | None:
     """What the event status API shows: none of the columns ingest filled from the body,
-    nor the error text (``inbox_event_status_message`` says what a client may read)."""
+    nor the error text (``inbox_event_status_message`` says what a client may read), and
+    whether its source holds it (``inbox_event_held_reason``). One query."""
     return (
         InboxEvent.objects.filter(source__slug=source_slug, event_id=event_id)
+        .select_related("source")
         .only(
             "event_id",
             "event_type",
@@ -159,8 +163,72 @@ def inbox_event_get(*, source_slug: str, event_id: str) -> InboxEvent | None:
             "processed_at",
             "delivery_count",
             "dead_letter_cause",
+            "source__paused_at",
         )
         .first()
+    )
+
+
+# --- paused sources -------------------------------------------------------------------------
+
+# The statuses of an event that waits for processing: a paused source holds these.
+WAITING_STATUSES = (ProcessingStatus.RECEIVED, ProcessingStatus.FAILED)
+HELD_SOURCE_PAUSED = "source_paused"
+
+
+def inbox_event_held_reason(*, event: InboxEvent) -> str:
+    """Why the event waits unprocessed: ``source_paused`` while its source is paused and the
+    event has not been processed yet (``received``, or ``failed`` waiting for its retry);
+    empty otherwise. Reads ``event.source.paused_at``."""
+    if (
+        event.processing_status in WAITING_STATUSES
+        and event.source.paused_at is not None
+    ):
+        return HELD_SOURCE_PAUSED
+    return ""
+
+
+def webhook_source_held_count(*, source_id: int, cap: int = COUNT_CAP) -> int:
+    """The events of a source that wait for processing (``received`` or ``failed``), counted
+    up to ``cap + 1`` (``core.selectors.capped_count``): what a pause holds."""
+    return capped_count(
+        InboxEvent.objects.filter(
+            source_id=source_id, processing_status__in=WAITING_STATUSES
+        ),
+        cap=cap,
+    )
+
+
+def webhook_source_pause_gauges(
+    *, now: datetime | None = None, cap: int = COUNT_CAP
+) -> tuple[list[tuple[str, float]], list[tuple[str, int]]]:
+    """Per enabled source, by slug: seconds since it was paused (0 when not), and how many of
+    its events a pause holds (0 when not paused; counted up to ``cap + 1``). Two statements
+    whatever the number of sources: what ``/metrics`` reads at each scrape."""
+    now = now or timezone.now()
+    enabled = WebhookSource.objects.filter(is_enabled=True).order_by("slug")
+    paused = [
+        (slug, max((now - since).total_seconds(), 0.0) if since else 0.0)
+        for slug, since in enabled.values_list("slug", "paused_at")
+    ]
+    quote = connection.ops.quote_name
+    sql = (
+        f"SELECT s.slug, CASE WHEN s.paused_at IS NULL THEN 0 ELSE ("  # noqa: S608
+        f" SELECT COUNT(*) FROM (SELECT 1 FROM {quote(InboxEvent._meta.db_table)} e"
+        " WHERE e.source_id = s.id AND e.processing_status IN (%s, %s) LIMIT %s"
+        f") AS waiting) END FROM {quote(WebhookSource._meta.db_table)} s"
+        " WHERE s.is_enabled = %s ORDER BY s.slug"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [*WAITING_STATUSES, cap + 1, True])
+        held = [(slug, int(count)) for slug, count in cursor.fetchall()]
+    return paused, held
+
+
+def webhook_sources_paused() -> QuerySet[WebhookSource]:
+    """The paused sources, longest paused first."""
+    return WebhookSource.objects.filter(paused_at__isnull=False).order_by(
+        "paused_at", "slug"
     )
 
 

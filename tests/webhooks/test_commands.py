@@ -179,3 +179,96 @@ def test_send_test_webhook_against_a_live_server(live_server, scheme):
         scheme,
     )
     assert again[0].endswith("-> 401")
+
+
+# --- pause and resume ---------------------------------------------------------------------------
+
+
+def test_pause_and_resume_are_operator_actions_of_the_os_user(monkeypatch):
+    from webhooks.models import OperatorAction
+
+    monkeypatch.setattr("getpass.getuser", lambda: "oncall")
+    run("webhook_source", "create", "lab", "--handler", "research", "--secret", "s")
+    (line,) = run("webhook_source", "pause", "lab", "--reason", "downstream down")
+    assert line.startswith("paused webhook source 'lab'")
+    source = WebhookSource.objects.get(slug="lab")
+    assert source.paused_at is not None
+    assert (source.paused_by_name, source.pause_reason) == (
+        "os:oncall",
+        "downstream down",
+    )
+    listed = "\n".join(run("webhook_source", "list"))
+    assert "lab\thmac-sha256\tresearch\t1\tyes\tyes since " in listed
+    assert "by os:oncall: downstream down" in listed
+
+    (line,) = run("webhook_source", "resume", "lab", "--rate", "12.5")
+    assert "at most 12.5 events/s" in line
+    source.refresh_from_db()
+    assert (source.paused_at, source.drain_rate) == (None, 12.5)
+    assert "no (draining held events, 12.5/s)" in "\n".join(
+        run("webhook_source", "list")
+    )
+    pause_action, resume_action = OperatorAction.objects.order_by("pk")
+    assert (pause_action.action, pause_action.actor_name, pause_action.reason) == (
+        "pause_source",
+        "os:oncall",
+        "downstream down",
+    )
+    assert pause_action.actor is None
+    assert pause_action.details["source"] == "lab"
+    assert pause_action.details["source_id"] == source.pk
+    assert (resume_action.action, resume_action.actor_name) == (
+        "resume_source",
+        "os:oncall",
+    )
+    assert resume_action.details["rate"] == 12.5
+
+
+def test_pausing_twice_or_resuming_an_unpaused_source_fails_and_records_nothing():
+    from webhooks.models import OperatorAction
+
+    run("webhook_source", "create", "lab", "--handler", "research", "--secret", "s")
+    with pytest.raises(CommandError, match="not paused"):
+        run("webhook_source", "resume", "lab")
+    run("webhook_source", "pause", "lab", "--reason", "first")
+    with pytest.raises(CommandError, match="already paused"):
+        run("webhook_source", "pause", "lab", "--reason", "second")
+    assert WebhookSource.objects.get(slug="lab").pause_reason == "first"
+    assert OperatorAction.objects.count() == 1
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("pause", "nope", "--reason", "r"),
+        ("resume", "nope"),
+    ],
+)
+def test_pause_and_resume_of_an_unknown_source_fail_as_the_other_subcommands(args):
+    with pytest.raises(CommandError, match="no webhook source 'nope'"):
+        run("webhook_source", *args)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("pause", "lab"),  # no reason
+        ("pause", "lab", "--reason", ""),
+        ("pause", "lab", "--reason", "   "),
+        ("resume", "lab", "--rate", "0"),
+        ("resume", "lab", "--rate", "-2"),
+        ("resume", "lab", "--rate", "fast"),
+        ("resume", "lab", "--rate", "nan"),
+    ],
+)
+def test_pause_needs_a_reason_and_resume_a_rate_above_zero(args):
+    from webhooks.models import OperatorAction
+
+    run("webhook_source", "create", "lab", "--handler", "research", "--secret", "s")
+    if args[0] == "resume":
+        run("webhook_source", "pause", "lab", "--reason", "down")
+    with pytest.raises(CommandError):
+        run("webhook_source", *args)
+    assert OperatorAction.objects.filter(action="resume_source").count() == 0
+    source = WebhookSource.objects.get(slug="lab")
+    assert (source.paused_at is not None) == (args[0] == "resume")

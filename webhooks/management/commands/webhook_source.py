@@ -1,10 +1,12 @@
+import argparse
 import getpass
 
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
 from django.db import IntegrityError
 
-from core.errors import InvalidPayload
+from core.errors import InvalidPayload, ServiceError
+from webhooks.errors import SourceAlreadyPaused, SourceNotPaused
 from webhooks.integrations import integration_names
 from webhooks.models import WebhookSource
 from webhooks.schemes import DEFAULT_SCHEME, SCHEMES
@@ -12,15 +14,35 @@ from webhooks.selectors import webhook_source_list
 from webhooks.services import (
     DEFAULT_GRACE_SECONDS,
     webhook_source_create,
+    webhook_source_pause,
+    webhook_source_resume,
     webhook_source_rotate,
     webhook_source_set_enabled,
 )
 
 
+def _rate(text: str) -> float:
+    """``--rate``: a number of events per second above 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 0 < value < 1e9:  # also refuses nan and inf
+        raise argparse.ArgumentTypeError(f"must be a number above 0, not {text!r}")
+    return value
+
+
+def _reason(text: str) -> str:
+    if not text.strip():
+        raise argparse.ArgumentTypeError("must not be empty")
+    return text
+
+
 class Command(BaseCommand):
     help = (
-        "Manage webhook sources: create | rotate | list | disable | enable. A generated secret "
-        "is printed once, as the last line; no command ever shows a stored secret."
+        "Manage webhook sources: create | rotate | list | disable | enable | pause | resume. "
+        "A generated secret is printed once, as the last line; no command ever shows a "
+        "stored secret."
     )
 
     def add_arguments(self, parser):
@@ -53,6 +75,27 @@ class Command(BaseCommand):
         sub.add_parser("list", help="list sources (never secrets)")
         for action in ("disable", "enable"):
             sub.add_parser(action, help=f"{action} a source").add_argument("slug")
+        pause = sub.add_parser(
+            "pause",
+            help="hold a source's events: deliveries are still verified and stored",
+        )
+        pause.add_argument("slug")
+        pause.add_argument(
+            "--reason",
+            type=_reason,
+            required=True,
+            help="why (recorded with the operator action)",
+        )
+        resume = sub.add_parser(
+            "resume", help="drain a paused source's held events in order"
+        )
+        resume.add_argument("slug")
+        resume.add_argument(
+            "--rate",
+            type=_rate,
+            default=None,
+            help="at most N events per second (default: as fast as the relay goes)",
+        )
 
     def handle(self, *args, action, **options):
         try:
@@ -105,12 +148,26 @@ class Command(BaseCommand):
             self.stdout.write(secret)
 
     def _list(self, **options):
-        self.stdout.write("slug\tscheme\thandler\tsecrets\tenabled")
+        self.stdout.write("slug\tscheme\thandler\tsecrets\tenabled\tpaused")
         for source in webhook_source_list():
             self.stdout.write(
                 f"{source.slug}\t{source.scheme}\t{source.handler}\t"
-                f"{source.secret_count}\t{'yes' if source.is_enabled else 'no'}"
+                f"{source.secret_count}\t{'yes' if source.is_enabled else 'no'}\t"
+                f"{self._pause_state(source)}"
             )
+
+    @staticmethod
+    def _pause_state(source: WebhookSource) -> str:
+        if source.paused_at is not None:
+            reason = " ".join(source.pause_reason.split())
+            return (
+                f"yes since {source.paused_at.isoformat(timespec='seconds')} "
+                f"by {source.paused_by_name}: {reason}"
+            )
+        if source.drain_started_at is not None:
+            rate = f"{source.drain_rate:g}/s" if source.drain_rate else "no limit"
+            return f"no (draining held events, {rate})"
+        return "no"
 
     def _disable(self, *, slug, **options):
         webhook_source_set_enabled(source=self._source(slug), enabled=False)
@@ -119,3 +176,36 @@ class Command(BaseCommand):
     def _enable(self, *, slug, **options):
         webhook_source_set_enabled(source=self._source(slug), enabled=True)
         self.stdout.write(f"enabled webhook source {slug!r}")
+
+    def _pause(self, *, slug, reason, **options):
+        source = self._source(slug)
+        try:
+            action = webhook_source_pause(
+                source=source, reason=reason, actor_name=f"os:{getpass.getuser()}"
+            )
+        except SourceAlreadyPaused as exc:
+            raise CommandError(f"not paused again: {exc}") from exc
+        held = action.details["held_events"]
+        more = "+" if action.details["held_events_capped"] else ""
+        self.stdout.write(
+            f"paused webhook source {slug!r}: deliveries are still accepted, "
+            f"their events wait ({held}{more} waiting now)"
+        )
+
+    def _resume(self, *, slug, rate, **options):
+        source = self._source(slug)
+        try:
+            action = webhook_source_resume(
+                source=source, rate=rate, actor_name=f"os:{getpass.getuser()}"
+            )
+        except SourceNotPaused as exc:
+            raise CommandError(f"not resumed: {exc}") from exc
+        except ServiceError as exc:
+            raise CommandError(f"not resumed: {exc}") from exc
+        held = action.details["held_events"]
+        more = "+" if action.details["held_events_capped"] else ""
+        pace = f"at most {rate:g} events/s" if rate else "as fast as the relay goes"
+        self.stdout.write(
+            f"resumed webhook source {slug!r}: {held}{more} held event(s) drain in "
+            f"order, {pace}"
+        )
