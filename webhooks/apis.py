@@ -5,7 +5,11 @@ from rest_framework.views import APIView
 
 from core.errors import NotFound
 
-from .selectors import inbox_event_get, inbox_event_status_message
+from .selectors import (
+    inbox_event_get,
+    inbox_event_held_reason,
+    inbox_event_status_message,
+)
 
 
 class InboxEventDetailApi(APIView):
@@ -23,8 +27,18 @@ class InboxEventDetailApi(APIView):
         # One fixed message per outcome, never the stored error text.
         error_message = serializers.SerializerMethodField()
 
+        # Whether the event waits because its source is paused (docs/http-api.md).
+        held = serializers.SerializerMethodField()
+        held_reason = serializers.SerializerMethodField()
+
         def get_error_message(self, event) -> str:
             return inbox_event_status_message(event=event)
+
+        def get_held(self, event) -> bool:
+            return bool(inbox_event_held_reason(event=event))
+
+        def get_held_reason(self, event) -> str:
+            return inbox_event_held_reason(event=event)
 
     serializer_class = OutputSerializer
 
