@@ -78,3 +78,33 @@ class QueueLagCollector:
         )
         lag.add_metric([], (now - oldest).total_seconds() if oldest else 0.0)
         yield lag
+
+
+class PausedSourcesCollector:
+    """``webhook_source_paused_seconds{source}`` and ``webhook_source_held_events{source}``,
+    read from the database at scrape time, one series per enabled source and one statement
+    per family (docs/architecture.md, "Pausing a source")."""
+
+    def collect(self):
+        from core.selectors import COUNT_CAP
+
+        from .selectors import webhook_source_pause_gauges
+
+        paused, held = webhook_source_pause_gauges()
+        seconds = GaugeMetricFamily(
+            "webhook_source_paused_seconds",
+            "Seconds since the source was paused (0 when it is not).",
+            labels=["source"],
+        )
+        for slug, value in paused:
+            seconds.add_metric([slug], value)
+        yield seconds
+        events = GaugeMetricFamily(
+            "webhook_source_held_events",
+            "Events of a paused source waiting unprocessed (0 when it is not paused), "
+            f"counted up to {COUNT_CAP + 1}.",
+            labels=["source"],
+        )
+        for slug, count in held:
+            events.add_metric([slug], count)
+        yield events
