@@ -30,6 +30,7 @@ OPERATOR_EXTRA_PERMISSIONS = (
     "webhooks.replay_inboxevent",
     "webhooks.investigate_fingerprintmismatch",
     "webhooks.rotate_secret",
+    "webhooks.pause_source",  # pause and resume a source (its events wait, then drain)
     "webhooks.add_bulkreplayjob",  # a replay by filter starts as a new job with its dry-run count
 )
 

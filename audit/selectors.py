@@ -13,6 +13,7 @@ from django.utils import timezone
 from core.selectors import COUNT_CAP, capped_count
 from idempotency.selectors import idempotency_records_stuck
 from webhooks.models import InboxEvent, ProcessingStatus, SignatureFailure
+from webhooks.selectors import webhook_source_held_count, webhook_sources_paused
 
 
 def _latency_percentiles(since: datetime) -> tuple[float | None, float | None]:
@@ -54,6 +55,27 @@ def _latency_percentiles(since: datetime) -> tuple[float | None, float | None]:
 def stuck_idempotency_keys(*, now: datetime) -> int:
     """Idempotency records still ``processing`` past the horizon (capped count)."""
     return capped_count(idempotency_records_stuck(now=now))
+
+
+def paused_sources(*, now: datetime) -> list[dict]:
+    """The paused sources, longest paused first: since when, by whom, why, and how many of
+    their events wait (a capped count, one per paused source)."""
+    rows = []
+    for source in webhook_sources_paused():
+        waiting = webhook_source_held_count(source_id=source.pk, cap=COUNT_CAP)
+        rows.append(
+            {
+                "slug": source.slug,
+                "pk": source.pk,
+                "since": source.paused_at,
+                "seconds": max((now - source.paused_at).total_seconds(), 0.0),
+                "by": source.paused_by_name,
+                "reason": source.pause_reason,
+                "waiting": min(waiting, COUNT_CAP),
+                "waiting_capped": waiting > COUNT_CAP,
+            }
+        )
+    return rows
 
 
 def dashboard_figures(*, now: datetime | None = None) -> dict:
@@ -119,5 +141,6 @@ def dashboard_figures(*, now: datetime | None = None) -> dict:
         "dead_letters": min(dead_letters, COUNT_CAP),
         "dead_letters_capped": dead_letters > COUNT_CAP,
         "stuck_keys": stuck_idempotency_keys(now=now),
+        "paused_sources": paused_sources(now=now),
         "per_hour": [{"hour": hour, "count": n} for hour, n in series],
     }

@@ -165,6 +165,7 @@ def test_bootstrap_roles_is_idempotent_and_gives_auditors_only_view_permissions(
         "replay_inboxevent",
         "investigate_fingerprintmismatch",
         "rotate_secret",
+        "pause_source",
         "add_bulkreplayjob",
     }
 

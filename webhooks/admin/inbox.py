@@ -19,6 +19,7 @@ from core.admin_base import (
 from ..models import DeadLetteredEvent, InboxAttempt, InboxEvent, ProcessingStatus
 from ..replay import NothingToReplay, inbox_events_replay
 from ..selectors import (
+    inbox_event_held_reason,
     inbox_event_occurred_at,
     inbox_event_products,
     inbox_event_types,
@@ -106,6 +107,7 @@ class InboxEventAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
             {
                 "fields": (
                     "status",
+                    "held",
                     "attempts",
                     "next_attempt_at",
                     "error_message",
@@ -163,6 +165,20 @@ class InboxEventAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     @admin.display(description="status", ordering="processing_status")
     def status(self, obj):
         return obj.processing_status  # the exact status string of the API
+
+    @admin.display(description="held")
+    def held(self, obj):
+        """Why the event waits unprocessed, when its source is paused."""
+        if not inbox_event_held_reason(event=obj):
+            return "-"
+        source = obj.source
+        reason = f" ({source.pause_reason})" if source.pause_reason else ""
+        return format_html(
+            "held: source paused since {} by {}{}",
+            display_for_value(source.paused_at, "-"),
+            source.paused_by_name or "-",
+            reason,
+        )
 
     @admin.display(description="latency")
     def latency(self, obj):

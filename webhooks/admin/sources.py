@@ -2,8 +2,10 @@ from __future__ import annotations
 
 from django import forms
 from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied
 from django.http import HttpResponse
 from django.utils.decorators import method_decorator
+from django.utils.html import format_html
 from django.views.decorators.debug import (
     sensitive_post_parameters,
     sensitive_variables,
@@ -11,10 +13,16 @@ from django.views.decorators.debug import (
 
 from core.admin_base import ReadOnlyAdminMixin, ReasonForm, confirm_with_reason
 from core.errors import ServiceError
+from core.selectors import COUNT_CAP
 
 from ..models import SignatureFailure, WebhookSource
-from ..selectors import webhook_source_list
-from ..services import DEFAULT_GRACE_SECONDS, webhook_source_rotate
+from ..selectors import webhook_source_held_count, webhook_source_list
+from ..services import (
+    DEFAULT_GRACE_SECONDS,
+    webhook_source_pause,
+    webhook_source_resume,
+    webhook_source_rotate,
+)
 
 
 class SecretRotationForm(ReasonForm):
@@ -35,6 +43,38 @@ class SecretRotationForm(ReasonForm):
     )
 
 
+class ResumeForm(ReasonForm):
+    rate = forms.FloatField(
+        label="Rate (events per second)",
+        required=False,
+        min_value=0.001,
+        max_value=1e6,
+        help_text=(
+            "Optional: the held events drain at most this fast, in the order they were "
+            "received. Empty: as fast as the relay goes."
+        ),
+    )
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["reason"].required = False
+
+
+class PausedListFilter(admin.SimpleListFilter):
+    title = "paused"
+    parameter_name = "paused"
+
+    def lookups(self, request, model_admin):
+        return [("yes", "Paused"), ("no", "Not paused")]
+
+    def queryset(self, request, queryset):
+        if self.value() == "yes":
+            return queryset.filter(paused_at__isnull=False)
+        if self.value() == "no":
+            return queryset.filter(paused_at__isnull=True)
+        return queryset
+
+
 @admin.register(WebhookSource)
 class WebhookSourceAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     # The secrets are never listed, counted only.
@@ -44,9 +84,13 @@ class WebhookSourceAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         "handler",
         "is_enabled",
         "secret_count",
+        "paused_at",
+        "paused_by_name",
+        "pause_reason_summary",
+        "held_events",
         "created_at",
     )
-    list_filter = ("scheme", "handler", "is_enabled")
+    list_filter = ("scheme", "handler", "is_enabled", PausedListFilter)
     search_fields = ("slug",)
     ordering = ("slug",)
     fields = (
@@ -56,11 +100,16 @@ class WebhookSourceAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         "timestamp_tolerance_seconds",
         "is_enabled",
         "secret_count",
+        "paused_at",
+        "paused_by_name",
+        "pause_reason",
+        "held_events",
+        "drain_state",
         "created_at",
         "updated_at",
     )
     readonly_fields = fields
-    actions = ["rotate_secret"]
+    actions = ["rotate_secret", "pause_selected", "resume_selected"]
 
     def get_queryset(self, request):
         return webhook_source_list()
@@ -69,8 +118,123 @@ class WebhookSourceAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     def secret_count(self, obj):
         return obj.secret_count
 
+    @admin.display(description="why paused")
+    def pause_reason_summary(self, obj):
+        text = obj.pause_reason or ""
+        return text if len(text) <= 60 else text[:59] + "…"
+
+    @admin.display(description="held events")
+    def held_events(self, obj):
+        """Events waiting because the source is paused: a bounded count, paused sources
+        only."""
+        if obj.paused_at is None:
+            return "-"
+        count = webhook_source_held_count(source_id=obj.pk)
+        return f"{COUNT_CAP}+" if count > COUNT_CAP else str(count)
+
+    @admin.display(description="draining")
+    def drain_state(self, obj):
+        if obj.drain_started_at is None:
+            return "-"
+        rate = f"at most {obj.drain_rate:g}/s" if obj.drain_rate else "no rate limit"
+        return format_html(
+            "since {}, {}, {} released so far",
+            obj.drain_started_at,
+            rate,
+            obj.drain_released,
+        )
+
     def has_rotate_secret_permission(self, request):
         return request.user.has_perm("webhooks.rotate_secret")
+
+    def has_pause_source_permission(self, request):
+        return request.user.has_perm("webhooks.pause_source")
+
+    @admin.action(description="Pause selected sources", permissions=["pause_source"])
+    def pause_selected(self, request, queryset):
+        if not self.has_pause_source_permission(request):
+            raise PermissionDenied
+        reason = confirm_with_reason(
+            self,
+            request,
+            queryset,
+            action="pause_selected",
+            title="Pause webhook sources",
+            intro=(
+                "Deliveries to these sources are still verified, stored and answered as "
+                "before; their events wait unprocessed until the source is resumed. Events "
+                "already being processed finish."
+            ),
+            submit_label="Pause",
+        )
+        if isinstance(reason, HttpResponse):
+            return reason
+        paused, refused = [], []
+        for source in queryset.order_by("slug"):
+            try:
+                webhook_source_pause(source=source, reason=reason, actor=request.user)
+            except ServiceError as exc:
+                refused.append(f"{source.slug}: {exc}")
+                continue
+            paused.append(source.slug)
+        if paused:
+            self.message_user(
+                request,
+                f"Paused {', '.join(paused)}: their events wait until resumed.",
+                messages.SUCCESS,
+            )
+        for text in refused:
+            self.message_user(request, f"Not paused: {text}", messages.WARNING)
+        return None
+
+    @admin.action(description="Resume selected sources", permissions=["pause_source"])
+    def resume_selected(self, request, queryset):
+        if not self.has_pause_source_permission(request):
+            raise PermissionDenied
+        data = confirm_with_reason(
+            self,
+            request,
+            queryset,
+            action="resume_selected",
+            title="Resume webhook sources",
+            intro=(
+                "The events these sources held are processed in the order they were "
+                "received, at the rate given if any; new deliveries queue behind them."
+            ),
+            submit_label="Resume",
+            form_class=ResumeForm,
+        )
+        if isinstance(data, HttpResponse):
+            return data
+        resumed, refused = [], []
+        for source in queryset.order_by("slug"):
+            try:
+                action = webhook_source_resume(
+                    source=source,
+                    rate=data["rate"],
+                    actor=request.user,
+                    reason=data["reason"],
+                )
+            except ServiceError as exc:
+                refused.append(f"{source.slug}: {exc}")
+                continue
+            held = action.details["held_events"]
+            more = "+" if action.details["held_events_capped"] else ""
+            resumed.append(f"{source.slug} ({held}{more} held)")
+        if resumed:
+            pace = (
+                f"at most {data['rate']:g} events/s"
+                if data["rate"]
+                else "no rate limit"
+            )
+            self.message_user(
+                request,
+                f"Resumed {', '.join(resumed)}; draining in order, {pace}.",
+                messages.SUCCESS,
+            )
+        for text in refused:
+            self.message_user(request, f"Not resumed: {text}", messages.WARNING)
+        return None
 
     @admin.action(description="Rotate secret", permissions=["rotate_secret"])
     @sensitive_variables("data")
