@@ -1,0 +1,239 @@
+"""Pausing a source with REAL processes: Celery workers started as a user starts them, each
+with its relay, against the test PostgreSQL and a real broker. While a source is paused
+nothing of it is processed (other sources are), whatever message names its rows; after the
+resume each held event is processed exactly once, in id order, at the rate asked for."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.db.models import Count
+
+from config.celery_app import app
+from core.models import RelayHeartbeat
+from core.relay import Relay
+from research.models import DocumentRevision, ResearchDocument
+from tests import processes
+from tests.broker import broker_reset
+from tests.integrations.research.factories import research_event
+from tests.webhooks.factories import inbox_events_bulk_create, research_source
+from webhooks.dispatch import PROCESS_ONE_TASK, PROCESS_TASK
+from webhooks.models import TERMINAL_STATUSES, InboxAttempt, InboxEvent, WebhookSource
+from webhooks.services import webhook_source_pause, webhook_source_resume
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+
+
+@pytest.fixture
+def running():
+    """Starts processes and kills every one of them at the end, whatever happens."""
+    broker_reset()
+    started: list[processes.Process] = []
+
+    def start(process: processes.Process) -> processes.Process:
+        started.append(process.start())
+        return process
+
+    yield start
+    for process in started:
+        process.kill()
+    broker_reset()
+
+
+def terminal(source) -> int:
+    return InboxEvent.objects.filter(
+        source=source, processing_status__in=TERMINAL_STATUSES
+    ).count()
+
+
+def wait_terminal(source, count: int, workers, timeout: float = 90) -> None:
+    try:
+        processes.wait_until(
+            lambda: terminal(source) == count,
+            timeout=timeout,
+            interval=0.1,
+            what=f"{count} events of {source.slug} processed",
+        )
+    except AssertionError:
+        for worker in workers:
+            print(worker.log()[-4000:])
+        raise
+
+
+def versions_of_one_document(entity_id: str, count: int) -> list[dict]:
+    """Events of one research document with increasing versions: applied in any other order
+    than theirs, some would be ``ignored_out_of_order``."""
+    return [
+        research_event(entity_id=entity_id, source_version=v)
+        for v in range(1, count + 1)
+    ]
+
+
+def assert_processed_once_in_id_order(source, count: int) -> None:
+    rows = list(InboxEvent.objects.filter(source=source).order_by("pk"))
+    assert len(rows) == count
+    assert {row.processing_status for row in rows} == {"processed"}
+    attempts = InboxAttempt.objects.filter(event__source=source)
+    per_event = attempts.values("event").annotate(n=Count("id"))
+    assert {entry["n"] for entry in per_event} == {1}  # exactly once each
+    # Each row's run ends with its processed_at: one worker process runs them in order.
+    ran = [row.pk for row in sorted(rows, key=lambda row: row.processed_at)]
+    assert ran == [row.pk for row in rows]  # in id order
+    applied = DocumentRevision.objects.filter(inbox_event__source=source)
+    assert applied.count() == count
+    assert list(
+        applied.order_by("applied_at", "pk").values_list("inbox_event", flat=True)
+    ) == [row.pk for row in rows]
+
+
+def test_nothing_of_a_paused_source_is_processed_then_each_held_event_once_in_order(
+    tmp_path, running
+):
+    paused, normal = research_source("paused-sync"), research_source("normal-sync")
+    webhook_source_pause(source=paused, reason="the indexer is down")
+    # One worker process: it takes the messages in the order the relay published them.
+    worker = running(processes.celery_worker(tmp_path, concurrency=1))
+    inbox_events_bulk_create(versions_of_one_document("doc_held", 30), source=paused)
+    inbox_events_bulk_create([research_event() for _ in range(10)], source=normal)
+    wait_terminal(normal, 10, [worker])
+    # The worker's relay has been round many times since: the paused rows stayed held.
+    processes.wait_until(
+        lambda: (
+            InboxEvent.objects.filter(source=paused, held_at__isnull=False).count()
+            == 30
+        ),
+        timeout=30,
+        what="the paused source's rows set aside",
+    )
+    more = inbox_events_bulk_create(
+        versions_of_one_document("doc_held", 40)[30:], source=paused
+    )
+    assert len(more) == 10
+    processes.wait_until(
+        lambda: (
+            InboxEvent.objects.filter(source=paused, held_at__isnull=False).count()
+            == 40
+        ),
+        timeout=30,
+        what="deliveries during the pause set aside too",
+    )
+    assert terminal(paused) == 0
+    assert not InboxAttempt.objects.filter(event__source=paused).exists()
+    assert not ResearchDocument.objects.filter(entity_id="doc_held").exists()
+
+    webhook_source_resume(source=paused)
+    wait_terminal(paused, 40, [worker])
+    assert_processed_once_in_id_order(paused, 40)
+    assert (
+        ResearchDocument.objects.get(entity_id="doc_held").current_source_version == 40
+    )
+    processes.wait_until(
+        lambda: WebhookSource.objects.get(pk=paused.pk).drain_started_at is None,
+        timeout=30,
+        what="the drain to end: the source is normal again",
+    )
+
+
+@pytest.mark.parametrize("task", [PROCESS_TASK, PROCESS_ONE_TASK])
+def test_a_message_published_before_the_pause_processes_nothing_until_the_resume(
+    tmp_path, running, broker_url, task
+):
+    """The relay published the rows (one batch), then the source was paused, then a worker
+    starts: it takes the message and processes nothing of it; the rows wait set aside and
+    are published again after the resume. The same for the single-id message of an earlier
+    release."""
+    paused = research_source("paused-sync")
+    rows = inbox_events_bulk_create(
+        versions_of_one_document("doc_before", 3), source=paused
+    )
+    env = {"CELERY_BROKER_URL": broker_url}
+    # What a relay did before the pause: the messages out, the rows stamped dispatched.
+    with app.connection_for_write(broker_url) as connection:
+        if task == PROCESS_TASK:
+            app.send_task(task, args=[[r.pk for r in rows]], connection=connection)
+        else:
+            for row in rows:
+                app.send_task(task, args=[row.pk], connection=connection)
+    InboxEvent.objects.filter(pk__in=[r.pk for r in rows]).update(
+        dispatched_at=rows[0].received_at
+    )
+    webhook_source_pause(source=paused, reason="maintenance")
+
+    worker = running(processes.celery_worker(tmp_path, concurrency=1, env=env))
+    processes.wait_until(
+        lambda: (
+            InboxEvent.objects.filter(
+                source=paused, held_at__isnull=False, dispatched_at__isnull=True
+            ).count()
+            == 3
+        ),
+        timeout=60,
+        what="the worker to skip the message and its relay to set the rows aside",
+    )
+    assert "held" in worker.log()
+    assert terminal(paused) == 0
+    assert not InboxAttempt.objects.filter(event__source=paused).exists()
+
+    webhook_source_resume(source=paused)
+    wait_terminal(paused, 3, [worker])
+    assert_processed_once_in_id_order(paused, 3)
+
+
+def test_a_drain_at_a_rate_is_kept_by_two_workers_relays_together(tmp_path, running):
+    """60 held events resumed at 20 events/s, two workers (two relays): the drain takes about
+    three seconds, measured from the relays' releases and from the workers' processing."""
+    rate, count = 20.0, 60
+    paused = research_source("paused-sync")
+    webhook_source_pause(source=paused, reason="downstream recovering")
+    inbox_events_bulk_create([research_event() for _ in range(count)], source=paused)
+    Relay().run_once(sweep=False)  # sets them aside
+    workers = [
+        running(
+            processes.celery_worker(
+                tmp_path,
+                concurrency=1,
+                name=name,
+                env={"RELAY_HEARTBEAT_SECONDS": "0.5"},
+            )
+        )
+        for name in ("w1", "w2")
+    ]
+    processes.wait_until(
+        lambda: all("ready" in w.log() for w in workers),
+        timeout=60,
+        what="both workers ready",
+    )
+
+    webhook_source_resume(source=paused, rate=rate)
+    wait_terminal(paused, count, workers)
+
+    rows = InboxEvent.objects.filter(source=paused)
+    released = sorted(rows.values_list("dispatched_at", flat=True))
+    processed = sorted(rows.values_list("processed_at", flat=True))
+    for label, stamps in (("released", released), ("processed", processed)):
+        spread = (stamps[-1] - stamps[0]).total_seconds()
+        measured = (count - 1) / spread
+        assert rate * 0.8 <= measured <= rate * 1.2, (label, measured, spread)
+    # No second saw more releases than the rate allows (plus the bucket's first token),
+    # and both relays took part (each heartbeat counts the rows its relay published).
+    start = released[0]
+    for second in range(4):
+        window = [
+            t
+            for t in released
+            if start + timedelta(seconds=second)
+            <= t
+            < start + timedelta(seconds=second + 1)
+        ]
+        assert len(window) <= rate + 1, (second, len(window))
+
+    def published() -> list[int]:
+        return list(RelayHeartbeat.objects.values_list("published", flat=True))
+
+    processes.wait_until(
+        lambda: sum(published()) == count,
+        timeout=10,
+        what="the relays to report what they published",
+    )
+    assert len(published()) == 2 and all(published()), published()
