@@ -8,7 +8,11 @@ from playwright.sync_api import expect, sync_playwright
 from audit.roles import AUDITORS, OPERATORS
 from core.relay import Relay
 from tests.broker import queued_inbox_event_ids
-from tests.webhooks.factories import DeadLetteredEventFactory
+from tests.webhooks.factories import (
+    DeadLetteredEventFactory,
+    InboxEventFactory,
+    WebhookSourceFactory,
+)
 from webhooks.models import OperatorAction, ProcessingStatus
 
 from .conftest import PASSWORD, broker_messages, make_user
@@ -113,3 +117,62 @@ def test_the_dashboard_uses_the_page_width_and_its_headers_read_on_one_line(
     # One line of text, as tall as the "status" header next to it (not one letter per line).
     assert header_box["height"] <= status_box["height"] + 1, (header_box, status_box)
     assert header_box["width"] > header_box["height"], header_box
+
+
+def test_operator_pauses_a_source_in_a_real_browser(live_server, roles, monkeypatch):
+    """Select the source, choose "Pause selected sources", give a reason, confirm: the list
+    shows it paused, by whom and why, and so does the dashboard."""
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+    make_user("operator", OPERATORS)
+    sources = reverse("admin:webhooks_webhooksource_changelist")
+    papers = WebhookSourceFactory(slug="papers")
+    other = WebhookSourceFactory(slug="other")
+    InboxEventFactory.create_batch(2, source=papers)
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 900})
+            page.set_default_timeout(15_000)
+            page.goto(f"{live_server.url}/admin/login/?next={sources}")
+            page.fill("#id_username", "operator")
+            page.fill("#id_password", PASSWORD)
+            page.click("input[type=submit]")
+            page.wait_for_url(f"**{sources}")
+
+            page.check(f"input[name=_selected_action][value='{papers.pk}']")
+            page.select_option("select[name=action]", "pause_selected")
+            page.click("button[name=index]")
+            page.fill("textarea[name=reason]", "the indexer is being fixed")
+            page.click("input[name=confirm]")
+
+            expect(page.locator("ul.messagelist li.success")).to_contain_text(
+                "Paused papers"
+            )
+            row = page.locator("#result_list tr", has_text="papers")
+            expect(row).to_contain_text("the indexer is being fixed")
+            expect(row.locator("td.field-paused_by_name")).to_have_text("operator")
+            expect(row.locator("td.field-held_events")).to_have_text("2")
+            other_row = page.locator("#result_list tr", has_text="other")
+            expect(other_row.locator("td.field-held_events")).to_have_text("-")
+
+            page.goto(f"{live_server.url}/admin/")
+            panel = page.locator("#dash-paused")
+            expect(panel).to_contain_text("Paused sources")
+            paused_row = panel.locator("tr[data-source='papers']")
+            expect(paused_row).to_contain_text("operator")
+            expect(paused_row).to_contain_text("the indexer is being fixed")
+            expect(paused_row.locator("td.dash-count")).to_have_text("2")
+            expect(panel.locator("tr[data-source='other']")).to_have_count(0)
+        finally:
+            browser.close()
+
+    papers.refresh_from_db()
+    other.refresh_from_db()
+    assert papers.paused_at is not None and other.paused_at is None
+    action = OperatorAction.objects.get()
+    assert (action.action, action.actor_name, action.reason) == (
+        "pause_source",
+        "operator",
+        "the indexer is being fixed",
+    )
