@@ -12,7 +12,7 @@ import time
 from datetime import timedelta
 
 import pytest
-from django.db import connection, transaction
+from django.db import connection, connections, transaction
 from django.utils import timezone
 from prometheus_client import REGISTRY
 
@@ -141,6 +141,37 @@ def test_a_paused_source_answers_every_delivery_as_an_unpaused_one_and_stores_it
         (row,) = rows_of(source)
         assert (row.processing_status, row.delivery_count) == ("received", 2)
         assert FingerprintMismatch.objects.filter(event=row).count() == 1
+
+
+@threads
+def test_a_delivery_never_waits_for_the_lock_a_pause_or_a_drain_holds(client, paused):
+    """Pauses, resumes and drain rounds lock the source's row ``FOR NO KEY UPDATE``: the
+    foreign key check of ingest's insert (``FOR KEY SHARE``) does not wait for it."""
+    pause(paused)
+    locked, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        try:
+            with transaction.atomic():
+                WebhookSource.objects.select_for_update(no_key=True).get(pk=paused.pk)
+                locked.set()
+                release.wait(timeout=30)
+        finally:
+            connections.close_all()
+
+    holder = threading.Thread(target=hold, daemon=True)
+    holder.start()
+    try:
+        assert locked.wait(timeout=10)
+        with connection.cursor() as cursor:  # a wait would fail the insert: a 503
+            cursor.execute("SET lock_timeout = '2s'")
+        response = signed_post(client, "paused-sync", research_event())
+        assert response.status_code == 202, response.content
+    finally:
+        release.set()
+        holder.join(timeout=10)
+        with connection.cursor() as cursor:
+            cursor.execute("RESET lock_timeout")
 
 
 def test_ingest_reads_nothing_of_the_pause():
