@@ -22,6 +22,7 @@ import logging
 from datetime import datetime, timedelta
 
 from django.conf import settings
+from django.db import connection
 from django.db.models import (
     DateTimeField,
     ExpressionWrapper,
@@ -280,8 +281,18 @@ def inbox_outbox_held_claim(
 
 
 def inbox_outbox_has_waiting() -> bool:
-    """Two index probes, outside any transaction: an idle relay takes no lock."""
-    return _waiting_new().exists() or _waiting_retries(timezone.now()).exists()
+    """Two index probes in one statement, outside any transaction: an idle relay takes no
+    lock, and its round stays at two statements with ``inbox_outbox_held``."""
+    new_sql, new_params = _waiting_new().values("id")[:1].query.sql_with_params()
+    retry_sql, retry_params = (
+        _waiting_retries(timezone.now()).values("id")[:1].query.sql_with_params()
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT EXISTS({new_sql}) OR EXISTS({retry_sql})",
+            (*new_params, *retry_params),
+        )
+        return bool(cursor.fetchone()[0])
 
 
 def inbox_outbox_oldest_waiting() -> datetime | None:
