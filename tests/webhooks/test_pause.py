@@ -668,3 +668,23 @@ def test_the_metrics_cost_one_statement_per_family(
         "webhook_source_held_events",
     ]
     assert len(families[0].samples) == 7
+
+
+def test_a_replay_of_a_paused_sources_dead_letter_waits_for_the_resume(paused):
+    from tests.webhooks.factories import DeadLetteredEventFactory
+    from webhooks.replay import inbox_events_replay
+
+    dead = DeadLetteredEventFactory(source=paused)
+    pause(paused)
+    inbox_events_replay(
+        events_queryset=InboxEvent.objects.filter(pk=dead.pk),
+        actor_name="operator",
+        reason="after the fix",
+    )
+    assert rounds() == 0
+    dead.refresh_from_db()
+    assert (dead.processing_status, dead.dispatched_at) == ("received", None)
+    assert dead.held_at is not None
+    resume(paused)
+    assert rounds() == 1
+    assert queued_inbox_event_ids() == [dead.pk]
