@@ -98,6 +98,8 @@ def test_operator_resumes_with_a_rate_or_without(operator_client, operator):
     rates = OperatorAction.objects.filter(action="resume_source").order_by("pk")
     assert [a.details["rate"] for a in rates] == [5.0, None]
     assert [a.actor for a in rates] == [operator, operator]
+    listing = operator_client.get(reverse(f"admin:{SOURCES}_changelist")).content
+    assert b'<td class="field-held_events">0 (draining)</td>' in listing
 
 
 def test_resuming_a_source_that_is_not_paused_says_so_and_records_nothing(

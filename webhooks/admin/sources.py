@@ -125,12 +125,13 @@ class WebhookSourceAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
 
     @admin.display(description="held events")
     def held_events(self, obj):
-        """Events waiting because the source is paused: a bounded count, paused sources
-        only."""
-        if obj.paused_at is None:
+        """Events waiting because the source is paused, or still draining after a resume: a
+        bounded count, of those sources only."""
+        if obj.paused_at is None and obj.drain_started_at is None:
             return "-"
         count = webhook_source_held_count(source_id=obj.pk)
-        return f"{COUNT_CAP}+" if count > COUNT_CAP else str(count)
+        shown = f"{COUNT_CAP}+" if count > COUNT_CAP else str(count)
+        return shown if obj.paused_at is not None else f"{shown} (draining)"
 
     @admin.display(description="draining")
     def drain_state(self, obj):
