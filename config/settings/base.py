@@ -79,6 +79,25 @@ DATABASES["default"].setdefault(
     "CONN_MAX_AGE", env.int("DATABASE_CONN_MAX_AGE", default=60)
 )
 DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+
+
+def database_binding_apply(database: dict) -> None:
+    """On PostgreSQL, parameters bound by the server rather than quoted into the SQL text by
+    the client, and statements prepared: psycopg prepares a statement a connection runs often
+    (its fifth run), and PostgreSQL then parses and plans it once per connection instead of
+    once per request (docs/benchmarks.md, "Where the accepted request's time goes"). Behind a
+    PgBouncer older than 1.21 in transaction mode, turn it off with
+    ``DATABASE_SERVER_SIDE_BINDING=false``. The test settings apply it too, so that the suite
+    runs every query the way production sends it."""
+    if database["ENGINE"] != "django.db.backends.postgresql":
+        return
+    if env.bool("DATABASE_SERVER_SIDE_BINDING", default=True):
+        database.setdefault("OPTIONS", {}).update(
+            {"server_side_binding": True, "prepare_threshold": 5}
+        )
+
+
+database_binding_apply(DATABASES["default"])
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # Admin logins are throttled (django-axes): after AXES_FAILURE_LIMIT failures for one username

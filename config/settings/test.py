@@ -1,7 +1,7 @@
 """Tests: the real PostgreSQL and Redis of the machine (override with the environment)."""
 
 from .base import *  # noqa: F403
-from .base import env
+from .base import database_binding_apply, env
 
 SECRET_KEY = env(
     "DJANGO_SECRET_KEY", default="test-insecure-key-6c1d9e0a2b3f4c5d6e7f8a9b0c1d2e3f"
@@ -15,6 +15,7 @@ DATABASES = {
     "default": env.db("DATABASE_URL", default="postgres://postgres@127.0.0.1:5432/app")
 }
 DATABASES["default"]["CONN_MAX_AGE"] = 0
+database_binding_apply(DATABASES["default"])
 DATABASES["default"]["TEST"] = {"NAME": env("TEST_DATABASE_NAME", default=None)}
 CELERY_BROKER_URL = env("CELERY_BROKER_URL", default="redis://127.0.0.1:6379/15")
 # `make test-fast` runs the suite in parallel processes (pytest-xdist): each has a database of
