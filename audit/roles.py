@@ -30,6 +30,8 @@ OPERATOR_EXTRA_PERMISSIONS = (
     "webhooks.replay_inboxevent",
     "webhooks.investigate_fingerprintmismatch",
     "webhooks.rotate_secret",
+    # Its admin lets them edit the expected delivery interval alone (webhooks/admin/sources.py).
+    "webhooks.change_webhooksource",
     "webhooks.add_bulkreplayjob",  # a replay by filter starts as a new job with its dry-run count
 )
 

@@ -1,12 +1,16 @@
 from django.conf import settings
+from django.core.validators import MinValueValidator
 from django.db import models
-from django.db.models import Q
+from django.db.models import F, Q
 from django.utils import timezone
 
 from core.models import AppendOnlyModel
 
 from .integrations import integration_choices
 from .schemes import DEFAULT_SCHEME, scheme_choices
+
+# Below a minute is finer than metrics are scraped and alerts evaluated.
+MIN_EXPECTED_DELIVERY_INTERVAL_SECONDS = 60
 
 
 class WebhookSource(models.Model):
@@ -28,12 +32,33 @@ class WebhookSource(models.Model):
         help_text="Overrides WEBHOOK_TIMESTAMP_TOLERANCE_SECONDS.",
     )
     is_enabled = models.BooleanField(default=True)
+    # Read by the "no delivery" alert (docs/runbook.md, WebhookSourceSilent) through the
+    # scrape-time gauges of webhooks.metrics; nothing in the product acts on it.
+    expected_delivery_interval_seconds = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(MIN_EXPECTED_DELIVERY_INTERVAL_SECONDS)],
+        verbose_name="expected delivery interval (seconds)",
+        help_text=(
+            "Alert when no new event arrived from this source for longer than this. "
+            "Empty: never alert. At least 60."
+        ),
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
         constraints = [
             models.UniqueConstraint(fields=["slug"], name="webhooks_source_slug_uniq"),
+            models.CheckConstraint(
+                condition=Q(expected_delivery_interval_seconds__isnull=True)
+                | Q(
+                    expected_delivery_interval_seconds__gte=(
+                        MIN_EXPECTED_DELIVERY_INTERVAL_SECONDS
+                    )
+                ),
+                name="webhooks_source_expected_interval_min",
+            ),
         ]
         permissions = [("rotate_secret", "Can rotate webhook source secrets")]
 
@@ -191,6 +216,15 @@ class InboxEvent(models.Model):
             ),
             models.Index(
                 fields=["source", "-received_at"], name="webhooks_inbox_source_idx"
+            ),
+            # The latest delivery of each source, read at every metrics scrape: one probe
+            # per source. NULLS LAST (received_at is never NULL) is what no other index
+            # offers: without it the planner may walk webhooks_inbox_received_idx back
+            # past every other source's rows until it meets one of a silent source's.
+            models.Index(
+                F("source"),
+                F("received_at").desc(nulls_last=True),
+                name="webhooks_inbox_source_last_idx",
             ),
             models.Index(
                 fields=["event_type", "-received_at"], name="webhooks_inbox_type_idx"

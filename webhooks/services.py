@@ -144,6 +144,21 @@ def webhook_source_set_enabled(*, source: WebhookSource, enabled: bool) -> None:
     )
 
 
+def webhook_source_expected_interval_set(
+    *, source: WebhookSource, seconds: int | None
+) -> None:
+    """Sets how long the source normally goes without a new event (``None``: no
+    expectation). Only the "no delivery" alert reads it, through /metrics."""
+    WebhookSource.objects.filter(pk=source.pk).update(
+        expected_delivery_interval_seconds=seconds, updated_at=timezone.now()
+    )
+    source.expected_delivery_interval_seconds = seconds
+    logger.info(
+        "webhook_source.expected_interval_set",
+        extra={"source": source.slug, "expected_delivery_interval_seconds": seconds},
+    )
+
+
 # --- ingest ---------------------------------------------------------------------------------
 
 
