@@ -269,11 +269,11 @@ class BulkReplayJobAdmin(admin.ModelAdmin):
         )
         return format_html_join(
             mark_safe("<br>"),
-            '<a href="{}">{:%Y-%m-%d %H:%M:%S}</a> {} by {}: {} (rate {}, {} done)',
+            '<a href="{}">{}</a> {} by {}: {} (rate {}, {} done)',
             (
                 (
                     reverse("admin:webhooks_operatoraction_change", args=[a.pk]),
-                    timezone.localtime(a.created_at),
+                    f"{timezone.localtime(a.created_at):%Y-%m-%d %H:%M:%S}",
                     a.action,
                     a.actor_name,
                     a.reason or "-",
