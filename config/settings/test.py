@@ -1,5 +1,7 @@
 """Tests: the real PostgreSQL and Redis of the machine (override with the environment)."""
 
+import os
+
 from .base import *  # noqa: F403
 from .base import env
 
@@ -25,6 +27,9 @@ if _XDIST_WORKER and CELERY_BROKER_URL.startswith("redis://"):
     _base, _, _db = CELERY_BROKER_URL.rpartition("/")
     _index = int(_XDIST_WORKER.removeprefix("gw") or 0)
     CELERY_BROKER_URL = f"{_base}/{(int(_db or 0) - 1 - _index) % 16}"
+    # Celery takes CELERY_BROKER_URL from the environment over its configuration: the
+    # process's own database must be there too, or every process publishes to the one given.
+    os.environ["CELERY_BROKER_URL"] = CELERY_BROKER_URL
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
