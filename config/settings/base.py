@@ -316,6 +316,12 @@ AUDIT_BULK_REPLAY_SLICE_SECONDS = env.float(
 AUDIT_BULK_REPLAY_LEASE_SECONDS = env.int(
     "AUDIT_BULK_REPLAY_LEASE_SECONDS", default=CELERY_TASK_TIME_LIMIT + 300
 )
+# A job given a rate replays a slice of about TICK_SECONDS worth of events at a time, each
+# task queueing the next for when the schedule says (docs/architecture.md, "Bulk replay at a
+# rate").
+AUDIT_BULK_REPLAY_RATE_TICK_SECONDS = env.float(
+    "AUDIT_BULK_REPLAY_RATE_TICK_SECONDS", default=0.5
+)
 
 # --- Deployments and builds: executor, worker lease, idempotency-key retention -------------
 DEPLOY_EXECUTOR = env("DEPLOY_EXECUTOR", default="simulated")
