@@ -80,6 +80,9 @@ class IdempotentPostMixin:
 
     def _identical_retry(self, request) -> HttpResponse | None:
         key = request.headers.get("Idempotency-Key") or ""
+        # Only what the whole way would parse: another media type is its 400 to give.
+        if request.content_type != "application/json":
+            return None
         if not idempotency_key_is_well_formed(key):
             return None
         try:

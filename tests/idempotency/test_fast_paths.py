@@ -149,3 +149,18 @@ def test_the_database_down_is_503_on_every_path_and_the_retry_goes_through(clien
     assert post(client_http, body, "down-retry").status_code == 200
     assert post(client_http, body, "down-new").status_code == 202
     assert Deployment.objects.count() == 2
+
+
+def test_an_identical_retry_in_another_media_type_is_refused_as_the_whole_way_refuses_it(
+    client_http,
+):
+    """The identical-retry answer is for a retry the whole way would accept: the same bytes
+    sent as text/plain are a 400, not the first response."""
+    body = json.dumps(deployment_body()).encode()
+    assert post(client_http, body, "media-type").status_code == 202
+    response = client_http.post(
+        URL, data=body, content_type="text/plain", HTTP_IDEMPOTENCY_KEY="media-type"
+    )
+    assert response.status_code == 400, response.content
+    assert response.json()["error"] == "invalid_json"
+    assert Deployment.objects.count() == 1
