@@ -28,7 +28,8 @@ run: setup
 	rm -rf var/prometheus && mkdir -p var/prometheus
 	$(VENV)/bin/honcho start -f Procfile
 
-## Run the whole test suite against PostgreSQL (127.0.0.1:5432) and Redis (127.0.0.1:6379).
+## Run the whole test suite against PostgreSQL (127.0.0.1:5432), Redis (127.0.0.1:6379) and
+## RabbitMQ (127.0.0.1:5672).
 test: setup system-tools test-alerts
 	$(PY) scripts/check_services.py
 	$(VENV)/bin/ruff check .

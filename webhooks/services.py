@@ -335,7 +335,7 @@ def inbox_event_record(
     secrets_reload: Callable[[], Sequence[str]] | None = None,
 ) -> IngestResult:
     """Verifies, validates and records one delivery. Idempotent per (source, event_id): the
-    first delivery creates the row and publishes its processing task after commit; a delivery
+    first delivery creates the row, which a relay publishes once committed; a delivery
     with the same content fingerprint only counts (``delivery_count``); one with another
     fingerprint leaves the original untouched, keeps the evidence and raises
     ``InconsistentDuplicate``. When the event id is not signed, idempotent per (source, body)

@@ -196,8 +196,8 @@ CELERY_RESULT_BACKEND_TRANSPORT_OPTIONS = {
     "visibility_timeout": CELERY_BROKER_VISIBILITY_TIMEOUT
 }
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
-# Publishing happens on the request path: fail fast when the broker is down. The inbox row is
-# the outbox, and the sweep publishes what could not be published here.
+# Publishing happens in the relays (and for a bulk replay job's next task): fail fast when the
+# broker is down. The row stays waiting, its stamp rolls back, and the next round publishes it.
 CELERY_BROKER_CONNECTION_TIMEOUT = env.float(
     "CELERY_BROKER_CONNECTION_TIMEOUT", default=2.0
 )
