@@ -3,6 +3,24 @@
 import django.core.validators
 from django.db import migrations, models
 
+INDEX = "webhooks_inbox_source_last_idx"
+
+
+def index_create(apps, schema_editor):
+    # SQLite (the embedded default) cannot order an index NULLS LAST; the column is never
+    # null, and the index only serves the per-source metric, read on PostgreSQL.
+    nulls_last = (
+        " NULLS LAST" if schema_editor.connection.vendor == "postgresql" else ""
+    )
+    schema_editor.execute(
+        f'CREATE INDEX IF NOT EXISTS "{INDEX}" ON "webhooks_inboxevent" '
+        f'("source_id", "received_at" DESC{nulls_last})'
+    )
+
+
+def index_drop(apps, schema_editor):
+    schema_editor.execute(f'DROP INDEX IF EXISTS "{INDEX}"')
+
 
 class Migration(migrations.Migration):
     dependencies = [
@@ -21,15 +39,20 @@ class Migration(migrations.Migration):
                 verbose_name="expected delivery interval (seconds)",
             ),
         ),
-        migrations.AddIndex(
-            model_name="inboxevent",
-            index=models.Index(
-                models.F("source"),
-                models.OrderBy(
-                    models.F("received_at"), descending=True, nulls_last=True
+        migrations.SeparateDatabaseAndState(
+            state_operations=[
+                migrations.AddIndex(
+                    model_name="inboxevent",
+                    index=models.Index(
+                        models.F("source"),
+                        models.OrderBy(
+                            models.F("received_at"), descending=True, nulls_last=True
+                        ),
+                        name="webhooks_inbox_source_last_idx",
+                    ),
                 ),
-                name="webhooks_inbox_source_last_idx",
-            ),
+            ],
+            database_operations=[migrations.RunPython(index_create, index_drop)],
         ),
         migrations.AddConstraint(
             model_name="webhooksource",
