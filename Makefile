@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 INSTALLED := $(VENV)/.installed
 
-.PHONY: setup system-tools run test test-fast lint format bench chaos clean
+.PHONY: setup system-tools run test test-fast test-alerts lint format bench chaos clean
 
 $(INSTALLED): requirements/base.txt requirements/local.txt requirements/production.txt
 	$(PYTHON) -m venv $(VENV)
@@ -14,7 +14,8 @@ $(INSTALLED): requirements/base.txt requirements/local.txt requirements/producti
 
 setup: $(INSTALLED)
 
-## System packages the tests drive (Debian's chromium), installed when missing.
+## System packages the tests drive (Debian's chromium, promtool from its prometheus package),
+## installed when missing.
 system-tools:
 	bash scripts/ensure_system_tools.sh
 
@@ -27,12 +28,19 @@ run: setup
 	rm -rf var/prometheus && mkdir -p var/prometheus
 	$(VENV)/bin/honcho start -f Procfile
 
-## Run the whole test suite against PostgreSQL (127.0.0.1:5432) and Redis (127.0.0.1:6379).
-test: setup system-tools
+## Run the whole test suite against PostgreSQL (127.0.0.1:5432), Redis (127.0.0.1:6379) and
+## RabbitMQ (127.0.0.1:5672).
+test: setup system-tools test-alerts
 	$(PY) scripts/check_services.py
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports --no-cache
 	$(VENV)/bin/pytest $(PYTEST_ARGS)
+
+## The alerting rules of deploy/prometheus/: promtool checks them and runs their unit tests
+## (deploy/prometheus/tests/); promtool is installed first when missing.
+test-alerts: system-tools
+	promtool check rules deploy/prometheus/alerts.yml
+	promtool test rules deploy/prometheus/tests/*.yml
 
 ## While working: the suite without the tests that start processes, a browser or the chaos run.
 test-fast: setup
@@ -40,6 +48,12 @@ test-fast: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports --no-cache
 	$(VENV)/bin/pytest -m "not slow" -n 2 $(PYTEST_ARGS)
+	@if command -v promtool >/dev/null; then \
+	  promtool check rules deploy/prometheus/alerts.yml && \
+	  promtool test rules deploy/prometheus/tests/*.yml; \
+	else \
+	  echo "test-fast: alerting rule tests skipped: promtool is missing (make test installs it)"; \
+	fi
 
 ## Benchmarks on PostgreSQL and Redis: figures next to floors from the same run.
 bench: setup

@@ -173,7 +173,7 @@ def main() -> int:
         "inbox_source_filter": f"/admin/webhooks/inboxevent/?source__id__exact={source_id}",
         "inbox_type_filter": "/admin/webhooks/inboxevent/?event_type=research.document.updated",
         "inbox_search": "/admin/webhooks/inboxevent/?q=evt-5000",
-        "dead_letter_queue": "/admin/audit/deadletteredevent/",
+        "dead_letter_queue": "/admin/webhooks/deadletteredevent/",
         "dashboard": "/admin/",
     }
     clients = {}

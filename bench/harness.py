@@ -327,6 +327,7 @@ function init(args)
   end
 end
 
+%(pacing)s
 function request()
   if #reqs == 0 then return wrk.format() end
   pos = pos + 1
@@ -357,6 +358,35 @@ end
 """
 
 
+# A fixed offered rate (open loop as far as the connections allow): each wrk thread hands out
+# send times spaced by its share of the rate, and ``delay()`` holds every request until its
+# slot. A server that falls behind makes the slots pass: requests then go at once, the achieved
+# rate drops below the offered one, and the caller sees it.
+_WRK_PACING = r"""
+local ffi = require("ffi")
+ffi.cdef[[
+  typedef struct { long tv_sec; long tv_nsec; } bench_timespec;
+  int clock_gettime(int clk_id, bench_timespec *tp);
+]]
+local ts = ffi.new("bench_timespec")
+local function now_ms()
+  ffi.C.clock_gettime(1, ts)
+  return tonumber(ts.tv_sec) * 1000 + tonumber(ts.tv_nsec) / 1e6
+end
+local interval_ms = %(interval_ms)f
+local next_slot = nil
+
+function delay()
+  local now = now_ms()
+  if next_slot == nil then next_slot = now + interval_ms * (tid - 1) / nthreads end
+  local slot = next_slot
+  next_slot = next_slot + interval_ms
+  if slot <= now then return 0 end
+  return slot - now
+end
+"""
+
+
 def wrk_available() -> bool:
     return shutil.which("wrk") is not None
 
@@ -368,9 +398,12 @@ def load_run(
     seconds: float = BENCH_SECONDS,
     connections: int = BENCH_CONNECTIONS,
     threads: int = 2,
+    rate: float | None = None,
 ) -> LoadResult:
     """Drives ``url`` with wrk for ``seconds``. With ``requests_``, each request is sent once in
-    order (per wrk thread) and the list wraps only if the run outlasts it (``wrapped`` says so)."""
+    order (per wrk thread) and the list wraps only if the run outlasts it (``wrapped`` says so).
+    With ``rate``, requests are offered at that many per second in all (``_WRK_PACING``) instead
+    of as fast as the connections go."""
     if not wrk_available():
         raise RuntimeError("wrk is not installed (apt-get install wrk)")
     with tempfile.TemporaryDirectory(prefix="wrk-") as tmp:
@@ -388,7 +421,14 @@ def load_run(
                     out.write(line + b"\n")
         script = Path(tmp) / "bench.lua"
         script.write_text(
-            _WRK_SCRIPT % {"threads": threads, "reqfile": json.dumps(reqfile)}
+            _WRK_SCRIPT
+            % {
+                "threads": threads,
+                "reqfile": json.dumps(reqfile),
+                "pacing": _WRK_PACING % {"interval_ms": 1000 * threads / rate}
+                if rate
+                else "",
+            }
         )
         result = subprocess.run(
             [

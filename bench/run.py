@@ -9,7 +9,7 @@ import traceback
 
 from bench.harness import BenchContext, database_reset, report
 
-MODULES = ["floors", "ingest", "deployments", "processing", "admin"]
+MODULES = ["floors", "ingest", "deployments", "processing", "endtoend", "admin"]
 
 
 def main(argv: list[str]) -> int:

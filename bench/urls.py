@@ -5,4 +5,5 @@ from . import views
 urlpatterns = [
     path("bare", views.bare),
     path("insert", views.raw_insert),
+    path("insert-notify", views.raw_insert_notify),
 ]

@@ -27,6 +27,22 @@ def raw_insert(request):
     return HttpResponse(b'{"status":"ok"}', status=202, content_type="application/json")
 
 
+@csrf_exempt
+def raw_insert_notify(request):
+    """The same insert, with a ``pg_notify`` in the same transaction: what waking a relay
+    by ``LISTEN/NOTIFY`` would add to every accepted request (notifications are queued
+    under one lock at commit)."""
+    event_id = request.headers.get("X-Bench-Id", "")
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"WITH ins AS (INSERT INTO {FLOOR_TABLE} (id, body) VALUES (%s, %s) "  # noqa: S608
+            "ON CONFLICT (id) DO NOTHING RETURNING id) "
+            "SELECT pg_notify('bench_inbox', '') FROM ins",
+            [event_id, request.body],
+        )
+    return HttpResponse(b'{"status":"ok"}', status=202, content_type="application/json")
+
+
 def floor_table_create() -> None:
     with connection.cursor() as cursor:
         cursor.execute(

@@ -2,7 +2,8 @@
 beat stops and two sweeps run at once; then every invariant the product promises is checked.
 
 Runs on a private PostgreSQL and Redis (chaos.services), with the product's real processes:
-gunicorn, two Celery workers and beat. Prints the figures and exits non-zero on any violation.
+gunicorn, two Celery workers (each with its relay), a relay apart (``manage.py relay``) and
+beat. Prints the figures and exits non-zero on any violation.
 
     python -m chaos.run [--size small|medium|large]
 """

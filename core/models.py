@@ -1,5 +1,6 @@
 import hashlib
 import secrets
+from datetime import timedelta
 
 from django.db import models
 from django.utils import timezone
@@ -120,9 +121,14 @@ class RelayHeartbeat(models.Model):
     def __str__(self) -> str:
         return self.relay_id
 
+    # A relay silent for this long is gone (its process ended): its row is dropped, so that
+    # worker restarts do not pile rows up.
+    FORGET_AFTER = timedelta(days=1)
+
     @classmethod
     def beat(cls, *, relay_id: str, published: int) -> None:
+        now = timezone.now()
         cls.objects.update_or_create(
-            relay_id=relay_id,
-            defaults={"last_seen_at": timezone.now(), "published": published},
+            relay_id=relay_id, defaults={"last_seen_at": now, "published": published}
         )
+        cls.objects.filter(last_seen_at__lt=now - cls.FORGET_AFTER).delete()

@@ -25,7 +25,9 @@ def relay_state() -> dict:
     return {
         "relays_alive": relays_alive(),
         "lag_seconds": {name: round(lag, 3) for name, lag in lags.items()},
-        "keeping_up": all(lag < settings.RELAY_LAG_ALERT_SECONDS for lag in lags.values()),
+        "keeping_up": all(
+            lag < settings.RELAY_LAG_ALERT_SECONDS for lag in lags.values()
+        ),
     }
 
 

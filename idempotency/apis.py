@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 
 from django.core.exceptions import RequestDataTooBig
+from django.db import InterfaceError, OperationalError
 from django.http import HttpResponse
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers
@@ -65,7 +66,12 @@ class IdempotentPostMixin:
         changed body, an expired record, a missing token) goes the whole way, which answers
         it exactly as before."""
         if request.method == "POST":
-            replay = self._identical_retry(request)
+            try:
+                replay = self._identical_retry(request)
+            except (OperationalError, InterfaceError):
+                # The database is unreachable: the whole way meets it again, inside DRF's
+                # error handling, which answers 503 ``temporarily_unavailable``.
+                replay = None
             if replay is not None:
                 for name, value in self.default_response_headers.items():
                     replay[name] = value  # as the whole way would answer
@@ -74,6 +80,9 @@ class IdempotentPostMixin:
 
     def _identical_retry(self, request) -> HttpResponse | None:
         key = request.headers.get("Idempotency-Key") or ""
+        # Only what the whole way would parse: another media type is its 400 to give.
+        if request.content_type != "application/json":
+            return None
         if not idempotency_key_is_well_formed(key):
             return None
         try:

@@ -16,9 +16,12 @@ class ResearchConfig(AppConfig):
 
 def batch_fits_in_a_task(app_configs=None, **kwargs) -> list[checks.CheckMessage]:
     """A batch of INBOX_BATCH_SIZE events, each waiting up to RESEARCH_DOCUMENT_LOCK_TIMEOUT_MS
-    for its document, must end well inside the task's soft time limit; refused at start
-    otherwise (``manage.py check``, and every process's start)."""
-    worst = settings.INBOX_BATCH_SIZE * settings.RESEARCH_DOCUMENT_LOCK_TIMEOUT_MS / 1000
+    for its document, must end well inside the task's soft time limit: every process
+    (web, worker, beat, any ``manage.py`` command) refuses to start otherwise, with this
+    message."""
+    worst = (
+        settings.INBOX_BATCH_SIZE * settings.RESEARCH_DOCUMENT_LOCK_TIMEOUT_MS / 1000
+    )
     budget = settings.CELERY_TASK_SOFT_TIME_LIMIT / 2
     if worst <= budget:
         return []

@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Installs, from Debian's packages, the system tools the test suite drives when they are
-# missing: chromium (the admin's browser tests, through Playwright; never a browser download).
-# Run by `make test`; a machine that already has them installs nothing.
+# missing: chromium (the admin's browser tests, through Playwright; never a browser download)
+# and promtool (from the `prometheus` package: checks and unit-tests the alerting rules of
+# deploy/prometheus/). Run by `make test`; a machine that already has them installs nothing.
 set -euo pipefail
 
 missing=()
 [ -x /usr/bin/chromium ] || missing+=(chromium)
 [ -x /usr/bin/chromedriver ] || missing+=(chromium-driver)
+command -v promtool >/dev/null || missing+=(prometheus)
 [ ${#missing[@]} -eq 0 ] && exit 0
 
 echo "installing ${missing[*]} (Debian packages) for the test suite"

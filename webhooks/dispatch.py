@@ -9,6 +9,7 @@ broker."""
 from __future__ import annotations
 
 import logging
+from datetime import datetime
 
 from celery import current_app
 
@@ -22,12 +23,15 @@ PROCESS_ONE_TASK = "webhooks.process_inbox_event"
 BULK_REPLAY_TASK = "webhooks.bulk_replay_job_run"
 
 
-def bulk_replay_job_publish(*, job_id: int, run: int) -> bool:
-    """Publishes the next task of a bulk replay job's run; ``False`` if it was not published.
-    Never raises: a job whose next task was never published stops renewing its lease and
-    becomes resumable (``webhooks.replay.bulk_replay_job_resume``)."""
+def bulk_replay_job_publish(
+    *, job_id: int, run: int, step: int, eta: datetime | None = None
+) -> bool:
+    """Publishes task ``step`` of a bulk replay job's run, to run at ``eta`` (the next slice
+    of a job at a rate) or at once; ``False`` if it was not published. Never raises: a job
+    whose next task was never published stops renewing its lease and becomes resumable
+    (``webhooks.replay.bulk_replay_job_resume``)."""
     try:
-        current_app.send_task(BULK_REPLAY_TASK, args=[job_id, run])
+        current_app.send_task(BULK_REPLAY_TASK, args=[job_id, run, step], eta=eta)
     except Exception as exc:  # the broker is down: the job is resumed by an operator
         logger.warning(
             "bulk_replay.publish_failed",

@@ -81,9 +81,14 @@ def body_parse(raw_body: bytes) -> dict:
     try:
         text = raw_body.decode("utf-8")
         body = json.loads(text, parse_constant=_reject_constant)
-        if not _depth_within(body, MAX_NESTING):
+        # Each walk only where it can find something: a value is no deeper than the body
+        # has brackets, and strict UTF-8 bytes hold no lone surrogate, so only a ``\u``
+        # escape can make one (which encoding the canonical form then refuses).
+        openers = raw_body.count(b"{") + raw_body.count(b"[")
+        if openers > MAX_NESTING and not _depth_within(body, MAX_NESTING):
             raise ValueError("nested too deep")
-        canonical_json(body)
+        if b"\\u" in raw_body:
+            canonical_json(body)
     except (UnicodeError, ValueError, RecursionError) as exc:
         raise InvalidJson() from exc
     if not isinstance(body, dict):

@@ -108,3 +108,33 @@ class PausedSourcesCollector:
         for slug, count in held:
             events.add_metric([slug], count)
         yield events
+
+
+class SourceDeliveryCollector:
+    """``webhook_source_last_delivery_timestamp_seconds{source}`` (enabled sources with at
+    least one stored delivery) and ``webhook_source_expected_delivery_interval_seconds{source}``
+    (enabled sources that set one), read at scrape time: the "no delivery" alert compares
+    them (docs/runbook.md, WebhookSourceSilent)."""
+
+    def collect(self):
+        from .selectors import webhook_source_delivery_states
+
+        last = GaugeMetricFamily(
+            "webhook_source_last_delivery_timestamp_seconds",
+            "Unix time of the latest new event stored for the source.",
+            labels=["source"],
+        )
+        expected = GaugeMetricFamily(
+            "webhook_source_expected_delivery_interval_seconds",
+            "The longest time the source normally goes without a new event.",
+            labels=["source"],
+        )
+        for state in webhook_source_delivery_states():
+            if state.last_delivery_at is not None:
+                last.add_metric([state.slug], state.last_delivery_at.timestamp())
+            if state.expected_delivery_interval_seconds is not None:
+                expected.add_metric(
+                    [state.slug], state.expected_delivery_interval_seconds
+                )
+        yield last
+        yield expected

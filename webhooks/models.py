@@ -1,12 +1,19 @@
+from datetime import datetime
+
 from django.conf import settings
+from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
-from django.db.models import Q
+from django.db.models import F, Q
 from django.utils import timezone
 
 from core.models import AppendOnlyModel
 
 from .integrations import integration_choices
+from .pacing import finish_estimate, measured_rate, pace_for
 from .schemes import DEFAULT_SCHEME, scheme_choices
+
+# Below a minute is finer than metrics are scraped and alerts evaluated.
+MIN_EXPECTED_DELIVERY_INTERVAL_SECONDS = 60
 
 
 class WebhookSource(models.Model):
@@ -28,6 +35,18 @@ class WebhookSource(models.Model):
         help_text="Overrides WEBHOOK_TIMESTAMP_TOLERANCE_SECONDS.",
     )
     is_enabled = models.BooleanField(default=True)
+    # Read by the "no delivery" alert (docs/runbook.md, WebhookSourceSilent) through the
+    # scrape-time gauges of webhooks.metrics; nothing in the product acts on it.
+    expected_delivery_interval_seconds = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(MIN_EXPECTED_DELIVERY_INTERVAL_SECONDS)],
+        verbose_name="expected delivery interval (seconds)",
+        help_text=(
+            "Alert when no new event arrived from this source for longer than this. "
+            "Empty: never alert. At least 60."
+        ),
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
     # Paused (docs/architecture.md, "Pausing a source"): deliveries are verified and stored as
@@ -62,6 +81,15 @@ class WebhookSource(models.Model):
     class Meta:
         constraints = [
             models.UniqueConstraint(fields=["slug"], name="webhooks_source_slug_uniq"),
+            models.CheckConstraint(
+                condition=Q(expected_delivery_interval_seconds__isnull=True)
+                | Q(
+                    expected_delivery_interval_seconds__gte=(
+                        MIN_EXPECTED_DELIVERY_INTERVAL_SECONDS
+                    )
+                ),
+                name="webhooks_source_expected_interval_min",
+            ),
             models.CheckConstraint(
                 condition=Q(drain_rate__isnull=True) | Q(drain_rate__gt=0),
                 name="webhooks_source_drain_rate_positive",
@@ -145,8 +173,11 @@ class InboxEvent(models.Model):
     The raw body is stored as received and never re-serialised; only ``purge_inbox`` may drop it
     (``body_purged_at``) from old terminal rows, keeping the metadata."""
 
+    # No index of its own: every lookup by source is served by an index that starts with
+    # it (the unique (source, event_id), and (source, received_at)); one index fewer for
+    # every insert and every status change to maintain.
     source = models.ForeignKey(
-        WebhookSource, on_delete=models.PROTECT, related_name="events"
+        WebhookSource, on_delete=models.PROTECT, related_name="events", db_index=False
     )
     event_id = models.CharField(max_length=128)
     event_type = models.CharField(max_length=128)
@@ -249,6 +280,15 @@ class InboxEvent(models.Model):
             ),
             models.Index(
                 fields=["source", "-received_at"], name="webhooks_inbox_source_idx"
+            ),
+            # The latest delivery of each source, read at every metrics scrape: one probe
+            # per source. NULLS LAST (received_at is never NULL) is what no other index
+            # offers: without it the planner may walk webhooks_inbox_received_idx back
+            # past every other source's rows until it meets one of a silent source's.
+            models.Index(
+                F("source"),
+                F("received_at").desc(nulls_last=True),
+                name="webhooks_inbox_source_last_idx",
             ),
             models.Index(
                 fields=["event_type", "-received_at"], name="webhooks_inbox_type_idx"
@@ -381,6 +421,9 @@ class OperatorAction(AppendOnlyModel):
         MARK_INVESTIGATED = "mark_investigated"
         ROTATE_SECRET = "rotate_secret"  # noqa: S105 - an action name
         PURGE_BODIES = "purge_bodies"
+        START_BULK_REPLAY = "start_bulk_replay"
+        CANCEL_BULK_REPLAY = "cancel_bulk_replay"
+        RESUME_BULK_REPLAY = "resume_bulk_replay"
         PAUSE_SOURCE = "pause_source"
         RESUME_SOURCE = "resume_source"
 
@@ -423,13 +466,27 @@ class OperatorAction(AppendOnlyModel):
         return f"{self.action} by {self.actor_name} ({self.event_count} events)"
 
 
+# A bulk replay job's rate, in events per second: below the minimum a job would wait minutes
+# between events; above the maximum no worker keeps up and the pace means nothing.
+BULK_REPLAY_RATE_MIN = 0.01
+BULK_REPLAY_RATE_MAX = 10_000.0
+
+
 class BulkReplayJob(models.Model):
     """Replay of every inbox row matching a filter, run by workers as a chain of tasks, each a
     bounded slice of chunks (``webhooks.replay.bulk_replay_job_run``). ``run`` counts starts
-    and resumes: a task of an earlier run does nothing. ``last_event_pk`` is how far the job
-    got: a resumed job goes on from there, so a row it replayed is not replayed again even if
-    it failed again since. ``lease_expires_at`` is renewed by every chunk: a queued or running
-    job whose lease ran out was interrupted, and may be resumed."""
+    and resumes: a task of an earlier run does nothing; ``task_seq`` is the task of the run
+    the job waits for, so that a message delivered twice runs once. ``last_event_pk`` is how
+    far the job got: a resumed job goes on from there, so a row it replayed is not replayed
+    again even if it failed again since. ``lease_expires_at`` is renewed by every chunk: a
+    queued or running job whose lease ran out was interrupted, and may be resumed, as may a
+    cancelled one.
+
+    With a ``rate`` the job replays at most that many events per second: slices of chunks on
+    the schedule of ``webhooks.pacing``, ``next_chunk_at`` the next slice's due time. Progress
+    and the measured rate are written with each chunk, never per event: ``rate_since`` and
+    ``rate_base`` are the time and count at the end of the run's first chunk,
+    ``last_chunk_at`` the end of its latest."""
 
     class State(models.TextChoices):
         COUNTED = "counted", "Dry run counted, waiting to start"
@@ -437,6 +494,7 @@ class BulkReplayJob(models.Model):
         RUNNING = "running"
         SUCCEEDED = "succeeded"
         FAILED = "failed"
+        CANCELLED = "cancelled"
 
     source = models.ForeignKey(
         WebhookSource,
@@ -502,17 +560,70 @@ class BulkReplayJob(models.Model):
         default=0, help_text="The highest inbox row id this job has gone past."
     )
     lease_expires_at = models.DateTimeField(null=True, blank=True)
+    task_seq = models.PositiveIntegerField(default=0)
+    rate = models.FloatField(
+        "rate (events/s)",
+        null=True,
+        blank=True,
+        validators=[
+            MinValueValidator(BULK_REPLAY_RATE_MIN),
+            MaxValueValidator(BULK_REPLAY_RATE_MAX),
+        ],
+        help_text=(
+            "Optional: replay at most this many events per second "
+            f"({BULK_REPLAY_RATE_MIN:g} to {BULK_REPLAY_RATE_MAX:g}). "
+            "Empty: as fast as the workers go."
+        ),
+    )
+    next_chunk_at = models.DateTimeField(null=True, blank=True)
+    rate_since = models.DateTimeField(null=True, blank=True)
+    rate_base = models.PositiveIntegerField(default=0)
+    last_chunk_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(rate__isnull=True)
+                | Q(rate__gte=BULK_REPLAY_RATE_MIN, rate__lte=BULK_REPLAY_RATE_MAX),
+                name="webhooks_bulkjob_rate_range",
+            ),
+        ]
         indexes = [
             models.Index(fields=["-created_at"], name="webhooks_bulkjob_created_idx")
         ]
 
     def __str__(self) -> str:
         return f"bulk replay #{self.pk} ({self.state})"
+
+    def rate_measured(self) -> float | None:
+        """Events per second this run has replayed so far (``webhooks.pacing``)."""
+        return measured_rate(
+            processed=self.processed,
+            base=self.rate_base,
+            since=self.rate_since,
+            last=self.last_chunk_at,
+        )
+
+    def finish_estimated(self, *, now: datetime | None = None) -> datetime | None:
+        """When a queued or running job should have replayed its last row; ``None`` for a
+        job that is not running or whose pace is not known yet."""
+        if self.state not in (self.State.QUEUED, self.State.RUNNING):
+            return None
+        pace = None
+        if self.rate is not None:
+            pace = pace_for(
+                rate=self.rate, tick=settings.AUDIT_BULK_REPLAY_RATE_TICK_SECONDS
+            )
+        return finish_estimate(
+            now=now or timezone.now(),
+            remaining=max((self.total or self.dry_run_count) - self.processed, 0),
+            pace=pace,
+            next_due=self.next_chunk_at,
+            measured=self.rate_measured(),
+        )
 
 
 class DeadLetteredEvent(InboxEvent):

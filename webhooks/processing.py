@@ -594,7 +594,8 @@ def _lock_timeout() -> Iterator[None]:
         return
     with connection.cursor() as cursor:
         cursor.execute(
-            "SET lock_timeout = %s",
+            # set_config, not SET: a parameter bound by the server cannot stand in SET.
+            "SELECT set_config('lock_timeout', %s, false)",
             [f"{int(settings.RESEARCH_DOCUMENT_LOCK_TIMEOUT_MS)}ms"],
         )
     try:

@@ -2,14 +2,17 @@
 
 The admin action, the ``replay_events`` command and the bulk replay job all call
 ``inbox_events_replay``; a bulk replay job replays every row matching a filter in chunks, as a
-chain of bounded tasks that can be resumed where it stopped.
+chain of bounded tasks, optionally at a rate (``webhooks.pacing``); it can be cancelled, and
+resumed where it stopped.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.conf import settings
@@ -20,6 +23,8 @@ from django.utils import timezone
 
 from .dispatch import bulk_replay_job_publish
 from .models import (
+    BULK_REPLAY_RATE_MAX,
+    BULK_REPLAY_RATE_MIN,
     REPLAYABLE_STATUSES,
     BulkReplayJob,
     InboxEvent,
@@ -27,6 +32,7 @@ from .models import (
     ProcessingStatus,
     WebhookSource,
 )
+from .pacing import Pace, next_slice_due, pace_for, slice_start
 
 logger = logging.getLogger(__name__)
 
@@ -133,8 +139,43 @@ class BulkReplayJobNotStartable(Exception):
 
 
 class BulkReplayJobNotResumable(Exception):
-    """The job is neither failed nor interrupted: still running (its lease holds), waiting to
-    start, or finished."""
+    """The job is neither failed, cancelled nor interrupted: still running (its lease holds),
+    waiting to start, or finished."""
+
+
+class BulkReplayJobNotCancellable(Exception):
+    """The job is neither queued nor running: waiting to start, or already over."""
+
+
+class InvalidBulkReplayRate(ValueError):
+    """A rate that is not a number of events per second within the accepted range."""
+
+
+ACTIVE_STATES = (BulkReplayJob.State.QUEUED, BulkReplayJob.State.RUNNING)
+
+
+def bulk_replay_rate_parse(value: object) -> float | None:
+    """A rate as typed by an operator (text or number) in events per second; ``None`` for
+    none. Raises ``InvalidBulkReplayRate`` for anything but a finite number from
+    ``BULK_REPLAY_RATE_MIN`` to ``BULK_REPLAY_RATE_MAX``."""
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return None
+    if isinstance(value, bool):
+        raise InvalidBulkReplayRate("rate must be a number of events per second")
+    try:
+        rate = float(value.strip() if isinstance(value, str) else value)
+    except (TypeError, ValueError, OverflowError):
+        raise InvalidBulkReplayRate(
+            f"rate must be a number of events per second, not {str(value)[:40]!r}"
+        ) from None
+    if not (
+        math.isfinite(rate) and BULK_REPLAY_RATE_MIN <= rate <= BULK_REPLAY_RATE_MAX
+    ):
+        raise InvalidBulkReplayRate(
+            f"rate must be a positive number of events per second, from "
+            f"{BULK_REPLAY_RATE_MIN:g} to {BULK_REPLAY_RATE_MAX:g}"
+        )
+    return rate
 
 
 def _job_queryset(job: BulkReplayJob) -> QuerySet[InboxEvent]:
@@ -151,11 +192,39 @@ def _lease_end(now: datetime) -> datetime:
 
 
 def _resumable(now: datetime) -> Q:
-    """Failed, or queued or running with a lease that ran out (its task died, or its next
-    task was never published)."""
-    active = Q(state__in=[BulkReplayJob.State.QUEUED, BulkReplayJob.State.RUNNING])
+    """Failed or cancelled, or queued or running with a lease that ran out (its task died,
+    or its next task was never published)."""
+    active = Q(state__in=ACTIVE_STATES)
     expired = Q(lease_expires_at__lt=now) | Q(lease_expires_at__isnull=True)
-    return Q(state=BulkReplayJob.State.FAILED) | (active & expired)
+    stopped = Q(state__in=[BulkReplayJob.State.FAILED, BulkReplayJob.State.CANCELLED])
+    return stopped | (active & expired)
+
+
+def _control_action_record(
+    *,
+    job: BulkReplayJob,
+    action: str,
+    actor: AbstractBaseUser | None,
+    actor_name: str,
+    reason: str,
+    **details,
+) -> OperatorAction:
+    """The operator action of a start, cancel or resume: which job, its rate and how far it
+    got, sealed with the rest of the trail. It names no events (its chunks' actions do)."""
+    return OperatorAction.objects.create(
+        action=action,
+        actor=actor,
+        actor_name=actor_name,
+        reason=reason,
+        bulk_job=job,
+        details={
+            "rate": job.rate,
+            "run": job.run,
+            "processed": job.processed,
+            "total": job.total or job.dry_run_count,
+            **details,
+        },
+    )
 
 
 def bulk_replay_job_create(
@@ -165,16 +234,19 @@ def bulk_replay_job_create(
     since: datetime | None,
     event_ids: list[str],
     reason: str,
+    rate: float | str | None = None,
     created_by: AbstractBaseUser | None = None,
     created_by_name: str = "",
 ) -> BulkReplayJob:
-    """Records a replay by filter with its dry-run count; nothing is replayed until it starts."""
+    """Records a replay by filter with its dry-run count; nothing is replayed until it starts.
+    Raises ``InvalidBulkReplayRate`` (and records nothing) for a rate out of range."""
     job = BulkReplayJob(
         source=source,
         status=status,
         since=since,
         event_ids=list(event_ids),
         reason=reason,
+        rate=bulk_replay_rate_parse(rate),
         created_by=created_by,
         created_by_name=created_by_name
         or (created_by.get_username() if created_by else ""),
@@ -183,13 +255,19 @@ def bulk_replay_job_create(
     job.save()
     logger.info(
         "audit.bulk_replay_counted",
-        extra={"bulk_job_id": job.pk, "dry_run_count": job.dry_run_count},
+        extra={
+            "bulk_job_id": job.pk,
+            "dry_run_count": job.dry_run_count,
+            "rate": job.rate,
+        },
     )
     return job
 
 
 def _run_publish_after_commit(job: BulkReplayJob) -> None:
-    transaction.on_commit(lambda: bulk_replay_job_publish(job_id=job.pk, run=job.run))
+    transaction.on_commit(
+        lambda: bulk_replay_job_publish(job_id=job.pk, run=job.run, step=job.task_seq)
+    )
 
 
 def bulk_replay_job_start(
@@ -199,30 +277,86 @@ def bulk_replay_job_start(
     started_by_name: str = "",
     publish: bool = True,
 ) -> BulkReplayJob:
-    """Queues the job and records who started it; the operator actions of its chunks name
-    them. Only a counted job starts, and only once: a conditional UPDATE decides. With
-    ``publish`` its first task is published after commit (else the caller runs it)."""
+    """Queues the job and records who started it (an operator action with the job's rate);
+    the operator actions of its chunks name them. Only a counted job starts, and only once: a
+    conditional UPDATE decides. With ``publish`` its first task is published after commit
+    (else the caller runs it)."""
     name = started_by_name or (started_by.get_username() if started_by else "system")
-    updated = BulkReplayJob.objects.filter(
-        pk=job.pk, state=BulkReplayJob.State.COUNTED
-    ).update(
-        state=BulkReplayJob.State.QUEUED,
-        run=F("run") + 1,
-        started_by=started_by,
-        started_by_name=name,
-        lease_expires_at=_lease_end(timezone.now()),
-    )
-    if not updated:
-        raise BulkReplayJobNotStartable(
-            f"bulk replay #{job.pk} is not waiting to start"
+    with transaction.atomic():
+        updated = BulkReplayJob.objects.filter(
+            pk=job.pk, state=BulkReplayJob.State.COUNTED
+        ).update(
+            state=BulkReplayJob.State.QUEUED,
+            run=F("run") + 1,
+            task_seq=0,
+            started_by=started_by,
+            started_by_name=name,
+            lease_expires_at=_lease_end(timezone.now()),
         )
-    job.refresh_from_db()
+        if not updated:
+            raise BulkReplayJobNotStartable(
+                f"bulk replay #{job.pk} is not waiting to start"
+            )
+        job.refresh_from_db()
+        _control_action_record(
+            job=job,
+            action=OperatorAction.Action.START_BULK_REPLAY,
+            actor=started_by,
+            actor_name=name,
+            reason=job.reason,
+        )
+        if publish:
+            _run_publish_after_commit(job)
     logger.info(
         "audit.bulk_replay_started",
-        extra={"bulk_job_id": job.pk, "actor": name, "run": job.run},
+        extra={"bulk_job_id": job.pk, "actor": name, "run": job.run, "rate": job.rate},
     )
-    if publish:
-        _run_publish_after_commit(job)
+    return job
+
+
+def bulk_replay_job_cancel(
+    *,
+    job_id: int,
+    reason: str,
+    cancelled_by: AbstractBaseUser | None = None,
+    cancelled_by_name: str = "",
+) -> BulkReplayJob:
+    """Cancels a queued or running job, with an operator action saying who, why and how far
+    it got. The job's row lock is taken first: a chunk at work commits before (its rows stay
+    replayed) and every later task of the run finds the job cancelled and does nothing, so
+    the job stops after at most its current chunk. Raises ``BulkReplayJobNotCancellable`` for
+    a job in any other state, ``BulkReplayJob.DoesNotExist`` for an unknown id. A cancelled
+    job may be resumed (``bulk_replay_job_resume``)."""
+    name = cancelled_by_name or (
+        cancelled_by.get_username() if cancelled_by else "system"
+    )
+    with transaction.atomic():
+        job = BulkReplayJob.objects.select_for_update().get(pk=job_id)
+        if job.state not in ACTIVE_STATES:
+            raise BulkReplayJobNotCancellable(
+                f"bulk replay #{job_id} is {job.state}: only a queued or running job "
+                "can be cancelled"
+            )
+        state_before = job.state
+        job.state = BulkReplayJob.State.CANCELLED
+        job.finished_at = timezone.now()
+        job.lease_expires_at = None
+        job.next_chunk_at = None
+        job.save(
+            update_fields=["state", "finished_at", "lease_expires_at", "next_chunk_at"]
+        )
+        _control_action_record(
+            job=job,
+            action=OperatorAction.Action.CANCEL_BULK_REPLAY,
+            actor=cancelled_by,
+            actor_name=name,
+            reason=reason,
+            state_before=state_before,
+        )
+    logger.info(
+        "audit.bulk_replay_cancelled",
+        extra={"bulk_job_id": job.pk, "actor": name, "processed": job.processed},
+    )
     return job
 
 
@@ -231,47 +365,67 @@ def bulk_replay_job_resume(
     job_id: int,
     resumed_by: AbstractBaseUser | None = None,
     resumed_by_name: str = "",
+    reason: str = "",
+    rate: float | str | None = None,
     publish: bool = True,
 ) -> BulkReplayJob:
-    """Queues a failed or interrupted job again, as a new run that goes on from where it
-    stopped: only rows past ``last_event_pk`` that still match the filter are taken, so no row
-    is replayed twice. The chunks of the new run name ``resumed_by``. One conditional UPDATE
-    decides between concurrent resumes (and a chunk still at work, which holds the job's row
-    lock and renews the lease): exactly one wins, the others raise
-    ``BulkReplayJobNotResumable``. Raises ``BulkReplayJob.DoesNotExist`` for an unknown id."""
+    """Queues a failed, cancelled or interrupted job again, as a new run that goes on from
+    where it stopped: only rows past ``last_event_pk`` that still match the filter are taken,
+    so no row is replayed twice. The run keeps the job's rate, or takes ``rate`` when given.
+    The chunks of the new run name ``resumed_by``; an operator action records the resume.
+    One conditional UPDATE decides between concurrent resumes (and a chunk still at work,
+    which holds the job's row lock and renews the lease): exactly one wins, the others raise
+    ``BulkReplayJobNotResumable``. Raises ``BulkReplayJob.DoesNotExist`` for an unknown id and
+    ``InvalidBulkReplayRate`` (changing nothing) for a rate out of range."""
+    new_rate = bulk_replay_rate_parse(rate)
     name = resumed_by_name or (resumed_by.get_username() if resumed_by else "system")
     now = timezone.now()
-    updated = (
-        BulkReplayJob.objects.filter(pk=job_id)
-        .filter(_resumable(now))
-        .update(
-            state=BulkReplayJob.State.QUEUED,
-            run=F("run") + 1,
-            resumed_by=resumed_by,
-            resumed_by_name=name,
-            error="",
-            finished_at=None,
-            lease_expires_at=_lease_end(now),
+    changes = {
+        "state": BulkReplayJob.State.QUEUED,
+        "run": F("run") + 1,
+        "task_seq": 0,
+        "resumed_by": resumed_by,
+        "resumed_by_name": name,
+        "error": "",
+        "finished_at": None,
+        "lease_expires_at": _lease_end(now),
+        "next_chunk_at": None,
+        "rate_since": None,
+        "rate_base": 0,
+        "last_chunk_at": None,
+    }
+    if new_rate is not None:
+        changes["rate"] = new_rate
+    with transaction.atomic():
+        updated = (
+            BulkReplayJob.objects.filter(pk=job_id)
+            .filter(_resumable(now))
+            .update(**changes)
         )
-    )
-    job = BulkReplayJob.objects.get(pk=job_id)
-    if not updated:
-        raise BulkReplayJobNotResumable(
-            f"bulk replay #{job_id} is not resumable: it is {job.state}"
-            + (
-                f", its lease runs until {job.lease_expires_at:%Y-%m-%d %H:%M:%S%z}"
-                if job.state
-                in (BulkReplayJob.State.QUEUED, BulkReplayJob.State.RUNNING)
-                and job.lease_expires_at
-                else ""
+        job = BulkReplayJob.objects.get(pk=job_id)
+        if not updated:
+            raise BulkReplayJobNotResumable(
+                f"bulk replay #{job_id} is not resumable: it is {job.state}"
+                + (
+                    f", its lease runs until {job.lease_expires_at:%Y-%m-%d %H:%M:%S%z}"
+                    if job.state in ACTIVE_STATES and job.lease_expires_at
+                    else ""
+                )
             )
+        _control_action_record(
+            job=job,
+            action=OperatorAction.Action.RESUME_BULK_REPLAY,
+            actor=resumed_by,
+            actor_name=name,
+            reason=reason,
+            rate_changed=new_rate is not None,
         )
+        if publish:
+            _run_publish_after_commit(job)
     logger.info(
         "audit.bulk_replay_resumed",
-        extra={"bulk_job_id": job.pk, "actor": name, "run": job.run},
+        extra={"bulk_job_id": job.pk, "actor": name, "run": job.run, "rate": job.rate},
     )
-    if publish:
-        _run_publish_after_commit(job)
     return job
 
 
@@ -285,33 +439,82 @@ def _job_actor(job: BulkReplayJob) -> tuple[AbstractBaseUser | None, str]:
     return job.created_by, job.created_by_name or "system"
 
 
-def _chunk_run(*, job_id: int, run: int) -> tuple[BulkReplayJob | None, bool]:
-    """Replays the job's next chunk and commits it together with the job's progress (and a
-    renewed lease) in one transaction, holding the job's row lock. Returns the job and whether
-    rows may remain; does nothing for a job that is finished or was resumed since (a task of
-    an earlier run)."""
+@dataclass
+class _Slice:
+    """The slice a task (or the command) is running. Without a rate a slice has no end of its
+    own (the task's time bound ends it); with one it takes ``pace.size`` rows, and ``start``
+    is where it stands in the schedule (``webhooks.pacing``)."""
+
+    pace: Pace | None = None
+    start: datetime | None = None
+    taken: int = 0
+    replayed: int = 0
+
+    def room(self, chunk_size: int) -> int:
+        if self.pace is None:
+            return chunk_size
+        return min(chunk_size, self.pace.size - self.taken)
+
+    def full(self) -> bool:
+        return self.pace is not None and self.taken >= self.pace.size
+
+
+def _chunk_run(
+    *, job_id: int, run: int, slice_: _Slice, claim_step: int | None
+) -> tuple[BulkReplayJob | None, bool]:
+    """Replays the job's next chunk and commits it together with the job's progress, its
+    measured rate, the next slice's due time and a renewed lease in one transaction, holding
+    the job's row lock: the job's row is written once per chunk, never per event. Returns the
+    job and whether rows may remain; does nothing for a job that is finished or cancelled,
+    was resumed since (a task of an earlier run), or whose task ``claim_step`` already ran
+    (a message delivered twice)."""
     chunk_size = settings.AUDIT_BULK_REPLAY_CHUNK_SIZE
     now = timezone.now()
+    fields = [
+        "state",
+        "started_at",
+        "total",
+        "processed",
+        "last_event_pk",
+        "lease_expires_at",
+        "finished_at",
+        "next_chunk_at",
+        "rate_since",
+        "rate_base",
+        "last_chunk_at",
+    ]
     with transaction.atomic():
         job = BulkReplayJob.objects.select_for_update().filter(pk=job_id).first()
-        if (
-            job is None
-            or job.run != run
-            or job.state
-            not in (
-                BulkReplayJob.State.QUEUED,
-                BulkReplayJob.State.RUNNING,
-            )
-        ):
+        if job is None or job.run != run or job.state not in ACTIVE_STATES:
             return job, False
+        if claim_step is not None:
+            if job.task_seq != claim_step:
+                logger.info(
+                    "audit.bulk_replay_task_skipped",
+                    extra={"bulk_job_id": job_id, "run": run, "step": claim_step},
+                )
+                return job, False
+            job.task_seq = claim_step + 1
+            fields.append("task_seq")
         remaining = _job_queryset(job).filter(pk__gt=job.last_event_pk)
         if job.state == BulkReplayJob.State.QUEUED:  # a run begins
             job.state = BulkReplayJob.State.RUNNING
             job.started_at = job.started_at or now
             job.total = job.processed + remaining.count()
-        chunk = list(remaining.order_by("pk").values_list("pk", flat=True)[:chunk_size])
+        if job.rate is not None and slice_.pace is None:
+            slice_.pace = pace_for(
+                rate=job.rate, tick=settings.AUDIT_BULK_REPLAY_RATE_TICK_SECONDS
+            )
+            slice_.start = slice_start(due=job.next_chunk_at, now=now, pace=slice_.pace)
+        limit = slice_.room(chunk_size)
+        # One row past the chunk says whether another chunk follows: no empty last task.
+        fetched = list(
+            remaining.order_by("pk").values_list("pk", flat=True)[: limit + 1]
+        )
+        chunk, more = fetched[:limit], len(fetched) > limit
         if chunk:
             actor, actor_name = _job_actor(job)
+            replayed = 0
             try:
                 action = inbox_events_replay(
                     events_queryset=InboxEvent.objects.filter(pk__in=chunk),
@@ -321,29 +524,36 @@ def _chunk_run(*, job_id: int, run: int) -> tuple[BulkReplayJob | None, bool]:
                     action=OperatorAction.Action.BULK_REPLAY,
                     bulk_job=job,
                 )
-                job.processed += action.event_count
+                replayed = action.event_count
             except NothingToReplay:
                 pass  # a concurrent replay took every row of this chunk
+            job.processed += replayed
             job.last_event_pk = chunk[-1]
-        more = len(chunk) == chunk_size
+            slice_.taken += len(chunk)
+            slice_.replayed += replayed
+            done = timezone.now()
+            job.last_chunk_at = done
+            if (
+                job.rate_since is None
+            ):  # the measure starts at the run's first chunk's end
+                job.rate_since, job.rate_base = done, job.processed
+        else:
+            done = timezone.now()
         if more:
-            job.lease_expires_at = _lease_end(now)
+            lease_from = done
+            if slice_.full():
+                job.next_chunk_at = next_slice_due(
+                    start=slice_.start, replayed=slice_.replayed, pace=slice_.pace
+                )
+                lease_from = max(done, job.next_chunk_at)
+            job.lease_expires_at = _lease_end(lease_from)
         else:
             job.state = BulkReplayJob.State.SUCCEEDED
             job.total = max(job.total, job.processed)
-            job.finished_at = now
+            job.finished_at = done
             job.lease_expires_at = None
-        job.save(
-            update_fields=[
-                "state",
-                "started_at",
-                "total",
-                "processed",
-                "last_event_pk",
-                "lease_expires_at",
-                "finished_at",
-            ]
-        )
+            job.next_chunk_at = None
+        job.save(update_fields=fields)
     return job, more
 
 
@@ -352,14 +562,13 @@ def _run_fail(*, job_id: int, run: int, error: str) -> None:
     is gone), the job's lease runs out and it becomes resumable all the same."""
     try:
         BulkReplayJob.objects.filter(
-            pk=job_id,
-            run=run,
-            state__in=[BulkReplayJob.State.QUEUED, BulkReplayJob.State.RUNNING],
+            pk=job_id, run=run, state__in=ACTIVE_STATES
         ).update(
             state=BulkReplayJob.State.FAILED,
             error=error[:2000],
             finished_at=timezone.now(),
             lease_expires_at=None,
+            next_chunk_at=None,
         )
     except Exception:
         logger.exception(
@@ -371,28 +580,59 @@ def bulk_replay_job_run(
     *,
     job_id: int,
     run: int,
+    step: int | None = None,
     seconds: float | None = None,
-    progress: Callable[[int, int], None] | None = None,
+    progress: Callable[[BulkReplayJob], None] | None = None,
     publish_next: bool = False,
+    sleep: Callable[[float], None] = time.sleep,
 ) -> BulkReplayJob | None:
-    """Runs chunks of the job's ``run`` (one operator action per chunk, linked to the job)
-    until no row is left or ``seconds`` have passed; then, with ``publish_next``, queues the
-    next task of the chain through ``dispatch``. Each chunk's progress is committed with it.
-    An error fails the job (resumable); a task of an earlier run does nothing."""
+    """Runs chunks of the job's ``run`` (one operator action per chunk, linked to the job),
+    each chunk's progress committed with it, and calls ``progress`` with the job after each.
+
+    Without a rate: until no row is left or ``seconds`` have passed; then, with
+    ``publish_next``, queues the next task of the chain through ``dispatch``. With a rate: one
+    slice of the schedule (``webhooks.pacing``), then, with ``publish_next``, the next task is
+    queued for the next slice's due time (an ``eta``, so no worker waits); without it (the
+    ``replay_events`` command) it sleeps until then and goes on.
+
+    ``step`` is the task of the run this is (the message carries it): a task that already ran
+    does nothing. An error fails the job (resumable); a task of an earlier run, or of a
+    cancelled job, does nothing."""
     deadline = None if seconds is None else time.monotonic() + seconds
     job = None
+    claim = step
+    slice_ = _Slice()
     try:
         while True:
-            job, more = _chunk_run(job_id=job_id, run=run)
+            job, more = _chunk_run(
+                job_id=job_id, run=run, slice_=slice_, claim_step=claim
+            )
+            claim = None
             if job is None or job.run != run:
                 return job
             if progress is not None:
-                progress(job.processed, job.total)
+                progress(job)
             if not more:
                 break
+            if slice_.pace is not None:
+                if not slice_.full():
+                    continue
+                slice_ = _Slice()
+                if publish_next:
+                    bulk_replay_job_publish(
+                        job_id=job_id,
+                        run=run,
+                        step=job.task_seq,
+                        eta=job.next_chunk_at,
+                    )
+                    return job
+                wait = (job.next_chunk_at - timezone.now()).total_seconds()
+                if wait > 0:
+                    sleep(wait)
+                continue
             if deadline is not None and time.monotonic() >= deadline:
                 if publish_next:
-                    bulk_replay_job_publish(job_id=job_id, run=run)
+                    bulk_replay_job_publish(job_id=job_id, run=run, step=job.task_seq)
                 return job
     except BaseException as exc:  # re-raised; an interrupted command fails the job too
         logger.exception(

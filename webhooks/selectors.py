@@ -134,6 +134,33 @@ def webhook_source_list() -> QuerySet[WebhookSource]:
     )
 
 
+@dataclass(frozen=True)
+class SourceDeliveryState:
+    slug: str
+    last_delivery_at: datetime | None
+    expected_delivery_interval_seconds: int | None
+
+
+def webhook_source_delivery_states() -> list[SourceDeliveryState]:
+    """Each enabled source with the time of its latest stored delivery (a new inbox row;
+    ``None`` when none) and its expected delivery interval. One statement: a ``LIMIT 1``
+    probe of ``webhooks_inbox_source_last_idx`` per source, whatever the size of the inbox
+    and however long a source has been silent (its ``NULLS LAST`` order is that index's
+    alone)."""
+    latest = (
+        InboxEvent.objects.filter(source=models.OuterRef("pk"))
+        .order_by(models.F("received_at").desc(nulls_last=True))
+        .values("received_at")[:1]
+    )
+    rows = (
+        WebhookSource.objects.filter(is_enabled=True)
+        .annotate(last_delivery_at=models.Subquery(latest))
+        .order_by("slug")
+        .values_list("slug", "last_delivery_at", "expected_delivery_interval_seconds")
+    )
+    return [SourceDeliveryState(*row) for row in rows]
+
+
 def webhook_secrets_valid(
     *, source: WebhookSource, now: datetime | None = None
 ) -> list[str]:

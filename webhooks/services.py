@@ -157,6 +157,21 @@ def webhook_source_set_enabled(*, source: WebhookSource, enabled: bool) -> None:
     )
 
 
+def webhook_source_expected_interval_set(
+    *, source: WebhookSource, seconds: int | None
+) -> None:
+    """Sets how long the source normally goes without a new event (``None``: no
+    expectation). Only the "no delivery" alert reads it, through /metrics."""
+    WebhookSource.objects.filter(pk=source.pk).update(
+        expected_delivery_interval_seconds=seconds, updated_at=timezone.now()
+    )
+    source.expected_delivery_interval_seconds = seconds
+    logger.info(
+        "webhook_source.expected_interval_set",
+        extra={"source": source.slug, "expected_delivery_interval_seconds": seconds},
+    )
+
+
 # --- pausing --------------------------------------------------------------------------------
 # docs/architecture.md, "Pausing a source". Ingest never reads any of this: a paused source
 # answers every delivery as before, and no cached snapshot of it needs to be forgotten.
@@ -485,7 +500,7 @@ def inbox_event_record(
     secrets_reload: Callable[[], Sequence[str]] | None = None,
 ) -> IngestResult:
     """Verifies, validates and records one delivery. Idempotent per (source, event_id): the
-    first delivery creates the row and publishes its processing task after commit; a delivery
+    first delivery creates the row, which a relay publishes once committed; a delivery
     with the same content fingerprint only counts (``delivery_count``); one with another
     fingerprint leaves the original untouched, keeps the evidence and raises
     ``InconsistentDuplicate``. When the event id is not signed, idempotent per (source, body)

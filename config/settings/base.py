@@ -79,6 +79,25 @@ DATABASES["default"].setdefault(
     "CONN_MAX_AGE", env.int("DATABASE_CONN_MAX_AGE", default=60)
 )
 DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+
+
+def database_binding_apply(database: dict) -> None:
+    """On PostgreSQL, parameters bound by the server rather than quoted into the SQL text by
+    the client, and statements prepared: psycopg prepares a statement a connection runs often
+    (its fifth run), and PostgreSQL then parses and plans it once per connection instead of
+    once per request (docs/benchmarks.md, "Where the accepted request's time goes"). Behind a
+    PgBouncer older than 1.21 in transaction mode, turn it off with
+    ``DATABASE_SERVER_SIDE_BINDING=false``. The test settings apply it too, so that the suite
+    runs every query the way production sends it."""
+    if database["ENGINE"] != "django.db.backends.postgresql":
+        return
+    if env.bool("DATABASE_SERVER_SIDE_BINDING", default=True):
+        database.setdefault("OPTIONS", {}).update(
+            {"server_side_binding": True, "prepare_threshold": 5}
+        )
+
+
+database_binding_apply(DATABASES["default"])
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # Admin logins are throttled (django-axes): after AXES_FAILURE_LIMIT failures for one username
@@ -177,8 +196,8 @@ CELERY_RESULT_BACKEND_TRANSPORT_OPTIONS = {
     "visibility_timeout": CELERY_BROKER_VISIBILITY_TIMEOUT
 }
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
-# Publishing happens on the request path: fail fast when the broker is down. The inbox row is
-# the outbox, and the sweep publishes what could not be published here.
+# Publishing happens in the relays (and for a bulk replay job's next task): fail fast when the
+# broker is down. The row stays waiting, its stamp rolls back, and the next round publishes it.
 CELERY_BROKER_CONNECTION_TIMEOUT = env.float(
     "CELERY_BROKER_CONNECTION_TIMEOUT", default=2.0
 )
@@ -296,6 +315,12 @@ AUDIT_BULK_REPLAY_SLICE_SECONDS = env.float(
 )
 AUDIT_BULK_REPLAY_LEASE_SECONDS = env.int(
     "AUDIT_BULK_REPLAY_LEASE_SECONDS", default=CELERY_TASK_TIME_LIMIT + 300
+)
+# A job given a rate replays a slice of about TICK_SECONDS worth of events at a time, each
+# task queueing the next for when the schedule says (docs/architecture.md, "Bulk replay at a
+# rate").
+AUDIT_BULK_REPLAY_RATE_TICK_SECONDS = env.float(
+    "AUDIT_BULK_REPLAY_RATE_TICK_SECONDS", default=0.5
 )
 
 # --- Deployments and builds: executor, worker lease, idempotency-key retention -------------

@@ -3,7 +3,7 @@
 from django.core.exceptions import ImproperlyConfigured
 
 from .base import *  # noqa: F403
-from .base import BENCH_ENDPOINTS, env
+from .base import BENCH_ENDPOINTS, database_binding_apply, env
 
 # The floor endpoints under /_bench/ answer without authentication and write to a table of
 # their own: never served with these settings. The benchmarks use config.settings.bench.
@@ -21,6 +21,7 @@ DATABASES["default"]["CONN_MAX_AGE"] = env.int("DATABASE_CONN_MAX_AGE", default=
 DATABASES["default"]["CONN_HEALTH_CHECKS"] = env.bool(
     "DATABASE_CONN_HEALTH_CHECKS", default=True
 )
+database_binding_apply(DATABASES["default"])
 # Behind PgBouncer in transaction mode, server-side cursors cannot be used.
 DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = env.bool(
     "DISABLE_SERVER_SIDE_CURSORS", default=False

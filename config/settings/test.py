@@ -1,7 +1,9 @@
 """Tests: the real PostgreSQL and Redis of the machine (override with the environment)."""
 
+import os
+
 from .base import *  # noqa: F403
-from .base import env
+from .base import database_binding_apply, env
 
 SECRET_KEY = env(
     "DJANGO_SECRET_KEY", default="test-insecure-key-6c1d9e0a2b3f4c5d6e7f8a9b0c1d2e3f"
@@ -15,6 +17,7 @@ DATABASES = {
     "default": env.db("DATABASE_URL", default="postgres://postgres@127.0.0.1:5432/app")
 }
 DATABASES["default"]["CONN_MAX_AGE"] = 0
+database_binding_apply(DATABASES["default"])
 DATABASES["default"]["TEST"] = {"NAME": env("TEST_DATABASE_NAME", default=None)}
 CELERY_BROKER_URL = env("CELERY_BROKER_URL", default="redis://127.0.0.1:6379/15")
 # `make test-fast` runs the suite in parallel processes (pytest-xdist): each has a database of
@@ -25,6 +28,9 @@ if _XDIST_WORKER and CELERY_BROKER_URL.startswith("redis://"):
     _base, _, _db = CELERY_BROKER_URL.rpartition("/")
     _index = int(_XDIST_WORKER.removeprefix("gw") or 0)
     CELERY_BROKER_URL = f"{_base}/{(int(_db or 0) - 1 - _index) % 16}"
+    # Celery prefers CELERY_BROKER_URL from the environment to its configuration: without
+    # this, every process would publish to the configured database and read another.
+    os.environ["CELERY_BROKER_URL"] = CELERY_BROKER_URL
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},

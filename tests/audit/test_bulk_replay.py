@@ -78,10 +78,18 @@ def start_from_admin(client, job):
     )
 
 
-def resume_from_admin(client, job):
+def resume_from_admin(client, job, **fields):
+    """The "Resume selected jobs" action, its confirmation page answered with a reason (and
+    the ``fields`` given, a new ``rate``)."""
     return client.post(
         reverse("admin:webhooks_bulkreplayjob_changelist"),
-        {"action": "resume_selected", ACTION_CHECKBOX_NAME: [job.pk]},
+        {
+            "action": "resume_selected",
+            ACTION_CHECKBOX_NAME: [job.pk],
+            "post": "yes",
+            "reason": "the provider is back",
+            **fields,
+        },
         follow=True,
     )
 
@@ -108,7 +116,7 @@ def test_a_job_runs_as_a_chain_of_bounded_tasks_named_after_its_starter(
         "operator",
     )
     assert job.created_by_name == "creator"
-    assert queued_chunks() == [[job.pk, job.run]]
+    assert queued_chunks() == [[job.pk, job.run, 0]]
     # Each task does one chunk, commits the job's progress with it and queues the next.
     progress = []
     from webhooks.tasks import bulk_replay_job_run_task
@@ -122,7 +130,9 @@ def test_a_job_runs_as_a_chain_of_bounded_tasks_named_after_its_starter(
     assert progress == [4, 8, 10]  # a short chunk is the last one
     assert job.state == BulkReplayJob.State.SUCCEEDED
     assert (job.processed, job.total) == (10, 10)
-    actions = OperatorAction.objects.filter(bulk_job=job).order_by("pk")
+    actions = OperatorAction.objects.filter(
+        bulk_job=job, action=OperatorAction.Action.BULK_REPLAY
+    ).order_by("pk")
     assert [a.event_count for a in actions] == [4, 4, 2]
     assert {(a.actor, a.actor_name) for a in actions} == {(operator, "operator")}
     assert sorted(replayed_ids(job)) == sorted(e.pk for e in dead)
@@ -187,7 +197,9 @@ def test_a_failed_job_resumes_where_it_stopped_and_replays_nothing_twice(
     assert job.processed == 10
     ids = replayed_ids(job)
     assert sorted(ids) == sorted(e.pk for e in dead)  # each row exactly once
-    actions = OperatorAction.objects.filter(bulk_job=job).order_by("pk")
+    actions = OperatorAction.objects.filter(
+        bulk_job=job, action=OperatorAction.Action.BULK_REPLAY
+    ).order_by("pk")
     assert [a.actor_name for a in actions] == ["operator", "resumer", "resumer"]
     assert (job.started_by_name, job.resumed_by_name) == ("operator", "resumer")
 
@@ -234,7 +246,7 @@ def test_two_resumes_at_once_run_the_job_once(
     assert len(results) == 1, errors
     assert len(errors) == 3
     assert all(isinstance(e, BulkReplayJobNotResumable) for e in errors), errors
-    assert queued_chunks() == [[job.pk, 2]]
+    assert queued_chunks() == [[job.pk, 2, 0]]
     run_queued_chunks()
     assert sorted(replayed_ids(job)) == sorted(e.pk for e in dead)
 

@@ -141,9 +141,10 @@ def test_replay_events_command_replays_by_filter_as_the_os_user(empty_broker, ca
     )
     other.refresh_from_db()
     assert other.processing_status == ProcessingStatus.DEAD_LETTERED
-    actions = list(OperatorAction.objects.all())
+    start, *actions = OperatorAction.objects.order_by("pk")
+    assert start.action == "start_bulk_replay"
     assert len(actions) == 1
-    assert actions[0].actor_name == f"os:{getpass.getuser()}"
+    assert {start.actor_name, actions[0].actor_name} == {f"os:{getpass.getuser()}"}
     assert actions[0].action == "bulk_replay"
     assert sorted(actions[0].event_ids) == sorted(e.pk for e in dead)
     assert broker_messages() == []  # the relay publishes the replayed rows
@@ -182,7 +183,9 @@ def test_bulk_replay_job_counts_first_then_replays_in_chunks(operator, settings)
     job = bulk_replay_job_start(job=job, started_by_name="os:ops", publish=False)
     seen = []
     job = bulk_replay_job_run(
-        job_id=job.pk, run=job.run, progress=lambda d, t: seen.append((d, t))
+        job_id=job.pk,
+        run=job.run,
+        progress=lambda j: seen.append((j.processed, j.total)),
     )
 
     assert job.state == BulkReplayJob.State.SUCCEEDED
@@ -192,7 +195,7 @@ def test_bulk_replay_job_counts_first_then_replays_in_chunks(operator, settings)
         InboxEvent.objects.filter(source=source, processing_status="received").count()
         == 10
     )
-    actions = OperatorAction.objects.filter(bulk_job=job)
+    actions = OperatorAction.objects.filter(bulk_job=job, action="bulk_replay")
     assert [a.event_count for a in actions.order_by("pk")] == [4, 4, 2]
     # The one who started the job, not the one who created it.
     assert {(a.actor, a.actor_name) for a in actions} == {(None, "os:ops")}

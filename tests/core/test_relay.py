@@ -88,3 +88,20 @@ def test_a_round_that_fails_is_counted_and_the_loop_goes_on(settings, monkeypatc
     assert relay.stats.errors == 1
     assert relay.stats.last_error == "RuntimeError"
     assert relay.stats.rounds >= 1
+
+
+@pytest.mark.django_db
+def test_a_heartbeat_forgets_relays_silent_for_a_day_and_keeps_the_others():
+    now = timezone.now()
+    gone = RelayHeartbeat.objects.create(
+        relay_id="host:1", last_seen_at=now - RelayHeartbeat.FORGET_AFTER * 2
+    )
+    quiet = RelayHeartbeat.objects.create(
+        relay_id="host:2", last_seen_at=now - RelayHeartbeat.FORGET_AFTER / 2
+    )
+    RelayHeartbeat.beat(relay_id="host:3", published=5)
+    assert set(RelayHeartbeat.objects.values_list("relay_id", flat=True)) == {
+        quiet.relay_id,
+        "host:3",
+    }
+    assert not RelayHeartbeat.objects.filter(pk=gone.pk).exists()

@@ -16,6 +16,7 @@ from deployments.models import Deployment
 from idempotency.models import IdempotencyRecord
 from tests.core.factories import api_client_make, bearer_http
 from tests.deployments.factories import deployment_body
+from tests.outages import database_unreachable
 
 pytestmark = pytest.mark.django_db
 
@@ -130,3 +131,36 @@ def test_a_client_deactivated_elsewhere_is_refused_within_the_period(settings):
     ApiClient.objects.filter(pk=client.pk).update(is_active=False)
     time.sleep(0.4)
     assert http.get("/api/whoami/").status_code == 401
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_database_down_is_503_on_every_path_and_the_retry_goes_through(client_http):
+    """Every request of an idempotent POST reads the database before DRF takes over (the token,
+    the key's record, for the identical-retry path): a database that refuses connections is a
+    503 to retry, never a 500, whether the key is new or a retry; and nothing is lost."""
+    body = json.dumps(deployment_body()).encode()
+    assert post(client_http, body, "down-retry").status_code == 202
+    for key in ("down-retry", "down-new"):
+        with database_unreachable():
+            response = post(client_http, body, key)
+        assert response.status_code == 503, (key, response.content)
+        assert response.json()["error"] == "temporarily_unavailable"
+        assert int(response["Retry-After"]) > 0
+    assert post(client_http, body, "down-retry").status_code == 200
+    assert post(client_http, body, "down-new").status_code == 202
+    assert Deployment.objects.count() == 2
+
+
+def test_an_identical_retry_in_another_media_type_is_refused_as_the_whole_way_refuses_it(
+    client_http,
+):
+    """The identical-retry answer is for a retry the whole way would accept: the same bytes
+    sent as text/plain are a 400, not the first response."""
+    body = json.dumps(deployment_body()).encode()
+    assert post(client_http, body, "media-type").status_code == 202
+    response = client_http.post(
+        URL, data=body, content_type="text/plain", HTTP_IDEMPOTENCY_KEY="media-type"
+    )
+    assert response.status_code == 400, response.content
+    assert response.json()["error"] == "invalid_json"
+    assert Deployment.objects.count() == 1

@@ -166,3 +166,32 @@ def test_fifty_copies_of_one_event_at_once_are_one_row_and_one_application(
     assert row.processing_status == "processed"
     assert row.attempts == 1
     assert DocumentRevision.objects.filter(inbox_event=row).count() == 1
+
+
+def test_every_relay_and_worker_killed_at_once_loses_and_repeats_nothing(
+    tmp_path, running
+):
+    """Workers (each with its relay) and a relay apart, all killed with SIGKILL at the same
+    moment mid-stream: rows stamped but not published, messages taken but not acknowledged,
+    events claimed but not finished. Rows committed while nothing runs wait. One worker
+    started afterwards processes every event, each applied once."""
+    env = FAST_SWEEP
+    inbox_events_bulk_create(bodies(600, "e"))
+    everyone = [
+        running(processes.celery_worker(tmp_path, name=name, env=env))
+        for name in ("w1", "w2")
+    ]
+    everyone.append(running(relay_process(tmp_path, "apart", env)))
+    processes.wait_until(
+        lambda: terminal() >= 50, timeout=90, interval=0.05, what="work under way"
+    )
+    for process in everyone:
+        process.kill()
+    assert terminal() < 600, "everything was done before the kill: nothing was tested"
+
+    inbox_events_bulk_create(bodies(200, "f"))
+    running(processes.celery_worker(tmp_path, name="after", env=env))
+    processes.wait_until(
+        lambda: terminal() == 800, timeout=240, interval=0.2, what="all 800 processed"
+    )
+    assert_each_applied_once(800)

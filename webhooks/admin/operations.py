@@ -2,19 +2,35 @@ from __future__ import annotations
 
 from django import forms
 from django.contrib import admin, messages
+from django.http import HttpResponse
 from django.urls import reverse
+from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import mark_safe
 
-from core.admin_base import BoundedCountPaginator, ReadOnlyAdminMixin
+from core.admin_base import (
+    BoundedCountPaginator,
+    ReadOnlyAdminMixin,
+    ReasonForm,
+    confirm_with_reason,
+)
 
-from ..models import BulkReplayJob, OperatorAction
+from ..models import (
+    BULK_REPLAY_RATE_MAX,
+    BULK_REPLAY_RATE_MIN,
+    BulkReplayJob,
+    OperatorAction,
+)
 from ..replay import (
+    BulkReplayJobNotCancellable,
     BulkReplayJobNotResumable,
     BulkReplayJobNotStartable,
+    InvalidBulkReplayRate,
+    bulk_replay_job_cancel,
     bulk_replay_job_create,
     bulk_replay_job_resume,
     bulk_replay_job_start,
+    bulk_replay_rate_parse,
 )
 from ..selectors import inbox_events_by_pks
 
@@ -71,6 +87,13 @@ class OperatorActionAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         return format_html("{}{}", links, f" … and {more} more" if more > 0 else "")
 
 
+def _rate_clean(value):
+    try:
+        return bulk_replay_rate_parse(value)
+    except InvalidBulkReplayRate as exc:
+        raise forms.ValidationError(str(exc)) from None
+
+
 class BulkReplayJobForm(forms.ModelForm):
     event_ids_text = forms.CharField(
         label="Event ids",
@@ -81,14 +104,39 @@ class BulkReplayJobForm(forms.ModelForm):
 
     class Meta:
         model = BulkReplayJob
-        fields = ("source", "status", "since", "reason")
+        fields = ("source", "status", "since", "rate", "reason")
+
+    def clean_rate(self):
+        return _rate_clean(self.cleaned_data.get("rate"))
+
+
+class ResumeForm(ReasonForm):
+    rate = forms.FloatField(
+        label="New rate (events/s)",
+        required=False,
+        help_text=(
+            "Optional: replay at most this many events per second from now on "
+            f"({BULK_REPLAY_RATE_MIN:g} to {BULK_REPLAY_RATE_MAX:g}). Empty: each job "
+            "keeps its own rate."
+        ),
+    )
+
+    def clean_rate(self):
+        return _rate_clean(self.cleaned_data.get("rate"))
+
+
+def _rate_text(rate: float | None) -> str:
+    return "-" if rate is None else f"{rate:.3g}/s"
 
 
 @admin.register(BulkReplayJob)
 class BulkReplayJobAdmin(admin.ModelAdmin):
-    """A replay by filter: adding one records its dry-run count; "Start" hands it to the
-    workers; the list shows its progress and who created and started it; "Resume" takes a
-    failed or interrupted job on from where it stopped."""
+    """A replay by filter: adding one records its dry-run count (and an optional rate);
+    "Start" hands it to the workers; the list shows its progress, its rate (asked and
+    measured), when it should end and who created and started it; "Cancel" stops a queued or
+    running job after its current chunk; "Resume" takes a failed, cancelled or interrupted
+    job on from where it stopped. Starting, cancelling and resuming need the replay
+    permission and are operator actions; auditors see every job but none of the three."""
 
     form = BulkReplayJobForm
     paginator = BoundedCountPaginator
@@ -102,26 +150,33 @@ class BulkReplayJobAdmin(admin.ModelAdmin):
         "dry_run_count",
         "state",
         "progress",
+        "rate_summary",
+        "ends",
         "finished_at",
     )
     list_filter = ("state",)
     ordering = ("-created_at", "-id")
-    actions = ("start_selected", "resume_selected")
+    actions = ("start_selected", "cancel_selected", "resume_selected")
     readonly_fields = (
         "filter_summary",
         "reason",
         "dry_run_count",
         "state",
         "progress",
+        "rate_summary",
+        "ends",
         "created_by_name",
         "created_at",
         "started_by_name",
         "started_at",
         "resumed_by_name",
         "run",
+        "last_chunk_at",
+        "next_chunk_at",
         "lease_expires_at",
         "finished_at",
         "error",
+        "trail",
     )
 
     def get_readonly_fields(self, request, obj=None):
@@ -129,7 +184,7 @@ class BulkReplayJobAdmin(admin.ModelAdmin):
 
     def get_fields(self, request, obj=None):
         if obj is None:
-            return ("source", "status", "since", "event_ids_text", "reason")
+            return ("source", "status", "since", "event_ids_text", "rate", "reason")
         return self.readonly_fields
 
     def has_change_permission(self, request, obj=None):
@@ -148,6 +203,7 @@ class BulkReplayJobAdmin(admin.ModelAdmin):
             since=form.cleaned_data["since"],
             event_ids=form.cleaned_data["event_ids_text"].split(),
             reason=form.cleaned_data["reason"],
+            rate=form.cleaned_data["rate"],
             created_by=request.user,
         )
         obj.pk = created.pk
@@ -190,6 +246,44 @@ class BulkReplayJobAdmin(admin.ModelAdmin):
             total,
         )
 
+    @admin.display(description="rate (measured / asked)")
+    def rate_summary(self, obj):
+        text = _rate_text(obj.rate_measured())
+        return f"{text} / {_rate_text(obj.rate)}" if obj.rate is not None else text
+
+    @admin.display(description="ends (estimated)")
+    def ends(self, obj):
+        end = obj.finish_estimated()
+        if end is None:
+            return "-"
+        return f"{timezone.localtime(end):%Y-%m-%d %H:%M:%S}"
+
+    @admin.display(description="operator actions")
+    def trail(self, obj):
+        """Who started, cancelled and resumed the job, when, why and at what rate (its
+        chunks' actions are in "Operator actions", filtered by job)."""
+        actions = (
+            OperatorAction.objects.filter(bulk_job=obj)
+            .exclude(action=OperatorAction.Action.BULK_REPLAY)
+            .order_by("pk")
+        )
+        return format_html_join(
+            mark_safe("<br>"),
+            '<a href="{}">{}</a> {} by {}: {} (rate {}, {} done)',
+            (
+                (
+                    reverse("admin:webhooks_operatoraction_change", args=[a.pk]),
+                    f"{timezone.localtime(a.created_at):%Y-%m-%d %H:%M:%S}",
+                    a.action,
+                    a.actor_name,
+                    a.reason or "-",
+                    _rate_text(a.details.get("rate")),
+                    a.details.get("processed", 0),
+                )
+                for a in actions
+            ),
+        )
+
     @admin.action(permissions=["replay"], description="Start selected jobs")
     def start_selected(self, request, queryset):
         started = 0
@@ -202,20 +296,73 @@ class BulkReplayJobAdmin(admin.ModelAdmin):
         level = messages.SUCCESS if started else messages.WARNING
         self.message_user(request, f"Started {started} bulk replay job(s).", level)
 
+    @admin.action(permissions=["replay"], description="Cancel selected jobs")
+    def cancel_selected(self, request, queryset):
+        reason = confirm_with_reason(
+            self,
+            request,
+            queryset,
+            action="cancel_selected",
+            title="Cancel bulk replay jobs",
+            intro=(
+                "These jobs stop after the chunk they are at; the events they replayed "
+                "stay replayed. A cancelled job can be resumed later, from where it stopped."
+            ),
+            submit_label="Cancel the jobs",
+        )
+        if isinstance(reason, HttpResponse):
+            return reason
+        cancelled, refused = 0, 0
+        for pk in queryset.values_list("pk", flat=True):
+            try:
+                bulk_replay_job_cancel(
+                    job_id=pk, reason=reason, cancelled_by=request.user
+                )
+                cancelled += 1
+            except (BulkReplayJobNotCancellable, BulkReplayJob.DoesNotExist):
+                refused += 1
+        text = f"Cancelled {cancelled} bulk replay job(s)."
+        if refused:
+            text += f" {refused} not cancellable: only a queued or running job is."
+        self.message_user(
+            request, text, messages.SUCCESS if cancelled else messages.WARNING
+        )
+        return None
+
     @admin.action(permissions=["replay"], description="Resume selected jobs")
     def resume_selected(self, request, queryset):
+        data = confirm_with_reason(
+            self,
+            request,
+            queryset,
+            action="resume_selected",
+            title="Resume bulk replay jobs",
+            intro=(
+                "These jobs go on from where they stopped, with only the rows past that "
+                "point that still match their filter: nothing is replayed twice."
+            ),
+            submit_label="Resume",
+            form_class=ResumeForm,
+        )
+        if isinstance(data, HttpResponse):
+            return data
         resumed, refused = 0, 0
         for pk in queryset.values_list("pk", flat=True):
             try:
-                bulk_replay_job_resume(job_id=pk, resumed_by=request.user)
+                bulk_replay_job_resume(
+                    job_id=pk,
+                    resumed_by=request.user,
+                    reason=data["reason"],
+                    rate=data["rate"],
+                )
                 resumed += 1
             except (BulkReplayJobNotResumable, BulkReplayJob.DoesNotExist):
                 refused += 1
         text = f"Resumed {resumed} bulk replay job(s)."
         if refused:
             text += (
-                f" {refused} not resumable: only a failed job, or one whose worker "
-                "stopped renewing its lease, is."
+                f" {refused} not resumable: only a failed or cancelled job, or one whose "
+                "worker stopped renewing its lease, is."
             )
         self.message_user(
             request, text, messages.SUCCESS if resumed else messages.WARNING

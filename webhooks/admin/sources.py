@@ -19,6 +19,7 @@ from ..models import SignatureFailure, WebhookSource
 from ..selectors import webhook_source_held_count, webhook_source_list
 from ..services import (
     DEFAULT_GRACE_SECONDS,
+    webhook_source_expected_interval_set,
     webhook_source_pause,
     webhook_source_resume,
     webhook_source_rotate,
@@ -83,6 +84,7 @@ class WebhookSourceAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         "scheme",
         "handler",
         "is_enabled",
+        "expected_delivery_interval_seconds",
         "secret_count",
         "paused_at",
         "paused_by_name",
@@ -99,6 +101,7 @@ class WebhookSourceAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         "handler",
         "timestamp_tolerance_seconds",
         "is_enabled",
+        "expected_delivery_interval_seconds",
         "secret_count",
         "paused_at",
         "paused_by_name",
@@ -108,11 +111,25 @@ class WebhookSourceAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         "created_at",
         "updated_at",
     )
-    readonly_fields = fields
+    # The expected delivery interval (what the "no delivery" alert compares with, see
+    # docs/runbook.md) is the one field an operator edits here; the rest changes through
+    # manage.py webhook_source and the actions.
+    readonly_fields = tuple(
+        name for name in fields if name != "expected_delivery_interval_seconds"
+    )
     actions = ["rotate_secret", "pause_selected", "resume_selected"]
 
     def get_queryset(self, request):
         return webhook_source_list()
+
+    def has_change_permission(self, request, obj=None):
+        return request.user.has_perm("webhooks.change_webhooksource")
+
+    def save_model(self, request, obj, form, change):
+        webhook_source_expected_interval_set(
+            source=obj,
+            seconds=form.cleaned_data["expected_delivery_interval_seconds"],
+        )
 
     @admin.display(description="secrets", ordering="secret_count")
     def secret_count(self, obj):

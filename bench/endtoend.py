@@ -1,0 +1,313 @@
+"""End to end: ingest and processing together on the same machine (gunicorn, the workers with
+their relays, PostgreSQL and the load generator share the cores), at a fixed offered rate.
+
+1. The ingest-only rate: signed new events as fast as 8 connections go, no worker running (the
+   same figure as ``bench.ingest``, measured again on this server in this run).
+2. Short probes at fixed offered rates (``BENCH_E2E_PROBE_SECONDS``, 30 s), from half the
+   ingest-only rate up or down by 15% steps, find the highest rate that holds.
+3. That rate is held for ``BENCH_E2E_SECONDS`` (300 s); if it does not hold, 10% less is tried.
+   A rate holds when every request is answered 202 (no error, no timeout), the offered rate is
+   achieved, every event is processed, and the queue lag stays under ``LAG_LIMIT_SECONDS``.
+   The queue lag at an instant is the age of the oldest event not yet processed, so its highest
+   value over a run is the longest any event of the run waited: ``max(processed_at -
+   received_at)``, read from the database's own timestamps.
+4. Latency at half that rate (``BENCH_E2E_LATENCY_SECONDS``, 60 s): accepted (the row's
+   ``received_at``, written by the request that answers 202) to processed, p50 and p99.
+
+Run alone: ``python -m bench.endtoend``.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+from bench.harness import (
+    BENCH_SECONDS,
+    BIN,
+    BenchContext,
+    Figure,
+    LoadResult,
+    Process,
+    broker_purge,
+    database_reset,
+    load_run,
+    manage,
+    median,
+    percentile,
+    report,
+    sql,
+    stack_env,
+    wait_for,
+)
+from bench.ingest import SECRET, SLUG, signed_events
+
+SECONDS = float(os.environ.get("BENCH_E2E_SECONDS", "300"))
+PROBE_SECONDS = float(os.environ.get("BENCH_E2E_PROBE_SECONDS", "30"))
+LATENCY_SECONDS = float(os.environ.get("BENCH_E2E_LATENCY_SECONDS", "60"))
+WORKERS = int(os.environ.get("BENCH_E2E_WORKERS", "2"))
+# Enough connections that a request waits for its slot, not for a free connection.
+CONNECTIONS = int(os.environ.get("BENCH_E2E_CONNECTIONS", "32"))
+LAG_LIMIT_SECONDS = 5.0
+MAX_PROBES = 6
+STEP = 1.15
+TARGET_RATIO = 0.5
+TERMINAL_OK = ("processed", "ignored_out_of_order", "ignored_duplicate_version")
+
+
+class _Numbers:
+    """Event numbers handed out once across the whole run: every request is a new event."""
+
+    def __init__(self) -> None:
+        self.next = 0
+
+    def take(self, count: int) -> range:
+        numbers = range(self.next, self.next + count)
+        self.next += count
+        return numbers
+
+
+def _workers(ctx: BenchContext, count: int) -> list[Process]:
+    """Worker processes as production runs them: one Celery worker each, pool of one, each
+    with its relay."""
+    started = []
+    for i in range(count):
+        process = Process(
+            [
+                str(BIN / "celery"),
+                "-A",
+                "config",
+                "worker",
+                "--loglevel",
+                "WARNING",
+                "--concurrency",
+                "1",
+                "--hostname",
+                f"e2e{i}@%h",
+                "--without-gossip",
+                "--without-mingle",
+                "--without-heartbeat",
+            ],
+            stack_env(),
+            ctx.tmp / f"worker-e2e-{i}.log",
+        ).start()
+        ctx.processes.append(process)
+        started.append(process)
+    return started
+
+
+def _max_id() -> int:
+    return sql("SELECT coalesce(max(id), 0) FROM webhooks_inboxevent")[0][0]
+
+
+def _wait_drained(after_id: int, timeout: float = 180) -> None:
+    wait_for(
+        lambda: (
+            sql(
+                "SELECT count(*) FROM webhooks_inboxevent WHERE id > %s "
+                "AND processing_status IN ('received', 'processing', 'failed')",
+                [after_id],
+            )[0][0]
+            == 0
+        ),
+        timeout=timeout,
+        what="the end-to-end events processed",
+    )
+
+
+def _run_at(base: str, numbers: _Numbers, *, rate: float, seconds: float) -> dict:
+    """``seconds`` of signed new events offered at ``rate`` per second; the run's verdict and
+    its figures."""
+    after_id = _max_id()
+    count = int(rate * seconds * 1.1) + 1000
+    requests_ = signed_events(numbers.take(count))
+    load = load_run(
+        f"{base}/webhooks/{SLUG}/",
+        requests_=requests_,
+        seconds=seconds,
+        connections=CONNECTIONS,
+        rate=rate,
+    )
+    try:
+        _wait_drained(after_id, timeout=max(60.0, seconds))
+        drained = True
+    except AssertionError:
+        drained = False
+    rows = sql(
+        "SELECT processing_status, extract(epoch FROM processed_at - received_at) "
+        "FROM webhooks_inboxevent WHERE id > %s",
+        [after_id],
+    )
+    waits = [float(w) for status, w in rows if status in TERMINAL_OK and w is not None]
+    not_ok = sum(1 for status, _ in rows if status not in TERMINAL_OK)
+    max_lag = max(waits, default=float("inf")) if drained else float("inf")
+    failures = sum(v for k, v in load.statuses.items() if k != "202")
+    achieved = load.rps
+    reasons = []
+    if failures or load.socket_errors:
+        reasons.append(f"answers {load.statuses}, socket errors {load.socket_errors}")
+    if load.wrapped:
+        reasons.append("the request list wrapped")
+    if achieved < 0.97 * rate:
+        reasons.append(f"achieved {achieved:.0f}/s of {rate:.0f}/s offered")
+    if not drained or not_ok:
+        reasons.append(f"{not_ok} events not processed")
+    if max_lag >= LAG_LIMIT_SECONDS:
+        reasons.append(f"queue lag reached {max_lag:.1f} s")
+    result = {
+        "rate": rate,
+        "seconds": seconds,
+        "achieved_rps": achieved,
+        "requests": load.requests,
+        "statuses": load.statuses,
+        "socket_errors": load.socket_errors,
+        "events": len(rows),
+        "max_queue_lag_s": max_lag,
+        "p50_ms": percentile(waits, 50) * 1000,
+        "p99_ms": percentile(waits, 99) * 1000,
+        "holds": not reasons,
+        "why_not": "; ".join(reasons),
+    }
+    verdict = "holds" if result["holds"] else f"does not hold ({result['why_not']})"
+    print(
+        f"[endtoend] {rate:,.0f}/s for {seconds:g} s: {verdict}; "
+        f"max lag {max_lag:.2f} s, p50 {result['p50_ms']:.0f} ms, "
+        f"p99 {result['p99_ms']:.0f} ms",
+        flush=True,
+    )
+    return result
+
+
+def _ingest_only(base: str, numbers: _Numbers) -> tuple[float, list[LoadResult]]:
+    runs = []
+    for _ in range(2):
+        count = int(3000 * BENCH_SECONDS) + 2000
+        result = load_run(
+            f"{base}/webhooks/{SLUG}/",
+            requests_=signed_events(numbers.take(count)),
+            seconds=BENCH_SECONDS,
+        )
+        if set(result.statuses) != {"202"} or result.wrapped:
+            raise RuntimeError(
+                f"ingest-only run: {result.statuses}, wrapped {result.wrapped}"
+            )
+        runs.append(result)
+    return median([r.rps for r in runs]), runs
+
+
+def run(ctx: BenchContext) -> list[Figure]:
+    broker_purge()
+    manage(
+        "webhook_source", "create", SLUG, "--handler", "research", "--secret", SECRET
+    )
+    # The requests of a long run are signed before it starts: the source accepts their age.
+    sql(
+        "UPDATE webhooks_webhooksource SET timestamp_tolerance_seconds = 7200 "
+        "WHERE slug = %s",
+        [SLUG],
+    )
+    base = ctx.gunicorn(workers=2)
+    numbers = _Numbers()
+
+    ingest_rps, ingest_runs = _ingest_only(base, numbers)
+    print(f"[endtoend] ingest only: {ingest_rps:,.0f} req/s", flush=True)
+    # The ingest-only rows are not part of what the workers are measured on.
+    sql(
+        "UPDATE webhooks_inboxevent SET processing_status = 'processed', "
+        "processed_at = now(), dispatched_at = now() WHERE processing_status = 'received'"
+    )
+
+    _workers(ctx, WORKERS)
+    time.sleep(3)  # the workers connect and their relays start
+
+    probes = []
+    rate = TARGET_RATIO * ingest_rps
+    best = None
+    for _ in range(MAX_PROBES):
+        probe = _run_at(base, numbers, rate=rate, seconds=PROBE_SECONDS)
+        probes.append(probe)
+        if probe["holds"]:
+            best = rate if best is None else max(best, rate)
+            if any(not p["holds"] and p["rate"] <= rate * STEP for p in probes):
+                break
+            rate *= STEP
+        else:
+            if best is not None:
+                break
+            rate /= STEP
+
+    sustained = None
+    confirmations = []
+    if best is not None:
+        rate = best
+        for _ in range(2):
+            confirmation = _run_at(base, numbers, rate=rate, seconds=SECONDS)
+            confirmations.append(confirmation)
+            if confirmation["holds"]:
+                sustained = confirmation
+                break
+            rate *= 0.9
+
+    latency = None
+    if sustained is not None:
+        latency = _run_at(
+            base, numbers, rate=sustained["rate"] / 2, seconds=LATENCY_SECONDS
+        )
+
+    extra = {
+        "ingest_only_runs": [r.as_dict() for r in ingest_runs],
+        "probes": probes,
+        "confirmations": confirmations,
+        "workers": WORKERS,
+        "gunicorn_workers": 2,
+        "connections": CONNECTIONS,
+        "lag_limit_s": LAG_LIMIT_SECONDS,
+    }
+    figures = [
+        Figure(
+            "endtoend",
+            f"sustained rate, {SECONDS:g} s, lag < {LAG_LIMIT_SECONDS:g} s",
+            sustained["rate"] if sustained else 0.0,
+            "ev/s",
+            floor_name="ingest only",
+            floor_value=ingest_rps,
+            target_ratio=TARGET_RATIO,
+            extra=extra,
+        )
+    ]
+    if sustained is not None:
+        figures.append(
+            Figure(
+                "endtoend",
+                "max queue lag at the sustained rate",
+                sustained["max_queue_lag_s"],
+                "s",
+                higher_is_better=False,
+            )
+        )
+    if latency is not None:
+        for pct, limit in (("p50", 50.0), ("p99", 500.0)):
+            figures.append(
+                Figure(
+                    "endtoend",
+                    f"accepted -> processed {pct} at half that rate",
+                    latency[f"{pct}_ms"],
+                    "ms",
+                    floor_name=f"{limit:g} ms limit",
+                    floor_value=limit,
+                    target_ratio=1.0,
+                    higher_is_better=False,
+                    extra=latency,
+                )
+            )
+    return figures
+
+
+def main() -> None:
+    database_reset()
+    with BenchContext() as ctx:
+        report(run(ctx), name="endtoend")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,625 @@
+"""Bulk replay at a rate, cancel and resume: the chain of paced tasks as the broker holds it
+(each task applied here as a worker would), the operator actions they leave in the sealed
+trail, the permission split between operators and auditors, and bad input in the admin and
+the command. With real workers: test_bulk_replay_rate_worker.py."""
+
+import getpass
+import itertools
+import threading
+import time
+from datetime import datetime, timedelta
+
+import pytest
+from django.core.management import CommandError, call_command
+from django.db import connections
+from django.urls import reverse
+from django.utils import timezone
+
+from audit.services import inbox_rows_seal
+from tests import processes
+from tests.webhooks.factories import DeadLetteredEventFactory, WebhookSourceFactory
+from webhooks.dispatch import BULK_REPLAY_TASK
+from webhooks.models import BulkReplayJob, InboxEvent, OperatorAction
+from webhooks.replay import (
+    BulkReplayJobNotCancellable,
+    InvalidBulkReplayRate,
+    bulk_replay_job_cancel,
+    bulk_replay_job_create,
+    bulk_replay_job_resume,
+    bulk_replay_job_start,
+)
+
+from .conftest import admin_action, broker_messages, make_user
+from .tampering import sql, verify_fails
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+JOBS = "webhooks_bulkreplayjob"
+ACTIONS = OperatorAction._meta.db_table
+BAD_RATES = ["0", "-5", "abc", "1e400", "inf", "nan", "100000", "0.001", "1,5"]
+
+
+@pytest.fixture
+def paced(settings):
+    settings.AUDIT_BULK_REPLAY_CHUNK_SIZE = 200
+    settings.AUDIT_BULK_REPLAY_SLICE_SECONDS = 0
+    settings.AUDIT_BULK_REPLAY_LEASE_SECONDS = 600
+    settings.AUDIT_BULK_REPLAY_RATE_TICK_SECONDS = 0.5
+
+
+def dead_job(n, *, rate=None, creator=None, reason="provider outage"):
+    source = WebhookSourceFactory()
+    dead = DeadLetteredEventFactory.create_batch(n, source=source)
+    job = bulk_replay_job_create(
+        source=source,
+        status="dead_lettered",
+        since=None,
+        event_ids=[],
+        reason=reason,
+        rate=rate,
+        created_by=creator,
+    )
+    return job, dead
+
+
+def queued_tasks():
+    """The chunk tasks waiting in the broker: (args, eta or None)."""
+    found = []
+    for message in broker_messages():
+        if message["task"] == BULK_REPLAY_TASK:
+            eta = message["headers"].get("eta")
+            found.append((message["args"], eta and datetime.fromisoformat(eta)))
+    return found
+
+
+def run_next_task():
+    """Applies the one queued chunk task now, whatever its eta (as a worker whose clock ran
+    ahead would): returns its (args, eta)."""
+    from webhooks.tasks import bulk_replay_job_run_task
+
+    [(args, eta)] = queued_tasks()
+    processes.purge_broker()
+    bulk_replay_job_run_task.apply(args=args)
+    return args, eta
+
+
+def chunk_actions(job):
+    return OperatorAction.objects.filter(
+        bulk_job=job, action=OperatorAction.Action.BULK_REPLAY
+    ).order_by("pk")
+
+
+def control_actions(job):
+    return OperatorAction.objects.filter(bulk_job=job).exclude(
+        action=OperatorAction.Action.BULK_REPLAY
+    )
+
+
+def replayed_ids(job):
+    return [pk for action in chunk_actions(job) for pk in action.event_ids]
+
+
+def changelist(http):
+    return http.get(reverse(f"admin:{JOBS}_changelist")).content.decode()
+
+
+# --- The chain of paced tasks -----------------------------------------------------------------
+
+
+def test_each_slice_is_queued_for_its_due_time_half_a_second_apart_at_20_per_second(
+    paced, operator, empty_broker
+):
+    job, dead = dead_job(35, rate=20)
+    bulk_replay_job_start(job=job, started_by=operator)
+
+    args, first_eta = run_next_task()
+    assert (args, first_eta) == ([job.pk, 1, 0], None)  # the first slice: at once
+    steps, etas = [], []
+    while queued_tasks():
+        args, eta = run_next_task()
+        steps.append(args[2])
+        etas.append(eta)
+
+    job.refresh_from_db()
+    assert job.state == BulkReplayJob.State.SUCCEEDED
+    # Slices of 10 (half a second at 20/s), the last one short, no empty task after it.
+    assert [a.event_count for a in chunk_actions(job)] == [10, 10, 10, 5]
+    assert steps == [1, 2, 3]
+    gaps = [(b - a).total_seconds() for a, b in itertools.pairwise(etas)]
+    assert gaps == pytest.approx([0.5, 0.5])
+    assert sorted(replayed_ids(job)) == sorted(e.pk for e in dead)
+
+
+def test_a_slice_larger_than_a_chunk_is_several_chunks_of_one_task(
+    paced, settings, operator, empty_broker
+):
+    settings.AUDIT_BULK_REPLAY_CHUNK_SIZE = 4
+    job, dead = dead_job(25, rate=20)  # slices of 10: chunks of 4, 4, 2
+    bulk_replay_job_start(job=job, started_by=operator)
+    tasks = 0
+    while queued_tasks():
+        run_next_task()
+        tasks += 1
+    assert tasks == 3
+    assert [a.event_count for a in chunk_actions(job)] == [4, 4, 2, 4, 4, 2, 4, 1]
+    assert sorted(replayed_ids(job)) == sorted(e.pk for e in dead)
+
+
+def test_a_task_delivered_twice_runs_once(paced, operator, empty_broker):
+    from webhooks.tasks import bulk_replay_job_run_task
+
+    job, _ = dead_job(30, rate=20)
+    bulk_replay_job_start(job=job, started_by=operator)
+    [(args, _)] = queued_tasks()
+    processes.purge_broker()
+
+    bulk_replay_job_run_task.apply(args=args)
+    bulk_replay_job_run_task.apply(args=args)  # the broker delivered it again
+
+    job.refresh_from_db()
+    assert job.processed == 10
+    assert [a for a, _ in queued_tasks()] == [[job.pk, 1, 1]]  # one chain, not two
+
+
+def test_the_job_shows_its_rate_and_end_once_its_first_slices_ran(
+    paced, operator, auditor_client, empty_broker
+):
+    job, _ = dead_job(100, rate=20)
+    bulk_replay_job_start(job=job, started_by=operator)
+    run_next_task()
+    time.sleep(0.1)
+    run_next_task()
+
+    job.refresh_from_db()
+    assert (job.state, job.processed, job.total) == ("running", 20, 100)
+    assert job.rate_measured() is not None
+    end = job.finish_estimated()
+    # 80 left in slices of 10 every half second, the next one due half a second after the
+    # second (which ran early): about 4.4 s from now.
+    assert timedelta(seconds=3) < end - timezone.now() < timedelta(seconds=4.5)
+    page = changelist(auditor_client)
+    assert "20/100" in page
+    assert "/ 20/s" in page  # measured / asked
+    assert f"{timezone.localtime(end):%Y-%m-%d %H:%M}" in page
+    detail = auditor_client.get(
+        reverse(f"admin:{JOBS}_change", args=[job.pk])
+    ).content.decode()
+    assert "20/100" in detail and "/ 20/s" in detail
+    assert "start_bulk_replay by operator" in detail
+
+
+# --- Cancel and resume ------------------------------------------------------------------------
+
+
+def test_a_cancelled_job_stops_and_resumes_where_it_stopped_at_its_rate(
+    paced, operator, empty_broker
+):
+    job, dead = dead_job(40, rate=20)
+    bulk_replay_job_start(job=job, started_by=operator)
+    run_next_task()
+    run_next_task()
+
+    cancelled = bulk_replay_job_cancel(
+        job_id=job.pk, reason="downstream is struggling", cancelled_by=operator
+    )
+    assert (cancelled.state, cancelled.processed) == ("cancelled", 20)
+    run_next_task()  # the slice queued before the cancel does nothing
+    assert queued_tasks() == []
+    job.refresh_from_db()
+    assert (job.state, job.processed) == ("cancelled", 20)
+    done = replayed_ids(job)
+    assert InboxEvent.objects.filter(processing_status="received").count() == 20
+    untouched = InboxEvent.objects.exclude(pk__in=done)
+    assert {(e.processing_status, e.attempts) for e in untouched} == {
+        ("dead_lettered", 8)
+    }
+
+    resumer = make_user("resumer", "Operators")
+    bulk_replay_job_resume(job_id=job.pk, resumed_by=resumer, reason="it is back")
+    while queued_tasks():
+        run_next_task()
+    job.refresh_from_db()
+    assert (job.state, job.processed, job.rate) == ("succeeded", 40, 20)
+    ids = replayed_ids(job)
+    assert len(ids) == len(set(ids)) == 40
+    assert set(ids) == {e.pk for e in dead}
+    trail = [
+        (a.action, a.actor_name, a.reason, a.details["rate"], a.details["processed"])
+        for a in control_actions(job).order_by("pk")
+    ]
+    assert trail == [
+        ("start_bulk_replay", "operator", "provider outage", 20, 0),
+        ("cancel_bulk_replay", "operator", "downstream is struggling", 20, 20),
+        ("resume_bulk_replay", "resumer", "it is back", 20, 20),
+    ]
+
+
+def test_a_resume_may_give_a_new_rate(paced, operator, empty_broker):
+    job, _ = dead_job(30, rate=20)
+    bulk_replay_job_start(job=job, started_by=operator)
+    run_next_task()
+    bulk_replay_job_cancel(job_id=job.pk, reason="too fast", cancelled_by=operator)
+    run_next_task()  # the next slice of the cancelled run: nothing
+
+    bulk_replay_job_resume(job_id=job.pk, resumed_by=operator, reason="slower", rate=4)
+
+    job.refresh_from_db()
+    assert job.rate == 4
+    resume = control_actions(job).get(action="resume_bulk_replay")
+    assert (resume.details["rate"], resume.details["rate_changed"]) == (4, True)
+    run_next_task()
+    [(_, eta)] = queued_tasks()
+    # Slices of 2 at 4/s: the next one due half a second after this one started.
+    assert [a.event_count for a in chunk_actions(job)] == [10, 2]
+    assert eta is not None
+
+
+def test_an_unpaced_job_is_cancelled_between_its_tasks(
+    settings, operator, empty_broker
+):
+    settings.AUDIT_BULK_REPLAY_CHUNK_SIZE = 4
+    settings.AUDIT_BULK_REPLAY_SLICE_SECONDS = 0
+    job, _ = dead_job(10)
+    bulk_replay_job_start(job=job, started_by=operator)
+    run_next_task()
+    bulk_replay_job_cancel(job_id=job.pk, reason="wrong filter", cancelled_by=operator)
+    run_next_task()
+    job.refresh_from_db()
+    assert (job.state, job.processed) == ("cancelled", 4)
+
+
+@pytest.mark.parametrize("state", ["counted", "succeeded", "failed", "cancelled"])
+def test_only_a_queued_or_running_job_is_cancelled(state, paced, operator):
+    job, _ = dead_job(3)
+    BulkReplayJob.objects.filter(pk=job.pk).update(state=state)
+    with pytest.raises(BulkReplayJobNotCancellable):
+        bulk_replay_job_cancel(job_id=job.pk, reason="x", cancelled_by=operator)
+    assert BulkReplayJob.objects.get(pk=job.pk).state == state
+    assert not control_actions(job).exists()
+    with pytest.raises(BulkReplayJob.DoesNotExist):
+        bulk_replay_job_cancel(job_id=999999, reason="x", cancelled_by=operator)
+
+
+def test_a_cancel_waits_for_the_chunk_at_work_and_nothing_runs_after_it(
+    paced, settings, operator, empty_broker, monkeypatch
+):
+    """The chunk holds the job's row lock until it commits: the cancel waits for it, its rows
+    stay replayed, and no chunk runs after it."""
+    from webhooks import replay
+    from webhooks.tasks import bulk_replay_job_run_task
+
+    settings.AUDIT_BULK_REPLAY_CHUNK_SIZE = 5
+    job, _ = dead_job(30)  # no rate: a task would go on chunk after chunk
+    settings.AUDIT_BULK_REPLAY_SLICE_SECONDS = 60
+    bulk_replay_job_start(job=job, started_by=operator)
+    [(args, _)] = queued_tasks()
+    processes.purge_broker()
+    in_chunk, release = threading.Event(), threading.Event()
+    real_replay = replay.inbox_events_replay
+
+    def slow_replay(**kwargs):
+        action = real_replay(**kwargs)
+        in_chunk.set()
+        release.wait(10)
+        return action
+
+    monkeypatch.setattr(replay, "inbox_events_replay", slow_replay)
+
+    def worker():
+        try:
+            bulk_replay_job_run_task.apply(args=args)
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=worker)
+    thread.start()
+    assert in_chunk.wait(10)
+    timer = threading.Timer(0.5, release.set)
+    timer.start()
+    started = time.monotonic()
+    cancelled = bulk_replay_job_cancel(
+        job_id=job.pk, reason="stop", cancelled_by=operator
+    )
+    waited = time.monotonic() - started
+    thread.join(10)
+
+    assert waited >= 0.4  # it waited for the chunk's commit
+    assert cancelled.processed == 5
+    job.refresh_from_db()
+    assert (job.state, job.processed) == ("cancelled", 5)
+    assert [a.event_count for a in chunk_actions(job)] == [5]
+    assert queued_tasks() == []
+
+
+# --- The admin: operators act, auditors look ---------------------------------------------------
+
+
+def test_an_operator_creates_a_job_at_a_rate_in_the_admin(paced, operator_client):
+    source = WebhookSourceFactory()
+    DeadLetteredEventFactory.create_batch(3, source=source)
+    response = operator_client.post(
+        reverse(f"admin:{JOBS}_add"),
+        {
+            "source": source.pk,
+            "status": "dead_lettered",
+            "rate": "12.5",
+            "reason": "incident 42",
+        },
+        follow=True,
+    )
+    assert b"Dry run: 3 event(s) match" in response.content
+    job = BulkReplayJob.objects.get()
+    assert (job.rate, job.dry_run_count) == (12.5, 3)
+
+
+@pytest.mark.parametrize("rate", BAD_RATES)
+def test_a_bad_rate_in_the_admin_form_is_a_form_error_and_creates_nothing(
+    rate, paced, operator_client
+):
+    source = WebhookSourceFactory()
+    response = operator_client.post(
+        reverse(f"admin:{JOBS}_add"),
+        {"source": source.pk, "status": "dead_lettered", "rate": rate, "reason": "r"},
+    )
+    assert response.status_code == 200
+    assert response.context["adminform"].form.errors["rate"]
+    assert not BulkReplayJob.objects.exists()
+
+
+def test_an_operator_cancels_and_resumes_from_the_admin_with_a_reason(
+    paced, operator, operator_client, empty_broker
+):
+    job, _ = dead_job(30, rate=20)
+    bulk_replay_job_start(job=job, started_by=operator)
+    run_next_task()
+
+    page = admin_action(operator_client, JOBS, "cancel_selected", job)
+    assert b'name="reason"' in page.content  # asks why first
+    assert BulkReplayJob.objects.get(pk=job.pk).state == "running"
+    response = admin_action(
+        operator_client,
+        JOBS,
+        "cancel_selected",
+        job,
+        post="yes",
+        reason="downstream asked",
+        follow=True,
+    )
+    assert b"Cancelled 1 bulk replay job" in response.content
+    assert BulkReplayJob.objects.get(pk=job.pk).state == "cancelled"
+
+    response = admin_action(
+        operator_client,
+        JOBS,
+        "resume_selected",
+        job,
+        post="yes",
+        reason="downstream is fine",
+        rate="40",
+        follow=True,
+    )
+    assert b"Resumed 1 bulk replay job" in response.content
+    job.refresh_from_db()
+    assert (job.state, job.rate, job.run) == ("queued", 40, 2)
+    assert sorted(control_actions(job).values_list("action", "reason")) == [
+        ("cancel_bulk_replay", "downstream asked"),
+        ("resume_bulk_replay", "downstream is fine"),
+        ("start_bulk_replay", "provider outage"),
+    ]
+
+
+@pytest.mark.parametrize("rate", BAD_RATES)
+def test_a_bad_rate_at_resume_is_a_form_error_and_changes_nothing(
+    rate, paced, operator, operator_client, empty_broker
+):
+    job, _ = dead_job(5, rate=20)
+    bulk_replay_job_start(job=job, started_by=operator)
+    bulk_replay_job_cancel(job_id=job.pk, reason="x", cancelled_by=operator)
+    processes.purge_broker()
+    actions = OperatorAction.objects.count()
+
+    response = admin_action(
+        operator_client, JOBS, "resume_selected", job, post="yes", reason="r", rate=rate
+    )
+
+    assert response.status_code == 200
+    assert response.context["form"].errors["rate"]
+    job.refresh_from_db()
+    assert (job.state, job.rate, job.run) == ("cancelled", 20, 1)
+    assert OperatorAction.objects.count() == actions
+    assert queued_tasks() == []
+
+
+def test_an_auditor_sees_jobs_rates_and_ends_but_cannot_start_cancel_or_resume(
+    paced, operator, auditor_client, empty_broker
+):
+    counted, _ = dead_job(5, rate=20)
+    running, _ = dead_job(30, rate=20)
+    bulk_replay_job_start(job=running, started_by=operator)
+    run_next_task()
+    stopped, _ = dead_job(30, rate=20)
+    bulk_replay_job_start(job=stopped, started_by=operator)
+    bulk_replay_job_cancel(job_id=stopped.pk, reason="x", cancelled_by=operator)
+    processes.purge_broker()
+    before = list(BulkReplayJob.objects.order_by("pk").values())
+    actions = OperatorAction.objects.count()
+
+    page = changelist(auditor_client)
+    for action in ("start_selected", "cancel_selected", "resume_selected"):
+        assert action not in page
+    assert "10/30" in page and "/ 20/s" in page and "Ends (estimated)" in page
+    assert "Add bulk replay job" not in page
+    detail = auditor_client.get(
+        reverse(f"admin:{JOBS}_change", args=[running.pk])
+    ).content.decode()
+    assert "10/30" in detail and "Ends (estimated)" in detail
+
+    # Forged POSTs, confirmation pages answered, change nothing.
+    for action, job in (
+        ("start_selected", counted),
+        ("cancel_selected", running),
+        ("resume_selected", stopped),
+    ):
+        admin_action(
+            auditor_client, JOBS, action, job, post="yes", reason="r", rate="5"
+        )
+    add = auditor_client.post(
+        reverse(f"admin:{JOBS}_add"),
+        {"status": "dead_lettered", "rate": "5", "reason": "r"},
+    )
+    assert add.status_code == 403
+    assert list(BulkReplayJob.objects.order_by("pk").values()) == before
+    assert OperatorAction.objects.count() == actions
+    assert queued_tasks() == []
+
+
+# --- The command ------------------------------------------------------------------------------
+
+
+def test_replay_events_at_a_rate_never_goes_faster_and_shows_its_progress(
+    paced, settings, capsys
+):
+    settings.AUDIT_BULK_REPLAY_RATE_TICK_SECONDS = 0.1
+    source = WebhookSourceFactory(slug="papers")
+    DeadLetteredEventFactory.create_batch(8, source=source)
+
+    call_command("replay_events", "--source", "papers", "--rate", "20")
+
+    out = capsys.readouterr().out
+    assert "8/8" in out and "(asked 20/s)" in out
+    assert "ends ~" in out
+    job = BulkReplayJob.objects.get()
+    assert (job.state, job.rate) == ("succeeded", 20)
+    times = [a.created_at for a in chunk_actions(job)]
+    assert [a.event_count for a in chunk_actions(job)] == [2, 2, 2, 2]
+    # Three intervals of 0.1 s between four slices of 2 at 20/s: never less.
+    assert (times[-1] - times[0]).total_seconds() >= 0.27
+    start = control_actions(job).get()
+    assert (start.action, start.actor_name) == (
+        "start_bulk_replay",
+        f"os:{getpass.getuser()}",
+    )
+    assert start.details["rate"] == 20
+
+
+@pytest.mark.parametrize("rate", BAD_RATES)
+def test_replay_events_refuses_a_bad_rate_and_creates_nothing(rate, paced):
+    DeadLetteredEventFactory.create_batch(2)
+    with pytest.raises(CommandError, match="rate"):
+        call_command("replay_events", f"--rate={rate}")
+    assert not BulkReplayJob.objects.exists()
+    assert InboxEvent.objects.filter(processing_status="received").count() == 0
+
+
+def test_replay_events_cancels_a_job_with_a_reason(paced, operator, capsys):
+    job, _ = dead_job(5, rate=20)
+    bulk_replay_job_start(job=job, started_by=operator, publish=False)
+
+    with pytest.raises(CommandError, match="--reason"):
+        call_command("replay_events", "--cancel", str(job.pk))
+    with pytest.raises(CommandError, match="only the job id"):
+        call_command("replay_events", "--cancel", str(job.pk), "--rate", "3")
+    assert BulkReplayJob.objects.get(pk=job.pk).state == "queued"
+
+    call_command("replay_events", "--cancel", str(job.pk), "--reason", "incident 9")
+    assert f"cancelled bulk replay #{job.pk}" in capsys.readouterr().out
+    job.refresh_from_db()
+    assert job.state == "cancelled"
+    cancel = control_actions(job).get(action="cancel_bulk_replay")
+    assert (cancel.actor_name, cancel.reason) == (
+        f"os:{getpass.getuser()}",
+        "incident 9",
+    )
+    with pytest.raises(CommandError, match="only a queued or running job"):
+        call_command("replay_events", "--cancel", str(job.pk), "--reason", "again")
+    with pytest.raises(CommandError, match="no bulk replay"):
+        call_command("replay_events", "--cancel", "999999", "--reason", "r")
+
+
+def test_replay_events_resumes_a_cancelled_job_with_a_new_rate(paced, operator, capsys):
+    job, dead = dead_job(6, rate=2)
+    bulk_replay_job_start(job=job, started_by=operator, publish=False)
+    bulk_replay_job_cancel(job_id=job.pk, reason="x", cancelled_by=operator)
+
+    with pytest.raises(CommandError, match="rate"):
+        call_command("replay_events", "--resume", str(job.pk), "--rate", "0")
+    assert BulkReplayJob.objects.get(pk=job.pk).state == "cancelled"
+
+    call_command("replay_events", "--resume", str(job.pk), "--rate", "1000")
+    job.refresh_from_db()
+    assert (job.state, job.processed, job.rate) == ("succeeded", 6, 1000)
+    assert "6/6" in capsys.readouterr().out
+    assert sorted(replayed_ids(job)) == sorted(e.pk for e in dead)
+
+
+def test_a_job_the_command_runs_stops_when_cancelled_from_elsewhere(paced, operator):
+    source = WebhookSourceFactory(slug="slow")
+    DeadLetteredEventFactory.create_batch(6, source=source)
+    cancelled = []
+
+    def cancel_once_under_way():
+        """Another operator, in the admin, once the first event (a slice of one at 1/s)
+        is replayed."""
+        try:
+            processes.wait_until(
+                lambda: BulkReplayJob.objects.filter(processed__gte=1).exists(),
+                timeout=10,
+                interval=0.02,
+            )
+            cancelled.append(
+                bulk_replay_job_cancel(
+                    job_id=BulkReplayJob.objects.get().pk,
+                    reason="from the admin",
+                    cancelled_by=operator,
+                )
+            )
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=cancel_once_under_way)
+    thread.start()
+    with pytest.raises(CommandError, match="was cancelled after 1/6"):
+        call_command("replay_events", "--source", "slow", "--rate", "1")
+    thread.join(10)
+    assert [job.processed for job in cancelled] == [1]
+    assert InboxEvent.objects.filter(processing_status="received").count() == 1
+
+
+# --- The sealed trail -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "kind", ["start_bulk_replay", "cancel_bulk_replay", "resume_bulk_replay"]
+)
+def test_audit_verify_names_an_altered_start_cancel_or_resume(
+    kind, paced, operator, capsys, empty_broker
+):
+    job, _ = dead_job(5, rate=20)
+    bulk_replay_job_start(job=job, started_by=operator)
+    bulk_replay_job_cancel(job_id=job.pk, reason="stop", cancelled_by=operator)
+    bulk_replay_job_resume(job_id=job.pk, resumed_by=operator, reason="go", rate=40)
+    inbox_rows_seal(now=timezone.now() + timedelta(minutes=5))
+    call_command("audit_verify")
+    assert "audit trail OK" in capsys.readouterr().out
+
+    altered = control_actions(job).get(action=kind)
+    sql(
+        f"UPDATE {ACTIONS} SET details = jsonb_set(details, '{{rate}}', '1000') "  # noqa: S608
+        "WHERE id = %s",
+        [altered.pk],
+    )
+
+    err = verify_fails(capsys)
+    assert f"ALTERED operator action {altered.pk}" in err
+    assert err.count("ALTERED") == 1
+
+
+def test_a_rate_out_of_range_is_refused_by_the_service_and_the_database(paced):
+    with pytest.raises(InvalidBulkReplayRate):
+        dead_job(1, rate=0)
+    assert not BulkReplayJob.objects.exists()
+    job, _ = dead_job(1, rate=5)
+    from django.db import IntegrityError, transaction
+
+    with pytest.raises(IntegrityError), transaction.atomic():
+        BulkReplayJob.objects.filter(pk=job.pk).update(rate=0)
