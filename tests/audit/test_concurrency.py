@@ -111,11 +111,16 @@ def test_bulk_replay_job_runs_on_a_real_worker_with_visible_progress(
     assert job.state == BulkReplayJob.State.SUCCEEDED, worker.log()[-2000:]
     assert (job.processed, job.total) == (12, 12)
     chunks = list(
-        OperatorAction.objects.filter(bulk_job=job)
+        OperatorAction.objects.filter(bulk_job=job, action="bulk_replay")
         .order_by("pk")
         .values_list("event_count", flat=True)
     )
     assert chunks == [5, 5, 2]
+    # And the start itself, recorded once.
+    assert (
+        OperatorAction.objects.filter(bulk_job=job, action="start_bulk_replay").count()
+        == 1
+    )
     assert not InboxEvent.objects.filter(
         source=source, processing_status="dead_lettered"
     ).exists()
