@@ -23,6 +23,11 @@ stopped. It loops:
   nothing, its rows come back here. A sweep whose batch comes back full goes on in the next
   round, at once (a broker that lost its data can leave many rows behind), with the claim of
   new rows between its batches;
+- flow control (``Outbox.unfinished``, the inbox has it): a relay keeps at most
+  ``RELAY_IN_FLIGHT_LIMIT`` rows per worker process in flight (published, not yet finished by
+  a worker). When the workers fall behind, new rows wait in the database, not in the broker,
+  and go out as full messages once the workers catch up: one message per row that arrived
+  since the last round would make a busy worker pay its per-message cost once per row;
 - held groups: an outbox may hold some of its rows back from the claim (the events of a
   paused webhook source). Each round the relay serves every such group apart, in a
   transaction of its own (``Outbox.held_claim``): the outbox sets the group's rows aside, or
@@ -57,6 +62,9 @@ from .logging import correlation_id_bound
 
 logger = logging.getLogger(__name__)
 
+# Under flow control, a published row stops counting as in flight after this long.
+IN_FLIGHT_FORGET_SECONDS = 60.0
+
 
 @dataclass(frozen=True)
 class Publication:
@@ -65,6 +73,8 @@ class Publication:
     task: str
     args: list
     correlation_id: str = ""
+    # The outbox rows it carries, for an outbox with flow control (``Outbox.unfinished``).
+    rows: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -79,7 +89,14 @@ class Outbox:
     ``held_claim(group, limit)`` serves one of them in a transaction of its own, like a claim:
     it may set rows aside, or release them in order at the group's own pace. It is called for
     every held group in every round, by every relay; it decides under the group's own lock how
-    much may go, so that several relays together keep that pace."""
+    much may go, so that several relays together keep that pace.
+
+    ``unfinished(rows)``, when given, turns on flow control: of the rows this relay published
+    (``Publication.rows``), it returns those no worker has finished with yet. A relay then keeps
+    at most ``in_flight_limit`` of its rows in flight, and claims again once half of them are
+    done: while the workers keep up, every row goes at once; when they fall behind, new rows
+    wait in the database, not in the broker, and the next claim takes them as full messages
+    (a worker pays its per-message cost once per batch, not once per row)."""
 
     name: str
     claim: Callable[[int], tuple[int, list[Publication]]]
@@ -90,6 +107,7 @@ class Outbox:
     held_claim: Callable[[Hashable, int], tuple[int, list[Publication]]] = field(
         default=lambda group, limit: (0, [])
     )
+    unfinished: Callable[[list[int]], set[int]] | None = None
 
 
 _outboxes: dict[str, Outbox] = {}
@@ -132,13 +150,20 @@ def publish(publications: list[Publication]) -> None:
 
 
 def relay_round(
-    outbox: Outbox, step: Callable[[int], tuple[int, list[Publication]]], limit: int
+    outbox: Outbox,
+    step: Callable[[int], tuple[int, list[Publication]]],
+    limit: int,
+    *,
+    published: list[Publication] | None = None,
 ) -> int:
     """One claim (or sweep) of one outbox: lock and stamp, publish, commit. Returns the rows
-    taken; a failed publish rolls the stamps back and raises."""
+    taken (and adds the messages to ``published`` once committed); a failed publish rolls the
+    stamps back and raises."""
     with transaction.atomic():
         taken, publications = step(limit)
         publish(publications)
+    if published is not None:
+        published.extend(publications)
     return taken
 
 
@@ -160,8 +185,17 @@ class Relay:
         batch_limit: int | None = None,
         idle_poll_seconds: float | None = None,
         sweep_interval_seconds: float | None = None,
+        in_flight_limit: int | None = None,
     ):
         self.batch_limit = batch_limit or settings.RELAY_BATCH_LIMIT
+        self.in_flight_limit = (
+            in_flight_limit
+            if in_flight_limit is not None
+            else settings.RELAY_IN_FLIGHT_LIMIT
+        )
+        # Per outbox with flow control: the rows this relay published and not yet seen
+        # finished, with when they went (``time.monotonic()``).
+        self._in_flight: dict[str, dict[int, float]] = {}
         self.idle_poll_seconds = (
             idle_poll_seconds
             if idle_poll_seconds is not None
@@ -194,9 +228,15 @@ class Relay:
         taken, full = 0, False
         for outbox in outboxes():
             if outbox.has_waiting():
-                count = relay_round(outbox, outbox.claim, self.batch_limit)
-                taken += count
-                full = full or count >= self.batch_limit
+                limit = self._claim_limit(outbox)
+                if limit:
+                    published: list[Publication] = []
+                    count = relay_round(
+                        outbox, outbox.claim, limit, published=published
+                    )
+                    self._in_flight_add(outbox, published)
+                    taken += count
+                    full = full or count >= limit
             for group in outbox.held():
                 count = relay_round(
                     outbox,
@@ -218,6 +258,39 @@ class Relay:
         self.stats.rounds += 1
         self.stats.published_rows += taken
         return taken, full
+
+    def in_flight(self, outbox: Outbox) -> int:
+        """The rows of ``outbox`` this relay published and has not seen finished yet."""
+        return len(self._in_flight.get(outbox.name, ()))
+
+    def _claim_limit(self, outbox: Outbox) -> int:
+        """How many rows this round's claim may take: ``batch_limit``, or under flow control
+        what the in-flight limit leaves, and nothing until half of it is free again (so that
+        a relay whose workers fall behind waits for room for full messages). What is in flight
+        is read again from the database only once half the limit is reached; a row published
+        more than ``IN_FLIGHT_FORGET_SECONDS`` ago no longer counts: a lost message is the
+        sweep's business, not a reason to stop publishing."""
+        if outbox.unfinished is None or self.in_flight_limit <= 0:
+            return self.batch_limit
+        rows = self._in_flight.setdefault(outbox.name, {})
+        half = max(self.in_flight_limit // 2, 1)
+        if len(rows) >= half:
+            recent = time.monotonic() - IN_FLIGHT_FORGET_SECONDS
+            pending = outbox.unfinished([pk for pk, at in rows.items() if at >= recent])
+            rows = {pk: at for pk, at in rows.items() if pk in pending}
+            self._in_flight[outbox.name] = rows
+        room = self.in_flight_limit - len(rows)
+        if room < half:
+            return 0
+        return min(self.batch_limit, room)
+
+    def _in_flight_add(self, outbox: Outbox, published: list[Publication]) -> None:
+        if outbox.unfinished is None or self.in_flight_limit <= 0:
+            return
+        rows = self._in_flight.setdefault(outbox.name, {})
+        now = time.monotonic()
+        for publication in published:
+            rows.update(dict.fromkeys(publication.rows, now))
 
     def heartbeat(self) -> None:
         from .models import RelayHeartbeat
@@ -262,10 +335,13 @@ class Relay:
 
 
 class RelayThread:
-    """A relay in a daemon thread of the worker's main process."""
+    """A relay in a daemon thread of the worker's main process. Its in-flight limit is
+    ``RELAY_IN_FLIGHT_LIMIT`` per process of the worker's pool."""
 
-    def __init__(self) -> None:
-        self.relay = Relay()
+    def __init__(self, *, concurrency: int = 1) -> None:
+        self.relay = Relay(
+            in_flight_limit=settings.RELAY_IN_FLIGHT_LIMIT * max(concurrency, 1)
+        )
         self.thread = threading.Thread(
             target=self._run, name="outbox-relay", daemon=True
         )
@@ -293,4 +369,4 @@ class RelayStep(bootsteps.StartStopStep):
         return settings.RELAY_ENABLED
 
     def create(self, worker):
-        return RelayThread()
+        return RelayThread(concurrency=worker.concurrency or 1)

@@ -124,6 +124,7 @@ def _publications(rows: list[tuple[int, str]]) -> list[Publication]:
                 task=PROCESS_TASK,
                 args=[[pk for pk, _ in chunk]],
                 correlation_id=chunk[0][1] if len(chunk) == 1 else "",
+                rows=tuple(pk for pk, _ in chunk),
             )
         )
     return publications
@@ -295,6 +296,25 @@ def inbox_outbox_has_waiting() -> bool:
         return bool(cursor.fetchone()[0])
 
 
+def inbox_outbox_unfinished(ids: list[int]) -> set[int]:
+    """Of rows a relay published, those whose message no worker has finished with: still
+    waiting, being processed, or a published retry (a worker that finishes, fails or finds its
+    source paused clears ``dispatched_at`` or moves the row on). Primary key probes."""
+    if not ids:
+        return set()
+    return set(
+        InboxEvent.objects.filter(
+            id__in=ids,
+            dispatched_at__isnull=False,
+            processing_status__in=[
+                ProcessingStatus.RECEIVED,
+                ProcessingStatus.PROCESSING,
+                ProcessingStatus.FAILED,
+            ],
+        ).values_list("id", flat=True)
+    )
+
+
 def inbox_outbox_oldest_waiting() -> datetime | None:
     """When the oldest event still waiting for its first message was received (the lowest
     id: one probe of the partial index). Held rows are not the relay's lag: they wait because
@@ -310,6 +330,7 @@ INBOX_OUTBOX = Outbox(
     has_waiting=inbox_outbox_has_waiting,
     held=inbox_outbox_held,
     held_claim=inbox_outbox_held_claim,
+    unfinished=inbox_outbox_unfinished,
 )
 
 

@@ -252,6 +252,10 @@ RELAY_LAG_ALERT_SECONDS = env.float("RELAY_LAG_ALERT_SECONDS", default=5)
 # Inbox events per processing message: a worker claims them in one statement and processes
 # each in its own transaction.
 INBOX_BATCH_SIZE = env.int("INBOX_BATCH_SIZE", default=50)
+# Flow control: inbox rows a relay keeps in flight (published, not yet finished by a worker)
+# per process of its worker's pool; beyond that, new rows wait in the database and go out as
+# full messages once half of it is done. 0 turns flow control off.
+RELAY_IN_FLIGHT_LIMIT = env.int("RELAY_IN_FLIGHT_LIMIT", default=2 * INBOX_BATCH_SIZE)
 
 # Floor endpoints under /_bench/ for the benchmarks; never on in production.
 BENCH_ENDPOINTS = env.bool("BENCH_ENDPOINTS", default=False)

@@ -177,7 +177,7 @@ def test_three_relays_racing_publish_each_row_exactly_once():
     rows = inbox_events_bulk_create([research_event() for _ in range(400)])
 
     def relay_until_empty() -> int:
-        relay, taken = Relay(batch_limit=20), 0
+        relay, taken = Relay(batch_limit=20, in_flight_limit=0), 0
         while True:
             count, _ = relay.run_once(sweep=False)
             if not count:
@@ -377,3 +377,84 @@ def test_three_sweeps_at_once_never_double_dispatch():
     assert set(queued) == {r.pk for r in rows}
     assert max(queued.values()) == 1
     assert not InboxEvent.objects.filter(dispatched_at__lt=old).exists()
+
+
+# --- flow control -------------------------------------------------------------------------
+
+
+def finish(rows, status: str = "processed") -> None:
+    InboxEvent.objects.filter(pk__in=[r.pk for r in rows]).update(
+        processing_status=status, processed_at=timezone.now()
+    )
+
+
+def test_a_relay_keeps_at_most_its_in_flight_limit_and_then_publishes_full_messages(
+    settings,
+):
+    """Workers that fall behind: new rows wait in the database, not in the broker, and go
+    out as full messages once half of what is in flight is finished."""
+    settings.INBOX_BATCH_SIZE = 10
+    rows = inbox_events_bulk_create([research_event() for _ in range(100)])
+    relay = Relay(batch_limit=500, in_flight_limit=20)
+
+    assert relay.run_once(sweep=False) == (20, True)
+    assert relay.in_flight(INBOX_OUTBOX) == 20
+    assert relay.run_once(sweep=False) == (0, False)  # nothing finished: nothing goes
+    finish(rows[:5])
+    assert relay.run_once(sweep=False) == (0, False)  # 15 in flight: no room for half
+    finish(rows[5:10])
+    assert relay.run_once(sweep=False) == (
+        10,
+        True,
+    )  # 10 in flight: 10 more, one message
+
+    sizes = [len(message_inbox_event_ids(m)) for m in inbox_messages()]
+    assert sizes == [10, 10, 10]
+    assert queued_inbox_event_ids() == [r.pk for r in rows[:30]]
+    # What waits is the relay's lag, as it is for any row without a message.
+    assert outbox_lag_seconds()["inbox"] >= 0
+    assert (
+        InboxEvent.objects.filter(dispatched_at__isnull=True).count() == 70
+    )  # and nothing was lost: it waits for its turn
+
+
+def test_rows_a_worker_failed_or_found_paused_are_no_longer_in_flight(settings):
+    """A failed attempt and a row held back by a pause clear ``dispatched_at``: their message
+    is done with, and the room it took is free again."""
+    settings.INBOX_BATCH_SIZE = 10
+    rows = inbox_events_bulk_create([research_event() for _ in range(40)])
+    relay = Relay(batch_limit=500, in_flight_limit=20)
+    assert relay.run_once(sweep=False) == (20, True)
+
+    InboxEvent.objects.filter(pk__in=[r.pk for r in rows[:10]]).update(
+        processing_status="failed",
+        attempts=1,
+        dispatched_at=None,
+        next_attempt_at=timezone.now() + timedelta(minutes=5),
+    )
+    assert relay.run_once(sweep=False) == (10, True)
+    assert relay.in_flight(INBOX_OUTBOX) == 20
+
+
+def test_a_row_in_flight_too_long_stops_counting(settings, monkeypatch):
+    """A lost message is the sweep's business: its rows stop holding the relay back."""
+    import core.relay
+
+    settings.INBOX_BATCH_SIZE = 10
+    inbox_events_bulk_create([research_event() for _ in range(40)])
+    relay = Relay(batch_limit=500, in_flight_limit=20)
+    assert relay.run_once(sweep=False) == (20, True)
+    assert relay.run_once(sweep=False) == (0, False)
+
+    monkeypatch.setattr(core.relay, "IN_FLIGHT_FORGET_SECONDS", 0.0)
+    assert relay.run_once(sweep=False) == (20, True)
+
+
+def test_without_flow_control_a_relay_publishes_whatever_waits(settings):
+    settings.INBOX_BATCH_SIZE = 10
+    inbox_events_bulk_create([research_event() for _ in range(60)])
+    assert Relay(batch_limit=500, in_flight_limit=0).run_once(sweep=False) == (
+        60,
+        False,
+    )
+    assert len(inbox_messages()) == 6
