@@ -78,10 +78,10 @@ def insert_rows(start: int, stop: int, total_days: float) -> None:
                 202, CASE WHEN g %% 100 = 97 THEN 'permanent: bad data' ELSE '' END,
                 1, 1 + (g %% 10 = 0)::int, ts
             FROM (
-                SELECT g, now() - (%s - g) * (%s * interval '1 day') / %s AS ts,
+                SELECT g, now() - (%s::int - g) * (%s::float8 * interval '1 day') / %s::int AS ts,
                     convert_to('{{"event_id": "evt-' || g || '", "data": {{"summary": "x"}}}}',
                                'UTF8') AS body
-                FROM generate_series(%s, %s) AS g
+                FROM generate_series(%s::int, %s::int) AS g
             ) AS series
             """,  # noqa: S608 - the table name is the model's
             [stop, total_days, stop, start, stop - 1],
