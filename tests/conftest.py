@@ -67,3 +67,34 @@ def broker_url(request) -> str:
     broker_purge(url)
     yield url
     broker_purge(url)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _tables_emptied_by_delete():
+    """A test with ``transaction=True`` ends with Django's flush: every table emptied. On
+    PostgreSQL Django does it with one ``TRUNCATE`` of all tables, which gives each table and
+    index a new file (about 0.4 s here, for the few rows a test leaves); ``DELETE`` of each table
+    does the same work in about 10 ms. Foreign keys are checked at commit (Django creates them
+    deferrable, and the flush runs in one transaction), so the order does not matter. A flush
+    that resets sequences keeps Django's own statement."""
+    from django.db.backends.postgresql.operations import DatabaseOperations
+
+    truncate = DatabaseOperations.sql_flush
+
+    def sql_flush(self, style, tables, *, reset_sequences=False, allow_cascade=False):
+        if reset_sequences or allow_cascade:
+            return truncate(
+                self,
+                style,
+                tables,
+                reset_sequences=reset_sequences,
+                allow_cascade=allow_cascade,
+            )
+        return ["SET CONSTRAINTS ALL DEFERRED;"] + [
+            f"{style.SQL_KEYWORD('DELETE FROM')} {style.SQL_FIELD(self.quote_name(t))};"
+            for t in tables
+        ]
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(DatabaseOperations, "sql_flush", sql_flush)
+        yield
