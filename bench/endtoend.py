@@ -36,11 +36,9 @@ import psycopg
 from bench.harness import (
     BENCH_DATABASE_URL,
     BENCH_SECONDS,
-    BIN,
     BenchContext,
     Figure,
     LoadResult,
-    Process,
     broker_purge,
     database_reset,
     load_run,
@@ -49,7 +47,6 @@ from bench.harness import (
     percentile,
     report,
     sql,
-    stack_env,
     wait_for,
 )
 from bench.ingest import SECRET, SLUG, signed_events
@@ -106,35 +103,6 @@ class _Numbers:
         numbers = range(self.next, self.next + count)
         self.next += count
         return numbers
-
-
-def _workers(ctx: BenchContext, count: int) -> list[Process]:
-    """Worker processes as production runs them: one Celery worker each, pool of one, each
-    with its relay."""
-    started = []
-    for i in range(count):
-        process = Process(
-            [
-                str(BIN / "celery"),
-                "-A",
-                "config",
-                "worker",
-                "--loglevel",
-                "WARNING",
-                "--concurrency",
-                "1",
-                "--hostname",
-                f"e2e{i}@%h",
-                "--without-gossip",
-                "--without-mingle",
-                "--without-heartbeat",
-            ],
-            stack_env(),
-            ctx.tmp / f"worker-e2e-{i}.log",
-        ).start()
-        ctx.processes.append(process)
-        started.append(process)
-    return started
 
 
 def _max_id() -> int:
@@ -297,7 +265,10 @@ def run(ctx: BenchContext) -> list[Figure]:
         "processed_at = now(), dispatched_at = now() WHERE processing_status = 'received'"
     )
 
-    _workers(ctx, WORKERS)
+    # Worker processes as production runs them: one Celery worker each, pool of one, each
+    # with its relay.
+    for i in range(WORKERS):
+        ctx.celery_worker(name=f"e2e{i}")
     time.sleep(3)  # the workers connect and their relays start
     with _autovacuum_stand_in() as vacuumed:
         probes, confirmations, sustained, latency = _find_rate(
