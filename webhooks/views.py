@@ -18,9 +18,9 @@ from core.errors import PayloadTooLarge, ServiceError, TemporarilyUnavailable
 from core.exceptions import error_json_response
 
 from .errors import UnknownSource
+from .ingest import inbox_event_record
 from .metrics import WEBHOOK_REQUESTS
 from .selectors import webhook_source_secrets_now, webhook_source_snapshot
-from .services import inbox_event_record
 
 logger = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ from audit.services import inbox_rows_seal
 from tests.audit.conftest import admin_action
 from tests.webhooks.factories import InboxEventFactory, WebhookSourceFactory
 from webhooks.models import OperatorAction, WebhookSource
-from webhooks.services import webhook_source_pause, webhook_source_resume
+from webhooks.pausing import webhook_source_pause, webhook_source_resume
 
 from .tampering import sql, verify_fails
 

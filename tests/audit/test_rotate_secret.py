@@ -110,7 +110,7 @@ def rotation_fails(monkeypatch):
     def unavailable(name):
         raise RuntimeError("signature scheme registry unavailable")
 
-    monkeypatch.setattr("webhooks.services.scheme_get", unavailable)
+    monkeypatch.setattr("webhooks.sources.scheme_get", unavailable)
 
 
 @pytest.fixture

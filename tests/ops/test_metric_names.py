@@ -29,7 +29,7 @@ from tests.webhooks.factories import (
 )
 from webhooks.models import InboxEvent
 from webhooks.processing import inbox_event_process
-from webhooks.services import webhook_source_expected_interval_set
+from webhooks.sources import webhook_source_expected_interval_set
 
 # Provided elsewhere, pending: metrics another part of the product exports, with their labels.
 # The rules and panels over them are checked against these labels until then. Once /metrics

@@ -33,7 +33,7 @@ from webhooks.models import (
     WebhookSecret,
 )
 from webhooks.outbox import INBOX_OUTBOX
-from webhooks.services import webhook_source_rotate
+from webhooks.sources import webhook_source_rotate
 
 pytestmark = pytest.mark.django_db
 

@@ -39,8 +39,8 @@ from webhooks.models import (
     WebhookSource,
 )
 from webhooks.outbox import INBOX_OUTBOX, drain_budget, inbox_sweep
+from webhooks.pausing import webhook_source_pause, webhook_source_resume
 from webhooks.processing import inbox_events_process
-from webhooks.services import webhook_source_pause, webhook_source_resume
 from webhooks.tasks import process_inbox_event_task
 
 pytestmark = pytest.mark.django_db

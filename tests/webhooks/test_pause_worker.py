@@ -20,7 +20,7 @@ from tests.integrations.research.factories import research_event
 from tests.webhooks.factories import inbox_events_bulk_create, research_source
 from webhooks.dispatch import PROCESS_ONE_TASK, PROCESS_TASK
 from webhooks.models import TERMINAL_STATUSES, InboxAttempt, InboxEvent, WebhookSource
-from webhooks.services import webhook_source_pause, webhook_source_resume
+from webhooks.pausing import webhook_source_pause, webhook_source_resume
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 

@@ -8,7 +8,7 @@ from django.db import connections
 from django.utils import timezone
 
 from webhooks.models import WebhookSecret
-from webhooks.services import webhook_source_rotate
+from webhooks.sources import webhook_source_rotate
 
 from .factories import WebhookSourceFactory
 

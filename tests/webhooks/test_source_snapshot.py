@@ -17,7 +17,7 @@ from tests.integrations.research.factories import research_event
 from tests.webhooks.factories import WebhookSourceFactory, signed_post
 from webhooks.models import InboxEvent, WebhookSecret, WebhookSource
 from webhooks.selectors import webhook_source_snapshot_forget
-from webhooks.services import webhook_source_rotate, webhook_source_set_enabled
+from webhooks.sources import webhook_source_rotate, webhook_source_set_enabled
 
 pytestmark = pytest.mark.django_db
 

@@ -16,9 +16,9 @@ from core.admin_base import (
     side_by_side_diff,
 )
 
+from ..investigations import fingerprint_mismatches_mark_investigated
 from ..models import FingerprintMismatch
 from ..selectors import inbox_event_body
-from ..services import fingerprint_mismatches_mark_investigated
 
 
 @admin.register(FingerprintMismatch)

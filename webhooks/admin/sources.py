@@ -16,12 +16,11 @@ from core.errors import ServiceError
 from core.selectors import COUNT_CAP
 
 from ..models import SignatureFailure, WebhookSource
+from ..pausing import webhook_source_pause, webhook_source_resume
 from ..selectors import webhook_source_held_count, webhook_source_list
-from ..services import (
+from ..sources import (
     DEFAULT_GRACE_SECONDS,
     webhook_source_expected_interval_set,
-    webhook_source_pause,
-    webhook_source_resume,
     webhook_source_rotate,
 )
 

@@ -6,7 +6,7 @@ from audit.roles import AUDITORS, OPERATORS, roles_bootstrap
 from core.models import ApiClient, token_hash
 from core.services import api_client_create
 from webhooks.models import WebhookSource
-from webhooks.services import webhook_source_create
+from webhooks.sources import webhook_source_create
 
 DEMO_ADMIN = ("admin", "admin")
 DEMO_API_TOKEN = "demo-api-token-change-me"  # noqa: S105 - a published demo credential

@@ -9,13 +9,12 @@ from core.errors import InvalidPayload, ServiceError
 from webhooks.errors import SourceAlreadyPaused
 from webhooks.integrations import integration_names
 from webhooks.models import WebhookSource
+from webhooks.pausing import webhook_source_pause, webhook_source_resume
 from webhooks.schemes import DEFAULT_SCHEME, SCHEMES
 from webhooks.selectors import webhook_source_list
-from webhooks.services import (
+from webhooks.sources import (
     DEFAULT_GRACE_SECONDS,
     webhook_source_create,
-    webhook_source_pause,
-    webhook_source_resume,
     webhook_source_rotate,
     webhook_source_set_enabled,
 )

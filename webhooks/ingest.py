@@ -1,4 +1,6 @@
-"""Writes. Functions with keyword-only, typed arguments: <entity>_<action>."""
+"""Ingest: one delivery verified, validated and recorded with one statement
+(docs/architecture.md, "A webhook delivery"). Failed authentication costs one bounded counter
+write; nothing here talks to the broker: a relay publishes the new row."""
 
 from __future__ import annotations
 
@@ -8,26 +10,13 @@ import hashlib
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import timedelta
 
 from django.conf import settings
-from django.contrib.auth.models import AbstractBaseUser
 from django.db import IntegrityError, connection, transaction
-from django.db.models import Q, QuerySet
 from django.utils import timezone
-from django.views.decorators.debug import sensitive_variables
-
-from core.errors import InvalidPayload
-from core.selectors import COUNT_CAP
 
 from .envelopes import Envelope, body_parse
-from .errors import (
-    InconsistentDuplicate,
-    InvalidSignature,
-    SourceAlreadyPaused,
-    SourceNotPaused,
-    StaleTimestamp,
-)
+from .errors import InconsistentDuplicate, InvalidSignature, StaleTimestamp
 from .integrations import integration_get
 from .metrics import (
     WEBHOOK_DUPLICATES,
@@ -37,22 +26,15 @@ from .metrics import (
 from .models import (
     FingerprintMismatch,
     InboxEvent,
-    OperatorAction,
     ProcessingStatus,
     SignatureFailure,
-    WebhookSecret,
     WebhookSource,
 )
 from .schemes import REASON_MISMATCH, scheme_get
-from .selectors import (
-    webhook_secrets_valid,
-    webhook_source_held_count,
-    webhook_source_snapshot_forget,
-)
+from .selectors import webhook_secrets_valid
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_GRACE_SECONDS = 86400
 SIGNATURE_PREFIX_LENGTH = 12
 # Headers kept on the inbox row (lower-case). Signatures are shortened to a prefix.
 STORED_HEADERS = (
@@ -69,262 +51,6 @@ STORED_HEADERS = (
     "x-github-hook-installation-target-id",
 )
 SIGNATURE_HEADERS = ("x-webhook-signature", "webhook-signature", "x-hub-signature-256")
-
-
-# --- sources and secrets --------------------------------------------------------------------
-
-
-def _snapshot_forget(slug: str) -> None:
-    """This process stops using its snapshot of the source at once, and again once the
-    change has committed (a request in between may have read the old state). Other processes
-    see the change within ``WEBHOOK_SOURCE_CACHE_SECONDS``."""
-    webhook_source_snapshot_forget(slug=slug)
-    transaction.on_commit(lambda: webhook_source_snapshot_forget(slug=slug))
-
-
-# Every local of these services and of what they call is hidden from error reports and debug
-# pages (docs/security.md, "No secrets in error reports"): they hold the secret.
-@sensitive_variables()
-@transaction.atomic
-def webhook_source_create(
-    *, slug: str, scheme: str, handler: str, secret: str | None = None
-) -> tuple[WebhookSource, str]:
-    """Creates a source with one secret; returns the source and the secret (not shown again)."""
-    signer = scheme_get(scheme)
-    secret = secret or signer.secret_generate()
-    signer.secret_validate(secret)
-    source = WebhookSource(slug=slug, scheme=scheme, handler=handler)
-    source.full_clean(validate_constraints=False)
-    source.save()
-    WebhookSecret.objects.create(source=source, secret=secret)
-    logger.info(
-        "webhook_source.created",
-        extra={"source": slug, "scheme": scheme, "handler": handler},
-    )
-    return source, secret
-
-
-@sensitive_variables()
-@transaction.atomic
-def webhook_source_rotate(
-    *,
-    source: WebhookSource,
-    secret: str | None = None,
-    grace_seconds: int = DEFAULT_GRACE_SECONDS,
-    actor: AbstractBaseUser | None = None,
-    actor_name: str = "",
-    reason: str = "",
-) -> str:
-    """Adds a new secret that signs from now on; the secrets valid until now stay valid for
-    ``grace_seconds`` more (an earlier expiry is kept). Records who rotated and why as an
-    operator action, never the secret. Returns the new secret.
-
-    The source's row is locked for the rotation: two rotations at once run one after the
-    other, so the second one limits the first one's new secret to its grace period too."""
-    signer = scheme_get(source.scheme)
-    secret = secret or signer.secret_generate()
-    signer.secret_validate(secret)
-    WebhookSource.objects.select_for_update().filter(pk=source.pk).first()
-    now = timezone.now()
-    grace_end = now + timedelta(seconds=max(grace_seconds, 0))
-    WebhookSecret.objects.filter(source=source).filter(
-        Q(expires_at__isnull=True) | Q(expires_at__gt=grace_end)
-    ).update(expires_at=grace_end)
-    WebhookSecret.objects.create(source=source, secret=secret, created_at=now)
-    OperatorAction.objects.create(
-        action=OperatorAction.Action.ROTATE_SECRET,
-        actor=actor,
-        actor_name=actor_name or (actor.get_username() if actor else "system"),
-        reason=reason,
-        details={"source": source.slug, "grace_seconds": grace_seconds},
-    )
-    _snapshot_forget(source.slug)
-    logger.info(
-        "webhook_source.rotated",
-        extra={"source": source.slug, "grace_seconds": grace_seconds},
-    )
-    return secret
-
-
-def webhook_source_set_enabled(*, source: WebhookSource, enabled: bool) -> None:
-    WebhookSource.objects.filter(pk=source.pk).update(
-        is_enabled=enabled, updated_at=timezone.now()
-    )
-    _snapshot_forget(source.slug)
-    logger.info(
-        "webhook_source.enabled" if enabled else "webhook_source.disabled",
-        extra={"source": source.slug},
-    )
-
-
-def webhook_source_expected_interval_set(
-    *, source: WebhookSource, seconds: int | None
-) -> None:
-    """Sets how long the source normally goes without a new event (``None``: no
-    expectation). Only the "no delivery" alert reads it, through /metrics."""
-    WebhookSource.objects.filter(pk=source.pk).update(
-        expected_delivery_interval_seconds=seconds, updated_at=timezone.now()
-    )
-    source.expected_delivery_interval_seconds = seconds
-    logger.info(
-        "webhook_source.expected_interval_set",
-        extra={"source": source.slug, "expected_delivery_interval_seconds": seconds},
-    )
-
-
-# --- pausing --------------------------------------------------------------------------------
-# docs/architecture.md, "Pausing a source". Ingest never reads any of this: a paused source
-# answers every delivery as before, and no cached snapshot of it needs to be forgotten.
-
-_DRAIN_CLEARED = {
-    "drain_started_at": None,
-    "drain_rate": None,
-    "drain_released": 0,
-    "drain_tokens": 0,
-    "drain_tokens_at": None,
-}
-
-
-def _held_details(source: WebhookSource) -> dict:
-    held = webhook_source_held_count(source_id=source.pk)
-    return {
-        "source": source.slug,
-        "source_id": source.pk,
-        "held_events": min(held, COUNT_CAP),
-        "held_events_capped": held > COUNT_CAP,
-    }
-
-
-def _actor_name(actor: AbstractBaseUser | None, actor_name: str) -> str:
-    return actor_name or (actor.get_username() if actor is not None else "system")
-
-
-@transaction.atomic
-def webhook_source_pause(
-    *,
-    source: WebhookSource,
-    reason: str,
-    actor: AbstractBaseUser | None = None,
-    actor_name: str = "",
-) -> OperatorAction:
-    """Pauses ``source``: its deliveries are verified, stored and answered as before, and its
-    events wait unprocessed until ``webhook_source_resume``. A drain in progress stops: what
-    it had not released waits again. Records the operator action (who, why, the source, how
-    many of its events were waiting then) and returns it.
-
-    Under the source's row lock: of two pauses at once, the second finds the source paused
-    and raises ``SourceAlreadyPaused``, recording nothing. A blank reason is refused
-    (``InvalidPayload``)."""
-    reason = (reason or "").strip()
-    if not reason:
-        raise InvalidPayload("a reason is required", details={"reason": "required"})
-    locked = WebhookSource.objects.select_for_update(no_key=True).get(pk=source.pk)
-    if locked.paused_at is not None:
-        raise SourceAlreadyPaused(
-            f"webhook source {locked.slug!r} is already paused "
-            f"(since {locked.paused_at.isoformat()} by {locked.paused_by_name})"
-        )
-    now = timezone.now()
-    name = _actor_name(actor, actor_name)
-    changes = {
-        "paused_at": now,
-        "paused_by": actor,
-        "paused_by_name": name,
-        "pause_reason": reason,
-        **_DRAIN_CLEARED,
-    }
-    WebhookSource.objects.filter(pk=source.pk).update(**changes, updated_at=now)
-    for field, value in changes.items():
-        setattr(source, field, value)
-    details = _held_details(locked)
-    if locked.drain_started_at is not None:
-        details["drain_interrupted"] = True
-    action = OperatorAction.objects.create(
-        action=OperatorAction.Action.PAUSE_SOURCE,
-        actor=actor,
-        actor_name=name,
-        reason=reason,
-        details=details,
-    )
-    logger.info(
-        "webhook_source.paused",
-        extra={"source": source.slug, "held_events": details["held_events"]},
-    )
-    return action
-
-
-@transaction.atomic
-def webhook_source_resume(
-    *,
-    source: WebhookSource,
-    rate: float | None = None,
-    actor: AbstractBaseUser | None = None,
-    actor_name: str = "",
-    reason: str = "",
-) -> OperatorAction:
-    """Resumes a paused ``source``: its held events drain in id order (the order the relay
-    would have claimed them), at most ``rate`` a second if given, new deliveries queueing
-    behind them; once none waits the source is normal again. Records the operator action
-    (who, the source, how many events were held, the rate) and returns it.
-
-    Under the source's row lock: of two resumes at once, the second finds the source not
-    paused and raises ``SourceNotPaused``, recording nothing. A rate that is not a number
-    above 0 is refused (``InvalidPayload``)."""
-    if rate is not None and not (isinstance(rate, int | float) and 0 < rate < 1e9):
-        raise InvalidPayload(
-            "the rate must be a number above 0", details={"rate": "must be > 0"}
-        )
-    locked = WebhookSource.objects.select_for_update(no_key=True).get(pk=source.pk)
-    if locked.paused_at is None:
-        draining = (
-            f" (draining since {locked.drain_started_at.isoformat()})"
-            if locked.drain_started_at is not None
-            else ""
-        )
-        raise SourceNotPaused(f"webhook source {locked.slug!r} is not paused{draining}")
-    now = timezone.now()
-    name = _actor_name(actor, actor_name)
-    details = {
-        **_held_details(locked),
-        "rate": float(rate) if rate is not None else None,
-        "paused_at": locked.paused_at.isoformat(),
-        "paused_by": locked.paused_by_name,
-        "pause_reason": locked.pause_reason,
-    }
-    changes = {
-        "paused_at": None,
-        "paused_by": None,
-        "paused_by_name": "",
-        "pause_reason": "",
-        **_DRAIN_CLEARED,
-        "drain_started_at": now,
-        "drain_rate": float(rate) if rate is not None else None,
-        # The first held event goes at once, the next ones at the rate.
-        "drain_tokens": 1.0,
-        "drain_tokens_at": now,
-    }
-    WebhookSource.objects.filter(pk=source.pk).update(**changes, updated_at=now)
-    for field, value in changes.items():
-        setattr(source, field, value)
-    action = OperatorAction.objects.create(
-        action=OperatorAction.Action.RESUME_SOURCE,
-        actor=actor,
-        actor_name=name,
-        reason=reason.strip(),
-        details=details,
-    )
-    logger.info(
-        "webhook_source.resumed",
-        extra={
-            "source": source.slug,
-            "held_events": details["held_events"],
-            "rate": details["rate"],
-        },
-    )
-    return action
-
-
-# --- ingest ---------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -630,35 +356,3 @@ def _inbox_upsert(
         created=created,
         processing_status=processing_status,
     )
-
-
-# --- investigations -------------------------------------------------------------------------
-
-
-def fingerprint_mismatches_mark_investigated(
-    *, mismatches: QuerySet[FingerprintMismatch], actor: AbstractBaseUser, note: str
-) -> OperatorAction:
-    """Marks the open mismatches investigated with the note and records one operator action."""
-    now = timezone.now()
-    with transaction.atomic():
-        rows = list(
-            FingerprintMismatch.objects.filter(
-                pk__in=list(mismatches.values_list("pk", flat=True)),
-                investigated_at__isnull=True,
-            )
-            .select_for_update()
-            .order_by("pk")
-        )
-        ids = [row.pk for row in rows]
-        FingerprintMismatch.objects.filter(pk__in=ids).update(
-            investigated_at=now, investigated_by=actor, investigation_note=note
-        )
-        return OperatorAction.objects.create(
-            action=OperatorAction.Action.MARK_INVESTIGATED,
-            actor=actor,
-            actor_name=actor.get_username(),
-            reason=note,
-            event_ids=sorted({row.event_id for row in rows}),
-            event_count=len(ids),
-            details={"mismatch_ids": ids},
-        )

@@ -1,0 +1,44 @@
+"""Investigations of fingerprint mismatches: the evidence ingest kept of a conflicting
+duplicate, marked investigated by an operator."""
+
+from __future__ import annotations
+
+import logging
+
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import transaction
+from django.db.models import QuerySet
+from django.utils import timezone
+
+from .models import FingerprintMismatch, OperatorAction
+
+logger = logging.getLogger(__name__)
+
+
+def fingerprint_mismatches_mark_investigated(
+    *, mismatches: QuerySet[FingerprintMismatch], actor: AbstractBaseUser, note: str
+) -> OperatorAction:
+    """Marks the open mismatches investigated with the note and records one operator action."""
+    now = timezone.now()
+    with transaction.atomic():
+        rows = list(
+            FingerprintMismatch.objects.filter(
+                pk__in=list(mismatches.values_list("pk", flat=True)),
+                investigated_at__isnull=True,
+            )
+            .select_for_update()
+            .order_by("pk")
+        )
+        ids = [row.pk for row in rows]
+        FingerprintMismatch.objects.filter(pk__in=ids).update(
+            investigated_at=now, investigated_by=actor, investigation_note=note
+        )
+        return OperatorAction.objects.create(
+            action=OperatorAction.Action.MARK_INVESTIGATED,
+            actor=actor,
+            actor_name=actor.get_username(),
+            reason=note,
+            event_ids=sorted({row.event_id for row in rows}),
+            event_count=len(ids),
+            details={"mismatch_ids": ids},
+        )
