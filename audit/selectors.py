@@ -61,16 +61,16 @@ def paused_sources(*, now: datetime) -> list[dict]:
     """The paused sources, longest paused first: since when, by whom, why, and how many of
     their events wait (a capped count, one per paused source)."""
     rows = []
-    for source in webhook_sources_paused():
-        waiting = webhook_source_held_count(source_id=source.pk, cap=COUNT_CAP)
+    for hold in webhook_sources_paused():
+        waiting = webhook_source_held_count(source_id=hold.source_id, cap=COUNT_CAP)
         rows.append(
             {
-                "slug": source.slug,
-                "pk": source.pk,
-                "since": source.paused_at,
-                "seconds": max((now - source.paused_at).total_seconds(), 0.0),
-                "by": source.paused_by_name,
-                "reason": source.pause_reason,
+                "slug": hold.source.slug,
+                "pk": hold.source_id,
+                "since": hold.paused_at,
+                "seconds": max((now - hold.paused_at).total_seconds(), 0.0),
+                "by": hold.paused_by_name,
+                "reason": hold.pause_reason,
                 "waiting": min(waiting, COUNT_CAP),
                 "waiting_capped": waiting > COUNT_CAP,
             }

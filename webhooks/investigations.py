@@ -5,18 +5,20 @@ from __future__ import annotations
 
 import logging
 
-from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 from django.db.models import QuerySet
 from django.utils import timezone
 
+from core.actors import Actor
+
 from .models import FingerprintMismatch, OperatorAction
+from .operator_actions import MarkInvestigatedDetails, operator_action_record
 
 logger = logging.getLogger(__name__)
 
 
 def fingerprint_mismatches_mark_investigated(
-    *, mismatches: QuerySet[FingerprintMismatch], actor: AbstractBaseUser, note: str
+    *, mismatches: QuerySet[FingerprintMismatch], actor: Actor, note: str
 ) -> OperatorAction:
     """Marks the open mismatches investigated with the note and records one operator action."""
     now = timezone.now()
@@ -31,14 +33,13 @@ def fingerprint_mismatches_mark_investigated(
         )
         ids = [row.pk for row in rows]
         FingerprintMismatch.objects.filter(pk__in=ids).update(
-            investigated_at=now, investigated_by=actor, investigation_note=note
+            investigated_at=now, investigated_by=actor.user, investigation_note=note
         )
-        return OperatorAction.objects.create(
+        return operator_action_record(
             action=OperatorAction.Action.MARK_INVESTIGATED,
             actor=actor,
-            actor_name=actor.get_username(),
             reason=note,
             event_ids=sorted({row.event_id for row in rows}),
             event_count=len(ids),
-            details={"mismatch_ids": ids},
+            details=MarkInvestigatedDetails(mismatch_ids=ids),
         )

@@ -1,3 +1,5 @@
+from __future__ import annotations
+
 from datetime import datetime
 
 from django.conf import settings
@@ -49,34 +51,6 @@ class WebhookSource(models.Model):
     )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
-    # Paused (docs/architecture.md, "Pausing a source"): deliveries are verified and stored as
-    # ever, their events wait unprocessed. Ingest never reads these columns. Database
-    # defaults: a process of the previous release still creates sources during a deploy.
-    paused_at = models.DateTimeField("paused since", null=True, blank=True)
-    paused_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL,
-        null=True,
-        blank=True,
-        on_delete=models.PROTECT,
-        related_name="+",
-    )
-    paused_by_name = models.CharField(
-        "paused by", max_length=255, blank=True, default="", db_default=""
-    )
-    pause_reason = models.TextField(blank=True, default="", db_default="")
-    # Draining after a resume: the relays release the held events in id order, at most
-    # ``drain_rate`` per second (none: as fast as they claim), spending ``drain_tokens``
-    # (refilled from ``drain_tokens_at``, at most one second's worth) under the source's row
-    # lock; the drain ends, and these are cleared, once nothing of the source waits.
-    drain_started_at = models.DateTimeField("draining since", null=True, blank=True)
-    drain_rate = models.FloatField(
-        null=True, blank=True, help_text="Events per second; empty: no limit."
-    )
-    drain_released = models.PositiveBigIntegerField(
-        default=0, db_default=0, help_text="Events released since the drain started."
-    )
-    drain_tokens = models.FloatField(default=0, db_default=0)
-    drain_tokens_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         constraints = [
@@ -90,15 +64,6 @@ class WebhookSource(models.Model):
                 ),
                 name="webhooks_source_expected_interval_min",
             ),
-            models.CheckConstraint(
-                condition=Q(drain_rate__isnull=True) | Q(drain_rate__gt=0),
-                name="webhooks_source_drain_rate_positive",
-            ),
-            # Paused or draining, never both: a pause ends a drain, a resume starts one.
-            models.CheckConstraint(
-                condition=Q(paused_at__isnull=True) | Q(drain_started_at__isnull=True),
-                name="webhooks_source_paused_or_draining",
-            ),
         ]
         permissions = [
             ("rotate_secret", "Can rotate webhook source secrets"),
@@ -107,6 +72,72 @@ class WebhookSource(models.Model):
 
     def __str__(self) -> str:
         return self.slug
+
+    @property
+    def current_hold(self) -> SourceHold | None:
+        """The source's hold while it is paused or draining, else ``None``. Read from the
+        database unless the query selected it (``select_related("hold")``)."""
+        try:
+            return self.hold
+        except SourceHold.DoesNotExist:
+            return None
+
+
+class SourceHold(models.Model):
+    """A source whose events are held back (docs/architecture.md, "Pausing a source"):
+    paused by an operator, or draining after a resume. One row per held source and none for
+    the others: the row is created by a pause, turned into a drain by the resume, and deleted
+    when the drain has released everything.
+
+    Ingest never reads or references this table: a pause, a resume and every drain round lock
+    this row only, never the source's, which each delivery's foreign key check reads.
+
+    Draining: the relays release the held events in id order, at most ``drain_rate`` per
+    second (none: as fast as they claim), spending ``drain_tokens`` (refilled from
+    ``drain_tokens_at``, at most one second's worth) under this row's lock."""
+
+    source = models.OneToOneField(
+        WebhookSource, on_delete=models.CASCADE, primary_key=True, related_name="hold"
+    )
+    paused_at = models.DateTimeField("paused since", null=True, blank=True)
+    paused_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="+",
+    )
+    paused_by_name = models.CharField(
+        "paused by", max_length=255, blank=True, default=""
+    )
+    pause_reason = models.TextField(blank=True, default="")
+    drain_started_at = models.DateTimeField("draining since", null=True, blank=True)
+    drain_rate = models.FloatField(
+        null=True, blank=True, help_text="Events per second; empty: no limit."
+    )
+    drain_released = models.PositiveBigIntegerField(
+        default=0, help_text="Events released since the drain started."
+    )
+    drain_tokens = models.FloatField(default=0)
+    drain_tokens_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            # Paused or draining, exactly one: a pause ends a drain, a resume starts one.
+            models.CheckConstraint(
+                condition=Q(paused_at__isnull=False, drain_started_at__isnull=True)
+                | Q(paused_at__isnull=True, drain_started_at__isnull=False),
+                name="webhooks_hold_paused_xor_draining",
+            ),
+            models.CheckConstraint(
+                condition=Q(drain_rate__isnull=True) | Q(drain_rate__gt=0),
+                name="webhooks_hold_drain_rate_positive",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        state = "paused" if self.paused_at is not None else "draining"
+        return f"{state} source {self.source_id}"
 
 
 class WebhookSecret(models.Model):

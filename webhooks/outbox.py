@@ -8,11 +8,11 @@ a claim stays an index probe however large the inbox grows. The sweep publishes 
 lost message left behind (see ``inbox_sweep_due_q``).
 
 Rows of a paused source are held (docs/architecture.md, "Pausing a source"). The claim, the
-sweep and the lag leave them alone: a subquery over the sources table (a handful of rows,
-read once per statement) excludes the held sources. Each round, the relay serves every held
-source apart (``inbox_outbox_held_claim``) under the source's row lock: it sets the source's
-waiting rows aside (``held_at``: out of the two partial indexes, so that a long pause never
-makes a claim walk past its rows), and once the source is resumed it releases them in id
+sweep and the lag leave them alone: a subquery over the holds (``SourceHold``: a handful of
+rows, read once per statement) excludes the held sources. Each round, the relay serves every
+held source apart (``inbox_outbox_held_claim``) under its hold's row lock: it sets the
+source's waiting rows aside (``held_at``: out of the two partial indexes, so that a long pause
+never makes a claim walk past its rows), and once the source is resumed it releases them in id
 order, at the source's drain rate, until none is left.
 """
 
@@ -36,19 +36,16 @@ from django.utils import timezone
 from core.relay import Outbox, Publication, relay_round
 
 from .dispatch import PROCESS_TASK
-from .models import InboxEvent, ProcessingStatus, WebhookSource
+from .models import InboxEvent, ProcessingStatus, SourceHold
+from .pausing import drain_budget, drain_end
 
 logger = logging.getLogger(__name__)
 
-# A source whose events are held back: paused, or draining after a resume.
-HELD_SOURCES = Q(paused_at__isnull=False) | Q(drain_started_at__isnull=False)
-# A rate-limited drain may catch up on at most this much time at once (a relay that was
-# away): a burst after a gap stays within one second's worth of events.
-DRAIN_BURST_SECONDS = 1.0
 
-
-def _held_source_ids() -> QuerySet[WebhookSource]:
-    return WebhookSource.objects.filter(HELD_SOURCES).values("id")
+def _held_source_ids() -> QuerySet[SourceHold]:
+    """The sources whose events are held back (paused, or draining after a resume): a
+    handful of rows at most, read once per statement."""
+    return SourceHold.objects.values("source_id")
 
 
 def _waiting_new(*, source_id: int | None = None) -> QuerySet[InboxEvent]:
@@ -161,22 +158,11 @@ def inbox_outbox_sweep(limit: int) -> tuple[int, list[Publication]]:
 
 # --- held sources -----------------------------------------------------------------------
 
-_HOLD_FIELDS = (
-    "paused_at",
-    "drain_started_at",
-    "drain_rate",
-    "drain_released",
-    "drain_tokens",
-    "drain_tokens_at",
-)
-
 
 def inbox_outbox_held() -> list[int]:
     """The sources whose events are held back now (paused or draining)."""
     return list(
-        WebhookSource.objects.filter(HELD_SOURCES)
-        .order_by("id")
-        .values_list("id", flat=True)
+        SourceHold.objects.order_by("source_id").values_list("source_id", flat=True)
     )
 
 
@@ -200,42 +186,11 @@ def _rows_set_aside(*, source_id: int, limit: int, now: datetime) -> int:
     return len(ids)
 
 
-def drain_budget(
-    source: WebhookSource, *, now: datetime, limit: int
-) -> tuple[int, float]:
-    """How many held rows a draining source may release now, and the tokens its bucket holds
-    before they go: ``drain_rate`` tokens a second since ``drain_tokens_at``, at most
-    ``DRAIN_BURST_SECONDS`` worth (at least one). No rate: ``limit``."""
-    if source.drain_rate is None:
-        return limit, 0.0
-    ceiling = max(1.0, source.drain_rate * DRAIN_BURST_SECONDS)
-    elapsed = 0.0
-    if source.drain_tokens_at is not None:
-        elapsed = max((now - source.drain_tokens_at).total_seconds(), 0.0)
-    tokens = min(ceiling, source.drain_tokens + source.drain_rate * elapsed)
-    return min(int(tokens), limit), tokens
-
-
-def _drain_end(source: WebhookSource) -> None:
-    WebhookSource.objects.filter(pk=source.pk).update(
-        drain_started_at=None,
-        drain_rate=None,
-        drain_released=0,
-        drain_tokens=0,
-        drain_tokens_at=None,
-    )
-    logger.info(
-        "webhook_source.drained",
-        extra={"source_id": source.pk, "released": source.drain_released},
-    )
-
-
 def inbox_outbox_held_claim(
     source_id: int, limit: int
 ) -> tuple[int, list[Publication]]:
-    """Serves one held source, under its row lock (``FOR NO KEY UPDATE SKIP LOCKED``: a
-    relay that finds it taken leaves it to the one holding it this round; ingest's foreign
-    key check, ``FOR KEY SHARE``, never waits for it).
+    """Serves one held source, under its hold's row lock (``SKIP LOCKED``: a relay that
+    finds it taken leaves it to the one holding it this round).
 
     Paused: its waiting rows are set aside. Draining: rows are set aside likewise, then the
     set-aside rows are released in id order, as many as the bucket allows: stamped
@@ -243,21 +198,18 @@ def inbox_outbox_held_claim(
     message published before the pause) and published, the bucket spent, in this
     transaction, so that several relays together never exceed the rate. A drain with
     nothing left to release ends: the source is normal again."""
-    source = (
-        WebhookSource.objects.select_for_update(skip_locked=True, no_key=True)
+    hold = (
+        SourceHold.objects.select_for_update(skip_locked=True)
         .filter(pk=source_id)
-        .only(*_HOLD_FIELDS)
         .first()
     )
-    if source is None:
-        return 0, []
+    if hold is None:
+        return 0, []  # drained since ``inbox_outbox_held`` read it, or locked
     now = timezone.now()
-    if source.paused_at is not None:
+    if hold.paused_at is not None:
         _rows_set_aside(source_id=source_id, limit=limit, now=now)
         return 0, []
-    if source.drain_started_at is None:
-        return 0, []  # drained since ``inbox_outbox_held`` read it
-    budget, tokens = drain_budget(source, now=now, limit=limit)
+    budget, tokens = drain_budget(hold, now=now, limit=limit)
     if budget < 1:
         return 0, []
     _rows_set_aside(source_id=source_id, limit=limit, now=now)
@@ -268,14 +220,14 @@ def inbox_outbox_held_claim(
         .values_list("id", "event_id")[:budget]
     )
     if not rows:
-        _drain_end(source)
+        drain_end(hold)
         return 0, []
     InboxEvent.objects.filter(id__in=[pk for pk, _ in rows]).update(
-        dispatched_at=max(now, source.drain_started_at), held_at=None
+        dispatched_at=max(now, hold.drain_started_at), held_at=None
     )
-    WebhookSource.objects.filter(pk=source_id).update(
+    SourceHold.objects.filter(pk=source_id).update(
         drain_released=F("drain_released") + len(rows),
-        drain_tokens=tokens - len(rows) if source.drain_rate is not None else 0,
+        drain_tokens=tokens - len(rows) if hold.drain_rate is not None else 0,
         drain_tokens_at=now,
     )
     return len(rows), _publications(rows)

@@ -1,34 +1,45 @@
-"""Pausing and resuming a source (docs/architecture.md, "Pausing a source"). Ingest never
-reads any of this: a paused source answers every delivery as before, and no cached snapshot
-of it needs to be forgotten."""
+"""Pausing and resuming a source (docs/architecture.md, "Pausing a source").
+
+A held source has one ``SourceHold`` row: paused (by an operator), then draining (after the
+resume) until the relays have released every event it held, when the row is deleted. The
+pause, the resume and each drain round lock that row only. Ingest never reads or references
+it: a paused source answers every delivery as before, and no cached snapshot of it needs to be
+forgotten.
+
+What the relay does with a held source (setting its rows aside, releasing them in order at the
+drain's rate) is in ``webhooks.outbox``; this module holds the rules it applies: the drain's
+budget (``drain_budget``), its end (``drain_end``), and whether a worker may take a row of a
+held source (``inbox_event_held``)."""
 
 from __future__ import annotations
 
 import logging
+from datetime import datetime
 
-from django.contrib.auth.models import AbstractBaseUser
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from core.actors import Actor
 from core.errors import InvalidPayload
 from core.selectors import COUNT_CAP
 
 from .errors import SourceAlreadyPaused, SourceNotPaused
-from .models import OperatorAction, WebhookSource
+from .models import InboxEvent, OperatorAction, SourceHold, WebhookSource
+from .operator_actions import (
+    PauseSourceDetails,
+    ResumeSourceDetails,
+    operator_action_record,
+)
 from .selectors import webhook_source_held_count
 
 logger = logging.getLogger(__name__)
 
-_DRAIN_CLEARED = {
-    "drain_started_at": None,
-    "drain_rate": None,
-    "drain_released": 0,
-    "drain_tokens": 0,
-    "drain_tokens_at": None,
-}
+# A rate-limited drain may catch up on at most this much time at once (a relay that was
+# away): a burst after a gap stays within one second's worth of events.
+DRAIN_BURST_SECONDS = 1.0
 
 
-def _held_details(source: WebhookSource) -> dict:
+def _held_counts(source: WebhookSource) -> dict:
     held = webhook_source_held_count(source_id=source.pk)
     return {
         "source": source.slug,
@@ -38,54 +49,57 @@ def _held_details(source: WebhookSource) -> dict:
     }
 
 
-def _actor_name(actor: AbstractBaseUser | None, actor_name: str) -> str:
-    return actor_name or (actor.get_username() if actor is not None else "system")
+def _hold_locked(source: WebhookSource) -> SourceHold | None:
+    return SourceHold.objects.select_for_update().filter(source=source).first()
 
 
 @transaction.atomic
 def webhook_source_pause(
-    *,
-    source: WebhookSource,
-    reason: str,
-    actor: AbstractBaseUser | None = None,
-    actor_name: str = "",
+    *, source: WebhookSource, reason: str, actor: Actor
 ) -> OperatorAction:
     """Pauses ``source``: its deliveries are verified, stored and answered as before, and its
     events wait unprocessed until ``webhook_source_resume``. A drain in progress stops: what
     it had not released waits again. Records the operator action (who, why, the source, how
     many of its events were waiting then) and returns it.
 
-    Under the source's row lock: of two pauses at once, the second finds the source paused
-    and raises ``SourceAlreadyPaused``, recording nothing. A blank reason is refused
-    (``InvalidPayload``)."""
+    Of two pauses at once, one creates the source's hold (its primary key is the source) and
+    the other finds the source paused and raises ``SourceAlreadyPaused``, recording nothing.
+    A blank reason is refused (``InvalidPayload``)."""
     reason = (reason or "").strip()
     if not reason:
         raise InvalidPayload("a reason is required", details={"reason": "required"})
-    locked = WebhookSource.objects.select_for_update(no_key=True).get(pk=source.pk)
-    if locked.paused_at is not None:
-        raise SourceAlreadyPaused(
-            f"webhook source {locked.slug!r} is already paused "
-            f"(since {locked.paused_at.isoformat()} by {locked.paused_by_name})"
-        )
     now = timezone.now()
-    name = _actor_name(actor, actor_name)
-    changes = {
-        "paused_at": now,
-        "paused_by": actor,
-        "paused_by_name": name,
-        "pause_reason": reason,
-        **_DRAIN_CLEARED,
-    }
-    WebhookSource.objects.filter(pk=source.pk).update(**changes, updated_at=now)
-    for field, value in changes.items():
-        setattr(source, field, value)
-    details = _held_details(locked)
-    if locked.drain_started_at is not None:
+    paused = {"paused_at": now, **actor.columns("paused_by"), "pause_reason": reason}
+    hold = _hold_locked(source)
+    if hold is not None and hold.paused_at is not None:
+        raise SourceAlreadyPaused(
+            f"webhook source {source.slug!r} is already paused "
+            f"(since {hold.paused_at.isoformat()} by {hold.paused_by_name})"
+        )
+    drain_interrupted = hold is not None
+    if hold is None:
+        try:
+            with transaction.atomic():
+                SourceHold.objects.create(source=source, **paused)
+        except IntegrityError:  # a pause at the same time created it first
+            raise SourceAlreadyPaused(
+                f"webhook source {source.slug!r} is already paused"
+            ) from None
+    else:
+        SourceHold.objects.filter(pk=hold.pk).update(
+            **paused,
+            drain_started_at=None,
+            drain_rate=None,
+            drain_released=0,
+            drain_tokens=0,
+            drain_tokens_at=None,
+        )
+    details = PauseSourceDetails(**_held_counts(source))
+    if drain_interrupted:
         details["drain_interrupted"] = True
-    action = OperatorAction.objects.create(
+    action = operator_action_record(
         action=OperatorAction.Action.PAUSE_SOURCE,
         actor=actor,
-        actor_name=name,
         reason=reason,
         details=details,
     )
@@ -98,61 +112,51 @@ def webhook_source_pause(
 
 @transaction.atomic
 def webhook_source_resume(
-    *,
-    source: WebhookSource,
-    rate: float | None = None,
-    actor: AbstractBaseUser | None = None,
-    actor_name: str = "",
-    reason: str = "",
+    *, source: WebhookSource, actor: Actor, rate: float | None = None, reason: str = ""
 ) -> OperatorAction:
     """Resumes a paused ``source``: its held events drain in id order (the order the relay
     would have claimed them), at most ``rate`` a second if given, new deliveries queueing
     behind them; once none waits the source is normal again. Records the operator action
     (who, the source, how many events were held, the rate) and returns it.
 
-    Under the source's row lock: of two resumes at once, the second finds the source not
+    Under the hold's row lock: of two resumes at once, the second finds the source not
     paused and raises ``SourceNotPaused``, recording nothing. A rate that is not a number
     above 0 is refused (``InvalidPayload``)."""
     if rate is not None and not (isinstance(rate, int | float) and 0 < rate < 1e9):
         raise InvalidPayload(
             "the rate must be a number above 0", details={"rate": "must be > 0"}
         )
-    locked = WebhookSource.objects.select_for_update(no_key=True).get(pk=source.pk)
-    if locked.paused_at is None:
+    hold = _hold_locked(source)
+    if hold is None or hold.paused_at is None:
         draining = (
-            f" (draining since {locked.drain_started_at.isoformat()})"
-            if locked.drain_started_at is not None
+            f" (draining since {hold.drain_started_at.isoformat()})"
+            if hold is not None and hold.drain_started_at is not None
             else ""
         )
-        raise SourceNotPaused(f"webhook source {locked.slug!r} is not paused{draining}")
+        raise SourceNotPaused(f"webhook source {source.slug!r} is not paused{draining}")
     now = timezone.now()
-    name = _actor_name(actor, actor_name)
-    details = {
-        **_held_details(locked),
-        "rate": float(rate) if rate is not None else None,
-        "paused_at": locked.paused_at.isoformat(),
-        "paused_by": locked.paused_by_name,
-        "pause_reason": locked.pause_reason,
-    }
-    changes = {
-        "paused_at": None,
-        "paused_by": None,
-        "paused_by_name": "",
-        "pause_reason": "",
-        **_DRAIN_CLEARED,
-        "drain_started_at": now,
-        "drain_rate": float(rate) if rate is not None else None,
+    details = ResumeSourceDetails(
+        **_held_counts(source),
+        rate=float(rate) if rate is not None else None,
+        paused_at=hold.paused_at.isoformat(),
+        paused_by=hold.paused_by_name,
+        pause_reason=hold.pause_reason,
+    )
+    SourceHold.objects.filter(pk=hold.pk).update(
+        paused_at=None,
+        paused_by=None,
+        paused_by_name="",
+        pause_reason="",
+        drain_started_at=now,
+        drain_rate=details["rate"],
+        drain_released=0,
         # The first held event goes at once, the next ones at the rate.
-        "drain_tokens": 1.0,
-        "drain_tokens_at": now,
-    }
-    WebhookSource.objects.filter(pk=source.pk).update(**changes, updated_at=now)
-    for field, value in changes.items():
-        setattr(source, field, value)
-    action = OperatorAction.objects.create(
+        drain_tokens=1.0,
+        drain_tokens_at=now,
+    )
+    action = operator_action_record(
         action=OperatorAction.Action.RESUME_SOURCE,
         actor=actor,
-        actor_name=name,
         reason=reason.strip(),
         details=details,
     )
@@ -165,3 +169,40 @@ def webhook_source_resume(
         },
     )
     return action
+
+
+def drain_budget(hold: SourceHold, *, now: datetime, limit: int) -> tuple[int, float]:
+    """How many held rows a draining source may release now, and the tokens its bucket holds
+    before they go: ``drain_rate`` tokens a second since ``drain_tokens_at``, at most
+    ``DRAIN_BURST_SECONDS`` worth (at least one). No rate: ``limit``."""
+    if hold.drain_rate is None:
+        return limit, 0.0
+    ceiling = max(1.0, hold.drain_rate * DRAIN_BURST_SECONDS)
+    elapsed = 0.0
+    if hold.drain_tokens_at is not None:
+        elapsed = max((now - hold.drain_tokens_at).total_seconds(), 0.0)
+    tokens = min(ceiling, hold.drain_tokens + hold.drain_rate * elapsed)
+    return min(int(tokens), limit), tokens
+
+
+def drain_end(hold: SourceHold) -> None:
+    """The drain released everything its source held: the source is normal again. Called
+    under the hold's row lock."""
+    SourceHold.objects.filter(pk=hold.pk, drain_started_at__isnull=False).delete()
+    logger.info(
+        "webhook_source.drained",
+        extra={"source_id": hold.pk, "released": hold.drain_released},
+    )
+
+
+def inbox_event_held(event: InboxEvent, hold: SourceHold | None) -> bool:
+    """Whether a worker must leave the row alone: its source is paused, or draining and this
+    row not released yet (the drain stamps what it releases dispatched at or after its
+    start)."""
+    if hold is None:
+        return False
+    if hold.paused_at is not None:
+        return True
+    return hold.drain_started_at is not None and (
+        event.dispatched_at is None or event.dispatched_at < hold.drain_started_at
+    )

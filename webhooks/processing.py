@@ -53,8 +53,10 @@ from .models import (
     InboxAttempt,
     InboxEvent,
     ProcessingStatus,
+    SourceHold,
     WebhookSource,
 )
+from .pausing import inbox_event_held
 
 logger = logging.getLogger(__name__)
 
@@ -69,6 +71,7 @@ ERROR_MAX_CHARS = 2000
 _EVENTS = InboxEvent._meta.db_table
 _ATTEMPTS = InboxAttempt._meta.db_table
 _SOURCES = WebhookSource._meta.db_table
+_HOLDS = SourceHold._meta.db_table
 
 # The claim of a batch, in one statement: the rows that can be taken become ``processing``
 # with their lease, their attempts are inserted, and what the handlers need comes back. The
@@ -83,8 +86,12 @@ WITH claimed AS (
       FROM {_SOURCES} AS s
      WHERE e.id = ANY(%(ids)s)
        AND s.id = e.source_id
-       AND s.paused_at IS NULL
-       AND (s.drain_started_at IS NULL OR e.dispatched_at >= s.drain_started_at)
+       AND NOT EXISTS (
+           SELECT 1 FROM {_HOLDS} AS h
+            WHERE h.source_id = e.source_id
+              AND (h.paused_at IS NOT NULL
+                   OR e.dispatched_at IS NULL
+                   OR e.dispatched_at < h.drain_started_at))
        AND (e.processing_status = 'received'
             OR (e.processing_status = 'failed'
                 AND (e.next_attempt_at IS NULL OR e.next_attempt_at <= %(now)s)))
@@ -136,12 +143,7 @@ _STATE_FIELDS = (
     "dispatched_at",
 )
 # What the one-by-one claim reads of the source: its handler, and whether it holds its rows.
-_SOURCE_STATE_FIELDS = (
-    "source__slug",
-    "source__handler",
-    "source__paused_at",
-    "source__drain_started_at",
-)
+_SOURCE_STATE_FIELDS = ("source__slug", "source__handler")
 # What reading a stored value back can raise: PostgreSQL holds years Python's dates cannot
 # (psycopg raises DataError), SQLite gives back text that does not parse (ValueError).
 _LOAD_ERRORS = (DataError, ValueError, OverflowError)
@@ -288,16 +290,6 @@ def _dead_letter_at_claim(event: InboxEvent, *, error: str) -> None:
     )
 
 
-def _held(event: InboxEvent) -> bool:
-    """The row's source holds it back: paused, or draining and this row not released yet."""
-    source = event.source
-    if source.paused_at is not None:
-        return True
-    return source.drain_started_at is not None and (
-        event.dispatched_at is None or event.dispatched_at < source.drain_started_at
-    )
-
-
 @transaction.atomic
 def _inbox_event_claim(
     *, inbox_event_id: int, worker: str
@@ -328,7 +320,8 @@ def _inbox_event_claim(
         and event.next_attempt_at > now
     ):
         return ProcessingOutcome(status=status, skipped=Skip.NOT_DUE)
-    if _held(event):
+    hold = SourceHold.objects.filter(source_id=event.source_id).first()
+    if inbox_event_held(event, hold):
         # Its message came before the pause, or is an old one: the relay publishes the row
         # again when the source's drain releases it. A row whose lease expired stays as it
         # is; the sweep takes it once the source is no longer held.

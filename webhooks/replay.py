@@ -14,12 +14,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.conf import settings
-from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 from django.db.models import F, Q, QuerySet
 from django.utils import timezone
+
+from core.actors import Actor
 
 from .dispatch import bulk_replay_job_publish
 from .models import (
@@ -32,6 +34,7 @@ from .models import (
     ProcessingStatus,
     WebhookSource,
 )
+from .operator_actions import ReplayDetails, operator_action_record
 from .pacing import Pace, next_slice_due, pace_for, slice_start
 
 logger = logging.getLogger(__name__)
@@ -64,8 +67,7 @@ def replay_queryset_build(
 def inbox_events_replay(
     *,
     events_queryset: QuerySet[InboxEvent],
-    actor: AbstractBaseUser | None = None,
-    actor_name: str | None = None,
+    actor: Actor,
     reason: str,
     action: str = "replay",
     bulk_job: BulkReplayJob | None = None,
@@ -78,8 +80,6 @@ def inbox_events_replay(
     Rows are locked (``select_for_update(skip_locked=True)``) and re-checked under the lock, so
     two operators replaying the same rows at once replay each row once; rows in any other status
     are skipped and counted. Raises ``NothingToReplay`` when no row was replayable."""
-    if actor_name is None:
-        actor_name = actor.get_username() if actor is not None else "system"
     selected = list(events_queryset.order_by().values_list("pk", flat=True))
     with transaction.atomic():
         rows = list(
@@ -108,22 +108,20 @@ def inbox_events_replay(
             dispatched_at=None,
             held_at=None,
         )
-        operator_action = OperatorAction.objects.create(
+        operator_action = operator_action_record(
             action=action,
             actor=actor,
-            actor_name=actor_name,
             reason=reason,
             event_ids=ids,
-            event_count=len(ids),
             skipped_count=len(selected) - len(ids),
-            details={"previous": {str(k): v for k, v in previous.items()}},
+            details=ReplayDetails(previous={str(k): v for k, v in previous.items()}),
             bulk_job=bulk_job,
         )
     logger.info(
         "inbox.replayed",
         extra={
             "operator_action_id": operator_action.pk,
-            "actor": actor_name,
+            "actor": actor.name,
             "event_count": len(ids),
             "skipped_count": operator_action.skipped_count,
         },
@@ -201,20 +199,13 @@ def _resumable(now: datetime) -> Q:
 
 
 def _control_action_record(
-    *,
-    job: BulkReplayJob,
-    action: str,
-    actor: AbstractBaseUser | None,
-    actor_name: str,
-    reason: str,
-    **details,
+    *, job: BulkReplayJob, action: str, actor: Actor, reason: str, **details: Any
 ) -> OperatorAction:
     """The operator action of a start, cancel or resume: which job, its rate and how far it
     got, sealed with the rest of the trail. It names no events (its chunks' actions do)."""
-    return OperatorAction.objects.create(
+    return operator_action_record(
         action=action,
         actor=actor,
-        actor_name=actor_name,
         reason=reason,
         bulk_job=job,
         details={
@@ -234,9 +225,8 @@ def bulk_replay_job_create(
     since: datetime | None,
     event_ids: list[str],
     reason: str,
+    created_by: Actor,
     rate: float | str | None = None,
-    created_by: AbstractBaseUser | None = None,
-    created_by_name: str = "",
 ) -> BulkReplayJob:
     """Records a replay by filter with its dry-run count; nothing is replayed until it starts.
     Raises ``InvalidBulkReplayRate`` (and records nothing) for a rate out of range."""
@@ -247,9 +237,7 @@ def bulk_replay_job_create(
         event_ids=list(event_ids),
         reason=reason,
         rate=bulk_replay_rate_parse(rate),
-        created_by=created_by,
-        created_by_name=created_by_name
-        or (created_by.get_username() if created_by else ""),
+        **created_by.columns("created_by"),
     )
     job.dry_run_count = _job_queryset(job).count()
     job.save()
@@ -273,15 +261,13 @@ def _run_publish_after_commit(job: BulkReplayJob) -> None:
 def bulk_replay_job_start(
     *,
     job: BulkReplayJob,
-    started_by: AbstractBaseUser | None = None,
-    started_by_name: str = "",
+    started_by: Actor,
     publish: bool = True,
 ) -> BulkReplayJob:
     """Queues the job and records who started it (an operator action with the job's rate);
     the operator actions of its chunks name them. Only a counted job starts, and only once: a
     conditional UPDATE decides. With ``publish`` its first task is published after commit
     (else the caller runs it)."""
-    name = started_by_name or (started_by.get_username() if started_by else "system")
     with transaction.atomic():
         updated = BulkReplayJob.objects.filter(
             pk=job.pk, state=BulkReplayJob.State.COUNTED
@@ -289,8 +275,7 @@ def bulk_replay_job_start(
             state=BulkReplayJob.State.QUEUED,
             run=F("run") + 1,
             task_seq=0,
-            started_by=started_by,
-            started_by_name=name,
+            **started_by.columns("started_by"),
             lease_expires_at=_lease_end(timezone.now()),
         )
         if not updated:
@@ -302,14 +287,18 @@ def bulk_replay_job_start(
             job=job,
             action=OperatorAction.Action.START_BULK_REPLAY,
             actor=started_by,
-            actor_name=name,
             reason=job.reason,
         )
         if publish:
             _run_publish_after_commit(job)
     logger.info(
         "audit.bulk_replay_started",
-        extra={"bulk_job_id": job.pk, "actor": name, "run": job.run, "rate": job.rate},
+        extra={
+            "bulk_job_id": job.pk,
+            "actor": started_by.name,
+            "run": job.run,
+            "rate": job.rate,
+        },
     )
     return job
 
@@ -318,8 +307,7 @@ def bulk_replay_job_cancel(
     *,
     job_id: int,
     reason: str,
-    cancelled_by: AbstractBaseUser | None = None,
-    cancelled_by_name: str = "",
+    cancelled_by: Actor,
 ) -> BulkReplayJob:
     """Cancels a queued or running job, with an operator action saying who, why and how far
     it got. The job's row lock is taken first: a chunk at work commits before (its rows stay
@@ -327,9 +315,6 @@ def bulk_replay_job_cancel(
     the job stops after at most its current chunk. Raises ``BulkReplayJobNotCancellable`` for
     a job in any other state, ``BulkReplayJob.DoesNotExist`` for an unknown id. A cancelled
     job may be resumed (``bulk_replay_job_resume``)."""
-    name = cancelled_by_name or (
-        cancelled_by.get_username() if cancelled_by else "system"
-    )
     with transaction.atomic():
         job = BulkReplayJob.objects.select_for_update().get(pk=job_id)
         if job.state not in ACTIVE_STATES:
@@ -349,13 +334,16 @@ def bulk_replay_job_cancel(
             job=job,
             action=OperatorAction.Action.CANCEL_BULK_REPLAY,
             actor=cancelled_by,
-            actor_name=name,
             reason=reason,
             state_before=state_before,
         )
     logger.info(
         "audit.bulk_replay_cancelled",
-        extra={"bulk_job_id": job.pk, "actor": name, "processed": job.processed},
+        extra={
+            "bulk_job_id": job.pk,
+            "actor": cancelled_by.name,
+            "processed": job.processed,
+        },
     )
     return job
 
@@ -363,8 +351,7 @@ def bulk_replay_job_cancel(
 def bulk_replay_job_resume(
     *,
     job_id: int,
-    resumed_by: AbstractBaseUser | None = None,
-    resumed_by_name: str = "",
+    resumed_by: Actor,
     reason: str = "",
     rate: float | str | None = None,
     publish: bool = True,
@@ -378,14 +365,12 @@ def bulk_replay_job_resume(
     ``BulkReplayJobNotResumable``. Raises ``BulkReplayJob.DoesNotExist`` for an unknown id and
     ``InvalidBulkReplayRate`` (changing nothing) for a rate out of range."""
     new_rate = bulk_replay_rate_parse(rate)
-    name = resumed_by_name or (resumed_by.get_username() if resumed_by else "system")
     now = timezone.now()
     changes = {
         "state": BulkReplayJob.State.QUEUED,
         "run": F("run") + 1,
         "task_seq": 0,
-        "resumed_by": resumed_by,
-        "resumed_by_name": name,
+        **resumed_by.columns("resumed_by"),
         "error": "",
         "finished_at": None,
         "lease_expires_at": _lease_end(now),
@@ -416,7 +401,6 @@ def bulk_replay_job_resume(
             job=job,
             action=OperatorAction.Action.RESUME_BULK_REPLAY,
             actor=resumed_by,
-            actor_name=name,
             reason=reason,
             rate_changed=new_rate is not None,
         )
@@ -424,19 +408,26 @@ def bulk_replay_job_resume(
             _run_publish_after_commit(job)
     logger.info(
         "audit.bulk_replay_resumed",
-        extra={"bulk_job_id": job.pk, "actor": name, "run": job.run, "rate": job.rate},
+        extra={
+            "bulk_job_id": job.pk,
+            "actor": resumed_by.name,
+            "run": job.run,
+            "rate": job.rate,
+        },
     )
     return job
 
 
-def _job_actor(job: BulkReplayJob) -> tuple[AbstractBaseUser | None, str]:
+def _job_actor(job: BulkReplayJob) -> Actor:
     """Whose run this is: the last resumer, else the starter (else, for a job started before
     starters were recorded, its creator)."""
     if job.resumed_by_name:
-        return job.resumed_by, job.resumed_by_name
+        return Actor(name=job.resumed_by_name, user=job.resumed_by)
     if job.started_by_name:
-        return job.started_by, job.started_by_name
-    return job.created_by, job.created_by_name or "system"
+        return Actor(name=job.started_by_name, user=job.started_by)
+    if job.created_by_name:
+        return Actor(name=job.created_by_name, user=job.created_by)
+    return Actor.system()
 
 
 @dataclass
@@ -513,13 +504,11 @@ def _chunk_run(
         )
         chunk, more = fetched[:limit], len(fetched) > limit
         if chunk:
-            actor, actor_name = _job_actor(job)
             replayed = 0
             try:
                 action = inbox_events_replay(
                     events_queryset=InboxEvent.objects.filter(pk__in=chunk),
-                    actor=actor,
-                    actor_name=actor_name,
+                    actor=_job_actor(job),
                     reason=job.reason,
                     action=OperatorAction.Action.BULK_REPLAY,
                     bulk_job=job,

@@ -8,7 +8,10 @@ from datetime import UTC, datetime
 from django.db import transaction
 from django.utils import timezone
 
+from core.actors import Actor
+
 from .models import TERMINAL_STATUSES, InboxEvent, OperatorAction
+from .operator_actions import PurgeBodiesDetails, operator_action_record
 
 
 def purge_stamp(value: datetime) -> str:
@@ -20,8 +23,8 @@ def purge_stamp(value: datetime) -> str:
 def inbox_bodies_purge(
     *,
     older_than: datetime,
+    actor: Actor,
     batch_size: int = 1000,
-    actor_name: str = "system",
     progress: Callable[[int], None] | None = None,
 ) -> int:
     """Drops the raw body of terminal inbox rows received before ``older_than`` and stamps
@@ -52,16 +55,15 @@ def inbox_bodies_purge(
             count = InboxEvent.objects.filter(id__in=ids).update(
                 raw_body=None, body_purged_at=stamp
             )
-            OperatorAction.objects.create(
+            operator_action_record(
                 action=OperatorAction.Action.PURGE_BODIES,
-                actor_name=actor_name,
+                actor=actor,
                 reason=f"retention: terminal events received before {cutoff}",
                 event_ids=ids,
                 event_count=count,
-                details={
-                    "purged_at": purge_stamp(stamp),
-                    "older_than": cutoff,
-                },
+                details=PurgeBodiesDetails(
+                    purged_at=purge_stamp(stamp), older_than=cutoff
+                ),
             )
             purged += count
         if progress is not None:

@@ -19,6 +19,7 @@ from .models import (
     DeadLetterCause,
     InboxEvent,
     ProcessingStatus,
+    SourceHold,
     WebhookSecret,
     WebhookSource,
 )
@@ -129,8 +130,10 @@ def webhook_source_secrets_now(*, slug: str) -> list[str]:
 def webhook_source_list() -> QuerySet[WebhookSource]:
     from django.db.models import Count
 
-    return WebhookSource.objects.annotate(secret_count=Count("secrets")).order_by(
-        "slug"
+    return (
+        WebhookSource.objects.annotate(secret_count=Count("secrets"))
+        .select_related("hold")
+        .order_by("slug")
     )
 
 
@@ -180,7 +183,7 @@ def inbox_event_get(*, source_slug: str, event_id: str) -> InboxEvent | None:
     whether its source holds it (``inbox_event_held_reason``). One query."""
     return (
         InboxEvent.objects.filter(source__slug=source_slug, event_id=event_id)
-        .select_related("source")
+        .select_related("source__hold")
         .only(
             "event_id",
             "event_type",
@@ -190,7 +193,7 @@ def inbox_event_get(*, source_slug: str, event_id: str) -> InboxEvent | None:
             "processed_at",
             "delivery_count",
             "dead_letter_cause",
-            "source__paused_at",
+            "source__hold__paused_at",
         )
         .first()
     )
@@ -206,11 +209,11 @@ HELD_SOURCE_PAUSED = "source_paused"
 def inbox_event_held_reason(*, event: InboxEvent) -> str:
     """Why the event waits unprocessed: ``source_paused`` while its source is paused and the
     event has not been processed yet (``received``, or ``failed`` waiting for its retry);
-    empty otherwise. Reads ``event.source.paused_at``."""
-    if (
-        event.processing_status in WAITING_STATUSES
-        and event.source.paused_at is not None
-    ):
+    empty otherwise. Reads the source's hold (``event.source.current_hold``)."""
+    if event.processing_status not in WAITING_STATUSES:
+        return ""
+    hold = event.source.current_hold
+    if hold is not None and hold.paused_at is not None:
         return HELD_SOURCE_PAUSED
     return ""
 
@@ -236,14 +239,15 @@ def webhook_source_pause_gauges(
     enabled = WebhookSource.objects.filter(is_enabled=True).order_by("slug")
     paused = [
         (slug, max((now - since).total_seconds(), 0.0) if since else 0.0)
-        for slug, since in enabled.values_list("slug", "paused_at")
+        for slug, since in enabled.values_list("slug", "hold__paused_at")
     ]
     quote = connection.ops.quote_name
     sql = (
-        f"SELECT s.slug, CASE WHEN s.paused_at IS NULL THEN 0 ELSE ("  # noqa: S608
+        f"SELECT s.slug, CASE WHEN h.paused_at IS NULL THEN 0 ELSE ("  # noqa: S608
         f" SELECT COUNT(*) FROM (SELECT 1 FROM {quote(InboxEvent._meta.db_table)} e"
         " WHERE e.source_id = s.id AND e.processing_status IN (%s, %s) LIMIT %s"
         f") AS waiting) END FROM {quote(WebhookSource._meta.db_table)} s"
+        f" LEFT JOIN {quote(SourceHold._meta.db_table)} h ON h.source_id = s.id"
         " WHERE s.is_enabled = %s ORDER BY s.slug"
     )
     with connection.cursor() as cursor:
@@ -252,10 +256,12 @@ def webhook_source_pause_gauges(
     return paused, held
 
 
-def webhook_sources_paused() -> QuerySet[WebhookSource]:
-    """The paused sources, longest paused first."""
-    return WebhookSource.objects.filter(paused_at__isnull=False).order_by(
-        "paused_at", "slug"
+def webhook_sources_paused() -> QuerySet[SourceHold]:
+    """The holds of the paused sources, with their source, longest paused first."""
+    return (
+        SourceHold.objects.filter(paused_at__isnull=False)
+        .select_related("source")
+        .order_by("paused_at", "source__slug")
     )
 
 

@@ -7,13 +7,15 @@ from __future__ import annotations
 import logging
 from datetime import timedelta
 
-from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 from django.views.decorators.debug import sensitive_variables
 
+from core.actors import Actor
+
 from .models import OperatorAction, WebhookSecret, WebhookSource
+from .operator_actions import RotateSecretDetails, operator_action_record
 from .schemes import scheme_get
 from .selectors import webhook_source_snapshot_forget
 
@@ -59,8 +61,7 @@ def webhook_source_rotate(
     source: WebhookSource,
     secret: str | None = None,
     grace_seconds: int = DEFAULT_GRACE_SECONDS,
-    actor: AbstractBaseUser | None = None,
-    actor_name: str = "",
+    actor: Actor,
     reason: str = "",
 ) -> str:
     """Adds a new secret that signs from now on; the secrets valid until now stay valid for
@@ -79,12 +80,11 @@ def webhook_source_rotate(
         Q(expires_at__isnull=True) | Q(expires_at__gt=grace_end)
     ).update(expires_at=grace_end)
     WebhookSecret.objects.create(source=source, secret=secret, created_at=now)
-    OperatorAction.objects.create(
+    operator_action_record(
         action=OperatorAction.Action.ROTATE_SECRET,
         actor=actor,
-        actor_name=actor_name or (actor.get_username() if actor else "system"),
         reason=reason,
-        details={"source": source.slug, "grace_seconds": grace_seconds},
+        details=RotateSecretDetails(source=source.slug, grace_seconds=grace_seconds),
     )
     _snapshot_forget(source.slug)
     logger.info(

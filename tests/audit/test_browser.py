@@ -12,6 +12,7 @@ from tests.webhooks.factories import (
     DeadLetteredEventFactory,
     InboxEventFactory,
     WebhookSourceFactory,
+    paused_at_of,
 )
 from webhooks.models import OperatorAction, ProcessingStatus
 
@@ -151,7 +152,7 @@ def test_operator_pauses_a_source_in_a_real_browser(live_server, roles, monkeypa
             )
             row = page.locator("#result_list tr", has_text="papers")
             expect(row).to_contain_text("the indexer is being fixed")
-            expect(row.locator("td.field-paused_by_name")).to_have_text("operator")
+            expect(row.locator("td.field-paused_by")).to_have_text("operator")
             expect(row.locator("td.field-held_events")).to_have_text("2")
             other_row = page.locator("#result_list tr", has_text="other")
             expect(other_row.locator("td.field-held_events")).to_have_text("-")
@@ -167,9 +168,7 @@ def test_operator_pauses_a_source_in_a_real_browser(live_server, roles, monkeypa
         finally:
             browser.close()
 
-    papers.refresh_from_db()
-    other.refresh_from_db()
-    assert papers.paused_at is not None and other.paused_at is None
+    assert paused_at_of(papers) is not None and paused_at_of(other) is None
     action = OperatorAction.objects.get()
     assert (action.action, action.actor_name, action.reason) == (
         "pause_source",

@@ -11,6 +11,7 @@ from django.core.management import CommandError, call_command
 from django.urls import reverse
 from django.utils import timezone
 
+from core.actors import Actor
 from tests import processes
 from tests.threads import run_together
 from tests.webhooks.factories import DeadLetteredEventFactory, WebhookSourceFactory
@@ -44,7 +45,7 @@ def job_of_ten(operator, roles):
         since=None,
         event_ids=[],
         reason="provider outage",
-        created_by=creator,
+        created_by=Actor.of(creator),
     )
     return job, dead
 
@@ -215,12 +216,12 @@ def test_a_running_job_is_resumable_only_once_its_lease_expired(
     [stale] = queued_chunks()  # the worker holding this message dies before running it
     processes.purge_broker()
     with pytest.raises(BulkReplayJobNotResumable):
-        bulk_replay_job_resume(job_id=job.pk, resumed_by=operator)
+        bulk_replay_job_resume(job_id=job.pk, resumed_by=Actor.of(operator))
 
     BulkReplayJob.objects.filter(pk=job.pk).update(
         lease_expires_at=timezone.now() - timedelta(seconds=1)
     )
-    resumed = bulk_replay_job_resume(job_id=job.pk, resumed_by=operator)
+    resumed = bulk_replay_job_resume(job_id=job.pk, resumed_by=Actor.of(operator))
     assert resumed.run == job.run + 1
     # The message of the earlier run, delivered late, does nothing.
     from webhooks.tasks import bulk_replay_job_run_task
@@ -240,7 +241,8 @@ def test_two_resumes_at_once_run_the_job_once(
     BulkReplayJob.objects.filter(pk=job.pk).update(state="failed", run=1)
 
     results, errors = run_together(
-        [lambda: bulk_replay_job_resume(job_id=job.pk, resumed_by=operator)] * 4
+        [lambda: bulk_replay_job_resume(job_id=job.pk, resumed_by=Actor.of(operator))]
+        * 4
     )
 
     assert len(results) == 1, errors

@@ -16,6 +16,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from audit.services import inbox_rows_seal
+from core.actors import Actor
 from tests import processes
 from tests.webhooks.factories import DeadLetteredEventFactory, WebhookSourceFactory
 from webhooks.dispatch import BULK_REPLAY_TASK
@@ -57,7 +58,7 @@ def dead_job(n, *, rate=None, creator=None, reason="provider outage"):
         event_ids=[],
         reason=reason,
         rate=rate,
-        created_by=creator,
+        created_by=Actor.of(creator) if creator else Actor.system(),
     )
     return job, dead
 
@@ -110,7 +111,7 @@ def test_each_slice_is_queued_for_its_due_time_half_a_second_apart_at_20_per_sec
     paced, operator, empty_broker
 ):
     job, dead = dead_job(35, rate=20)
-    bulk_replay_job_start(job=job, started_by=operator)
+    bulk_replay_job_start(job=job, started_by=Actor.of(operator))
 
     args, first_eta = run_next_task()
     assert (args, first_eta) == ([job.pk, 1, 0], None)  # the first slice: at once
@@ -135,7 +136,7 @@ def test_a_slice_larger_than_a_chunk_is_several_chunks_of_one_task(
 ):
     settings.AUDIT_BULK_REPLAY_CHUNK_SIZE = 4
     job, dead = dead_job(25, rate=20)  # slices of 10: chunks of 4, 4, 2
-    bulk_replay_job_start(job=job, started_by=operator)
+    bulk_replay_job_start(job=job, started_by=Actor.of(operator))
     tasks = 0
     while queued_tasks():
         run_next_task()
@@ -149,7 +150,7 @@ def test_a_task_delivered_twice_runs_once(paced, operator, empty_broker):
     from webhooks.tasks import bulk_replay_job_run_task
 
     job, _ = dead_job(30, rate=20)
-    bulk_replay_job_start(job=job, started_by=operator)
+    bulk_replay_job_start(job=job, started_by=Actor.of(operator))
     [(args, _)] = queued_tasks()
     processes.purge_broker()
 
@@ -165,7 +166,7 @@ def test_the_job_shows_its_rate_and_end_once_its_first_slices_ran(
     paced, operator, auditor_client, empty_broker
 ):
     job, _ = dead_job(100, rate=20)
-    bulk_replay_job_start(job=job, started_by=operator)
+    bulk_replay_job_start(job=job, started_by=Actor.of(operator))
     run_next_task()
     time.sleep(0.1)
     run_next_task()
@@ -195,12 +196,14 @@ def test_a_cancelled_job_stops_and_resumes_where_it_stopped_at_its_rate(
     paced, operator, empty_broker
 ):
     job, dead = dead_job(40, rate=20)
-    bulk_replay_job_start(job=job, started_by=operator)
+    bulk_replay_job_start(job=job, started_by=Actor.of(operator))
     run_next_task()
     run_next_task()
 
     cancelled = bulk_replay_job_cancel(
-        job_id=job.pk, reason="downstream is struggling", cancelled_by=operator
+        job_id=job.pk,
+        reason="downstream is struggling",
+        cancelled_by=Actor.of(operator),
     )
     assert (cancelled.state, cancelled.processed) == ("cancelled", 20)
     run_next_task()  # the slice queued before the cancel does nothing
@@ -215,7 +218,9 @@ def test_a_cancelled_job_stops_and_resumes_where_it_stopped_at_its_rate(
     }
 
     resumer = make_user("resumer", "Operators")
-    bulk_replay_job_resume(job_id=job.pk, resumed_by=resumer, reason="it is back")
+    bulk_replay_job_resume(
+        job_id=job.pk, resumed_by=Actor.of(resumer), reason="it is back"
+    )
     while queued_tasks():
         run_next_task()
     job.refresh_from_db()
@@ -236,12 +241,16 @@ def test_a_cancelled_job_stops_and_resumes_where_it_stopped_at_its_rate(
 
 def test_a_resume_may_give_a_new_rate(paced, operator, empty_broker):
     job, _ = dead_job(30, rate=20)
-    bulk_replay_job_start(job=job, started_by=operator)
+    bulk_replay_job_start(job=job, started_by=Actor.of(operator))
     run_next_task()
-    bulk_replay_job_cancel(job_id=job.pk, reason="too fast", cancelled_by=operator)
+    bulk_replay_job_cancel(
+        job_id=job.pk, reason="too fast", cancelled_by=Actor.of(operator)
+    )
     run_next_task()  # the next slice of the cancelled run: nothing
 
-    bulk_replay_job_resume(job_id=job.pk, resumed_by=operator, reason="slower", rate=4)
+    bulk_replay_job_resume(
+        job_id=job.pk, resumed_by=Actor.of(operator), reason="slower", rate=4
+    )
 
     job.refresh_from_db()
     assert job.rate == 4
@@ -260,9 +269,11 @@ def test_an_unpaced_job_is_cancelled_between_its_tasks(
     settings.AUDIT_BULK_REPLAY_CHUNK_SIZE = 4
     settings.AUDIT_BULK_REPLAY_SLICE_SECONDS = 0
     job, _ = dead_job(10)
-    bulk_replay_job_start(job=job, started_by=operator)
+    bulk_replay_job_start(job=job, started_by=Actor.of(operator))
     run_next_task()
-    bulk_replay_job_cancel(job_id=job.pk, reason="wrong filter", cancelled_by=operator)
+    bulk_replay_job_cancel(
+        job_id=job.pk, reason="wrong filter", cancelled_by=Actor.of(operator)
+    )
     run_next_task()
     job.refresh_from_db()
     assert (job.state, job.processed) == ("cancelled", 4)
@@ -273,11 +284,15 @@ def test_only_a_queued_or_running_job_is_cancelled(state, paced, operator):
     job, _ = dead_job(3)
     BulkReplayJob.objects.filter(pk=job.pk).update(state=state)
     with pytest.raises(BulkReplayJobNotCancellable):
-        bulk_replay_job_cancel(job_id=job.pk, reason="x", cancelled_by=operator)
+        bulk_replay_job_cancel(
+            job_id=job.pk, reason="x", cancelled_by=Actor.of(operator)
+        )
     assert BulkReplayJob.objects.get(pk=job.pk).state == state
     assert not control_actions(job).exists()
     with pytest.raises(BulkReplayJob.DoesNotExist):
-        bulk_replay_job_cancel(job_id=999999, reason="x", cancelled_by=operator)
+        bulk_replay_job_cancel(
+            job_id=999999, reason="x", cancelled_by=Actor.of(operator)
+        )
 
 
 def test_a_cancel_waits_for_the_chunk_at_work_and_nothing_runs_after_it(
@@ -291,7 +306,7 @@ def test_a_cancel_waits_for_the_chunk_at_work_and_nothing_runs_after_it(
     settings.AUDIT_BULK_REPLAY_CHUNK_SIZE = 5
     job, _ = dead_job(30)  # no rate: a task would go on chunk after chunk
     settings.AUDIT_BULK_REPLAY_SLICE_SECONDS = 60
-    bulk_replay_job_start(job=job, started_by=operator)
+    bulk_replay_job_start(job=job, started_by=Actor.of(operator))
     [(args, _)] = queued_tasks()
     processes.purge_broker()
     in_chunk, release = threading.Event(), threading.Event()
@@ -318,7 +333,7 @@ def test_a_cancel_waits_for_the_chunk_at_work_and_nothing_runs_after_it(
     timer.start()
     started = time.monotonic()
     cancelled = bulk_replay_job_cancel(
-        job_id=job.pk, reason="stop", cancelled_by=operator
+        job_id=job.pk, reason="stop", cancelled_by=Actor.of(operator)
     )
     waited = time.monotonic() - started
     thread.join(10)
@@ -370,7 +385,7 @@ def test_an_operator_cancels_and_resumes_from_the_admin_with_a_reason(
     paced, operator, operator_client, empty_broker
 ):
     job, _ = dead_job(30, rate=20)
-    bulk_replay_job_start(job=job, started_by=operator)
+    bulk_replay_job_start(job=job, started_by=Actor.of(operator))
     run_next_task()
 
     page = admin_action(operator_client, JOBS, "cancel_selected", job)
@@ -413,8 +428,8 @@ def test_a_bad_rate_at_resume_is_a_form_error_and_changes_nothing(
     rate, paced, operator, operator_client, empty_broker
 ):
     job, _ = dead_job(5, rate=20)
-    bulk_replay_job_start(job=job, started_by=operator)
-    bulk_replay_job_cancel(job_id=job.pk, reason="x", cancelled_by=operator)
+    bulk_replay_job_start(job=job, started_by=Actor.of(operator))
+    bulk_replay_job_cancel(job_id=job.pk, reason="x", cancelled_by=Actor.of(operator))
     processes.purge_broker()
     actions = OperatorAction.objects.count()
 
@@ -435,11 +450,13 @@ def test_an_auditor_sees_jobs_rates_and_ends_but_cannot_start_cancel_or_resume(
 ):
     counted, _ = dead_job(5, rate=20)
     running, _ = dead_job(30, rate=20)
-    bulk_replay_job_start(job=running, started_by=operator)
+    bulk_replay_job_start(job=running, started_by=Actor.of(operator))
     run_next_task()
     stopped, _ = dead_job(30, rate=20)
-    bulk_replay_job_start(job=stopped, started_by=operator)
-    bulk_replay_job_cancel(job_id=stopped.pk, reason="x", cancelled_by=operator)
+    bulk_replay_job_start(job=stopped, started_by=Actor.of(operator))
+    bulk_replay_job_cancel(
+        job_id=stopped.pk, reason="x", cancelled_by=Actor.of(operator)
+    )
     processes.purge_broker()
     before = list(BulkReplayJob.objects.order_by("pk").values())
     actions = OperatorAction.objects.count()
@@ -513,7 +530,7 @@ def test_replay_events_refuses_a_bad_rate_and_creates_nothing(rate, paced):
 
 def test_replay_events_cancels_a_job_with_a_reason(paced, operator, capsys):
     job, _ = dead_job(5, rate=20)
-    bulk_replay_job_start(job=job, started_by=operator, publish=False)
+    bulk_replay_job_start(job=job, started_by=Actor.of(operator), publish=False)
 
     with pytest.raises(CommandError, match="--reason"):
         call_command("replay_events", "--cancel", str(job.pk))
@@ -538,8 +555,8 @@ def test_replay_events_cancels_a_job_with_a_reason(paced, operator, capsys):
 
 def test_replay_events_resumes_a_cancelled_job_with_a_new_rate(paced, operator, capsys):
     job, dead = dead_job(6, rate=2)
-    bulk_replay_job_start(job=job, started_by=operator, publish=False)
-    bulk_replay_job_cancel(job_id=job.pk, reason="x", cancelled_by=operator)
+    bulk_replay_job_start(job=job, started_by=Actor.of(operator), publish=False)
+    bulk_replay_job_cancel(job_id=job.pk, reason="x", cancelled_by=Actor.of(operator))
 
     with pytest.raises(CommandError, match="rate"):
         call_command("replay_events", "--resume", str(job.pk), "--rate", "0")
@@ -570,7 +587,7 @@ def test_a_job_the_command_runs_stops_when_cancelled_from_elsewhere(paced, opera
                 bulk_replay_job_cancel(
                     job_id=BulkReplayJob.objects.get().pk,
                     reason="from the admin",
-                    cancelled_by=operator,
+                    cancelled_by=Actor.of(operator),
                 )
             )
         finally:
@@ -595,9 +612,13 @@ def test_audit_verify_names_an_altered_start_cancel_or_resume(
     kind, paced, operator, capsys, empty_broker
 ):
     job, _ = dead_job(5, rate=20)
-    bulk_replay_job_start(job=job, started_by=operator)
-    bulk_replay_job_cancel(job_id=job.pk, reason="stop", cancelled_by=operator)
-    bulk_replay_job_resume(job_id=job.pk, resumed_by=operator, reason="go", rate=40)
+    bulk_replay_job_start(job=job, started_by=Actor.of(operator))
+    bulk_replay_job_cancel(
+        job_id=job.pk, reason="stop", cancelled_by=Actor.of(operator)
+    )
+    bulk_replay_job_resume(
+        job_id=job.pk, resumed_by=Actor.of(operator), reason="go", rate=40
+    )
     inbox_rows_seal(now=timezone.now() + timedelta(minutes=5))
     call_command("audit_verify")
     assert "audit trail OK" in capsys.readouterr().out

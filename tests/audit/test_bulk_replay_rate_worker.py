@@ -7,6 +7,7 @@ import time
 
 import pytest
 
+from core.actors import Actor
 from tests import processes
 from tests.broker import broker_reset
 from tests.webhooks.factories import DeadLetteredEventFactory, WebhookSourceFactory
@@ -47,6 +48,7 @@ def job_for(n, *, rate):
         event_ids=[],
         reason="provider outage",
         rate=rate,
+        created_by=Actor.system(),
     )
     return job, dead
 
@@ -95,7 +97,9 @@ def test_a_job_at_a_rate_replays_at_that_rate_on_a_real_worker(
         tmp_path, concurrency=2, env={**WORKER_ENV, "CELERY_BROKER_URL": broker_url}
     ).start()
     try:
-        job = bulk_replay_job_start(job=job, started_by=operator, publish=False)
+        job = bulk_replay_job_start(
+            job=job, started_by=Actor.of(operator), publish=False
+        )
         with app.connection_for_write(broker_url) as connection:
             app.send_task(
                 BULK_REPLAY_TASK, args=[job.pk, job.run, 0], connection=connection
@@ -136,7 +140,7 @@ def test_a_job_cancelled_mid_run_stops_and_its_resume_replays_exactly_the_rest(
     env = {**WORKER_ENV, "RELAY_ENABLED": "false"}
     worker = processes.celery_worker(tmp_path, env=env).start()
     try:
-        bulk_replay_job_start(job=job, started_by=operator)
+        bulk_replay_job_start(job=job, started_by=Actor.of(operator))
         processes.wait_until(
             lambda: BulkReplayJob.objects.get(pk=job.pk).processed >= 40,
             timeout=60,
@@ -144,7 +148,9 @@ def test_a_job_cancelled_mid_run_stops_and_its_resume_replays_exactly_the_rest(
             what="the job to be under way",
         )
         cancelled = bulk_replay_job_cancel(
-            job_id=job.pk, reason="downstream is struggling", cancelled_by=operator
+            job_id=job.pk,
+            reason="downstream is struggling",
+            cancelled_by=Actor.of(operator),
         )
         at_cancel = cancelled.processed
         time.sleep(1.5)  # three slices' worth: none of them runs
@@ -166,7 +172,7 @@ def test_a_job_cancelled_mid_run_stops_and_its_resume_replays_exactly_the_rest(
 
         resumer = make_user("resumer", "Operators")
         bulk_replay_job_resume(
-            job_id=job.pk, resumed_by=resumer, reason="downstream is fine"
+            job_id=job.pk, resumed_by=Actor.of(resumer), reason="downstream is fine"
         )
         processes.wait_until(
             lambda: finished(job), timeout=90, what="the resumed job to finish"

@@ -7,6 +7,7 @@ import time
 
 import pytest
 
+from core.actors import Actor
 from tests import processes
 from tests.broker import broker_reset
 from tests.webhooks.factories import DeadLetteredEventFactory, WebhookSourceFactory
@@ -46,7 +47,7 @@ def job_for(n, *, creator):
         since=None,
         event_ids=[],
         reason="provider outage",
-        created_by=creator,
+        created_by=Actor.of(creator),
     )
     assert job.dry_run_count == n
     return job, dead
@@ -82,7 +83,7 @@ def test_a_job_many_chunks_long_runs_as_a_chain_of_tasks_on_a_real_worker(
     job, dead = job_for(120, creator=creator)
     worker = processes.celery_worker(tmp_path, env=WORKER_ENV).start()
     try:
-        bulk_replay_job_start(job=job, started_by=operator)
+        bulk_replay_job_start(job=job, started_by=Actor.of(operator))
         processes.wait_until(
             lambda: finished(job), timeout=120, what="the bulk replay job to finish"
         )
@@ -107,7 +108,7 @@ def test_a_job_whose_worker_is_killed_mid_way_resumes_and_replays_every_row_once
     job, dead = job_for(200, creator=operator)
     worker = processes.celery_worker(tmp_path, env=WORKER_ENV).start()
     try:
-        bulk_replay_job_start(job=job, started_by=operator)
+        bulk_replay_job_start(job=job, started_by=Actor.of(operator))
         processes.wait_until(
             lambda: BulkReplayJob.objects.get(pk=job.pk).processed >= 30,
             timeout=60,
@@ -124,7 +125,7 @@ def test_a_job_whose_worker_is_killed_mid_way_resumes_and_replays_every_row_once
 
     time.sleep(2.5)  # the lease of the dead worker's chunk runs out
     resumer = make_user("resumer", "Operators")
-    bulk_replay_job_resume(job_id=job.pk, resumed_by=resumer)
+    bulk_replay_job_resume(job_id=job.pk, resumed_by=Actor.of(resumer))
     worker = processes.celery_worker(tmp_path, env=WORKER_ENV, name="w2").start()
     try:
         processes.wait_until(

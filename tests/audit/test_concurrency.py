@@ -4,6 +4,7 @@ import pytest
 
 from audit.models import AuditSeal, AuditSealEntry
 from audit.services import audit_trail_verify, inbox_rows_seal
+from core.actors import Actor
 from core.relay import Relay
 from tests import processes
 from tests.broker import queued_inbox_event_ids
@@ -30,7 +31,7 @@ def test_concurrent_replays_of_the_same_rows_replay_each_row_once(
     def replay():
         return inbox_events_replay(
             events_queryset=InboxEvent.objects.filter(pk__in=ids),
-            actor=operator,
+            actor=Actor.of(operator),
             reason="race",
         ).event_count
 
@@ -87,7 +88,7 @@ def test_bulk_replay_job_runs_on_a_real_worker_with_visible_progress(
         since=None,
         event_ids=[],
         reason="worker run",
-        created_by=operator,
+        created_by=Actor.of(operator),
     )
     assert job.dry_run_count == 12
     worker = processes.celery_worker(
@@ -96,7 +97,7 @@ def test_bulk_replay_job_runs_on_a_real_worker_with_visible_progress(
     try:
         from webhooks.replay import bulk_replay_job_start
 
-        bulk_replay_job_start(job=job)
+        bulk_replay_job_start(job=job, started_by=Actor.system())
         processes.wait_until(
             lambda: (
                 BulkReplayJob.objects.get(pk=job.pk).state

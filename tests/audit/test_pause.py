@@ -10,9 +10,15 @@ from django.utils import timezone
 
 from audit.selectors import dashboard_figures
 from audit.services import inbox_rows_seal
+from core.actors import Actor
 from tests.audit.conftest import admin_action
-from tests.webhooks.factories import InboxEventFactory, WebhookSourceFactory
-from webhooks.models import OperatorAction, WebhookSource
+from tests.webhooks.factories import (
+    InboxEventFactory,
+    WebhookSourceFactory,
+    hold_of,
+    paused_at_of,
+)
+from webhooks.models import OperatorAction, SourceHold
 from webhooks.pausing import webhook_source_pause, webhook_source_resume
 
 from .tampering import sql, verify_fails
@@ -53,9 +59,9 @@ def test_operator_pauses_a_source_with_a_reason_and_sees_it_paused(
         reason="the indexer is down",
     )
     assert b"Paused papers" in response.content
-    papers.refresh_from_db()
-    assert papers.paused_at is not None
-    assert (papers.paused_by, papers.paused_by_name, papers.pause_reason) == (
+    hold = hold_of(papers)
+    assert hold.paused_at is not None
+    assert (hold.paused_by, hold.paused_by_name, hold.pause_reason) == (
         operator,
         "operator",
         "the indexer is down",
@@ -76,22 +82,20 @@ def test_a_pause_without_a_reason_changes_nothing(operator_client, papers):
     )
     assert response.status_code == 200  # the confirmation again, with the error
     assert b"This field is required" in response.content
-    papers.refresh_from_db()
-    assert papers.paused_at is None
+    assert hold_of(papers) is None
     assert not OperatorAction.objects.exists()
 
 
 def test_operator_resumes_with_a_rate_or_without(operator_client, operator):
     slow, fast = WebhookSourceFactory(slug="slow"), WebhookSourceFactory(slug="fast")
     for source in (slow, fast):
-        webhook_source_pause(source=source, reason="down", actor=operator)
+        webhook_source_pause(source=source, reason="down", actor=Actor.of(operator))
 
     admin_action(
         operator_client, SOURCES, "resume_selected", slow, post="yes", rate="5"
     )
     admin_action(operator_client, SOURCES, "resume_selected", fast, post="yes")
-    slow.refresh_from_db()
-    fast.refresh_from_db()
+    slow, fast = hold_of(slow), hold_of(fast)
     assert (slow.paused_at, slow.drain_rate) == (None, 5.0)
     assert (fast.paused_at, fast.drain_rate) == (None, None)
     assert fast.drain_started_at is not None
@@ -116,7 +120,9 @@ def test_auditor_sees_the_paused_state_and_cannot_pause_or_resume(
     auditor_client, operator, papers
 ):
     other = WebhookSourceFactory(slug="other")
-    webhook_source_pause(source=papers, reason="the indexer is down", actor=operator)
+    webhook_source_pause(
+        source=papers, reason="the indexer is down", actor=Actor.of(operator)
+    )
     choices = action_choices(auditor_client)
     assert "pause_selected" not in choices and "resume_selected" not in choices
     listing = auditor_client.get(reverse(f"admin:{SOURCES}_changelist")).content
@@ -127,17 +133,17 @@ def test_auditor_sees_the_paused_state_and_cannot_pause_or_resume(
         auditor_client, SOURCES, "pause_selected", other, post="yes", reason="r"
     )
     admin_action(auditor_client, SOURCES, "resume_selected", papers, post="yes")
-    other.refresh_from_db()
-    papers.refresh_from_db()
-    assert other.paused_at is None
-    assert papers.paused_at is not None
+    assert paused_at_of(other) is None
+    assert paused_at_of(papers) is not None
     assert OperatorAction.objects.count() == 1
 
 
 def test_a_held_events_page_says_why_it_waits(operator_client, operator, papers):
     event = InboxEventFactory(source=papers)
     processed = InboxEventFactory(source=papers, processing_status="processed")
-    webhook_source_pause(source=papers, reason="the indexer is down", actor=operator)
+    webhook_source_pause(
+        source=papers, reason="the indexer is down", actor=Actor.of(operator)
+    )
 
     page = operator_client.get(
         reverse("admin:webhooks_inboxevent_change", args=[event.pk])
@@ -158,9 +164,13 @@ def test_the_dashboard_lists_the_paused_sources(auditor_client, operator, papers
 
     InboxEventFactory.create_batch(2, source=papers)
     InboxEventFactory(source=papers, processing_status="processed")
-    webhook_source_pause(source=papers, reason="the indexer is down", actor=operator)
-    webhook_source_pause(source=quiet, reason="noisy producer", actor=operator)
-    WebhookSource.objects.filter(pk=quiet.pk).update(
+    webhook_source_pause(
+        source=papers, reason="the indexer is down", actor=Actor.of(operator)
+    )
+    webhook_source_pause(
+        source=quiet, reason="noisy producer", actor=Actor.of(operator)
+    )
+    SourceHold.objects.filter(source=quiet).update(
         paused_at=timezone.now() - timedelta(hours=1)
     )
 
@@ -176,7 +186,7 @@ def test_the_dashboard_lists_the_paused_sources(auditor_client, operator, papers
 
 def test_the_waiting_count_is_bounded(monkeypatch, operator, papers):
     InboxEventFactory.create_batch(4, source=papers)
-    webhook_source_pause(source=papers, reason="down", actor=operator)
+    webhook_source_pause(source=papers, reason="down", actor=Actor.of(operator))
     monkeypatch.setattr("audit.selectors.COUNT_CAP", 3)
     (row,) = dashboard_figures()["paused_sources"]
     assert (row["waiting"], row["waiting_capped"]) == (3, True)
@@ -184,8 +194,10 @@ def test_the_waiting_count_is_bounded(monkeypatch, operator, papers):
 
 def test_audit_verify_names_an_altered_pause_or_resume_action(capsys, operator):
     source = WebhookSourceFactory(slug="papers")
-    paused = webhook_source_pause(source=source, reason="down", actor=operator)
-    resumed = webhook_source_resume(source=source, rate=3, actor=operator)
+    paused = webhook_source_pause(
+        source=source, reason="down", actor=Actor.of(operator)
+    )
+    resumed = webhook_source_resume(source=source, rate=3, actor=Actor.of(operator))
     inbox_rows_seal(now=timezone.now() + timedelta(minutes=5))
     table = OperatorAction._meta.db_table
     sql(

@@ -8,6 +8,7 @@ import pytest
 from django.core.management import call_command
 from django.utils import timezone
 
+from core.actors import Actor
 from core.relay import Relay
 from tests.broker import queued_inbox_event_ids
 from tests.webhooks.factories import (
@@ -49,7 +50,7 @@ def test_replay_moves_dead_letters_back_to_received_and_dispatches_them(
         events_queryset=InboxEvent.objects.filter(
             pk__in=[dead[0].pk, dead[1].pk, processed.pk]
         ),
-        actor=operator,
+        actor=Actor.of(operator),
         reason="handler fixed in 1.4.2",
     )
 
@@ -90,7 +91,7 @@ def test_replay_of_nothing_replayable_raises_and_records_nothing(
     with pytest.raises(NothingToReplay):
         inbox_events_replay(
             events_queryset=InboxEvent.objects.filter(pk=event.pk),
-            actor=operator,
+            actor=Actor.of(operator),
             reason="x",
         )
     assert OperatorAction.objects.count() == 0
@@ -174,13 +175,13 @@ def test_bulk_replay_job_counts_first_then_replays_in_chunks(operator, settings)
         since=None,
         event_ids=[],
         reason="mass outage",
-        created_by=operator,
+        created_by=Actor.of(operator),
     )
     assert job.dry_run_count == 10
     assert job.state == BulkReplayJob.State.COUNTED
     assert InboxEvent.objects.filter(processing_status="received").count() == 0
 
-    job = bulk_replay_job_start(job=job, started_by_name="os:ops", publish=False)
+    job = bulk_replay_job_start(job=job, started_by=Actor(name="os:ops"), publish=False)
     seen = []
     job = bulk_replay_job_run(
         job_id=job.pk,

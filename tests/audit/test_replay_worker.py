@@ -6,6 +6,7 @@ test fails."""
 
 import pytest
 
+from core.actors import Actor
 from tests import processes
 from tests.webhooks.factories import (
     DeadLetteredEventFactory,
@@ -30,7 +31,7 @@ def test_replayed_dead_letter_is_taken_to_a_terminal_status_by_a_real_worker(
     try:
         inbox_events_replay(
             events_queryset=InboxEvent.objects.filter(pk=dead.pk),
-            actor=operator,
+            actor=Actor.of(operator),
             reason="end to end",
         )
         processes.wait_until(

@@ -24,6 +24,7 @@ from webhooks.models import (
     InboxAttempt,
     InboxEvent,
     ProcessingStatus,
+    SourceHold,
     WebhookSecret,
     WebhookSource,
 )
@@ -78,6 +79,17 @@ def research_source(slug: str = RESEARCH_SOURCE) -> WebhookSource:
     return WebhookSource.objects.filter(slug=slug).first() or WebhookSourceFactory(
         slug=slug, scheme="hmac-sha256", handler="research"
     )
+
+
+def hold_of(source: WebhookSource) -> SourceHold | None:
+    """The source's hold as stored now: ``None`` while it is neither paused nor draining."""
+    return SourceHold.objects.filter(source_id=source.pk).first()
+
+
+def paused_at_of(source: WebhookSource):
+    """When the source was paused, as stored now; ``None`` while it is not paused."""
+    hold = hold_of(source)
+    return hold.paused_at if hold is not None else None
 
 
 # --- signing and posting --------------------------------------------------------------------

@@ -10,6 +10,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
+from core.actors import Actor
 from core.logging import CELERY_HEADER, CorrelationIdFilter, correlation_id_get
 from core.relay import Relay
 from tests.broker import broker_messages, broker_reset, inbox_messages
@@ -69,7 +70,7 @@ def test_a_replay_publishes_each_row_with_its_own_event_id(settings):
 
     inbox_events_replay(
         events_queryset=InboxEvent.objects.all(),
-        actor_name="ops",
+        actor=Actor(name="ops"),
         reason="handler fixed",
     )
     assert broker_messages() == []  # the replay publishes nothing

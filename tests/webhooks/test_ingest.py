@@ -11,6 +11,7 @@ from django.utils import timezone
 from prometheus_client import REGISTRY
 from standardwebhooks.webhooks import Webhook
 
+from core.actors import Actor
 from core.canonical import canonical_json
 from core.logging import CELERY_HEADER
 from core.relay import relay_round
@@ -323,7 +324,12 @@ def test_several_signatures_one_valid_with_unknown_versions_skipped(http, source
 
 def test_rotation_old_secret_valid_during_grace_then_refused(http, source):
     old_signed = research_event(event_id="evt-old-1")
-    webhook_source_rotate(source=source, secret="the-new-secret", grace_seconds=3600)
+    webhook_source_rotate(
+        source=source,
+        secret="the-new-secret",
+        grace_seconds=3600,
+        actor=Actor.system(),
+    )
     assert post_signed(http, old_signed, event_id="evt-old-1").status_code == 202
     new_signed = research_event(event_id="evt-new-1")
     assert (
@@ -347,7 +353,12 @@ def test_rotation_old_secret_valid_during_grace_then_refused(http, source):
 
 
 def test_rotation_with_zero_grace_refuses_the_old_secret_at_once(http, source):
-    webhook_source_rotate(source=source, secret="the-new-secret", grace_seconds=0)
+    webhook_source_rotate(
+        source=source,
+        secret="the-new-secret",
+        grace_seconds=0,
+        actor=Actor.system(),
+    )
     assert post_signed(http, research_event()).status_code == 401
 
 

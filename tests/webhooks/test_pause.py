@@ -16,6 +16,7 @@ from django.db import connection, connections, transaction
 from django.utils import timezone
 from prometheus_client import REGISTRY
 
+from core.actors import Actor
 from core.relay import Relay, outbox_lag_seconds
 from core.relay_state import relay_state
 from research.models import ResearchDocument
@@ -24,7 +25,9 @@ from tests.integrations.research.factories import research_event
 from tests.threads import document_locked, run_together
 from tests.webhooks.factories import (
     InboxEventFactory,
+    hold_of,
     inbox_events_bulk_create,
+    paused_at_of,
     research_source,
     signed_post,
 )
@@ -36,10 +39,15 @@ from webhooks.models import (
     InboxAttempt,
     InboxEvent,
     OperatorAction,
+    SourceHold,
     WebhookSource,
 )
-from webhooks.outbox import INBOX_OUTBOX, drain_budget, inbox_sweep
-from webhooks.pausing import webhook_source_pause, webhook_source_resume
+from webhooks.outbox import INBOX_OUTBOX, inbox_sweep
+from webhooks.pausing import (
+    drain_budget,
+    webhook_source_pause,
+    webhook_source_resume,
+)
 from webhooks.processing import inbox_events_process
 from webhooks.tasks import process_inbox_event_task
 
@@ -66,11 +74,13 @@ def normal():
 
 
 def pause(source, reason: str = "downstream is being fixed") -> OperatorAction:
-    return webhook_source_pause(source=source, reason=reason, actor_name="operator")
+    return webhook_source_pause(
+        source=source, reason=reason, actor=Actor(name="operator")
+    )
 
 
 def resume(source, rate: float | None = None) -> OperatorAction:
-    return webhook_source_resume(source=source, rate=rate, actor_name="operator")
+    return webhook_source_resume(source=source, rate=rate, actor=Actor(name="operator"))
 
 
 def rounds(relay: Relay | None = None, *, at_most: int = 50) -> int:
@@ -145,15 +155,16 @@ def test_a_paused_source_answers_every_delivery_as_an_unpaused_one_and_stores_it
 
 @threads
 def test_a_delivery_never_waits_for_the_lock_a_pause_or_a_drain_holds(client, paused):
-    """Pauses, resumes and drain rounds lock the source's row ``FOR NO KEY UPDATE``: the
-    foreign key check of ingest's insert (``FOR KEY SHARE``) does not wait for it."""
+    """Pauses, resumes and drain rounds lock the source's hold (``SourceHold``), never the
+    source's row: ingest's insert (and its foreign key check on the source) does not wait
+    for them."""
     pause(paused)
     locked, release = threading.Event(), threading.Event()
 
     def hold() -> None:
         try:
             with transaction.atomic():
-                WebhookSource.objects.select_for_update(no_key=True).get(pk=paused.pk)
+                SourceHold.objects.select_for_update().get(source=paused)
                 locked.set()
                 release.wait(timeout=30)
         finally:
@@ -175,11 +186,12 @@ def test_a_delivery_never_waits_for_the_lock_a_pause_or_a_drain_holds(client, pa
 
 
 def test_ingest_reads_nothing_of_the_pause():
-    """The source snapshot that every request reads (one statement) has no pause column in
-    it: a pause changes nothing on the request path, and no cache has to forget it."""
-    from webhooks.selectors import _SOURCE_FIELDS
+    """The source snapshot that every request reads (one statement) reads nothing of the
+    holds: a pause changes nothing on the request path, and no cache has to forget it."""
+    from webhooks.selectors import _source_with_secrets_sql
 
-    assert not {"paused_at", "drain_started_at", "drain_rate"} & set(_SOURCE_FIELDS)
+    assert SourceHold._meta.db_table not in _source_with_secrets_sql(connection.vendor)
+    assert "hold" not in {f.name for f in WebhookSource._meta.concrete_fields}
 
 
 # --- the relay holds a paused source's events ---------------------------------------------------
@@ -432,12 +444,7 @@ def test_a_resume_without_rate_drains_the_held_events_in_id_order_new_ones_behin
     of_paused = [pk for pk in queued if pk != other.pk]
     assert of_paused == [*(r.pk for r in held), arrived_after.pk]
     # Nothing of the source waits any more: the drain is over, the source is normal again.
-    paused.refresh_from_db()
-    assert (paused.paused_at, paused.drain_started_at, paused.drain_rate) == (
-        None,
-        None,
-        None,
-    )
+    assert hold_of(paused) is None
     later = InboxEventFactory(source=paused)
     assert rounds() == 1
     assert queued_inbox_event_ids()[-1] == later.pk
@@ -462,22 +469,26 @@ def test_the_workers_process_the_rows_the_drain_released_and_no_others(paused):
 
 def test_drain_budget_refills_at_the_rate_up_to_one_second(paused):
     now = timezone.now()
-    paused.drain_rate = 10.0
-    paused.drain_tokens = 1.0
-    paused.drain_tokens_at = now
-    assert drain_budget(paused, now=now, limit=500) == (1, 1.0)
-    assert drain_budget(paused, now=now + timedelta(seconds=0.25), limit=500) == (
+    hold = SourceHold(
+        source=paused,
+        drain_started_at=now,
+        drain_rate=10.0,
+        drain_tokens=1.0,
+        drain_tokens_at=now,
+    )
+    assert drain_budget(hold, now=now, limit=500) == (1, 1.0)
+    assert drain_budget(hold, now=now + timedelta(seconds=0.25), limit=500) == (
         3,
         3.5,
     )
     # A relay that was away catches up on one second's worth at most.
-    assert drain_budget(paused, now=now + timedelta(minutes=5), limit=500) == (
+    assert drain_budget(hold, now=now + timedelta(minutes=5), limit=500) == (
         10,
         10.0,
     )
-    assert drain_budget(paused, now=now + timedelta(minutes=5), limit=4)[0] == 4
-    paused.drain_rate = None
-    assert drain_budget(paused, now=now, limit=500)[0] == 500
+    assert drain_budget(hold, now=now + timedelta(minutes=5), limit=4)[0] == 4
+    hold.drain_rate = None
+    assert drain_budget(hold, now=now, limit=500)[0] == 500
 
 
 def released_times(source) -> list[float]:
@@ -529,8 +540,8 @@ def test_a_pause_during_a_drain_stops_it(paused):
     assert Relay().run_once(sweep=False)[0] == 1
     action = pause(paused, reason="still broken")
     assert action.details["drain_interrupted"] is True
-    paused.refresh_from_db()
-    assert paused.drain_started_at is None and paused.paused_at is not None
+    hold = hold_of(paused)
+    assert hold.drain_started_at is None and hold.paused_at is not None
     # The row the drain had released does not run: it waits again with the others.
     (outcome,) = inbox_events_process(ids=[rows[0].pk])
     assert outcome.skipped == "held"
@@ -570,8 +581,7 @@ def test_a_pause_needs_a_reason(paused, reason):
 
     with pytest.raises(InvalidPayload):
         pause(paused, reason=reason)
-    paused.refresh_from_db()
-    assert paused.paused_at is None
+    assert hold_of(paused) is None
     assert not OperatorAction.objects.exists()
 
 
@@ -582,7 +592,7 @@ def test_a_resume_rate_must_be_above_zero(paused, rate):
     pause(paused)
     with pytest.raises(InvalidPayload):
         resume(paused, rate=rate)
-    assert WebhookSource.objects.get(pk=paused.pk).paused_at is not None
+    assert paused_at_of(paused) is not None
 
 
 @threads
@@ -633,7 +643,8 @@ def test_the_metrics_say_which_sources_are_paused_and_what_they_hold(
     InboxEventFactory.create_batch(4, source=paused)
     InboxEventFactory(source=paused, processing_status="processed")
     InboxEventFactory(source=normal)
-    WebhookSource.objects.filter(pk=paused.pk).update(
+    SourceHold.objects.create(
+        source=paused,
         paused_at=timezone.now() - timedelta(seconds=90),
         paused_by_name="operator",
         pause_reason="down",
@@ -678,7 +689,7 @@ def test_a_replay_of_a_paused_sources_dead_letter_waits_for_the_resume(paused):
     pause(paused)
     inbox_events_replay(
         events_queryset=InboxEvent.objects.filter(pk=dead.pk),
-        actor_name="operator",
+        actor=Actor(name="operator"),
         reason="after the fix",
     )
     assert rounds() == 0

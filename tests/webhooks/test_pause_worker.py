@@ -11,6 +11,7 @@ import pytest
 from django.db.models import Count
 
 from config.celery_app import app
+from core.actors import Actor
 from core.models import RelayHeartbeat
 from core.relay import Relay
 from research.models import DocumentRevision, ResearchDocument
@@ -19,7 +20,12 @@ from tests.broker import broker_reset
 from tests.integrations.research.factories import research_event
 from tests.webhooks.factories import inbox_events_bulk_create, research_source
 from webhooks.dispatch import PROCESS_ONE_TASK, PROCESS_TASK
-from webhooks.models import TERMINAL_STATUSES, InboxAttempt, InboxEvent, WebhookSource
+from webhooks.models import (
+    TERMINAL_STATUSES,
+    InboxAttempt,
+    InboxEvent,
+    SourceHold,
+)
 from webhooks.pausing import webhook_source_pause, webhook_source_resume
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
@@ -91,7 +97,9 @@ def test_nothing_of_a_paused_source_is_processed_then_each_held_event_once_in_or
     tmp_path, running
 ):
     paused, normal = research_source("paused-sync"), research_source("normal-sync")
-    webhook_source_pause(source=paused, reason="the indexer is down")
+    webhook_source_pause(
+        source=paused, reason="the indexer is down", actor=Actor.system()
+    )
     # One worker process: it takes the messages in the order the relay published them.
     worker = running(processes.celery_worker(tmp_path, concurrency=1))
     inbox_events_bulk_create(versions_of_one_document("doc_held", 30), source=paused)
@@ -122,14 +130,14 @@ def test_nothing_of_a_paused_source_is_processed_then_each_held_event_once_in_or
     assert not InboxAttempt.objects.filter(event__source=paused).exists()
     assert not ResearchDocument.objects.filter(entity_id="doc_held").exists()
 
-    webhook_source_resume(source=paused)
+    webhook_source_resume(source=paused, actor=Actor.system())
     wait_terminal(paused, 40, [worker])
     assert_processed_once_in_id_order(paused, 40)
     assert (
         ResearchDocument.objects.get(entity_id="doc_held").current_source_version == 40
     )
     processes.wait_until(
-        lambda: WebhookSource.objects.get(pk=paused.pk).drain_started_at is None,
+        lambda: not SourceHold.objects.filter(source=paused).exists(),
         timeout=30,
         what="the drain to end: the source is normal again",
     )
@@ -158,7 +166,7 @@ def test_a_message_published_before_the_pause_processes_nothing_until_the_resume
     InboxEvent.objects.filter(pk__in=[r.pk for r in rows]).update(
         dispatched_at=rows[0].received_at
     )
-    webhook_source_pause(source=paused, reason="maintenance")
+    webhook_source_pause(source=paused, reason="maintenance", actor=Actor.system())
 
     worker = running(processes.celery_worker(tmp_path, concurrency=1, env=env))
     processes.wait_until(
@@ -175,7 +183,7 @@ def test_a_message_published_before_the_pause_processes_nothing_until_the_resume
     assert terminal(paused) == 0
     assert not InboxAttempt.objects.filter(event__source=paused).exists()
 
-    webhook_source_resume(source=paused)
+    webhook_source_resume(source=paused, actor=Actor.system())
     wait_terminal(paused, 3, [worker])
     assert_processed_once_in_id_order(paused, 3)
 
@@ -185,7 +193,9 @@ def test_a_drain_at_a_rate_is_kept_by_two_workers_relays_together(tmp_path, runn
     three seconds, measured from the relays' releases and from the workers' processing."""
     rate, count = 20.0, 60
     paused = research_source("paused-sync")
-    webhook_source_pause(source=paused, reason="downstream recovering")
+    webhook_source_pause(
+        source=paused, reason="downstream recovering", actor=Actor.system()
+    )
     inbox_events_bulk_create([research_event() for _ in range(count)], source=paused)
     Relay().run_once(sweep=False)  # sets them aside
     workers = [
@@ -205,7 +215,7 @@ def test_a_drain_at_a_rate_is_kept_by_two_workers_relays_together(tmp_path, runn
         what="both workers ready",
     )
 
-    webhook_source_resume(source=paused, rate=rate)
+    webhook_source_resume(source=paused, rate=rate, actor=Actor.system())
     wait_terminal(paused, count, workers)
 
     rows = InboxEvent.objects.filter(source=paused)

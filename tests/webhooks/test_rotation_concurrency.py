@@ -7,6 +7,7 @@ import pytest
 from django.db import connections
 from django.utils import timezone
 
+from core.actors import Actor
 from webhooks.models import WebhookSecret
 from webhooks.sources import webhook_source_rotate
 
@@ -30,7 +31,7 @@ def rotate_at_once(source, n: int) -> list[Exception]:
                 source=source,
                 secret=f"rotated-secret-{source.slug}-{i}-0123456789",
                 grace_seconds=GRACE_SECONDS,
-                actor_name="race",
+                actor=Actor(name="race"),
             )
         except Exception as exc:  # asserted on by the caller
             errors.append(exc)

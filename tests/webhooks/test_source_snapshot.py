@@ -13,6 +13,7 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
+from core.actors import Actor
 from tests.integrations.research.factories import research_event
 from tests.webhooks.factories import WebhookSourceFactory, signed_post
 from webhooks.models import InboxEvent, WebhookSecret, WebhookSource
@@ -93,7 +94,9 @@ def test_a_grace_period_ending_is_honoured_from_the_snapshot(cached, source):
     """The snapshot keeps each secret's expiry: an old secret stops verifying when its grace
     ends, whatever the snapshot's age."""
     http = Client()
-    webhook_source_rotate(source=source, secret=NEW_SECRET, grace_seconds=3600)
+    webhook_source_rotate(
+        source=source, secret=NEW_SECRET, grace_seconds=3600, actor=Actor.system()
+    )
     assert signed_post(http, "snap", research_event()).status_code == 202  # old secret
     WebhookSecret.objects.exclude(secret=NEW_SECRET).update(
         expires_at=timezone.now() + timedelta(milliseconds=200)

@@ -7,6 +7,7 @@ from django.http import HttpResponse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import mark_safe
 
+from core.actors import Actor
 from core.admin_base import (
     ReadOnlyAdminMixin,
     ReadOnlyInlineMixin,
@@ -171,12 +172,12 @@ class InboxEventAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         """Why the event waits unprocessed, when its source is paused."""
         if not inbox_event_held_reason(event=obj):
             return "-"
-        source = obj.source
-        reason = f" ({source.pause_reason})" if source.pause_reason else ""
+        hold = obj.source.current_hold
+        reason = f" ({hold.pause_reason})" if hold.pause_reason else ""
         return format_html(
             "held: source paused since {} by {}{}",
-            display_for_value(source.paused_at, "-"),
-            source.paused_by_name or "-",
+            display_for_value(hold.paused_at, "-"),
+            hold.paused_by_name or "-",
             reason,
         )
 
@@ -267,7 +268,7 @@ class DeadLetteredEventAdmin(InboxEventAdmin):
             return reason
         try:
             action = inbox_events_replay(
-                events_queryset=queryset, actor=request.user, reason=reason
+                events_queryset=queryset, actor=Actor.of(request.user), reason=reason
             )
         except NothingToReplay:
             self.message_user(

@@ -7,6 +7,7 @@ from django.urls import path, reverse
 from django.utils.html import format_html
 from django.utils.safestring import mark_safe
 
+from core.actors import Actor
 from core.admin_base import (
     ReadOnlyAdminMixin,
     admin_link,
@@ -160,7 +161,7 @@ class FingerprintMismatchAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         if isinstance(note, HttpResponse):
             return note
         action = fingerprint_mismatches_mark_investigated(
-            mismatches=queryset, actor=request.user, note=note
+            mismatches=queryset, actor=Actor.of(request.user), note=note
         )
         self.message_user(
             request,

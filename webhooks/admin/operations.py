@@ -8,6 +8,7 @@ from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import mark_safe
 
+from core.actors import Actor
 from core.admin_base import (
     BoundedCountPaginator,
     ReadOnlyAdminMixin,
@@ -204,7 +205,7 @@ class BulkReplayJobAdmin(admin.ModelAdmin):
             event_ids=form.cleaned_data["event_ids_text"].split(),
             reason=form.cleaned_data["reason"],
             rate=form.cleaned_data["rate"],
-            created_by=request.user,
+            created_by=Actor.of(request.user),
         )
         obj.pk = created.pk
         obj.dry_run_count = created.dry_run_count
@@ -289,7 +290,7 @@ class BulkReplayJobAdmin(admin.ModelAdmin):
         started = 0
         for job in queryset.filter(state=BulkReplayJob.State.COUNTED):
             try:
-                bulk_replay_job_start(job=job, started_by=request.user)
+                bulk_replay_job_start(job=job, started_by=Actor.of(request.user))
                 started += 1
             except BulkReplayJobNotStartable:
                 continue
@@ -316,7 +317,7 @@ class BulkReplayJobAdmin(admin.ModelAdmin):
         for pk in queryset.values_list("pk", flat=True):
             try:
                 bulk_replay_job_cancel(
-                    job_id=pk, reason=reason, cancelled_by=request.user
+                    job_id=pk, reason=reason, cancelled_by=Actor.of(request.user)
                 )
                 cancelled += 1
             except (BulkReplayJobNotCancellable, BulkReplayJob.DoesNotExist):
@@ -351,7 +352,7 @@ class BulkReplayJobAdmin(admin.ModelAdmin):
             try:
                 bulk_replay_job_resume(
                     job_id=pk,
-                    resumed_by=request.user,
+                    resumed_by=Actor.of(request.user),
                     reason=data["reason"],
                     rate=data["rate"],
                 )

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from django import forms
 from django.contrib import admin, messages
+from django.contrib.admin.utils import display_for_value
 from django.core.exceptions import PermissionDenied
 from django.http import HttpResponse
 from django.utils.decorators import method_decorator
@@ -11,11 +12,12 @@ from django.views.decorators.debug import (
     sensitive_variables,
 )
 
+from core.actors import Actor
 from core.admin_base import ReadOnlyAdminMixin, ReasonForm, confirm_with_reason
 from core.errors import ServiceError
 from core.selectors import COUNT_CAP
 
-from ..models import SignatureFailure, WebhookSource
+from ..models import SignatureFailure, SourceHold, WebhookSource
 from ..pausing import webhook_source_pause, webhook_source_resume
 from ..selectors import webhook_source_held_count, webhook_source_list
 from ..sources import (
@@ -69,9 +71,9 @@ class PausedListFilter(admin.SimpleListFilter):
 
     def queryset(self, request, queryset):
         if self.value() == "yes":
-            return queryset.filter(paused_at__isnull=False)
+            return queryset.filter(hold__paused_at__isnull=False)
         if self.value() == "no":
-            return queryset.filter(paused_at__isnull=True)
+            return queryset.exclude(hold__paused_at__isnull=False)
         return queryset
 
 
@@ -85,8 +87,8 @@ class WebhookSourceAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         "is_enabled",
         "expected_delivery_interval_seconds",
         "secret_count",
-        "paused_at",
-        "paused_by_name",
+        "paused_since",
+        "paused_by",
         "pause_reason_summary",
         "held_events",
         "created_at",
@@ -102,8 +104,8 @@ class WebhookSourceAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         "is_enabled",
         "expected_delivery_interval_seconds",
         "secret_count",
-        "paused_at",
-        "paused_by_name",
+        "paused_since",
+        "paused_by",
         "pause_reason",
         "held_events",
         "drain_state",
@@ -134,31 +136,53 @@ class WebhookSourceAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     def secret_count(self, obj):
         return obj.secret_count
 
+    @staticmethod
+    def _paused(obj) -> SourceHold | None:
+        hold = obj.current_hold
+        return hold if hold is not None and hold.paused_at is not None else None
+
+    @admin.display(description="paused since")
+    def paused_since(self, obj):
+        hold = self._paused(obj)
+        return display_for_value(hold.paused_at, "-") if hold else "-"
+
+    @admin.display(description="paused by")
+    def paused_by(self, obj):
+        hold = self._paused(obj)
+        return hold.paused_by_name if hold else "-"
+
+    @admin.display(description="why paused")
+    def pause_reason(self, obj):
+        hold = self._paused(obj)
+        return hold.pause_reason if hold else ""
+
     @admin.display(description="why paused")
     def pause_reason_summary(self, obj):
-        text = obj.pause_reason or ""
+        text = self.pause_reason(obj)
         return text if len(text) <= 60 else text[:59] + "…"
 
     @admin.display(description="held events")
     def held_events(self, obj):
         """Events waiting because the source is paused, or still draining after a resume: a
         bounded count, of those sources only."""
-        if obj.paused_at is None and obj.drain_started_at is None:
+        hold = obj.current_hold
+        if hold is None:
             return "-"
         count = webhook_source_held_count(source_id=obj.pk)
         shown = f"{COUNT_CAP}+" if count > COUNT_CAP else str(count)
-        return shown if obj.paused_at is not None else f"{shown} (draining)"
+        return shown if hold.paused_at is not None else f"{shown} (draining)"
 
     @admin.display(description="draining")
     def drain_state(self, obj):
-        if obj.drain_started_at is None:
+        hold = obj.current_hold
+        if hold is None or hold.drain_started_at is None:
             return "-"
-        rate = f"at most {obj.drain_rate:g}/s" if obj.drain_rate else "no rate limit"
+        rate = f"at most {hold.drain_rate:g}/s" if hold.drain_rate else "no rate limit"
         return format_html(
             "since {}, {}, {} released so far",
-            obj.drain_started_at,
+            hold.drain_started_at,
             rate,
-            obj.drain_released,
+            hold.drain_released,
         )
 
     def has_rotate_secret_permission(self, request):
@@ -189,7 +213,9 @@ class WebhookSourceAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         paused, refused = [], []
         for source in queryset.order_by("slug"):
             try:
-                webhook_source_pause(source=source, reason=reason, actor=request.user)
+                webhook_source_pause(
+                    source=source, reason=reason, actor=Actor.of(request.user)
+                )
             except ServiceError as exc:
                 refused.append(f"{source.slug}: {exc}")
                 continue
@@ -229,7 +255,7 @@ class WebhookSourceAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
                 action = webhook_source_resume(
                     source=source,
                     rate=data["rate"],
-                    actor=request.user,
+                    actor=Actor.of(request.user),
                     reason=data["reason"],
                 )
             except ServiceError as exc:
@@ -282,7 +308,7 @@ class WebhookSourceAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
                 source=source,
                 secret=data["secret"],
                 grace_seconds=data["grace_seconds"],
-                actor=request.user,
+                actor=Actor.of(request.user),
                 reason=data["reason"],
             )
         except ServiceError as exc:

@@ -1,9 +1,9 @@
-import getpass
 from datetime import timedelta
 
 from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
+from core.actors import Actor
 from webhooks.retention import inbox_bodies_purge
 
 
@@ -31,7 +31,7 @@ class Command(BaseCommand):
         total = inbox_bodies_purge(
             older_than=cutoff,
             batch_size=batch_size,
-            actor_name=f"os:{getpass.getuser()}",
+            actor=Actor.command(),
             progress=progress,
         )
         self.stdout.write(

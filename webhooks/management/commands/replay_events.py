@@ -1,10 +1,10 @@
-import getpass
 import sys
 
 from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
+from core.actors import Actor
 from webhooks.models import (
     REPLAYABLE_STATUSES,
     BulkReplayJob,
@@ -91,7 +91,7 @@ class Command(BaseCommand):
         cancel,
         **opts,
     ):
-        user = f"os:{getpass.getuser()}"
+        user = Actor.command()
         try:
             rate = bulk_replay_rate_parse(rate)
         except InvalidBulkReplayRate as exc:
@@ -113,7 +113,7 @@ class Command(BaseCommand):
             try:
                 job = bulk_replay_job_resume(
                     job_id=resume,
-                    resumed_by_name=user,
+                    resumed_by=user,
                     reason=reason or "replay_events --resume",
                     rate=rate,
                     publish=False,
@@ -141,14 +141,14 @@ class Command(BaseCommand):
             event_ids=event_ids or [],
             reason=reason or "replay_events command",
             rate=rate,
-            created_by_name=user,
+            created_by=user,
         )
         self.stdout.write(f"{job.dry_run_count} events match")
         if dry_run or job.dry_run_count == 0:
             return
-        self._run(bulk_replay_job_start(job=job, started_by_name=user, publish=False))
+        self._run(bulk_replay_job_start(job=job, started_by=user, publish=False))
 
-    def _cancel(self, job_id: int, *, user: str, reason: str | None, others) -> None:
+    def _cancel(self, job_id: int, *, user: Actor, reason: str | None, others) -> None:
         if any(value not in (None, False) for value in others):
             raise CommandError(
                 "--cancel takes only the job id and --reason: no filter, --dry-run, "
@@ -158,7 +158,7 @@ class Command(BaseCommand):
             raise CommandError("--cancel needs --reason (recorded with the cancel)")
         try:
             job = bulk_replay_job_cancel(
-                job_id=job_id, reason=reason, cancelled_by_name=user
+                job_id=job_id, reason=reason, cancelled_by=user
             )
         except BulkReplayJob.DoesNotExist:
             raise CommandError(f"no bulk replay #{job_id}") from None

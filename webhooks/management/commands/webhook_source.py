@@ -1,10 +1,10 @@
 import argparse
-import getpass
 
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
 from django.db import IntegrityError
 
+from core.actors import Actor
 from core.errors import InvalidPayload, ServiceError
 from webhooks.errors import SourceAlreadyPaused
 from webhooks.integrations import integration_names
@@ -135,7 +135,7 @@ class Command(BaseCommand):
             source=self._source(slug),
             secret=secret,
             grace_seconds=grace_seconds,
-            actor_name=f"os:{getpass.getuser()}",
+            actor=Actor.command(),
             reason=reason,
         )
         self.stdout.write(
@@ -157,16 +157,17 @@ class Command(BaseCommand):
 
     @staticmethod
     def _pause_state(source: WebhookSource) -> str:
-        if source.paused_at is not None:
-            reason = " ".join(source.pause_reason.split())
+        hold = source.current_hold
+        if hold is None:
+            return "no"
+        if hold.paused_at is not None:
+            reason = " ".join(hold.pause_reason.split())
             return (
-                f"yes since {source.paused_at.isoformat(timespec='seconds')} "
-                f"by {source.paused_by_name}: {reason}"
+                f"yes since {hold.paused_at.isoformat(timespec='seconds')} "
+                f"by {hold.paused_by_name}: {reason}"
             )
-        if source.drain_started_at is not None:
-            rate = f"{source.drain_rate:g}/s" if source.drain_rate else "no limit"
-            return f"no (draining held events, {rate})"
-        return "no"
+        rate = f"{hold.drain_rate:g}/s" if hold.drain_rate else "no limit"
+        return f"no (draining held events, {rate})"
 
     def _disable(self, *, slug, **options):
         webhook_source_set_enabled(source=self._source(slug), enabled=False)
@@ -180,7 +181,7 @@ class Command(BaseCommand):
         source = self._source(slug)
         try:
             action = webhook_source_pause(
-                source=source, reason=reason, actor_name=f"os:{getpass.getuser()}"
+                source=source, reason=reason, actor=Actor.command()
             )
         except SourceAlreadyPaused as exc:
             raise CommandError(f"not paused again: {exc}") from exc
@@ -195,7 +196,7 @@ class Command(BaseCommand):
         source = self._source(slug)
         try:
             action = webhook_source_resume(
-                source=source, rate=rate, actor_name=f"os:{getpass.getuser()}"
+                source=source, rate=rate, actor=Actor.command()
             )
         except ServiceError as exc:  # not paused, or a rate it refuses
             raise CommandError(f"not resumed: {exc}") from exc

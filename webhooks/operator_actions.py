@@ -1,0 +1,134 @@
+"""The one recorder of operator actions (docs/architecture.md, "Adding an operator action").
+
+Every service that changes something on an operator's behalf records it here, in its own
+transaction: who (an ``core.actors.Actor``, built once by the admin or the command), what
+(``OperatorAction.Action``), why, which inbox rows, and the action's ``details``, whose shape
+is declared per action below and checked on every record, so that an auditor (and the
+dashboard, and the trail's verification) reads the same keys in every record of one kind."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, TypedDict
+
+from core.actors import Actor
+
+from .models import BulkReplayJob, OperatorAction
+
+
+class ReplayDetails(TypedDict):
+    """``replay`` and ``bulk_replay``: each replayed row's status and attempts before."""
+
+    previous: dict[str, dict[str, Any]]
+
+
+class MarkInvestigatedDetails(TypedDict):
+    mismatch_ids: list[int]
+
+
+class RotateSecretDetails(TypedDict):
+    source: str
+    grace_seconds: int
+
+
+class PurgeBodiesDetails(TypedDict):
+    """``purged_at`` is the stamp the purged rows got (``retention.purge_stamp``), which
+    verification compares with their ``body_purged_at``."""
+
+    purged_at: str
+    older_than: str
+
+
+class _BulkReplayControlDetails(TypedDict):
+    rate: float | None
+    run: int
+    processed: int
+    total: int
+
+
+class StartBulkReplayDetails(_BulkReplayControlDetails):
+    pass
+
+
+class CancelBulkReplayDetails(_BulkReplayControlDetails):
+    state_before: str
+
+
+class ResumeBulkReplayDetails(_BulkReplayControlDetails):
+    rate_changed: bool
+
+
+class _HeldDetails(TypedDict):
+    source: str
+    source_id: int
+    held_events: int
+    held_events_capped: bool
+
+
+class PauseSourceDetails(_HeldDetails, total=False):
+    drain_interrupted: bool
+
+
+class ResumeSourceDetails(_HeldDetails):
+    rate: float | None
+    paused_at: str
+    paused_by: str
+    pause_reason: str
+
+
+Action = OperatorAction.Action
+
+DETAILS_SHAPES: dict[str, type] = {
+    Action.REPLAY: ReplayDetails,
+    Action.BULK_REPLAY: ReplayDetails,
+    Action.MARK_INVESTIGATED: MarkInvestigatedDetails,
+    Action.ROTATE_SECRET: RotateSecretDetails,
+    Action.PURGE_BODIES: PurgeBodiesDetails,
+    Action.START_BULK_REPLAY: StartBulkReplayDetails,
+    Action.CANCEL_BULK_REPLAY: CancelBulkReplayDetails,
+    Action.RESUME_BULK_REPLAY: ResumeBulkReplayDetails,
+    Action.PAUSE_SOURCE: PauseSourceDetails,
+    Action.RESUME_SOURCE: ResumeSourceDetails,
+}
+
+
+def _details_check(action: str, details: Mapping[str, Any]) -> None:
+    shape = DETAILS_SHAPES[action]
+    required = shape.__required_keys__  # type: ignore[attr-defined]
+    allowed = required | shape.__optional_keys__  # type: ignore[attr-defined]
+    missing = sorted(required - details.keys())
+    unknown = sorted(details.keys() - allowed)
+    if missing or unknown:
+        raise TypeError(
+            f"details of a {str(action)!r} action: missing {missing}, unknown {unknown}"
+        )
+
+
+def operator_action_record(
+    *,
+    action: str,
+    actor: Actor,
+    details: Mapping[str, Any],
+    reason: str = "",
+    event_ids: Sequence[int] = (),
+    event_count: int | None = None,
+    skipped_count: int = 0,
+    bulk_job: BulkReplayJob | None = None,
+) -> OperatorAction:
+    """Records one operator action, in the caller's transaction (so that the action and the
+    change it records commit together). ``event_ids`` are the inbox rows it touched
+    (``event_count`` defaults to their number); ``details`` must have the action's shape
+    (``DETAILS_SHAPES``): a key missing or unknown raises ``TypeError`` and records
+    nothing."""
+    _details_check(action, details)
+    return OperatorAction.objects.create(
+        action=action,
+        actor=actor.user,
+        actor_name=actor.name[:255],
+        reason=reason,
+        event_ids=list(event_ids),
+        event_count=len(event_ids) if event_count is None else event_count,
+        skipped_count=skipped_count,
+        details=dict(details),
+        bulk_job=bulk_job,
+    )
