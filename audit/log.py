@@ -144,25 +144,27 @@ def log_consistency_proof(*, size1: int, size2: int) -> list[bytes]:
 
 def _rows_insert(leaf_rows: list[tuple], node_rows: list[tuple]) -> None:
     if connection.vendor == "postgresql":
-        # One set-based statement per table, whatever the batch's size.
+        # One COPY per table, in PostgreSQL's binary format: set-based like a multi-row
+        # INSERT, and ten times cheaper than passing the batch as arrays (psycopg converts
+        # arrays in Python; COPY rows in C). 5,000 leaves and their nodes take about 0.1 s.
         leaf_table = connection.ops.quote_name(LogLeaf._meta.db_table)
         node_table = connection.ops.quote_name(LogNode._meta.db_table)
-        indexes, kinds, record_ids, texts = (
-            list(c) for c in zip(*leaf_rows, strict=True)
-        )
-        positions, hashes = (list(c) for c in zip(*node_rows, strict=True))
-        with connection.cursor() as cursor:
-            cursor.execute(
-                # The table names are the models' own, not input.
-                f'INSERT INTO {leaf_table} ("index", kind, record_id, leaf) '  # noqa: S608
-                "SELECT * FROM unnest(%s::bigint[], %s::text[], %s::bigint[], %s::text[])",
-                [indexes, kinds, record_ids, texts],
-            )
-            cursor.execute(
-                f"INSERT INTO {node_table} (position, hash) "  # noqa: S608
-                "SELECT * FROM unnest(%s::bigint[], %s::bytea[])",
-                [positions, hashes],
-            )
+        # COPY goes around Django's cursor: its errors get Django's classes here (a
+        # duplicate record is an IntegrityError, as with an INSERT).
+        with connection.wrap_database_errors, connection.cursor() as cursor:
+            with cursor.copy(
+                f'COPY {leaf_table} ("index", kind, record_id, leaf) '
+                "FROM STDIN (FORMAT BINARY)"
+            ) as copy:
+                copy.set_types(["int8", "varchar", "int8", "text"])
+                for row in leaf_rows:
+                    copy.write_row(row)
+            with cursor.copy(
+                f"COPY {node_table} (position, hash) FROM STDIN (FORMAT BINARY)"
+            ) as copy:
+                copy.set_types(["int8", "bytea"])
+                for row in node_rows:
+                    copy.write_row(row)
         return
     LogLeaf.objects.bulk_create(
         LogLeaf(index=i, kind=k, record_id=r, leaf=t) for i, k, r, t in leaf_rows
@@ -178,7 +180,8 @@ def log_append(*, leaves: Sequence[LeafInput]) -> LogRange:
     (``IntegrityError``): the caller picks records not yet logged under the lock.
 
     Reads the O(log n) hashes of the tree's right edge, hashes each leaf once, and writes
-    one leaf row and on average two node rows per leaf, with two statements on PostgreSQL."""
+    one leaf row and on average two node rows per leaf, with one COPY per table on
+    PostgreSQL."""
     texts = [(leaf, leaf_encode(leaf)) for leaf in leaves]
     with transaction.atomic():
         log_lock()
@@ -189,10 +192,14 @@ def log_append(*, leaves: Sequence[LeafInput]) -> LogRange:
         stored = _node_hashes(set(edge_nodes))
         edge = merkle.CompactRange(size, [stored[node] for node in edge_nodes])
         leaf_rows, node_rows = [], []
+        # Nodes come out of the edge in the order of their stored positions: one
+        # contiguous run from the count stored so far (audit.merkle.stored_hash_index).
+        position = merkle.stored_hash_count(size)
         for leaf, text in texts:
             index = edge.size
-            for node, value in edge.append(merkle.leaf_hash(text.encode())):
-                node_rows.append((merkle.stored_hash_index(*node), value))
+            for _, value in edge.append(merkle.leaf_hash(text.encode())):
+                node_rows.append((position, value))
+                position += 1
             leaf_rows.append((index, leaf.kind, leaf.record_id, text))
         _rows_insert(leaf_rows, node_rows)
     logger.info(
