@@ -250,7 +250,8 @@ def main(argv: list[str] | None = None) -> int:
     for line in report.failures:
         print(f"FAIL {line}", file=sys.stderr)
     if report.ok:
-        print(f"bundle OK: {len(bundle.get('entries', []))} entries verified")
+        count = len(bundle.get("entries", []))
+        print(f"bundle OK: {count} {'entry' if count == 1 else 'entries'} verified")
         return 0
     print(f"bundle FAILED: {len(report.failures)} problems", file=sys.stderr)
     return 1

@@ -100,9 +100,11 @@ def _floor_insert(batches: int) -> float:
         rows = _batch(b * BATCH, BATCH)
         started = time.perf_counter()
         texts = [leaf_encode(leaf) for leaf in rows]
-        with transaction.atomic(), connection.cursor() as cursor, cursor.copy(
-            "COPY bench_logleaf_floor FROM STDIN (FORMAT BINARY)"
-        ) as copy:
+        with (
+            transaction.atomic(),
+            connection.cursor() as cursor,
+            cursor.copy("COPY bench_logleaf_floor FROM STDIN (FORMAT BINARY)") as copy,
+        ):
             copy.set_types(["int8", "varchar", "int8", "text"])
             for leaf, text in zip(rows, texts, strict=True):
                 copy.write_row((leaf.record_id, leaf.kind, leaf.record_id, text))
