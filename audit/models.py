@@ -93,3 +93,92 @@ class AuditSealActionEntry(AppendOnlyModel):
 
     def __str__(self) -> str:
         return f"operator action {self.operator_action_id} in seal {self.seal_id}"
+
+
+# --- The verifiable log (docs/security.md, "Verifiable log") ----------------------------------
+
+
+class LogLeaf(AppendOnlyModel):
+    """One entry of the log: the canonical JSON of a record's immutable fields with its kind
+    and id (``audit.leaves``), at position ``index`` of the Merkle tree. Leaves are written by
+    ``audit.log.log_append`` only, with the nodes they complete, in one transaction.
+
+    ``record_id`` is a plain integer, not a foreign key: the entry outlives the record, so
+    that a deleted record is named by verification. A record enters the log once."""
+
+    index = models.BigIntegerField(primary_key=True)
+    kind = models.CharField(max_length=40)
+    record_id = models.BigIntegerField()
+    leaf = models.TextField(help_text="The canonical JSON the tree hashes (UTF-8).")
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["kind", "record_id"], name="audit_logleaf_record_uniq"
+            ),
+            models.CheckConstraint(
+                condition=models.Q(index__gte=0), name="audit_logleaf_index_nonneg"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"log entry {self.index} ({self.kind} {self.record_id})"
+
+
+class LogNode(AppendOnlyModel):
+    """The hash of one complete subtree of the log (a leaf's hash at level 0), stored once
+    made. ``position`` is ``audit.merkle.stored_hash_index(level, index)``: a batch appends one
+    contiguous run of positions, and any root or proof is assembled from O(log n) rows read
+    by primary key."""
+
+    position = models.BigIntegerField(primary_key=True)
+    hash = models.BinaryField(max_length=32)
+
+    def __str__(self) -> str:
+        return f"log node {self.position}"
+
+
+class LogCheckpoint(AppendOnlyModel):
+    """A signed checkpoint of the log (C2SP tlog-checkpoint as a signed note), made by a
+    sealing round that grew the tree. ``note`` is exactly what ``GET /audit/checkpoint``
+    serves."""
+
+    tree_size = models.BigIntegerField()
+    root_hash = models.BinaryField(max_length=32)
+    note = models.TextField()
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["tree_size"], name="audit_logcheckpoint_size_uniq"
+            ),
+            models.CheckConstraint(
+                condition=models.Q(tree_size__gte=0),
+                name="audit_logcheckpoint_size_nonneg",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"checkpoint at size {self.tree_size}"
+
+
+class LogCheckpointDelivery(AppendOnlyModel):
+    """A checkpoint that the witness (``AUDIT_WITNESS_URL``) accepted: the next round sends
+    the latest checkpoint again until one is recorded here."""
+
+    checkpoint = models.ForeignKey(
+        LogCheckpoint, on_delete=models.PROTECT, related_name="deliveries"
+    )
+    target = models.TextField(help_text="The witness's URL.")
+    delivered_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["checkpoint", "target"], name="audit_checkpointdelivery_uniq"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.checkpoint} delivered to {self.target}"

@@ -124,6 +124,8 @@ def stack_env(**overrides: str) -> dict[str, str]:
             "DJANGO_SETTINGS_MODULE": "config.settings.bench",
             "DJANGO_SECRET_KEY": "bench-only-secret-key-0f1e2d3c4b5a69788796a5b4c3d2e1f0",
             "AUDIT_SEAL_KEY": "bench-only-audit-seal-key-5e4d3c2b1a0f9e8d7c6b",
+            "AUDIT_SIGNING_KEY": "PRIVATE+KEY+retrysafe.bench/audit-log+18531c5a+"
+            "Aapr28yf4f/LQ83lpcy2BAF5Y9hu5oHE4E7yXNFyChbw",
             "DJANGO_ALLOWED_HOSTS": "127.0.0.1,localhost",
             "DJANGO_HTTPS": "false",
             "DATABASE_URL": BENCH_DATABASE_URL,

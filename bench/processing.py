@@ -56,7 +56,9 @@ def _django_setup() -> None:
         {
             k: v
             for k, v in stack_env().items()
-            if k.startswith(("DJANGO", "DATABASE", "AUDIT_SEAL_KEY"))
+            if k.startswith(
+                ("DJANGO", "DATABASE", "AUDIT_SEAL_KEY", "AUDIT_SIGNING_KEY")
+            )
         }
     )
     os.environ["CELERY_BROKER_URL"] = stack_env()["CELERY_BROKER_URL"]

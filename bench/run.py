@@ -9,7 +9,15 @@ import traceback
 
 from bench.harness import BenchContext, database_reset, report
 
-MODULES = ["floors", "ingest", "deployments", "processing", "endtoend", "admin"]
+MODULES = [
+    "floors",
+    "ingest",
+    "deployments",
+    "processing",
+    "endtoend",
+    "admin",
+    "auditlog",
+]
 
 
 def main(argv: list[str]) -> int:

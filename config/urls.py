@@ -13,6 +13,8 @@ urlpatterns = [
     path("readyz", core_views.readyz, name="readyz"),
     path("metrics", core_views.metrics, name="metrics"),
     path("admin/", admin.site.urls),
+    # The verifiable log's checkpoint, verifier key and proofs: public (no login).
+    path("audit/", include("audit.urls")),
     path("webhooks/", include("webhooks.urls")),
     path("api/whoami/", WhoAmIApi.as_view(), name="whoami"),
     path("api/", include("webhooks.api_urls")),

@@ -327,6 +327,39 @@ AUDIT_BULK_REPLAY_RATE_TICK_SECONDS = env.float(
     "AUDIT_BULK_REPLAY_RATE_TICK_SECONDS", default=0.5
 )
 
+# --- The verifiable log (docs/security.md, "Verifiable log") -------------------------------
+# AUDIT_SIGNING_KEY, the Ed25519 key that signs the log's checkpoints, is set by each
+# environment's module with ``audit_signing_configure``: production has no default for it.
+# Each checkpoint is also written, as it is made, to a file in AUDIT_CHECKPOINT_DIR and POSTed
+# (text/plain) to AUDIT_WITNESS_URL: copies outside the database. Both are optional.
+AUDIT_CHECKPOINT_DIR = env("AUDIT_CHECKPOINT_DIR", default="")
+AUDIT_WITNESS_URL = env("AUDIT_WITNESS_URL", default="")
+AUDIT_WITNESS_TIMEOUT_SECONDS = env.float("AUDIT_WITNESS_TIMEOUT_SECONDS", default=10)
+
+
+def audit_signing_configure(skey: str) -> tuple[str, str]:
+    """``(AUDIT_SIGNING_KEY, AUDIT_LOG_ORIGIN)``: the key checked (a note signer key,
+    ``manage.py audit_keygen NAME`` makes one), and the origin line of the checkpoints, which
+    is the key's name: C2SP has a log sign its checkpoints under its origin. A set
+    ``AUDIT_LOG_ORIGIN`` that is not the key's name (the key of another log) is refused."""
+    from django.core.exceptions import ImproperlyConfigured
+
+    from audit.note import NoteError, signer_parse
+
+    try:
+        signer = signer_parse(skey)
+    except NoteError as exc:
+        raise ImproperlyConfigured(f"AUDIT_SIGNING_KEY is not usable: {exc}") from None
+    origin = env("AUDIT_LOG_ORIGIN", default=signer.name)
+    if origin != signer.name:
+        raise ImproperlyConfigured(
+            f"AUDIT_LOG_ORIGIN is {origin!r} but AUDIT_SIGNING_KEY is named "
+            f"{signer.name!r}: a log signs its checkpoints under its origin (make a key "
+            "for this origin with manage.py audit_keygen ORIGIN)"
+        )
+    return skey, origin
+
+
 # --- Deployments and builds: executor, worker lease, idempotency-key retention -------------
 DEPLOY_EXECUTOR = env("DEPLOY_EXECUTOR", default="simulated")
 DEPLOY_SIMULATED_FAILURE_RATE = env.float("DEPLOY_SIMULATED_FAILURE_RATE", default=0.0)

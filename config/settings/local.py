@@ -7,7 +7,7 @@ and beat run together on a fresh machine with no database or broker server.
 from pathlib import Path
 
 from .base import *  # noqa: F403
-from .base import BASE_DIR, DATABASES, env
+from .base import BASE_DIR, DATABASES, audit_signing_configure, env
 
 DEBUG = env.bool("DJANGO_DEBUG", default=True)
 SECRET_KEY = env(
@@ -16,6 +16,14 @@ SECRET_KEY = env(
 )
 AUDIT_SEAL_KEY = env(
     "AUDIT_SEAL_KEY", default="local-only-audit-seal-key-9d8c7b6a5f4e3d2c1b0a"
+)
+# A published key, for the embedded default only: its checkpoints prove nothing to anyone.
+AUDIT_SIGNING_KEY, AUDIT_LOG_ORIGIN = audit_signing_configure(
+    env(
+        "AUDIT_SIGNING_KEY",
+        default="PRIVATE+KEY+retrysafe.local/audit-log+47419730+"
+        "AadRkKkwZq4+4vp7prL23jv4yPxb6bkRI1I8to34j7SI",
+    )
 )
 ALLOWED_HOSTS = env.list(
     "DJANGO_ALLOWED_HOSTS", default=["localhost", "127.0.0.1", "[::1]"]

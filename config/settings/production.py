@@ -3,7 +3,12 @@
 from django.core.exceptions import ImproperlyConfigured
 
 from .base import *  # noqa: F403
-from .base import BENCH_ENDPOINTS, database_binding_apply, env
+from .base import (
+    BENCH_ENDPOINTS,
+    audit_signing_configure,
+    database_binding_apply,
+    env,
+)
 
 # The floor endpoints under /_bench/ answer without authentication and write to a table of
 # their own: never served with these settings. The benchmarks use config.settings.bench.
@@ -32,6 +37,9 @@ CELERY_BROKER_URL = env("CELERY_BROKER_URL")
 AUDIT_SEAL_KEY = env("AUDIT_SEAL_KEY")
 if len(AUDIT_SEAL_KEY) < 32:
     raise ImproperlyConfigured("AUDIT_SEAL_KEY must be at least 32 characters long")
+# The Ed25519 key that signs the verifiable log's checkpoints (docs/security.md, "Verifiable
+# log"): never stored in the database. Its verifier key is public (GET /audit/public-key).
+AUDIT_SIGNING_KEY, AUDIT_LOG_ORIGIN = audit_signing_configure(env("AUDIT_SIGNING_KEY"))
 
 # DJANGO_HTTPS=false serves plain HTTP: TLS terminated by a proxy on the same host, or a local
 # production-like run.

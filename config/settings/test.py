@@ -3,13 +3,20 @@
 import os
 
 from .base import *  # noqa: F403
-from .base import database_binding_apply, env
+from .base import audit_signing_configure, database_binding_apply, env
 
 SECRET_KEY = env(
     "DJANGO_SECRET_KEY", default="test-insecure-key-6c1d9e0a2b3f4c5d6e7f8a9b0c1d2e3f"
 )
 AUDIT_SEAL_KEY = env(
     "AUDIT_SEAL_KEY", default="test-only-audit-seal-key-1a2b3c4d5e6f7a8b9c0d"
+)
+AUDIT_SIGNING_KEY, AUDIT_LOG_ORIGIN = audit_signing_configure(
+    env(
+        "AUDIT_SIGNING_KEY",
+        default="PRIVATE+KEY+retrysafe.test/audit-log+7ec49881+"
+        "Adh9RN2N45tVlQYJ5O0Gljdnyko5G+IUdRaOqMpwtW2R",
+    )
 )
 DEBUG = False
 ALLOWED_HOSTS = ["*"]

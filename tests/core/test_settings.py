@@ -13,6 +13,8 @@ PRODUCTION_ENV = {
     "DATABASE_URL": "postgres://postgres@127.0.0.1:5432/postgres",
     "CELERY_BROKER_URL": "redis://127.0.0.1:6379/0",
     "AUDIT_SEAL_KEY": "s3al-k3y-of-the-trail-5c4b3a29181706f5e4d3c2b1a0",
+    "AUDIT_SIGNING_KEY": "PRIVATE+KEY+inbox.example.com/audit-log+d9b4753b+"
+    "AVGtE5mdOff6/e6m6toqm4J0sRAtV+/7yVVtGekCj18p",
     "PATH": "/usr/bin:/bin",
 }
 

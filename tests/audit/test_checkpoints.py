@@ -1,0 +1,218 @@
+"""Signed checkpoints (audit/checkpoints.py): one per round that grew the log, never one that
+contradicts the last signed, and copies outside the database (a file per checkpoint, a
+witness over real HTTP) that never hold sealing up."""
+
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+from django.db import connection
+from prometheus_client import REGISTRY
+
+from audit import merkle, note
+from audit.checkpoints import (
+    LogInconsistent,
+    checkpoint_file_name,
+    checkpoint_latest_note,
+    checkpoint_make,
+    checkpoint_publish,
+    checkpoint_round,
+    log_verifier_key,
+)
+from audit.leaves import LeafInput
+from audit.log import log_append, log_root
+from audit.models import LogCheckpoint, LogCheckpointDelivery, LogLeaf, LogNode
+from audit.tasks import seal_inbox_task
+
+pytestmark = pytest.mark.django_db
+
+
+def append(start: int, count: int):
+    return log_append(
+        leaves=[
+            LeafInput(kind="sample_record", record_id=start + i) for i in range(count)
+        ]
+    )
+
+
+def opened(text: str) -> note.Checkpoint:
+    verifier = note.verifier_parse(log_verifier_key())
+    return note.checkpoint_parse(note.note_open(note=text, verifier=verifier))
+
+
+def failures(target: str) -> float:
+    value = REGISTRY.get_sample_value(
+        "audit_checkpoint_publish_failures_total", {"target": target}
+    )
+    return value or 0.0
+
+
+def test_before_any_leaf_the_checkpoint_is_the_signed_empty_tree(settings):
+    assert checkpoint_make() is None
+    checkpoint = opened(checkpoint_latest_note())
+    assert checkpoint == note.Checkpoint(
+        origin=settings.AUDIT_LOG_ORIGIN, size=0, root=merkle.EMPTY_ROOT
+    )
+
+
+def test_a_round_that_grew_the_log_signs_one_checkpoint_of_it(settings):
+    made = append(0, 10)
+    checkpoint = checkpoint_make()
+    assert checkpoint.tree_size == 10 and bytes(checkpoint.root_hash) == made.root
+    signed = opened(checkpoint.note)
+    assert (signed.origin, signed.size, signed.root) == (
+        settings.AUDIT_LOG_ORIGIN,
+        10,
+        made.root,
+    )
+    assert checkpoint.note.endswith("\n") and "\n\n\u2014 " in checkpoint.note
+    assert checkpoint_make() is None  # nothing new
+    append(10, 5)
+    assert checkpoint_make().tree_size == 15
+    assert opened(checkpoint_latest_note()).size == 15
+    assert seal_inbox_task() == 0  # the beat task ends every round with one
+    append(15, 1)
+    seal_inbox_task()
+    assert list(LogCheckpoint.objects.values_list("tree_size", flat=True)) == [
+        10,
+        15,
+        16,
+    ]
+
+
+def _sql(statement: str, params=()):
+    with connection.cursor() as cursor:
+        cursor.execute(statement, params)
+
+
+def test_a_tree_rewritten_behind_the_product_s_back_is_never_signed():
+    append(0, 10)
+    checkpoint_make()
+    append(10, 6)
+    node_table = connection.ops.quote_name(LogNode._meta.db_table)
+    _sql(
+        f"UPDATE {node_table} SET hash = %s WHERE position = %s",  # noqa: S608
+        [b"\x01" * 32, merkle.stored_hash_index(3, 0)],
+    )
+    with pytest.raises(LogInconsistent, match="does not extend the checkpoint"):
+        checkpoint_make()
+    assert LogCheckpoint.objects.count() == 1
+
+
+def test_a_log_cut_short_is_never_signed_whatever_the_stored_columns_say():
+    append(0, 10)
+    checkpoint = checkpoint_make()
+    leaf_table = connection.ops.quote_name(LogLeaf._meta.db_table)
+    checkpoint_table = connection.ops.quote_name(LogCheckpoint._meta.db_table)
+    _sql(f'DELETE FROM {leaf_table} WHERE "index" >= 8')  # noqa: S608
+    # Even the stored columns made to agree: the signed note decides.
+    _sql(
+        f"UPDATE {checkpoint_table} SET tree_size = 8 WHERE id = %s",  # noqa: S608
+        [checkpoint.pk],
+    )
+    with pytest.raises(LogInconsistent, match="8 leaves, the latest checkpoint 10"):
+        checkpoint_make()
+
+
+def test_every_checkpoint_gets_its_file_and_latest_written_whole(settings, tmp_path):
+    folder = tmp_path / "checkpoints"
+    settings.AUDIT_CHECKPOINT_DIR = str(folder)
+    append(0, 3)
+    first = checkpoint_round()
+    append(3, 4)
+    second = checkpoint_round()
+    files = sorted(p.name for p in folder.iterdir())
+    assert files == [checkpoint_file_name(3), checkpoint_file_name(7), "latest"]
+    assert (folder / checkpoint_file_name(3)).read_text() == first.note
+    assert (folder / "latest").read_text() == second.note
+    (folder / checkpoint_file_name(3)).unlink()  # lost: the next round writes it again
+    assert checkpoint_publish() == {"file": True}
+    assert (folder / checkpoint_file_name(3)).read_text() == first.note
+
+
+def test_a_folder_that_cannot_be_written_is_counted_and_never_stops_the_round(
+    settings, tmp_path
+):
+    blocked = tmp_path / "a-file"
+    blocked.write_text("not a folder")
+    settings.AUDIT_CHECKPOINT_DIR = str(blocked)
+    before = failures("file")
+    append(0, 2)
+    assert checkpoint_round().tree_size == 2
+    assert failures("file") == before + 1
+
+
+class Witness:
+    """A real HTTP server on loopback that records the notes POSTed to it."""
+
+    def __init__(self, status: int = 200) -> None:
+        self.status = status
+        self.received: list[tuple[str, bytes]] = []
+        witness = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                witness.received.append((self.headers["Content-Type"], body))
+                self.send_response(witness.status)
+                self.end_headers()
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_port}/add-checkpoint"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def witness():
+    server = Witness()
+    yield server
+    server.close()
+
+
+def test_the_witness_gets_each_new_checkpoint_once(settings, witness):
+    settings.AUDIT_WITNESS_URL = witness.url
+    append(0, 4)
+    checkpoint = checkpoint_round()
+    assert witness.received == [("text/plain; charset=utf-8", checkpoint.note.encode())]
+    checkpoint_round()  # nothing new: not sent again
+    assert len(witness.received) == 1
+    assert LogCheckpointDelivery.objects.filter(
+        checkpoint=checkpoint, target=witness.url
+    ).exists()
+
+
+def test_a_witness_that_refuses_is_counted_and_tried_again_next_round(
+    settings, witness
+):
+    settings.AUDIT_WITNESS_URL = witness.url
+    witness.status = 503
+    before = failures("witness")
+    append(0, 4)
+    assert checkpoint_round().tree_size == 4  # sealing goes on
+    assert failures("witness") == before + 1
+    assert not LogCheckpointDelivery.objects.exists()
+    witness.status = 202
+    checkpoint_round()
+    assert len(witness.received) == 2
+    assert LogCheckpointDelivery.objects.count() == 1
+
+
+def test_an_unreachable_witness_is_counted_and_never_stops_the_round(settings):
+    server = Witness()
+    url = server.url
+    server.close()  # nothing listens there any more
+    settings.AUDIT_WITNESS_URL = url
+    settings.AUDIT_WITNESS_TIMEOUT_SECONDS = 2
+    before = failures("witness")
+    append(0, 1)
+    assert checkpoint_round().tree_size == 1
+    assert failures("witness") == before + 1
+    assert log_root() == (1, bytes(LogCheckpoint.objects.get().root_hash))
