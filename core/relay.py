@@ -23,7 +23,7 @@ stopped. It loops:
   nothing, its rows come back here. A sweep whose batch comes back full goes on in the next
   round, at once (a broker that lost its data can leave many rows behind), with the claim of
   new rows between its batches;
-- flow control (``Outbox.unfinished``, the inbox has it): a relay keeps at most
+- flow control (``Outbox.flow_control``, the inbox has it): a relay keeps at most
   ``RELAY_IN_FLIGHT_LIMIT`` rows per worker process in flight (published, not yet finished by
   a worker). When the workers fall behind, new rows wait in the database, not in the broker,
   and go out as full messages once the workers catch up: one message per row that arrived
@@ -50,7 +50,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Hashable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 
 from celery import bootsteps, current_app
@@ -73,41 +73,62 @@ class Publication:
     task: str
     args: list
     correlation_id: str = ""
-    # The outbox rows it carries, for an outbox with flow control (``Outbox.unfinished``).
+    # The outbox rows it carries, for an outbox with flow control (``Outbox.flow_control``).
     rows: tuple[int, ...] = ()
 
 
-@dataclass(frozen=True)
 class Outbox:
-    """How the relay serves one kind of outbox row. ``claim(limit)`` and ``sweep(limit)`` run
-    inside the relay's transaction: they lock and stamp the rows they return messages for, and
-    return ``(rows_taken, publications)``. ``oldest_waiting()`` is when the oldest row waiting
-    for a message was committed (``None`` when none waits): the relay's lag.
+    """How the relay serves one kind of outbox row: a subclass per kind, in the app that owns
+    the rows (``webhooks.outbox.InboxOutbox``, ``deployments.outbox.JobOutbox``), registered
+    from its ``AppConfig.ready`` (``outbox_register``). As with Django's ``ModelAdmin``, a
+    subclass implements what it must and overrides what it needs of the rest.
 
-    Rows may be held back in groups: ``held()`` names the groups held now (one cheap read per
-    round; none by default), which ``claim``, ``sweep`` and ``oldest_waiting`` leave alone, and
-    ``held_claim(group, limit)`` serves one of them in a transaction of its own, like a claim:
-    it may set rows aside, or release them in order at the group's own pace. It is called for
-    every held group in every round, by every relay; it decides under the group's own lock how
-    much may go, so that several relays together keep that pace.
+    Required: ``claim(limit)`` and ``sweep(limit)`` run inside the relay's transaction: they
+    lock and stamp the rows they return messages for, and return ``(rows_taken,
+    publications)``; ``oldest_waiting()`` is when the oldest row waiting for a message was
+    committed (``None`` when none waits): the relay's lag.
 
-    ``unfinished(rows)``, when given, turns on flow control: of the rows this relay published
-    (``Publication.rows``), it returns those no worker has finished with yet. A relay then keeps
-    at most ``in_flight_limit`` of its rows in flight, and claims again once half of them are
-    done: while the workers keep up, every row goes at once; when they fall behind, new rows
-    wait in the database, not in the broker, and the next claim takes them as full messages
-    (a worker pays its per-message cost once per batch, not once per row)."""
+    Optional:
 
-    name: str
-    claim: Callable[[int], tuple[int, list[Publication]]]
-    sweep: Callable[[int], tuple[int, list[Publication]]]
-    oldest_waiting: Callable[[], datetime | None]
-    has_waiting: Callable[[], bool] = field(default=lambda: True)
-    held: Callable[[], list[Hashable]] = field(default=lambda: [])
-    held_claim: Callable[[Hashable, int], tuple[int, list[Publication]]] = field(
-        default=lambda group, limit: (0, [])
-    )
-    unfinished: Callable[[list[int]], set[int]] | None = None
+    - ``has_waiting()``: a cheap probe outside any transaction, so that an idle relay takes no
+      lock (by default the claim always runs);
+    - held groups: rows may be held back in groups. ``held()`` names the groups held now (one
+      cheap read per round; none by default), which ``claim``, ``sweep`` and
+      ``oldest_waiting`` leave alone, and ``held_claim(group, limit)`` serves one of them in a
+      transaction of its own, like a claim: it may set rows aside, or release them in order at
+      the group's own pace. It is called for every held group in every round, by every relay;
+      it decides under the group's own lock how much may go, so that several relays together
+      keep that pace;
+    - flow control (``flow_control = True``): ``unfinished(rows)`` returns, of the rows this
+      relay published (``Publication.rows``), those no worker has finished with yet. A relay
+      then keeps at most its in-flight limit of rows in flight, and claims again once half of
+      them are done: while the workers keep up, every row goes at once; when they fall behind,
+      new rows wait in the database, not in the broker, and the next claim takes them as full
+      messages (a worker pays its per-message cost once per batch, not once per row)."""
+
+    name: str = ""
+    flow_control: bool = False
+
+    def claim(self, limit: int) -> tuple[int, list[Publication]]:
+        raise NotImplementedError
+
+    def sweep(self, limit: int) -> tuple[int, list[Publication]]:
+        raise NotImplementedError
+
+    def oldest_waiting(self) -> datetime | None:
+        raise NotImplementedError
+
+    def has_waiting(self) -> bool:
+        return True
+
+    def held(self) -> list[Hashable]:
+        return []
+
+    def held_claim(self, group: Hashable, limit: int) -> tuple[int, list[Publication]]:
+        return 0, []
+
+    def unfinished(self, rows: list[int]) -> set[int]:
+        raise NotImplementedError(f"{type(self).__name__} has no flow control")
 
 
 _outboxes: dict[str, Outbox] = {}
@@ -270,7 +291,7 @@ class Relay:
         is read again from the database only once half the limit is reached; a row published
         more than ``IN_FLIGHT_FORGET_SECONDS`` ago no longer counts: a lost message is the
         sweep's business, not a reason to stop publishing."""
-        if outbox.unfinished is None or self.in_flight_limit <= 0:
+        if not outbox.flow_control or self.in_flight_limit <= 0:
             return self.batch_limit
         rows = self._in_flight.setdefault(outbox.name, {})
         half = max(self.in_flight_limit // 2, 1)
@@ -285,7 +306,7 @@ class Relay:
         return min(self.batch_limit, room)
 
     def _in_flight_add(self, outbox: Outbox, published: list[Publication]) -> None:
-        if outbox.unfinished is None or self.in_flight_limit <= 0:
+        if not outbox.flow_control or self.in_flight_limit <= 0:
             return
         rows = self._in_flight.setdefault(outbox.name, {})
         now = time.monotonic()

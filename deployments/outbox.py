@@ -55,48 +55,46 @@ def _take(querysets: dict[str, QuerySet], limit: int) -> list[Publication]:
     return publications
 
 
-def jobs_outbox_claim(limit: int) -> tuple[int, list[Publication]]:
-    publications = _take(
-        {kind: _waiting(model) for kind, model in JOB_MODELS.items()}, limit
-    )
-    return len(publications), publications
+class JobOutbox(Outbox):
+    """Deployments and builds: each queued job is one message of its own (no flow control),
+    its idempotency key as correlation id; the sweep also fails running jobs whose lease ran
+    out."""
+
+    name = "jobs"
+
+    def claim(self, limit: int) -> tuple[int, list[Publication]]:
+        publications = _take(
+            {kind: _waiting(model) for kind, model in JOB_MODELS.items()}, limit
+        )
+        return len(publications), publications
+
+    def sweep(self, limit: int) -> tuple[int, list[Publication]]:
+        cutoff = timezone.now() - timedelta(
+            seconds=settings.DEPLOY_REDISPATCH_AFTER_SECONDS
+        )
+        publications = _take(
+            {
+                kind: model.objects.filter(
+                    status=JobStatus.QUEUED,
+                    executor_started_at__isnull=True,
+                    last_dispatched_at__lt=cutoff,
+                )
+                for kind, model in JOB_MODELS.items()
+            },
+            limit,
+        )
+        failed = jobs_lost_fail(batch_size=limit)
+        return len(publications) + failed, publications
+
+    def has_waiting(self) -> bool:
+        return any(_waiting(model).exists() for model in JOB_MODELS.values())
+
+    def oldest_waiting(self) -> datetime | None:
+        oldest = [
+            _waiting(model).order_by("id").values_list("created_at", flat=True).first()
+            for model in JOB_MODELS.values()
+        ]
+        return min((moment for moment in oldest if moment), default=None)
 
 
-def jobs_outbox_sweep(limit: int) -> tuple[int, list[Publication]]:
-    cutoff = timezone.now() - timedelta(
-        seconds=settings.DEPLOY_REDISPATCH_AFTER_SECONDS
-    )
-    publications = _take(
-        {
-            kind: model.objects.filter(
-                status=JobStatus.QUEUED,
-                executor_started_at__isnull=True,
-                last_dispatched_at__lt=cutoff,
-            )
-            for kind, model in JOB_MODELS.items()
-        },
-        limit,
-    )
-    failed = jobs_lost_fail(batch_size=limit)
-    return len(publications) + failed, publications
-
-
-def jobs_outbox_has_waiting() -> bool:
-    return any(_waiting(model).exists() for model in JOB_MODELS.values())
-
-
-def jobs_outbox_oldest_waiting() -> datetime | None:
-    oldest = [
-        _waiting(model).order_by("id").values_list("created_at", flat=True).first()
-        for model in JOB_MODELS.values()
-    ]
-    return min((moment for moment in oldest if moment), default=None)
-
-
-JOBS_OUTBOX = Outbox(
-    name="jobs",
-    claim=jobs_outbox_claim,
-    sweep=jobs_outbox_sweep,
-    oldest_waiting=jobs_outbox_oldest_waiting,
-    has_waiting=jobs_outbox_has_waiting,
-)
+JOBS_OUTBOX = JobOutbox()

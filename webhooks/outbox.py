@@ -10,7 +10,7 @@ lost message left behind (see ``inbox_sweep_due_q``).
 Rows of a paused source are held (docs/architecture.md, "Pausing a source"). The claim, the
 sweep and the lag leave them alone: a subquery over the holds (``SourceHold``: a handful of
 rows, read once per statement) excludes the held sources. Each round, the relay serves every
-held source apart (``inbox_outbox_held_claim``) under its hold's row lock: it sets the
+held source apart (``InboxOutbox.held_claim``) under its hold's row lock: it sets the
 source's waiting rows aside (``held_at``: out of the two partial indexes, so that a long pause
 never makes a claim walk past its rows), and once the source is resumed it releases them in id
 order, at the source's drain rate, until none is left.
@@ -142,28 +142,7 @@ def _take(queryset: QuerySet[InboxEvent], limit: int, now: datetime) -> list[tup
     return rows
 
 
-def inbox_outbox_claim(limit: int) -> tuple[int, list[Publication]]:
-    now = timezone.now()
-    rows = _take(_waiting_new(), limit, now)
-    if len(rows) < limit:
-        rows += _take(_waiting_retries(now), limit - len(rows), now)
-    return len(rows), _publications(rows)
-
-
-def inbox_outbox_sweep(limit: int) -> tuple[int, list[Publication]]:
-    now = timezone.now()
-    rows = _take(InboxEvent.objects.filter(inbox_sweep_due_q(now=now)), limit, now)
-    return len(rows), _publications(rows)
-
-
 # --- held sources -----------------------------------------------------------------------
-
-
-def inbox_outbox_held() -> list[int]:
-    """The sources whose events are held back now (paused or draining)."""
-    return list(
-        SourceHold.objects.order_by("source_id").values_list("source_id", flat=True)
-    )
 
 
 def _rows_set_aside(*, source_id: int, limit: int, now: datetime) -> int:
@@ -186,104 +165,117 @@ def _rows_set_aside(*, source_id: int, limit: int, now: datetime) -> int:
     return len(ids)
 
 
-def inbox_outbox_held_claim(
-    source_id: int, limit: int
-) -> tuple[int, list[Publication]]:
-    """Serves one held source, under its hold's row lock (``SKIP LOCKED``: a relay that
-    finds it taken leaves it to the one holding it this round).
+class InboxOutbox(Outbox):
+    """The inbox's outbox (module docstring): new rows and due retries, the sweep, held
+    sources set aside and drained, and flow control."""
 
-    Paused: its waiting rows are set aside. Draining: rows are set aside likewise, then the
-    set-aside rows are released in id order, as many as the bucket allows: stamped
-    dispatched (never before the drain started: that is how a worker tells them from a
-    message published before the pause) and published, the bucket spent, in this
-    transaction, so that several relays together never exceed the rate. A drain with
-    nothing left to release ends: the source is normal again."""
-    hold = (
-        SourceHold.objects.select_for_update(skip_locked=True)
-        .filter(pk=source_id)
-        .first()
-    )
-    if hold is None:
-        return 0, []  # drained since ``inbox_outbox_held`` read it, or locked
-    now = timezone.now()
-    if hold.paused_at is not None:
-        _rows_set_aside(source_id=source_id, limit=limit, now=now)
-        return 0, []
-    budget, tokens = drain_budget(hold, now=now, limit=limit)
-    if budget < 1:
-        return 0, []
-    _rows_set_aside(source_id=source_id, limit=limit, now=now)
-    rows = list(
-        InboxEvent.objects.filter(source_id=source_id, held_at__isnull=False)
-        .select_for_update(skip_locked=True)
-        .order_by("id")
-        .values_list("id", "event_id")[:budget]
-    )
-    if not rows:
-        drain_end(hold)
-        return 0, []
-    InboxEvent.objects.filter(id__in=[pk for pk, _ in rows]).update(
-        dispatched_at=max(now, hold.drain_started_at), held_at=None
-    )
-    SourceHold.objects.filter(pk=source_id).update(
-        drain_released=F("drain_released") + len(rows),
-        drain_tokens=tokens - len(rows) if hold.drain_rate is not None else 0,
-        drain_tokens_at=now,
-    )
-    return len(rows), _publications(rows)
+    name = "inbox"
+    flow_control = True
 
+    def claim(self, limit: int) -> tuple[int, list[Publication]]:
+        now = timezone.now()
+        rows = _take(_waiting_new(), limit, now)
+        if len(rows) < limit:
+            rows += _take(_waiting_retries(now), limit - len(rows), now)
+        return len(rows), _publications(rows)
 
-def inbox_outbox_has_waiting() -> bool:
-    """Two index probes in one statement, outside any transaction: an idle relay takes no
-    lock, and its round stays at two statements with ``inbox_outbox_held``."""
-    new_sql, new_params = _waiting_new().values("id")[:1].query.sql_with_params()
-    retry_sql, retry_params = (
-        _waiting_retries(timezone.now()).values("id")[:1].query.sql_with_params()
-    )
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"SELECT EXISTS({new_sql}) OR EXISTS({retry_sql})",
-            (*new_params, *retry_params),
+    def sweep(self, limit: int) -> tuple[int, list[Publication]]:
+        now = timezone.now()
+        rows = _take(InboxEvent.objects.filter(inbox_sweep_due_q(now=now)), limit, now)
+        return len(rows), _publications(rows)
+
+    def oldest_waiting(self) -> datetime | None:
+        """When the oldest event still waiting for its first message was received (the lowest
+        id: one probe of the partial index). Held rows are not the relay's lag: they wait because
+        an operator paused their source (``webhook_source_held_events`` counts them)."""
+        return (
+            _waiting_new().order_by("id").values_list("received_at", flat=True).first()
         )
-        return bool(cursor.fetchone()[0])
+
+    def has_waiting(self) -> bool:
+        """Two index probes in one statement, outside any transaction: an idle relay takes no
+        lock, and its round stays at two statements with ``InboxOutbox.held``."""
+        new_sql, new_params = _waiting_new().values("id")[:1].query.sql_with_params()
+        retry_sql, retry_params = (
+            _waiting_retries(timezone.now()).values("id")[:1].query.sql_with_params()
+        )
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"SELECT EXISTS({new_sql}) OR EXISTS({retry_sql})",
+                (*new_params, *retry_params),
+            )
+            return bool(cursor.fetchone()[0])
+
+    def held(self) -> list[int]:
+        """The sources whose events are held back now (paused or draining)."""
+        return list(
+            SourceHold.objects.order_by("source_id").values_list("source_id", flat=True)
+        )
+
+    def held_claim(self, source_id: int, limit: int) -> tuple[int, list[Publication]]:
+        """Serves one held source, under its hold's row lock (``SKIP LOCKED``: a relay that
+        finds it taken leaves it to the one holding it this round).
+
+        Paused: its waiting rows are set aside. Draining: rows are set aside likewise, then the
+        set-aside rows are released in id order, as many as the bucket allows: stamped
+        dispatched (never before the drain started: that is how a worker tells them from a
+        message published before the pause) and published, the bucket spent, in this
+        transaction, so that several relays together never exceed the rate. A drain with
+        nothing left to release ends: the source is normal again."""
+        hold = (
+            SourceHold.objects.select_for_update(skip_locked=True)
+            .filter(pk=source_id)
+            .first()
+        )
+        if hold is None:
+            return 0, []  # drained since ``InboxOutbox.held`` read it, or locked
+        now = timezone.now()
+        if hold.paused_at is not None:
+            _rows_set_aside(source_id=source_id, limit=limit, now=now)
+            return 0, []
+        budget, tokens = drain_budget(hold, now=now, limit=limit)
+        if budget < 1:
+            return 0, []
+        _rows_set_aside(source_id=source_id, limit=limit, now=now)
+        rows = list(
+            InboxEvent.objects.filter(source_id=source_id, held_at__isnull=False)
+            .select_for_update(skip_locked=True)
+            .order_by("id")
+            .values_list("id", "event_id")[:budget]
+        )
+        if not rows:
+            drain_end(hold)
+            return 0, []
+        InboxEvent.objects.filter(id__in=[pk for pk, _ in rows]).update(
+            dispatched_at=max(now, hold.drain_started_at), held_at=None
+        )
+        SourceHold.objects.filter(pk=source_id).update(
+            drain_released=F("drain_released") + len(rows),
+            drain_tokens=tokens - len(rows) if hold.drain_rate is not None else 0,
+            drain_tokens_at=now,
+        )
+        return len(rows), _publications(rows)
+
+    def unfinished(self, ids: list[int]) -> set[int]:
+        """Of rows a relay published, those whose message no worker has finished with: still
+        waiting, being processed, or a published retry (a worker that finishes, fails or finds its
+        source paused clears ``dispatched_at`` or moves the row on). Primary key probes."""
+        if not ids:
+            return set()
+        return set(
+            InboxEvent.objects.filter(
+                id__in=ids,
+                dispatched_at__isnull=False,
+                processing_status__in=[
+                    ProcessingStatus.RECEIVED,
+                    ProcessingStatus.PROCESSING,
+                    ProcessingStatus.FAILED,
+                ],
+            ).values_list("id", flat=True)
+        )
 
 
-def inbox_outbox_unfinished(ids: list[int]) -> set[int]:
-    """Of rows a relay published, those whose message no worker has finished with: still
-    waiting, being processed, or a published retry (a worker that finishes, fails or finds its
-    source paused clears ``dispatched_at`` or moves the row on). Primary key probes."""
-    if not ids:
-        return set()
-    return set(
-        InboxEvent.objects.filter(
-            id__in=ids,
-            dispatched_at__isnull=False,
-            processing_status__in=[
-                ProcessingStatus.RECEIVED,
-                ProcessingStatus.PROCESSING,
-                ProcessingStatus.FAILED,
-            ],
-        ).values_list("id", flat=True)
-    )
-
-
-def inbox_outbox_oldest_waiting() -> datetime | None:
-    """When the oldest event still waiting for its first message was received (the lowest
-    id: one probe of the partial index). Held rows are not the relay's lag: they wait because
-    an operator paused their source (``webhook_source_held_events`` counts them)."""
-    return _waiting_new().order_by("id").values_list("received_at", flat=True).first()
-
-
-INBOX_OUTBOX = Outbox(
-    name="inbox",
-    claim=inbox_outbox_claim,
-    sweep=inbox_outbox_sweep,
-    oldest_waiting=inbox_outbox_oldest_waiting,
-    has_waiting=inbox_outbox_has_waiting,
-    held=inbox_outbox_held,
-    held_claim=inbox_outbox_held_claim,
-    unfinished=inbox_outbox_unfinished,
-)
+INBOX_OUTBOX = InboxOutbox()
 
 
 # Batches of one ``inbox_sweep`` call at most: a relay goes on in its next rounds.

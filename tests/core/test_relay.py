@@ -62,19 +62,23 @@ def test_a_round_that_fails_is_counted_and_the_loop_goes_on(settings, monkeypatc
     calls = {"claims": 0}
     recovered = threading.Event()
 
-    def claim(limit):
-        calls["claims"] += 1
-        if calls["claims"] == 1:
-            raise RuntimeError("the database went away")
-        recovered.set()
-        return 0, []
+    class FlakyOutbox(Outbox):
+        name = "flaky"
 
-    flaky = Outbox(
-        name="flaky",
-        claim=claim,
-        sweep=lambda limit: (0, []),
-        oldest_waiting=lambda: None,
-    )
+        def claim(self, limit):
+            calls["claims"] += 1
+            if calls["claims"] == 1:
+                raise RuntimeError("the database went away")
+            recovered.set()
+            return 0, []
+
+        def sweep(self, limit):
+            return 0, []
+
+        def oldest_waiting(self):
+            return None
+
+    flaky = FlakyOutbox()
     monkeypatch.setattr(relay_module, "_outboxes", {"flaky": flaky})
     relay = Relay(idle_poll_seconds=0.01)
     runner = threading.Thread(target=relay.run, daemon=True)
