@@ -63,44 +63,65 @@ _DEPLOYMENT_OUTPUT = DeploymentOutputSerializer()
 _BUILD_OUTPUT = BuildOutputSerializer()
 
 
-class DeploymentCreateApi(IdempotentPostMixin, APIView):
-    operation_type = "deployment.create"
-    fingerprint_fields = ("repository", "commit_sha", "environment", "workflow")
+# What every job request carries; each kind adds its own fields. (No docstring: it would
+# become each request's description in the OpenAPI schema.)
+class _JobCreateInputSerializer(serializers.Serializer):
+    repository = LowercaseCharField(max_length=200)
+    commit_sha = LowercaseCharField()
+    workflow = serializers.CharField(
+        max_length=200, required=False, allow_blank=True, default=""
+    )
+    triggered_by = serializers.CharField(
+        max_length=200, required=False, allow_blank=True, default=""
+    )
 
-    class DeploymentCreateInputSerializer(serializers.Serializer):
-        repository = LowercaseCharField(max_length=200)
-        commit_sha = LowercaseCharField()
-        environment = serializers.SlugField(max_length=64)
-        workflow = serializers.CharField(
-            max_length=200, required=False, allow_blank=True, default=""
-        )
-        triggered_by = serializers.CharField(
-            max_length=200, required=False, allow_blank=True, default=""
-        )
+    def validate_repository(self, value):
+        return _repository_validate(value)
 
-        def validate_repository(self, value):
-            return _repository_validate(value)
+    def validate_commit_sha(self, value):
+        return _commit_sha_validate(value)
 
-        def validate_commit_sha(self, value):
-            return _commit_sha_validate(value)
 
-    input_serializer_class = DeploymentCreateInputSerializer
+class DeploymentCreateInputSerializer(_JobCreateInputSerializer):
+    environment = serializers.SlugField(max_length=64)
 
-    writes_nothing = True
+
+class BuildCreateInputSerializer(_JobCreateInputSerializer):
+    ref = serializers.CharField(
+        max_length=255, required=False, allow_blank=True, default=""
+    )
+
+
+class _JobCreateApi(IdempotentPostMixin, APIView):
+    """POST of a new deployment or build, under the Idempotency-Key contract: the job is one
+    new row, built here and written with the key's record (``perform_returns_unsaved_row``);
+    a relay then publishes it. Each kind names its operation, fingerprint, serializers."""
+
+    kind: str
+    output: serializers.Serializer
+    perform_returns_unsaved_row = True
 
     def perform(self, *, client, key, data) -> OperationResult:
-        deployment = services.deployment_new(
-            client=client, idempotency_key=key, data=data
+        job = services.job_new(
+            kind=self.kind, client=client, idempotency_key=key, data=data
         )
         return OperationResult(
             status_code=202,
-            body=_DEPLOYMENT_OUTPUT.to_representation(deployment),
-            resource_row=deployment,
-            resource_id=deployment.public_id,
-            location=deployment.get_absolute_url(),
+            body=self.output.to_representation(job),
+            resource_row=job,
+            resource_id=job.public_id,
+            location=job.get_absolute_url(),
             record_status=IdempotencyStatus.PROCESSING,
-            progress_deadline=services.job_pickup_deadline(job=deployment),
+            progress_deadline=services.job_pickup_deadline(job=job),
         )
+
+
+class DeploymentCreateApi(_JobCreateApi):
+    kind = "deployment"
+    operation_type = services.OPERATION_TYPES[kind]
+    fingerprint_fields = ("repository", "commit_sha", "environment", "workflow")
+    input_serializer_class = DeploymentCreateInputSerializer
+    output = _DEPLOYMENT_OUTPUT
 
     @extend_schema(
         request=DeploymentCreateInputSerializer,
@@ -111,44 +132,12 @@ class DeploymentCreateApi(IdempotentPostMixin, APIView):
         return super().post(request, *args, **kwargs)
 
 
-class BuildCreateApi(IdempotentPostMixin, APIView):
-    operation_type = "build.create"
+class BuildCreateApi(_JobCreateApi):
+    kind = "build"
+    operation_type = services.OPERATION_TYPES[kind]
     fingerprint_fields = ("repository", "commit_sha", "ref", "workflow")
-
-    class BuildCreateInputSerializer(serializers.Serializer):
-        repository = LowercaseCharField(max_length=200)
-        commit_sha = LowercaseCharField()
-        ref = serializers.CharField(
-            max_length=255, required=False, allow_blank=True, default=""
-        )
-        workflow = serializers.CharField(
-            max_length=200, required=False, allow_blank=True, default=""
-        )
-        triggered_by = serializers.CharField(
-            max_length=200, required=False, allow_blank=True, default=""
-        )
-
-        def validate_repository(self, value):
-            return _repository_validate(value)
-
-        def validate_commit_sha(self, value):
-            return _commit_sha_validate(value)
-
     input_serializer_class = BuildCreateInputSerializer
-
-    writes_nothing = True
-
-    def perform(self, *, client, key, data) -> OperationResult:
-        build = services.build_new(client=client, idempotency_key=key, data=data)
-        return OperationResult(
-            status_code=202,
-            body=_BUILD_OUTPUT.to_representation(build),
-            resource_row=build,
-            resource_id=build.public_id,
-            location=build.get_absolute_url(),
-            record_status=IdempotencyStatus.PROCESSING,
-            progress_deadline=services.job_pickup_deadline(job=build),
-        )
+    output = _BUILD_OUTPUT
 
     @extend_schema(
         request=BuildCreateInputSerializer,

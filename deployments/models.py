@@ -29,6 +29,8 @@ class Job(BaseModel):
     executor runs: a job with it set is never handed to an executor again."""
 
     public_id_prefix = ""
+    # The request fields of its kind beyond those every job has (``services.job_new``).
+    request_fields: tuple[str, ...] = ()
 
     public_id = models.CharField(max_length=32, editable=False)
     # No index of its own: the (client, idempotency_key) index serves it.
@@ -69,6 +71,7 @@ class Job(BaseModel):
 
 class Deployment(Job):
     public_id_prefix = "dep"
+    request_fields = ("environment",)
 
     environment = models.CharField(max_length=64)
     # The highest GitHub deployment_status id applied; lower or equal ids are out of order.
@@ -110,6 +113,7 @@ class Deployment(Job):
 
 class Build(Job):
     public_id_prefix = "bld"
+    request_fields = ("ref",)
 
     ref = models.CharField(max_length=255, blank=True, default="")
 

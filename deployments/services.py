@@ -56,40 +56,23 @@ def job_pickup_deadline(*, job: Job) -> datetime:
     )
 
 
-def deployment_new(
-    *, client: ApiClient, idempotency_key: str, data: dict
-) -> Deployment:
-    """A queued deployment, not saved yet: the Idempotency-Key mechanism writes it together
-    with the key's record (``OperationResult.resource_row``), and the relay then publishes its
-    job (``deployments.outbox``). Nothing here talks to the database or the broker."""
+def job_new(*, kind: str, client: ApiClient, idempotency_key: str, data: dict) -> Job:
+    """A queued deployment or build, not saved yet: the Idempotency-Key mechanism writes it
+    together with the key's record (``OperationResult.resource_row``), and the relay then
+    publishes its job (``deployments.outbox``). Nothing here talks to the database or the
+    broker. ``data`` is the request's validated body: its kind's own fields
+    (``Job.request_fields``) as given, the rest empty when absent."""
+    model = JOB_MODELS[kind]
     now = timezone.now()
-    return Deployment(
-        public_id=public_id_generate(Deployment.public_id_prefix),
+    return model(
+        public_id=public_id_generate(model.public_id_prefix),
         client=client,
         idempotency_key=idempotency_key,
         repository=data["repository"],
         commit_sha=data["commit_sha"],
-        environment=data["environment"],
         workflow=data.get("workflow") or "",
         triggered_by=data.get("triggered_by") or "",
-        status_changed_at=now,
-        created_at=now,
-        updated_at=now,
-    )
-
-
-def build_new(*, client: ApiClient, idempotency_key: str, data: dict) -> Build:
-    """A queued build, not saved yet (see ``deployment_new``)."""
-    now = timezone.now()
-    return Build(
-        public_id=public_id_generate(Build.public_id_prefix),
-        client=client,
-        idempotency_key=idempotency_key,
-        repository=data["repository"],
-        commit_sha=data["commit_sha"],
-        ref=data.get("ref") or "",
-        workflow=data.get("workflow") or "",
-        triggered_by=data.get("triggered_by") or "",
+        **{name: data.get(name) or "" for name in model.request_fields},
         status_changed_at=now,
         created_at=now,
         updated_at=now,

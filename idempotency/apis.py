@@ -21,6 +21,7 @@ from core.parsers import json_object_body
 from .keys import idempotency_key_is_well_formed, idempotency_key_validate
 from .selectors import idempotency_record_get
 from .services import (
+    UNREAD,
     IdempotentResponse,
     OperationResult,
     idempotency_live_record,
@@ -50,8 +51,9 @@ class IdempotentPostMixin:
     operation_type: str = ""
     fingerprint_fields: tuple[str, ...] = ()
     input_serializer_class: type[serializers.Serializer]
-    # ``perform`` only builds its result (its one new row in ``resource_row``).
-    writes_nothing: bool = False
+    # ``perform`` writes nothing: it builds its result and its one new row, unsaved
+    # (``OperationResult.resource_row``), which is written with the key's record.
+    perform_returns_unsaved_row: bool = False
 
     def fingerprint_values(self, data: dict) -> dict:
         return {name: data.get(name) for name in self.fingerprint_fields}
@@ -116,7 +118,6 @@ class IdempotentPostMixin:
         data = serializer.validated_data
         client = request.user
         read = getattr(request._request, "_idempotency_record", None)
-        already_read = read is not None and read[:2] == (client.pk, key)
         result = idempotent_execute(
             client=client,
             operation_type=self.operation_type,
@@ -124,9 +125,10 @@ class IdempotentPostMixin:
             fingerprint_fields=self.fingerprint_values(data),
             perform=lambda: self.perform(client=client, key=key, data=data),
             request_hash=hashlib.sha256(request.body).hexdigest(),
-            existing=read[2] if already_read else None,
-            existing_read=already_read,
-            writes_nothing=self.writes_nothing,
+            record=read[2]
+            if read is not None and read[:2] == (client.pk, key)
+            else UNREAD,
+            perform_returns_unsaved_row=self.perform_returns_unsaved_row,
         )
         return _response(result)
 

@@ -191,6 +191,13 @@ def _record_and_row_insert(*, values: list, row: models.Model) -> int | None:
     return found[0] if found else None
 
 
+class Unread:
+    """``idempotent_execute(record=UNREAD)``: the caller has not read the key's record."""
+
+
+UNREAD = Unread()
+
+
 @dataclass(frozen=True)
 class LiveRecord:
     pk: int
@@ -295,9 +302,8 @@ def idempotent_execute(
     fingerprint_fields: dict,
     perform: Callable[[], OperationResult],
     request_hash: str = "",
-    existing: LiveRecord | None = None,
-    existing_read: bool = False,
-    writes_nothing: bool = False,
+    record: LiveRecord | Unread | None = UNREAD,
+    perform_returns_unsaved_row: bool = False,
 ) -> IdempotentResponse:
     """Runs ``perform`` at most once per live (client, operation_type, key).
 
@@ -309,9 +315,10 @@ def idempotent_execute(
     - key past ``IDEMPOTENCY_KEY_TTL_SECONDS``: the old record is marked expired (kept for
       audit) and the operation runs again as new.
     An exception from ``perform`` rolls the record back with it: nothing is recorded.
-    ``existing_read``: the caller already read the key's live record, ``existing`` (``None``:
-    there is none), so it is not read again. ``writes_nothing``: ``perform`` only builds its
-    result (its one new row in ``resource_row``), so it may run before any transaction.
+    ``record``: the key's live record when the caller already read it (``None``: there is
+    none), so that it is not read again; by default it is read here.
+    ``perform_returns_unsaved_row``: ``perform`` writes nothing, it only builds its result and
+    its one new row (``resource_row``, unsaved), so it may run before any transaction.
     """
     fingerprint = fingerprint_compute(fields=fingerprint_fields)
     replay_args = {
@@ -321,10 +328,11 @@ def idempotent_execute(
         "fingerprint": fingerprint,
         "fingerprint_fields": fingerprint_fields,
     }
-    if not existing_read:
-        existing = idempotency_live_record(
-            client=client, operation_type=operation_type, key=key
-        )
+    existing = (
+        idempotency_live_record(client=client, operation_type=operation_type, key=key)
+        if isinstance(record, Unread)
+        else record
+    )
     for _ in range(MAX_CLAIM_ROUNDS):
         now = timezone.now()
         if existing is not None and existing.unexpired:
@@ -332,7 +340,7 @@ def idempotent_execute(
         outcome = "new" if existing is None else "expired"
         record_id, result, body = _operation_record(
             perform=perform,
-            writes_nothing=writes_nothing,
+            perform_returns_unsaved_row=perform_returns_unsaved_row,
             existing=existing,
             now=now,
             request_hash=request_hash,
@@ -365,7 +373,7 @@ def idempotent_execute(
 def _operation_record(
     *,
     perform: Callable[[], OperationResult],
-    writes_nothing: bool,
+    perform_returns_unsaved_row: bool,
     existing: LiveRecord | None,
     now: datetime,
     **record_args,
@@ -373,7 +381,11 @@ def _operation_record(
     """Runs the operation and records it; ``(None, ...)`` when another request committed the
     key first (whatever the operation wrote is undone)."""
     performed = None
-    if writes_nothing and existing is None and connection.vendor == "postgresql":
+    if (
+        perform_returns_unsaved_row
+        and existing is None
+        and connection.vendor == "postgresql"
+    ):
         performed = perform()
         if performed.resource_row is not None:
             body = response_body_render(performed.body)
