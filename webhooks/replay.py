@@ -24,6 +24,14 @@ from django.utils import timezone
 from core.actors import Actor
 
 from .dispatch import bulk_replay_job_publish
+from .errors import (
+    BulkReplayJobNotCancellable,
+    BulkReplayJobNotFound,
+    BulkReplayJobNotResumable,
+    BulkReplayJobNotStartable,
+    InvalidBulkReplayRate,
+    NothingToReplay,
+)
 from .models import (
     BULK_REPLAY_RATE_MAX,
     BULK_REPLAY_RATE_MIN,
@@ -38,10 +46,6 @@ from .operator_actions import ReplayDetails, operator_action_record
 from .pacing import Pace, next_slice_due, pace_for, slice_start
 
 logger = logging.getLogger(__name__)
-
-
-class NothingToReplay(Exception):
-    """No selected row was in a replayable status."""
 
 
 def replay_queryset_build(
@@ -130,23 +134,6 @@ def inbox_events_replay(
 
 
 # --- Bulk replay by filter -----------------------------------------------------------------
-
-
-class BulkReplayJobNotStartable(Exception):
-    """The job is not waiting to start (already started or finished)."""
-
-
-class BulkReplayJobNotResumable(Exception):
-    """The job is neither failed, cancelled nor interrupted: still running (its lease holds),
-    waiting to start, or finished."""
-
-
-class BulkReplayJobNotCancellable(Exception):
-    """The job is neither queued nor running: waiting to start, or already over."""
-
-
-class InvalidBulkReplayRate(ValueError):
-    """A rate that is not a number of events per second within the accepted range."""
 
 
 ACTIVE_STATES = (BulkReplayJob.State.QUEUED, BulkReplayJob.State.RUNNING)
@@ -313,10 +300,12 @@ def bulk_replay_job_cancel(
     it got. The job's row lock is taken first: a chunk at work commits before (its rows stay
     replayed) and every later task of the run finds the job cancelled and does nothing, so
     the job stops after at most its current chunk. Raises ``BulkReplayJobNotCancellable`` for
-    a job in any other state, ``BulkReplayJob.DoesNotExist`` for an unknown id. A cancelled
+    a job in any other state, ``BulkReplayJobNotFound`` for an unknown id. A cancelled
     job may be resumed (``bulk_replay_job_resume``)."""
     with transaction.atomic():
-        job = BulkReplayJob.objects.select_for_update().get(pk=job_id)
+        job = BulkReplayJob.objects.select_for_update().filter(pk=job_id).first()
+        if job is None:
+            raise BulkReplayJobNotFound(f"no bulk replay #{job_id}")
         if job.state not in ACTIVE_STATES:
             raise BulkReplayJobNotCancellable(
                 f"bulk replay #{job_id} is {job.state}: only a queued or running job "
@@ -362,7 +351,7 @@ def bulk_replay_job_resume(
     The chunks of the new run name ``resumed_by``; an operator action records the resume.
     One conditional UPDATE decides between concurrent resumes (and a chunk still at work,
     which holds the job's row lock and renews the lease): exactly one wins, the others raise
-    ``BulkReplayJobNotResumable``. Raises ``BulkReplayJob.DoesNotExist`` for an unknown id and
+    ``BulkReplayJobNotResumable``. Raises ``BulkReplayJobNotFound`` for an unknown id and
     ``InvalidBulkReplayRate`` (changing nothing) for a rate out of range."""
     new_rate = bulk_replay_rate_parse(rate)
     now = timezone.now()
@@ -387,7 +376,9 @@ def bulk_replay_job_resume(
             .filter(_resumable(now))
             .update(**changes)
         )
-        job = BulkReplayJob.objects.get(pk=job_id)
+        job = BulkReplayJob.objects.filter(pk=job_id).first()
+        if job is None:
+            raise BulkReplayJobNotFound(f"no bulk replay #{job_id}")
         if not updated:
             raise BulkReplayJobNotResumable(
                 f"bulk replay #{job_id} is not resumable: it is {job.state}"

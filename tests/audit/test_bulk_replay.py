@@ -208,7 +208,8 @@ def test_a_failed_job_resumes_where_it_stopped_and_replays_nothing_twice(
 def test_a_running_job_is_resumable_only_once_its_lease_expired(
     small_chunks, job_of_ten, operator, operator_client, empty_broker
 ):
-    from webhooks.replay import BulkReplayJobNotResumable, bulk_replay_job_resume
+    from webhooks.errors import BulkReplayJobNotResumable
+    from webhooks.replay import bulk_replay_job_resume
 
     job, dead = job_of_ten
     start_from_admin(operator_client, job)
@@ -235,7 +236,8 @@ def test_a_running_job_is_resumable_only_once_its_lease_expired(
 def test_two_resumes_at_once_run_the_job_once(
     small_chunks, job_of_ten, operator, empty_broker
 ):
-    from webhooks.replay import BulkReplayJobNotResumable, bulk_replay_job_resume
+    from webhooks.errors import BulkReplayJobNotResumable
+    from webhooks.replay import bulk_replay_job_resume
 
     job, dead = job_of_ten
     BulkReplayJob.objects.filter(pk=job.pk).update(state="failed", run=1)

@@ -20,10 +20,13 @@ from core.actors import Actor
 from tests import processes
 from tests.webhooks.factories import DeadLetteredEventFactory, WebhookSourceFactory
 from webhooks.dispatch import BULK_REPLAY_TASK
+from webhooks.errors import (
+    BulkReplayJobNotCancellable,
+    BulkReplayJobNotFound,
+    InvalidBulkReplayRate,
+)
 from webhooks.models import BulkReplayJob, InboxEvent, OperatorAction
 from webhooks.replay import (
-    BulkReplayJobNotCancellable,
-    InvalidBulkReplayRate,
     bulk_replay_job_cancel,
     bulk_replay_job_create,
     bulk_replay_job_resume,
@@ -289,7 +292,7 @@ def test_only_a_queued_or_running_job_is_cancelled(state, paced, operator):
         )
     assert BulkReplayJob.objects.get(pk=job.pk).state == state
     assert not control_actions(job).exists()
-    with pytest.raises(BulkReplayJob.DoesNotExist):
+    with pytest.raises(BulkReplayJobNotFound):
         bulk_replay_job_cancel(
             job_id=999999, reason="x", cancelled_by=Actor.of(operator)
         )

@@ -14,8 +14,9 @@ from tests.webhooks.factories import (
     InboxEventFactory,
     WebhookSourceFactory,
 )
+from webhooks.errors import NothingToReplay
 from webhooks.models import BulkReplayJob, InboxEvent, OperatorAction
-from webhooks.replay import NothingToReplay, bulk_replay_job_create, inbox_events_replay
+from webhooks.replay import bulk_replay_job_create, inbox_events_replay
 
 from .conftest import broker_messages
 

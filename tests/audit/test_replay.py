@@ -17,6 +17,7 @@ from tests.webhooks.factories import (
     InboxEventFactory,
     WebhookSourceFactory,
 )
+from webhooks.errors import NothingToReplay
 from webhooks.models import (
     BulkReplayJob,
     InboxAttempt,
@@ -25,7 +26,6 @@ from webhooks.models import (
     ProcessingStatus,
 )
 from webhooks.replay import (
-    NothingToReplay,
     bulk_replay_job_create,
     bulk_replay_job_run,
     bulk_replay_job_start,

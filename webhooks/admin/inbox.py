@@ -16,9 +16,10 @@ from core.admin_base import (
     json_block,
     pretty_body,
 )
+from core.errors import ServiceError
 
 from ..models import DeadLetteredEvent, InboxAttempt, InboxEvent, ProcessingStatus
-from ..replay import NothingToReplay, inbox_events_replay
+from ..replay import inbox_events_replay
 from ..selectors import (
     inbox_event_held_reason,
     inbox_event_occurred_at,
@@ -270,7 +271,7 @@ class DeadLetteredEventAdmin(InboxEventAdmin):
             action = inbox_events_replay(
                 events_queryset=queryset, actor=Actor.of(request.user), reason=reason
             )
-        except NothingToReplay:
+        except ServiceError:  # nothing to replay
             self.message_user(
                 request,
                 "None of the selected events is dead-lettered.",

@@ -15,6 +15,7 @@ from core.admin_base import (
     ReasonForm,
     confirm_with_reason,
 )
+from core.errors import ServiceError
 
 from ..models import (
     BULK_REPLAY_RATE_MAX,
@@ -23,10 +24,6 @@ from ..models import (
     OperatorAction,
 )
 from ..replay import (
-    BulkReplayJobNotCancellable,
-    BulkReplayJobNotResumable,
-    BulkReplayJobNotStartable,
-    InvalidBulkReplayRate,
     bulk_replay_job_cancel,
     bulk_replay_job_create,
     bulk_replay_job_resume,
@@ -91,7 +88,7 @@ class OperatorActionAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
 def _rate_clean(value):
     try:
         return bulk_replay_rate_parse(value)
-    except InvalidBulkReplayRate as exc:
+    except ServiceError as exc:
         raise forms.ValidationError(str(exc)) from None
 
 
@@ -292,7 +289,7 @@ class BulkReplayJobAdmin(admin.ModelAdmin):
             try:
                 bulk_replay_job_start(job=job, started_by=Actor.of(request.user))
                 started += 1
-            except BulkReplayJobNotStartable:
+            except ServiceError:  # started meanwhile
                 continue
         level = messages.SUCCESS if started else messages.WARNING
         self.message_user(request, f"Started {started} bulk replay job(s).", level)
@@ -320,7 +317,7 @@ class BulkReplayJobAdmin(admin.ModelAdmin):
                     job_id=pk, reason=reason, cancelled_by=Actor.of(request.user)
                 )
                 cancelled += 1
-            except (BulkReplayJobNotCancellable, BulkReplayJob.DoesNotExist):
+            except ServiceError:
                 refused += 1
         text = f"Cancelled {cancelled} bulk replay job(s)."
         if refused:
@@ -357,7 +354,7 @@ class BulkReplayJobAdmin(admin.ModelAdmin):
                     rate=data["rate"],
                 )
                 resumed += 1
-            except (BulkReplayJobNotResumable, BulkReplayJob.DoesNotExist):
+            except ServiceError:
                 refused += 1
         text = f"Resumed {resumed} bulk replay job(s)."
         if refused:
