@@ -17,7 +17,7 @@ from django.utils import timezone
 
 from .envelopes import Envelope, body_parse
 from .errors import InconsistentDuplicate, InvalidSignature, StaleTimestamp
-from .integrations import integration_get
+from .integrations import integration_get, integration_names
 from .metrics import (
     WEBHOOK_DUPLICATES,
     WEBHOOK_INCONSISTENT_DUPLICATES,
@@ -30,27 +30,32 @@ from .models import (
     SignatureFailure,
     WebhookSource,
 )
-from .schemes import REASON_MISMATCH, scheme_get
+from .schemes import REASON_MISMATCH, scheme_get, schemes
 from .selectors import webhook_secrets_valid
 
 logger = logging.getLogger(__name__)
 
 SIGNATURE_PREFIX_LENGTH = 12
-# Headers kept on the inbox row (lower-case). Signatures are shortened to a prefix.
-STORED_HEADERS = (
-    "content-type",
-    "user-agent",
-    "x-webhook-id",
-    "x-webhook-timestamp",
-    "webhook-id",
-    "webhook-timestamp",
-    "x-github-delivery",
-    "x-github-event",
-    "x-github-hook-id",
-    "x-github-hook-installation-target-type",
-    "x-github-hook-installation-target-id",
-)
-SIGNATURE_HEADERS = ("x-webhook-signature", "webhook-signature", "x-hub-signature-256")
+# Kept on the inbox row (lower-case) whatever the source, beside the headers its scheme and
+# integration declare (``stored_header_names``).
+GENERIC_STORED_HEADERS = ("content-type", "user-agent")
+
+
+@functools.cache
+def stored_header_names() -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The headers kept on the inbox row (lower-case): the generic ones, every registered
+    scheme's id and timestamp headers and every integration's own; and the signature headers,
+    kept shortened to a prefix. Derived from the registries (``WEBHOOK_SCHEMES``,
+    ``WEBHOOK_INTEGRATIONS``) once per process."""
+    names = list(GENERIC_STORED_HEADERS)
+    signatures = []
+    for scheme in schemes().values():
+        names += [scheme.id_header, scheme.timestamp_header or ""]
+        signatures.append(scheme.signature_header)
+    for name in integration_names():
+        names += list(integration_get(name).headers)
+    kept = tuple(dict.fromkeys(n.lower() for n in names if n))
+    return kept, tuple(dict.fromkeys(n.lower() for n in signatures))
 
 
 @dataclass(frozen=True)
@@ -63,11 +68,12 @@ class IngestResult:
 
 def _stored_headers(headers: Mapping[str, str]) -> dict[str, str]:
     stored = {}
-    for name in STORED_HEADERS:
+    kept, signatures = stored_header_names()
+    for name in kept:
         value = headers.get(name)
         if value:
             stored[name] = value[:255].replace("\x00", "")
-    for name in SIGNATURE_HEADERS:
+    for name in signatures:
         value = headers.get(name)
         if value:
             stored[name] = value[:SIGNATURE_PREFIX_LENGTH].replace("\x00", "") + "..."
@@ -108,7 +114,7 @@ def signature_failure_record(
 
 
 def _timestamp_check(*, timestamp: str | None, tolerance: int) -> None:
-    if timestamp is None:  # the scheme has no timestamp (github)
+    if timestamp is None:  # the scheme has no timestamp
         return
     try:
         value = int(timestamp)

@@ -163,6 +163,7 @@ SPECTACULAR_SETTINGS = {
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
         "core.schema.error_responses_postprocess",
+        "webhooks.schema.webhook_receive_postprocess",
     ],
 }
 
@@ -206,7 +207,15 @@ CELERY_TASK_PUBLISH_RETRY = False
 CELERY_DB_REUSE_MAX = env.int("CELERY_DB_REUSE_MAX", default=1000)
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 
-# --- Webhook integrations -------------------------------------------------------------------
+# --- Webhook schemes and integrations -------------------------------------------------------
+# What a source's ``scheme`` may name: a signature scheme's class, a generic one of the inbox or
+# a producer's own in its integration's package (docs/architecture.md, "Integrations").
+# Adding one is one class and one line here.
+WEBHOOK_SCHEMES = {
+    "hmac-sha256": "webhooks.schemes.HmacSha256Scheme",
+    "standard-webhooks": "webhooks.schemes.StandardWebhooksScheme",
+    "github": "integrations.github.scheme.GitHubScheme",
+}
 # What a source's ``handler`` may name: each integration is a package under integrations/ that
 # reads its producer's envelope at ingest and applies its events at processing
 # (docs/architecture.md, "Integrations"). Adding one is its package and one line here.

@@ -11,6 +11,7 @@ from django.utils import timezone
 from core.errors import InvalidPayload, PermanentProcessingError
 from deployments.models import JobStatus
 from deployments.services import deployment_status_report_apply
+from integrations.github.scheme import DELIVERY_HEADER
 from webhooks.envelopes import (
     MAX_ID_LENGTH,
     Envelope,
@@ -26,7 +27,6 @@ if TYPE_CHECKING:
     from webhooks.schemes import Verified
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
-DELIVERY_HEADER = "X-GitHub-Delivery"
 EVENT_HEADER = "X-GitHub-Event"
 GITHUB_STATES: dict[str, str] = {
     "success": JobStatus.SUCCEEDED,
@@ -41,6 +41,13 @@ GITHUB_STATES: dict[str, str] = {
 class GitHubIntegration:
     name = "github"
     label = "GitHub events"
+    headers = {
+        EVENT_HEADER: "github: the event type.",
+        "X-GitHub-Hook-Id": "github: the id of the webhook that sent it.",
+        "X-GitHub-Hook-Installation-Target-Type": "github: what the webhook belongs to "
+        "(repository, organization, ...).",
+        "X-GitHub-Hook-Installation-Target-Id": "github: that target's id.",
+    }
 
     def envelope(
         self,

@@ -41,6 +41,7 @@ _STATUS_BY_DECISION = {
 class ResearchIntegration:
     name = "research"
     label = "Research documents"
+    headers: dict[str, str] = {}  # everything is in the signed body
 
     def envelope(
         self,

@@ -59,9 +59,9 @@ def test_create_standard_webhooks_secret_works_with_the_reference_library():
         "webhook-signature": signature,
     }
     Webhook(secret).verify("{}", headers)  # the library accepts its own format
-    from webhooks.schemes import SCHEMES
+    from webhooks.schemes import scheme_get
 
-    SCHEMES["standard-webhooks"].verify(
+    scheme_get("standard-webhooks").verify(
         raw_body=b"{}", headers=headers, secrets=[secret]
     )
 

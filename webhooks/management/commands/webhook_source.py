@@ -10,7 +10,7 @@ from webhooks.errors import SourceAlreadyPaused
 from webhooks.integrations import integration_names
 from webhooks.models import WebhookSource
 from webhooks.pausing import webhook_source_pause, webhook_source_resume
-from webhooks.schemes import DEFAULT_SCHEME, SCHEMES
+from webhooks.schemes import DEFAULT_SCHEME, scheme_names
 from webhooks.selectors import webhook_source_list
 from webhooks.sources import (
     DEFAULT_GRACE_SECONDS,
@@ -48,7 +48,7 @@ class Command(BaseCommand):
         sub = parser.add_subparsers(dest="action", required=True)
         create = sub.add_parser("create", help="create a source")
         create.add_argument("slug")
-        create.add_argument("--scheme", choices=list(SCHEMES), default=DEFAULT_SCHEME)
+        create.add_argument("--scheme", choices=scheme_names(), default=DEFAULT_SCHEME)
         create.add_argument("--handler", choices=integration_names(), required=True)
         create.add_argument(
             "--secret", help="use this secret instead of a generated one"
