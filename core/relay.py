@@ -17,7 +17,7 @@ stopped. It loops:
   a publish that fails rolls the stamp back, so the rows wait for the next round; a relay
   killed between publish and commit leaves rows that are published twice, which the workers'
   idempotent claim makes harmless;
-- sweep, in its first round and then every ``INBOX_SWEEP_INTERVAL_SECONDS``: rows whose
+- sweep, in its first round and then every ``RELAY_SWEEP_INTERVAL_SECONDS``: rows whose
   message may be lost (published long ago and never claimed, retries that came due, leases
   that expired) are published again; a relay killed after commit and before publishing loses
   nothing, its rows come back here. A sweep whose batch comes back full goes on in the next
@@ -225,7 +225,7 @@ class Relay:
         self.sweep_interval_seconds = (
             sweep_interval_seconds
             if sweep_interval_seconds is not None
-            else settings.INBOX_SWEEP_INTERVAL_SECONDS
+            else settings.RELAY_SWEEP_INTERVAL_SECONDS
         )
         self.stop = threading.Event()
         self.stats = RelayStats()

@@ -49,10 +49,10 @@ def job_kind(job: Job) -> str:
 def job_pickup_deadline(*, job: Job) -> datetime:
     """When a new job's key counts as stuck if no worker has picked the job up: the sweep
     re-dispatches it after ``DEPLOY_REDISPATCH_AFTER_SECONDS`` and runs every
-    ``INBOX_SWEEP_INTERVAL_SECONDS``, so by then it has been published twice."""
+    ``RELAY_SWEEP_INTERVAL_SECONDS``, so by then it has been published twice."""
     return job.created_at + timedelta(
         seconds=settings.DEPLOY_REDISPATCH_AFTER_SECONDS
-        + settings.INBOX_SWEEP_INTERVAL_SECONDS
+        + settings.RELAY_SWEEP_INTERVAL_SECONDS
     )
 
 

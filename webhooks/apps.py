@@ -1,4 +1,7 @@
 from django.apps import AppConfig
+from django.conf import settings
+from django.core import checks
+from django.core.exceptions import ImproperlyConfigured
 
 
 class WebhooksConfig(AppConfig):
@@ -7,6 +10,10 @@ class WebhooksConfig(AppConfig):
 
     def ready(self) -> None:
         from django.core.signals import setting_changed
+
+        # Every process (web, worker, beat, a command) refuses to start, loudly.
+        for error in batch_fits_in_a_task():
+            raise ImproperlyConfigured(f"{error.msg} {error.hint}")
 
         from core.logging import correlation_headers_register
         from core.metrics import scrape_collector_register
@@ -39,3 +46,24 @@ class WebhooksConfig(AppConfig):
                 ingest.stored_header_names.cache_clear()
 
         setting_changed.connect(registries_forget, weak=False)
+
+
+def batch_fits_in_a_task(app_configs=None, **kwargs) -> list[checks.CheckMessage]:
+    """A batch of INBOX_BATCH_SIZE events, each waiting up to INBOX_LOCK_TIMEOUT_MS for its
+    handler's lock (a research document's), must end well inside the task's soft time limit:
+    every process (web, worker, beat, any ``manage.py`` command) refuses to start otherwise,
+    with this message."""
+    worst = settings.INBOX_BATCH_SIZE * settings.INBOX_LOCK_TIMEOUT_MS / 1000
+    budget = settings.CELERY_TASK_SOFT_TIME_LIMIT / 2
+    if worst <= budget:
+        return []
+    return [
+        checks.Error(
+            f"INBOX_BATCH_SIZE ({settings.INBOX_BATCH_SIZE}) x "
+            f"INBOX_LOCK_TIMEOUT_MS ({settings.INBOX_LOCK_TIMEOUT_MS}) is {worst:.0f} s "
+            "of lock waits in the worst batch, more than half the task's soft time limit "
+            f"({settings.CELERY_TASK_SOFT_TIME_LIMIT} s).",
+            hint="Lower either, or raise CELERY_TASK_SOFT_TIME_LIMIT.",
+            id="webhooks.E001",
+        )
+    ]

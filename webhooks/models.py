@@ -645,9 +645,7 @@ class BulkReplayJob(models.Model):
             return None
         pace = None
         if self.rate is not None:
-            pace = pace_for(
-                rate=self.rate, tick=settings.AUDIT_BULK_REPLAY_RATE_TICK_SECONDS
-            )
+            pace = pace_for(rate=self.rate, tick=settings.BULK_REPLAY_RATE_TICK_SECONDS)
         return finish_estimate(
             now=now or timezone.now(),
             remaining=max((self.total or self.dry_run_count) - self.processed, 0),

@@ -2,7 +2,7 @@
 rate"): pure functions of the job's numbers and a time, no database, no clock of their own.
 
 A job at ``rate`` events per second replays in slices of ``size`` events, one slice every
-``size / rate`` seconds; ``size`` is about ``AUDIT_BULK_REPLAY_RATE_TICK_SECONDS`` worth of
+``size / rate`` seconds; ``size`` is about ``BULK_REPLAY_RATE_TICK_SECONDS`` worth of
 events (at least one), so nothing goes out in a burst at the start.
 
 Each slice's due time follows from the previous slice's due time and what that slice

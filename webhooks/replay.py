@@ -173,7 +173,7 @@ def _job_queryset(job: BulkReplayJob) -> QuerySet[InboxEvent]:
 
 
 def _lease_end(now: datetime) -> datetime:
-    return now + timedelta(seconds=settings.AUDIT_BULK_REPLAY_LEASE_SECONDS)
+    return now + timedelta(seconds=settings.BULK_REPLAY_LEASE_SECONDS)
 
 
 def _resumable(now: datetime) -> Q:
@@ -229,7 +229,7 @@ def bulk_replay_job_create(
     job.dry_run_count = _job_queryset(job).count()
     job.save()
     logger.info(
-        "audit.bulk_replay_counted",
+        "bulk_replay.counted",
         extra={
             "bulk_job_id": job.pk,
             "dry_run_count": job.dry_run_count,
@@ -279,7 +279,7 @@ def bulk_replay_job_start(
         if publish:
             _run_publish_after_commit(job)
     logger.info(
-        "audit.bulk_replay_started",
+        "bulk_replay.started",
         extra={
             "bulk_job_id": job.pk,
             "actor": started_by.name,
@@ -327,7 +327,7 @@ def bulk_replay_job_cancel(
             state_before=state_before,
         )
     logger.info(
-        "audit.bulk_replay_cancelled",
+        "bulk_replay.cancelled",
         extra={
             "bulk_job_id": job.pk,
             "actor": cancelled_by.name,
@@ -398,7 +398,7 @@ def bulk_replay_job_resume(
         if publish:
             _run_publish_after_commit(job)
     logger.info(
-        "audit.bulk_replay_resumed",
+        "bulk_replay.resumed",
         extra={
             "bulk_job_id": job.pk,
             "actor": resumed_by.name,
@@ -450,7 +450,7 @@ def _chunk_run(
     job and whether rows may remain; does nothing for a job that is finished or cancelled,
     was resumed since (a task of an earlier run), or whose task ``claim_step`` already ran
     (a message delivered twice)."""
-    chunk_size = settings.AUDIT_BULK_REPLAY_CHUNK_SIZE
+    chunk_size = settings.BULK_REPLAY_CHUNK_SIZE
     now = timezone.now()
     fields = [
         "state",
@@ -472,7 +472,7 @@ def _chunk_run(
         if claim_step is not None:
             if job.task_seq != claim_step:
                 logger.info(
-                    "audit.bulk_replay_task_skipped",
+                    "bulk_replay.task_skipped",
                     extra={"bulk_job_id": job_id, "run": run, "step": claim_step},
                 )
                 return job, False
@@ -485,7 +485,7 @@ def _chunk_run(
             job.total = job.processed + remaining.count()
         if job.rate is not None and slice_.pace is None:
             slice_.pace = pace_for(
-                rate=job.rate, tick=settings.AUDIT_BULK_REPLAY_RATE_TICK_SECONDS
+                rate=job.rate, tick=settings.BULK_REPLAY_RATE_TICK_SECONDS
             )
             slice_.start = slice_start(due=job.next_chunk_at, now=now, pace=slice_.pace)
         limit = slice_.room(chunk_size)
@@ -551,9 +551,7 @@ def _run_fail(*, job_id: int, run: int, error: str) -> None:
             next_chunk_at=None,
         )
     except Exception:
-        logger.exception(
-            "audit.bulk_replay_fail_unrecorded", extra={"bulk_job_id": job_id}
-        )
+        logger.exception("bulk_replay.fail_unrecorded", extra={"bulk_job_id": job_id})
 
 
 def bulk_replay_job_run(
@@ -616,13 +614,13 @@ def bulk_replay_job_run(
                 return job
     except BaseException as exc:  # re-raised; an interrupted command fails the job too
         logger.exception(
-            "audit.bulk_replay_failed", extra={"bulk_job_id": job_id, "run": run}
+            "bulk_replay.failed", extra={"bulk_job_id": job_id, "run": run}
         )
         _run_fail(job_id=job_id, run=run, error=str(exc) or type(exc).__name__)
         raise
     if job.state == BulkReplayJob.State.SUCCEEDED:
         logger.info(
-            "audit.bulk_replay_finished",
+            "bulk_replay.finished",
             extra={"bulk_job_id": job.pk, "processed": job.processed},
         )
     return job

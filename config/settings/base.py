@@ -12,6 +12,15 @@ import environ
 BASE_DIR = Path(__file__).resolve().parent.parent.parent
 env = environ.Env()
 
+
+def env_renamed(cast: str, name: str, *, former: str, default):
+    """A variable renamed to say what it configures: ``name`` if set, else its former name
+    (still read, documented as an alias in the README), else ``default``."""
+    read = getattr(env, cast)
+    if name not in env.ENVIRON and former in env.ENVIRON:
+        return read(former, default=default)
+    return read(name, default=default)
+
 DEBUG = env.bool("DJANGO_DEBUG", default=False)
 ALLOWED_HOSTS = env.list("DJANGO_ALLOWED_HOSTS", default=["localhost", "127.0.0.1"])
 
@@ -242,7 +251,6 @@ IDEMPOTENCY_KEY_TTL_SECONDS = env.int("IDEMPOTENCY_KEY_TTL_SECONDS", default=864
 INBOX_MAX_ATTEMPTS = env.int("INBOX_MAX_ATTEMPTS", default=8)
 INBOX_RETRY_BASE_SECONDS = env.float("INBOX_RETRY_BASE_SECONDS", default=2)
 INBOX_RETRY_MAX_SECONDS = env.float("INBOX_RETRY_MAX_SECONDS", default=3600)
-INBOX_SWEEP_INTERVAL_SECONDS = env.float("INBOX_SWEEP_INTERVAL_SECONDS", default=30)
 INBOX_PROCESSING_LEASE_SECONDS = env.int("INBOX_PROCESSING_LEASE_SECONDS", default=300)
 INBOX_REDISPATCH_AFTER_SECONDS = env.int("INBOX_REDISPATCH_AFTER_SECONDS", default=60)
 DEPLOY_REDISPATCH_AFTER_SECONDS = env.int("DEPLOY_REDISPATCH_AFTER_SECONDS", default=60)
@@ -253,6 +261,14 @@ DEPLOY_SIMULATED_SECONDS = env.float("DEPLOY_SIMULATED_SECONDS", default=1)
 # new jobs) to the broker. It polls the database: at once while there is work, up to
 # RELAY_IDLE_POLL_SECONDS when idle.
 RELAY_ENABLED = env.bool("RELAY_ENABLED", default=True)
+# How often each relay sweeps every outbox (publishes again what a lost message left behind).
+# INBOX_SWEEP_INTERVAL_SECONDS, its name when the inbox was the only outbox, is still read.
+RELAY_SWEEP_INTERVAL_SECONDS = env_renamed(
+    "float",
+    "RELAY_SWEEP_INTERVAL_SECONDS",
+    former="INBOX_SWEEP_INTERVAL_SECONDS",
+    default=30,
+)
 RELAY_BATCH_LIMIT = env.int("RELAY_BATCH_LIMIT", default=500)  # rows per claim
 RELAY_IDLE_POLL_SECONDS = env.float("RELAY_IDLE_POLL_SECONDS", default=0.025)
 RELAY_HEARTBEAT_SECONDS = env.float("RELAY_HEARTBEAT_SECONDS", default=5)
@@ -318,22 +334,33 @@ AUDIT_SEAL_INTERVAL_SECONDS = env.float("AUDIT_SEAL_INTERVAL_SECONDS", default=6
 AUDIT_SEAL_HORIZON_SECONDS = env.int("AUDIT_SEAL_HORIZON_SECONDS", default=60)
 AUDIT_SEAL_LOOKBACK_SECONDS = env.int("AUDIT_SEAL_LOOKBACK_SECONDS", default=86400)
 AUDIT_SEAL_BATCH_SIZE = env.int("AUDIT_SEAL_BATCH_SIZE", default=5000)
-# A bulk replay job runs as a chain of tasks: each replays chunks of CHUNK_SIZE rows (one
-# transaction each, with the job's progress) for at most SLICE_SECONDS, well inside the task
-# time limits, then queues the next. A job whose lease (renewed by every chunk) has run out
-# was interrupted and may be resumed.
-AUDIT_BULK_REPLAY_CHUNK_SIZE = env.int("AUDIT_BULK_REPLAY_CHUNK_SIZE", default=200)
-AUDIT_BULK_REPLAY_SLICE_SECONDS = env.float(
-    "AUDIT_BULK_REPLAY_SLICE_SECONDS", default=30
+# A bulk replay job (webhooks/replay.py) runs as a chain of tasks: each replays chunks of
+# CHUNK_SIZE rows (one transaction each, with the job's progress) for at most SLICE_SECONDS,
+# well inside the task time limits, then queues the next. A job whose lease (renewed by every
+# chunk) has run out was interrupted and may be resumed. A job given a rate replays a slice of
+# about RATE_TICK_SECONDS worth of events at a time, each task queueing the next for when the
+# schedule says (docs/architecture.md, "A bulk replay job"). Their former names
+# (AUDIT_BULK_REPLAY_*) are still read.
+BULK_REPLAY_CHUNK_SIZE = env_renamed(
+    "int", "BULK_REPLAY_CHUNK_SIZE", former="AUDIT_BULK_REPLAY_CHUNK_SIZE", default=200
 )
-AUDIT_BULK_REPLAY_LEASE_SECONDS = env.int(
-    "AUDIT_BULK_REPLAY_LEASE_SECONDS", default=CELERY_TASK_TIME_LIMIT + 300
+BULK_REPLAY_SLICE_SECONDS = env_renamed(
+    "float",
+    "BULK_REPLAY_SLICE_SECONDS",
+    former="AUDIT_BULK_REPLAY_SLICE_SECONDS",
+    default=30,
 )
-# A job given a rate replays a slice of about TICK_SECONDS worth of events at a time, each
-# task queueing the next for when the schedule says (docs/architecture.md, "Bulk replay at a
-# rate").
-AUDIT_BULK_REPLAY_RATE_TICK_SECONDS = env.float(
-    "AUDIT_BULK_REPLAY_RATE_TICK_SECONDS", default=0.5
+BULK_REPLAY_LEASE_SECONDS = env_renamed(
+    "int",
+    "BULK_REPLAY_LEASE_SECONDS",
+    former="AUDIT_BULK_REPLAY_LEASE_SECONDS",
+    default=CELERY_TASK_TIME_LIMIT + 300,
+)
+BULK_REPLAY_RATE_TICK_SECONDS = env_renamed(
+    "float",
+    "BULK_REPLAY_RATE_TICK_SECONDS",
+    former="AUDIT_BULK_REPLAY_RATE_TICK_SECONDS",
+    default=0.5,
 )
 
 # --- The verifiable log (docs/security.md, "Verifiable log") -------------------------------
@@ -385,9 +412,14 @@ IDEMPOTENCY_CLEANUP_INTERVAL_SECONDS = env.float(
     "IDEMPOTENCY_CLEANUP_INTERVAL_SECONDS", default=3600
 )
 
-# --- Research processing -------------------------------------------------------------------
-# How long the research handler waits for a document's row lock before giving up with a
-# transient error (retried with backoff): normal contention lasts milliseconds.
-RESEARCH_DOCUMENT_LOCK_TIMEOUT_MS = env.int(
-    "RESEARCH_DOCUMENT_LOCK_TIMEOUT_MS", default=2000
+# --- Inbox processing ----------------------------------------------------------------------
+# How long a handler waits for a row lock of its domain (a research document's, a deployment's)
+# before giving up with a transient error (retried with backoff): normal contention lasts
+# milliseconds. Set once per batch by the inbox for every handler. RESEARCH_DOCUMENT_LOCK_
+# TIMEOUT_MS, its name when the research handler was the only one waiting, is still read.
+INBOX_LOCK_TIMEOUT_MS = env_renamed(
+    "int",
+    "INBOX_LOCK_TIMEOUT_MS",
+    former="RESEARCH_DOCUMENT_LOCK_TIMEOUT_MS",
+    default=2000,
 )

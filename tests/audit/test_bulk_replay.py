@@ -26,9 +26,9 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 @pytest.fixture
 def small_chunks(settings):
-    settings.AUDIT_BULK_REPLAY_CHUNK_SIZE = 4
-    settings.AUDIT_BULK_REPLAY_SLICE_SECONDS = 0  # one chunk per task
-    settings.AUDIT_BULK_REPLAY_LEASE_SECONDS = 600
+    settings.BULK_REPLAY_CHUNK_SIZE = 4
+    settings.BULK_REPLAY_SLICE_SECONDS = 0  # one chunk per task
+    settings.BULK_REPLAY_LEASE_SECONDS = 600
 
 
 @pytest.fixture

@@ -45,10 +45,10 @@ BAD_RATES = ["0", "-5", "abc", "1e400", "inf", "nan", "100000", "0.001", "1,5"]
 
 @pytest.fixture
 def paced(settings):
-    settings.AUDIT_BULK_REPLAY_CHUNK_SIZE = 200
-    settings.AUDIT_BULK_REPLAY_SLICE_SECONDS = 0
-    settings.AUDIT_BULK_REPLAY_LEASE_SECONDS = 600
-    settings.AUDIT_BULK_REPLAY_RATE_TICK_SECONDS = 0.5
+    settings.BULK_REPLAY_CHUNK_SIZE = 200
+    settings.BULK_REPLAY_SLICE_SECONDS = 0
+    settings.BULK_REPLAY_LEASE_SECONDS = 600
+    settings.BULK_REPLAY_RATE_TICK_SECONDS = 0.5
 
 
 def dead_job(n, *, rate=None, creator=None, reason="provider outage"):
@@ -137,7 +137,7 @@ def test_each_slice_is_queued_for_its_due_time_half_a_second_apart_at_20_per_sec
 def test_a_slice_larger_than_a_chunk_is_several_chunks_of_one_task(
     paced, settings, operator, empty_broker
 ):
-    settings.AUDIT_BULK_REPLAY_CHUNK_SIZE = 4
+    settings.BULK_REPLAY_CHUNK_SIZE = 4
     job, dead = dead_job(25, rate=20)  # slices of 10: chunks of 4, 4, 2
     bulk_replay_job_start(job=job, started_by=Actor.of(operator))
     tasks = 0
@@ -269,8 +269,8 @@ def test_a_resume_may_give_a_new_rate(paced, operator, empty_broker):
 def test_an_unpaced_job_is_cancelled_between_its_tasks(
     settings, operator, empty_broker
 ):
-    settings.AUDIT_BULK_REPLAY_CHUNK_SIZE = 4
-    settings.AUDIT_BULK_REPLAY_SLICE_SECONDS = 0
+    settings.BULK_REPLAY_CHUNK_SIZE = 4
+    settings.BULK_REPLAY_SLICE_SECONDS = 0
     job, _ = dead_job(10)
     bulk_replay_job_start(job=job, started_by=Actor.of(operator))
     run_next_task()
@@ -306,9 +306,9 @@ def test_a_cancel_waits_for_the_chunk_at_work_and_nothing_runs_after_it(
     from webhooks import replay
     from webhooks.tasks import bulk_replay_job_run_task
 
-    settings.AUDIT_BULK_REPLAY_CHUNK_SIZE = 5
+    settings.BULK_REPLAY_CHUNK_SIZE = 5
     job, _ = dead_job(30)  # no rate: a task would go on chunk after chunk
-    settings.AUDIT_BULK_REPLAY_SLICE_SECONDS = 60
+    settings.BULK_REPLAY_SLICE_SECONDS = 60
     bulk_replay_job_start(job=job, started_by=Actor.of(operator))
     [(args, _)] = queued_tasks()
     processes.purge_broker()
@@ -499,7 +499,7 @@ def test_an_auditor_sees_jobs_rates_and_ends_but_cannot_start_cancel_or_resume(
 def test_replay_events_at_a_rate_never_goes_faster_and_shows_its_progress(
     paced, settings, capsys
 ):
-    settings.AUDIT_BULK_REPLAY_RATE_TICK_SECONDS = 0.1
+    settings.BULK_REPLAY_RATE_TICK_SECONDS = 0.1
     source = WebhookSourceFactory(slug="papers")
     DeadLetteredEventFactory.create_batch(8, source=source)
 

@@ -25,8 +25,8 @@ from .conftest import make_user
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
 WORKER_ENV = {
-    "AUDIT_BULK_REPLAY_CHUNK_SIZE": "200",
-    "AUDIT_BULK_REPLAY_RATE_TICK_SECONDS": "0.5",
+    "BULK_REPLAY_CHUNK_SIZE": "200",
+    "BULK_REPLAY_RATE_TICK_SECONDS": "0.5",
     "INBOX_MAX_ATTEMPTS": "1",
 }
 

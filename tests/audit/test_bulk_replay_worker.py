@@ -24,9 +24,9 @@ from .conftest import make_user
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
 WORKER_ENV = {
-    "AUDIT_BULK_REPLAY_CHUNK_SIZE": "10",
-    "AUDIT_BULK_REPLAY_SLICE_SECONDS": "0",
-    "AUDIT_BULK_REPLAY_LEASE_SECONDS": "2",
+    "BULK_REPLAY_CHUNK_SIZE": "10",
+    "BULK_REPLAY_SLICE_SECONDS": "0",
+    "BULK_REPLAY_LEASE_SECONDS": "2",
     "INBOX_MAX_ATTEMPTS": "1",
 }
 

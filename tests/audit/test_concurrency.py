@@ -93,7 +93,7 @@ def test_bulk_replay_job_runs_on_a_real_worker_with_visible_progress(
     )
     assert job.dry_run_count == 12
     worker = processes.celery_worker(
-        tmp_path, env={"AUDIT_BULK_REPLAY_CHUNK_SIZE": "5"}
+        tmp_path, env={"BULK_REPLAY_CHUNK_SIZE": "5"}
     ).start()
     try:
         from webhooks.replay import bulk_replay_job_start

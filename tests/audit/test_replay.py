@@ -164,7 +164,7 @@ def test_replay_events_command_by_event_id_and_dry_run(empty_broker, capsys):
 
 
 def test_bulk_replay_job_counts_first_then_replays_in_chunks(operator, settings):
-    settings.AUDIT_BULK_REPLAY_CHUNK_SIZE = 4
+    settings.BULK_REPLAY_CHUNK_SIZE = 4
     source = WebhookSourceFactory()
     DeadLetteredEventFactory.create_batch(10, source=source)
     DeadLetteredEventFactory.create_batch(2)  # another source: not part of the job

@@ -108,7 +108,7 @@ class BulkReplayJobForm(forms.ModelForm):
         return _rate_clean(self.cleaned_data.get("rate"))
 
 
-class ResumeForm(ReasonForm):
+class BulkReplayResumeForm(ReasonForm):
     rate = forms.FloatField(
         label="New rate (events/s)",
         required=False,
@@ -340,7 +340,7 @@ class BulkReplayJobAdmin(admin.ModelAdmin):
                 "point that still match their filter: nothing is replayed twice."
             ),
             submit_label="Resume",
-            form_class=ResumeForm,
+            form_class=BulkReplayResumeForm,
         )
         if isinstance(data, HttpResponse):
             return data

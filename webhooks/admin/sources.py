@@ -45,7 +45,7 @@ class SecretRotationForm(ReasonForm):
     )
 
 
-class ResumeForm(ReasonForm):
+class SourceResumeForm(ReasonForm):
     rate = forms.FloatField(
         label="Rate (events per second)",
         required=False,
@@ -245,7 +245,7 @@ class WebhookSourceAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
                 "received, at the rate given if any; new deliveries queue behind them."
             ),
             submit_label="Resume",
-            form_class=ResumeForm,
+            form_class=SourceResumeForm,
         )
         if isinstance(data, HttpResponse):
             return data
