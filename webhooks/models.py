@@ -182,6 +182,8 @@ class DeadLetterCause(models.TextChoices):
 
     REJECTED = "rejected", "the event's data was rejected"
     EXHAUSTED = "exhausted", "processing failed on every attempt"
+    # Rows dead-lettered before causes were recorded (migration 0014 names them so).
+    UNRECORDED = "unrecorded", "the cause was not recorded"
 
 
 # What an operator may replay: back to ``received`` with a fresh round of attempts.

@@ -280,9 +280,10 @@ def inbox_event_status_message(*, event: InboxEvent) -> str:
     (docs/security.md, "Error text"). Never ``error_message``, which holds whatever an
     exception said (SQL included) and is for the admin only."""
     if event.processing_status == ProcessingStatus.DEAD_LETTERED:
-        if not event.dead_letter_cause:  # dead-lettered before causes were recorded
-            return "dead-lettered"
-        return f"dead-lettered: {DeadLetterCause(event.dead_letter_cause).label}"
+        cause = event.dead_letter_cause
+        if cause not in DeadLetterCause.values:  # one this release does not know
+            cause = DeadLetterCause.UNRECORDED
+        return f"dead-lettered: {DeadLetterCause(cause).label}"
     return _STATUS_MESSAGES.get(event.processing_status, "")
 
 

@@ -109,7 +109,9 @@ def test_a_renamed_variable_is_still_read_under_its_former_name(monkeypatch):
     read = {"cast": "int", "name": "BULK_REPLAY_CHUNK_SIZE"}
     monkeypatch.delenv("BULK_REPLAY_CHUNK_SIZE", raising=False)
     monkeypatch.delenv("AUDIT_BULK_REPLAY_CHUNK_SIZE", raising=False)
-    assert env_renamed(**read, former="AUDIT_BULK_REPLAY_CHUNK_SIZE", default=200) == 200
+    assert (
+        env_renamed(**read, former="AUDIT_BULK_REPLAY_CHUNK_SIZE", default=200) == 200
+    )
     monkeypatch.setenv("AUDIT_BULK_REPLAY_CHUNK_SIZE", "7")
     assert env_renamed(**read, former="AUDIT_BULK_REPLAY_CHUNK_SIZE", default=200) == 7
     monkeypatch.setenv("BULK_REPLAY_CHUNK_SIZE", "9")  # the new name wins
