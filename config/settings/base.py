@@ -21,6 +21,7 @@ def env_renamed(cast: str, name: str, *, former: str, default):
         return read(former, default=default)
     return read(name, default=default)
 
+
 DEBUG = env.bool("DJANGO_DEBUG", default=False)
 ALLOWED_HOSTS = env.list("DJANGO_ALLOWED_HOSTS", default=["localhost", "127.0.0.1"])
 
