@@ -185,6 +185,18 @@ def _resumable(now: datetime) -> Q:
     return stopped | (active & expired)
 
 
+def bulk_replay_job_controls(*, job: BulkReplayJob) -> list[str]:
+    """What an operator may do with the job now: ``cancel`` (queued or running) and
+    ``resume`` (failed, cancelled, or its lease ran out), by the rules the services apply."""
+    controls = []
+    if job.state in ACTIVE_STATES:
+        controls.append("cancel")
+    resumable = BulkReplayJob.objects.filter(pk=job.pk).filter(_resumable(timezone.now()))
+    if resumable.exists():
+        controls.append("resume")
+    return controls
+
+
 def _control_action_record(
     *, job: BulkReplayJob, action: str, actor: Actor, reason: str, **details: Any
 ) -> OperatorAction:

@@ -5,6 +5,7 @@ the command. With real workers: test_bulk_replay_rate_worker.py."""
 
 import getpass
 import itertools
+import re
 import threading
 import time
 from datetime import datetime, timedelta
@@ -12,6 +13,7 @@ from datetime import datetime, timedelta
 import pytest
 from django.core.management import CommandError, call_command
 from django.db import connections
+from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
@@ -424,6 +426,40 @@ def test_an_operator_cancels_and_resumes_from_the_admin_with_a_reason(
         ("resume_bulk_replay", "downstream is fine"),
         ("start_bulk_replay", "provider outage"),
     ]
+
+
+def job_page_controls(http, job) -> list[str]:
+    """The job controls its admin page offers: the list's actions, each for this job."""
+    page = http.get(reverse(f"admin:{JOBS}_change", args=[job.pk]))
+    assert page.status_code == 200
+    return re.findall(r'name="action" value="(\w+)"', page.content.decode())
+
+
+def test_a_jobs_own_page_cancels_it_and_resumes_it(
+    paced, operator, operator_client, auditor, empty_broker
+):
+    auditor_client = Client()
+    auditor_client.force_login(auditor)
+    job, _ = dead_job(30, rate=20)
+    assert (
+        job_page_controls(operator_client, job) == []
+    )  # counted: start it from the list
+    bulk_replay_job_start(job=job, started_by=Actor.of(operator))
+    run_next_task()
+    assert job_page_controls(operator_client, job) == ["cancel_selected"]
+    assert job_page_controls(auditor_client, job) == []
+
+    # The page's button posts the list's action for this job: it asks why, then cancels.
+    changelist = reverse(f"admin:{JOBS}_changelist")
+    form = {"action": "cancel_selected", "_selected_action": str(job.pk), "index": "0"}
+    page = operator_client.post(changelist, form)
+    assert b'name="reason"' in page.content
+    response = operator_client.post(
+        changelist, {**form, "post": "yes", "reason": "from its page"}, follow=True
+    )
+    assert b"Cancelled 1 bulk replay job" in response.content
+    assert job_page_controls(operator_client, job) == ["resume_selected"]
+    assert job_page_controls(auditor_client, job) == []
 
 
 @pytest.mark.parametrize("rate", BAD_RATES)

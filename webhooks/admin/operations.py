@@ -25,6 +25,7 @@ from ..models import (
 )
 from ..replay import (
     bulk_replay_job_cancel,
+    bulk_replay_job_controls,
     bulk_replay_job_create,
     bulk_replay_job_resume,
     bulk_replay_job_start,
@@ -193,6 +194,21 @@ class BulkReplayJobAdmin(admin.ModelAdmin):
 
     def has_replay_permission(self, request):
         return request.user.has_perm("webhooks.replay_inboxevent")
+
+    def change_view(self, request, object_id, form_url="", extra_context=None):
+        """The job's page offers what the list's actions do for it now (Cancel, Resume),
+        to operators: each posts the list's action for this one job, which asks for a
+        reason."""
+        job = self.get_object(request, object_id)
+        controls = []
+        if job is not None and self.has_replay_permission(request):
+            labels = {"cancel": "Cancel this job", "resume": "Resume this job"}
+            controls = [
+                (f"{name}_selected", labels[name])
+                for name in bulk_replay_job_controls(job=job)
+            ]
+        context = {**(extra_context or {}), "job_controls": controls}
+        return super().change_view(request, object_id, form_url, context)
 
     def save_model(self, request, obj, form, change):
         created = bulk_replay_job_create(
