@@ -12,6 +12,8 @@ from django import forms
 from django.contrib import admin
 from django.contrib.admin import helpers
 from django.core.paginator import Paginator
+from django.db.models.functions import Left, Length
+from django.forms.models import BaseInlineFormSet
 from django.template.response import TemplateResponse
 from django.urls import NoReverseMatch, reverse
 from django.utils.functional import cached_property
@@ -61,6 +63,70 @@ class ReadOnlyInlineMixin(_NoWritesMixin):
 
     extra = 0
     can_delete = False
+
+
+class PagedInlineFormSet(BaseInlineFormSet):
+    """The rows of one page of an inline: a parent with thousands of children renders
+    ``per_page`` of them (the page ``page_number`` names, the nearest one when it names
+    none)."""
+
+    per_page = 50
+    page_param = "page"
+    page_number: str | None = None
+
+    def get_queryset(self):
+        if not hasattr(self, "_page_rows"):
+            paginator = Paginator(super().get_queryset(), self.per_page)
+            self.page = paginator.get_page(self.page_number)
+            self._page_rows = self.page.object_list
+        return self._page_rows
+
+
+class PagedInlineMixin:
+    """An inline shown a page at a time: ``?<page_param>=N`` on the parent's page picks the
+    page; the links under the table move between them."""
+
+    formset = PagedInlineFormSet
+    template = "admin/edit_inline/paged_tabular.html"
+    page_param = "page"
+    per_page = 50
+
+    def get_formset(self, request, obj=None, **kwargs):
+        formset = super().get_formset(request, obj, **kwargs)
+        formset.page_param = self.page_param
+        formset.per_page = self.per_page
+        formset.page_number = request.GET.get(self.page_param)
+        return formset
+
+
+# How much of a long text field (a job's detail, say) a page shows: the database sends the
+# page this much of it, and its length.
+TEXT_SHOWN_MAX = 1000
+
+
+def text_head_annotate(queryset, *, field: str):
+    """``queryset`` without ``field``'s text, with its first ``TEXT_SHOWN_MAX`` + 1
+    characters as ``<field>_head`` and its length as ``<field>_length``."""
+    return queryset.defer(field).annotate(
+        **{
+            f"{field}_head": Left(field, TEXT_SHOWN_MAX + 1),
+            f"{field}_length": Length(field),
+        }
+    )
+
+
+def text_head(obj, *, field: str) -> str:
+    """What ``text_head_annotate`` kept of ``field``, with a note of its full length when
+    it was cut. Escaped."""
+    head, length = getattr(obj, f"{field}_head"), getattr(obj, f"{field}_length")
+    if length is None or length <= TEXT_SHOWN_MAX:
+        return head or ""
+    return format_html(
+        "{}&hellip; <em>({} characters; the first {} are shown)</em>",
+        head[:TEXT_SHOWN_MAX],
+        str(length),
+        str(TEXT_SHOWN_MAX),
+    )
 
 
 class ReasonForm(forms.Form):

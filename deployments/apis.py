@@ -17,7 +17,7 @@ from idempotency.models import IdempotencyStatus
 from idempotency.services import OperationResult
 
 from . import selectors, services
-from .models import Build, Deployment, Job, JobStatus
+from .models import REPORTED_DETAIL_MAX_LENGTH, Build, Deployment, Job, JobStatus
 
 REPOSITORY_REGEX = r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+"
 COMMIT_SHA_REGEX = r"[0-9a-f]{7,40}"
@@ -262,7 +262,12 @@ class StatusSyncApi(IdempotentPostMixin, APIView):
         build_id = serializers.CharField(max_length=32, required=False)
         status = serializers.ChoiceField(choices=JobStatus.choices)
         reported_at = serializers.DateTimeField()
-        detail = serializers.CharField(required=False, allow_blank=True, default="")
+        detail = serializers.CharField(
+            max_length=REPORTED_DETAIL_MAX_LENGTH,
+            required=False,
+            allow_blank=True,
+            default="",
+        )
 
         def validate_reported_at(self, value):
             # A report from the future would outrank every later one (and the worker's own

@@ -16,6 +16,10 @@ class JobStatus(models.TextChoices):
 
 TERMINAL_JOB_STATUSES = frozenset({JobStatus.SUCCEEDED, JobStatus.FAILED})
 
+# The longest ``detail`` a status report may carry (docs/http-api.md, "Status sync"); GitHub's
+# deployment status descriptions are cut to the same length.
+REPORTED_DETAIL_MAX_LENGTH = 1000
+
 
 def public_id_generate(prefix: str) -> str:
     return f"{prefix}_{secrets.token_hex(12)}"
