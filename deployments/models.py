@@ -89,6 +89,9 @@ class Deployment(Job):
                 fields=["client", "idempotency_key"],
                 name="deployments_dep_client_key_idx",
             ),
+            # A client's list, newest first, reads its own rows only (no walk over other
+            # clients' newer rows), on every page.
+            models.Index(fields=["client", "id"], name="deployments_dep_client_id_idx"),
             models.Index(
                 fields=["status", "last_dispatched_at"],
                 name="deployments_dep_sweep_idx",
@@ -128,6 +131,9 @@ class Build(Job):
                 fields=["client", "idempotency_key"],
                 name="deployments_bld_client_key_idx",
             ),
+            # A client's list, newest first, reads its own rows only (no walk over other
+            # clients' newer rows), on every page.
+            models.Index(fields=["client", "id"], name="deployments_bld_client_id_idx"),
             models.Index(
                 fields=["status", "last_dispatched_at"],
                 name="deployments_bld_sweep_idx",
