@@ -159,14 +159,20 @@ def confirm_with_reason(
             return form.cleaned_data["reason"]
         return form.cleaned_data
     selected = request.POST.getlist(helpers.ACTION_CHECKBOX_NAME)
+    # "Select all N" (``select_across``) is kept through the confirmation, so that the action
+    # acts on what was selected, not only on the rows ticked on the page.
+    select_across = request.POST.get("select_across") == "1"
     shown = list(queryset[:20])
+    total = capped_count(queryset) if select_across else len(selected)
     context = {
         **modeladmin.admin_site.each_context(request),
         "title": title,
         "intro": intro,
         "objects": shown,
-        "more": max(0, len(selected) - len(shown)),
+        "more": max(0, total - len(shown)),
+        "more_capped": total > COUNT_CAP,
         "selected": selected,
+        "select_across": select_across,
         "action": action,
         "form": form,
         "submit_label": submit_label,

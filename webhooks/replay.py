@@ -41,6 +41,28 @@ class NothingToReplay(Exception):
     """No selected row was in a replayable status."""
 
 
+# A replay of selected rows is one transaction in one request (the admin's "Replay selected"):
+# at most this many rows, far below the database's 65,535 parameters per statement and well
+# inside a request's time. More is the work of a bulk replay job (chunks, progress, resumable).
+REPLAY_SELECTED_MAX = 10_000
+
+
+class ReplaySelectionTooLarge(Exception):
+    """More rows were selected than one replay takes (``REPLAY_SELECTED_MAX``)."""
+
+    def __init__(self, limit: int):
+        super().__init__(f"more than {limit} events selected")
+        self.limit = limit
+
+
+def replay_selection_check(*, events_queryset: QuerySet[InboxEvent]) -> None:
+    """Raises ``ReplaySelectionTooLarge`` when ``events_queryset`` holds more rows than one
+    replay takes; reads at most ``REPLAY_SELECTED_MAX + 1`` of them."""
+    limit = REPLAY_SELECTED_MAX
+    if events_queryset.order_by().values("pk")[: limit + 1].count() > limit:
+        raise ReplaySelectionTooLarge(limit)
+
+
 def replay_queryset_build(
     *,
     source_slug: str | None = None,
@@ -77,10 +99,17 @@ def inbox_events_replay(
 
     Rows are locked (``select_for_update(skip_locked=True)``) and re-checked under the lock, so
     two operators replaying the same rows at once replay each row once; rows in any other status
-    are skipped and counted. Raises ``NothingToReplay`` when no row was replayable."""
+    are skipped and counted. Raises ``NothingToReplay`` when no row was replayable, and
+    ``ReplaySelectionTooLarge`` (changing nothing) for more than ``REPLAY_SELECTED_MAX``
+    rows."""
     if actor_name is None:
         actor_name = actor.get_username() if actor is not None else "system"
-    selected = list(events_queryset.order_by().values_list("pk", flat=True))
+    limit = REPLAY_SELECTED_MAX
+    selected = list(
+        events_queryset.order_by().values_list("pk", flat=True)[: limit + 1]
+    )
+    if len(selected) > limit:
+        raise ReplaySelectionTooLarge(limit)
     with transaction.atomic():
         rows = list(
             InboxEvent.objects.filter(
