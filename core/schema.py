@@ -23,14 +23,33 @@ ERROR_SCHEMA = {
     "required": ["error"],
     "additionalProperties": True,
 }
-_ERROR_REF = {"$ref": "#/components/schemas/Error"}
+ERROR_REF = {"$ref": "#/components/schemas/Error"}
 
 
-def _error(description: str) -> dict:
-    return {
+def _error(description: str, headers: dict | None = None) -> dict:
+    response = {
         "description": description,
-        "content": {"application/json": {"schema": _ERROR_REF}},
+        "content": {"application/json": {"schema": ERROR_REF}},
     }
+    if headers:
+        response["headers"] = headers
+    return response
+
+
+# Headers of the shared error answers (docs/http-api.md, "Errors").
+_RETRY_AFTER = {
+    "Retry-After": {
+        "required": True,
+        "schema": {"type": "integer"},
+        "description": "Seconds to wait before retrying.",
+    }
+}
+_WWW_AUTHENTICATE = {
+    "WWW-Authenticate": {
+        "required": True,
+        "schema": {"type": "string", "enum": ["Bearer"]},
+    }
+}
 
 
 def _webhook_operation() -> dict:
@@ -130,15 +149,20 @@ def error_responses_postprocess(result, generator, request, public):
     result.setdefault("components", {}).setdefault("schemas", {})["Error"] = (
         ERROR_SCHEMA
     )
+    # What an operation answers besides what its view declares: 401 where a token is
+    # needed, 404 for an id in the path or a cursor not issued, the refusals of a POST's
+    # key and body, and 503 everywhere. A view declares any other answer itself (a 404 of a
+    # POST, a 422 of a GET's filters) and its own forms of these.
     for path, operations in result.get("paths", {}).items():
         for method, operation in operations.items():
             responses = operation.setdefault("responses", {})
             if operation.get("security") != [{}]:
                 responses.setdefault(
-                    "401", _error("`unauthorized`: no valid Bearer token.")
+                    "401",
+                    _error("`unauthorized`: no valid Bearer token.", _WWW_AUTHENTICATE),
                 )
             parameters = {p.get("name") for p in operation.get("parameters", [])}
-            if "{" in path or method == "post" or "cursor" in parameters:
+            if "{" in path or "cursor" in parameters:
                 # A list answers 404 for a cursor it did not issue.
                 responses.setdefault(
                     "404", _error("`not_found` (or another client's).")
@@ -152,10 +176,18 @@ def error_responses_postprocess(result, generator, request, public):
                     ),
                 )
                 responses.setdefault("409", _error("`idempotency_key_reused`."))
-            if method == "post" or operation.get("parameters"):
+                responses.setdefault(
+                    "413", _error("`payload_too_large`: the body is over the limit.")
+                )
                 responses.setdefault(
                     "422", _error("`invalid_payload`, with `details`.")
                 )
-            responses.setdefault("503", _error("`temporarily_unavailable`."))
+            responses.setdefault(
+                "503",
+                _error(
+                    "`temporarily_unavailable`: retry after `Retry-After` seconds.",
+                    _RETRY_AFTER,
+                ),
+            )
     result["paths"]["/webhooks/{slug}/"] = {"post": _webhook_operation()}
     return result

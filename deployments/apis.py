@@ -12,8 +12,9 @@ from rest_framework.views import APIView
 
 from core.errors import NotFound
 from core.pagination import CursorPage
-from idempotency.apis import IDEMPOTENCY_KEY_HEADER, IdempotentPostMixin
+from idempotency.apis import IdempotentPostMixin
 from idempotency.models import IdempotencyStatus
+from idempotency.schema import idempotent_post_schema
 from idempotency.services import OperationResult
 
 from . import selectors, services
@@ -103,9 +104,12 @@ class DeploymentCreateApi(IdempotentPostMixin, APIView):
         )
 
     @extend_schema(
-        request=DeploymentCreateInputSerializer,
-        responses={202: DeploymentOutputSerializer},
-        parameters=[IDEMPOTENCY_KEY_HEADER],
+        **idempotent_post_schema(
+            request=DeploymentCreateInputSerializer,
+            output=DeploymentOutputSerializer,
+            created=202,
+            location=True,
+        )
     )
     def post(self, request, *args, **kwargs):
         return super().post(request, *args, **kwargs)
@@ -151,9 +155,12 @@ class BuildCreateApi(IdempotentPostMixin, APIView):
         )
 
     @extend_schema(
-        request=BuildCreateInputSerializer,
-        responses={202: BuildOutputSerializer},
-        parameters=[IDEMPOTENCY_KEY_HEADER],
+        **idempotent_post_schema(
+            request=BuildCreateInputSerializer,
+            output=BuildOutputSerializer,
+            created=202,
+            location=True,
+        )
     )
     def post(self, request, *args, **kwargs):
         return super().post(request, *args, **kwargs)
@@ -317,9 +324,14 @@ class StatusSyncApi(IdempotentPostMixin, APIView):
         )
 
     @extend_schema(
-        request=StatusSyncInputSerializer,
-        responses={201: StatusSyncOutputSerializer},
-        parameters=[IDEMPOTENCY_KEY_HEADER],
+        **idempotent_post_schema(
+            request=StatusSyncInputSerializer,
+            output=StatusSyncOutputSerializer,
+            created=201,
+            location=False,
+            not_found="`not_found`: the target is not one of the client's deployments "
+            "or builds; nothing is recorded.",
+        )
     )
     def post(self, request, *args, **kwargs):
         return super().post(request, *args, **kwargs)
