@@ -101,17 +101,27 @@ database_binding_apply(DATABASES["default"])
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # Admin logins are throttled (django-axes): after AXES_FAILURE_LIMIT failures for one username
-# from one address, that pair is locked out for AXES_COOLOFF_TIME. Attempts are stored in the
-# database, so the limit holds across every web process.
+# from one address (an IPv6 address counts as its /64), that pair is locked out for
+# AXES_COOLOFF_TIME. core.login_throttle adds progressive lockouts of a username from any
+# address and of an address for any username, after ADMIN_LOGIN_WIDE_FAILURE_LIMIT failures.
+# Attempts are stored in the database, so the limits hold across every web process.
 AUTHENTICATION_BACKENDS = [
     "axes.backends.AxesStandaloneBackend",
     "django.contrib.auth.backends.ModelBackend",
 ]
+AXES_HANDLER = "core.login_throttle.LoginThrottleHandler"
 AXES_FAILURE_LIMIT = env.int("AXES_FAILURE_LIMIT", default=5)
 AXES_COOLOFF_TIME = timedelta(minutes=env.int("AXES_COOLOFF_MINUTES", default=15))
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True
+# A refused attempt during a lockout is not recorded: the lockout ends on time, so guessing on
+# cannot keep a username locked out.
+AXES_RESET_COOL_OFF_ON_FAILURE_DURING_LOCKOUT = False
 AXES_VERBOSE = False
+ADMIN_LOGIN_WIDE_FAILURE_LIMIT = env.int("ADMIN_LOGIN_WIDE_FAILURE_LIMIT", default=20)
+ADMIN_LOGIN_WIDE_COOLOFF_SECONDS = env.int(
+    "ADMIN_LOGIN_WIDE_COOLOFF_SECONDS", default=60
+)
 # Behind TRUSTED_PROXY_COUNT reverse proxies that each append to X-Forwarded-For, the client is
 # the entry the first of them appended; with none, only the peer address counts, so that a forged
 # X-Forwarded-For can neither dodge a lockout nor lock someone else out.
