@@ -8,6 +8,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import environ
+from django.core.exceptions import ImproperlyConfigured
 
 BASE_DIR = Path(__file__).resolve().parent.parent.parent
 env = environ.Env()
@@ -16,7 +17,7 @@ DEBUG = env.bool("DJANGO_DEBUG", default=False)
 ALLOWED_HOSTS = env.list("DJANGO_ALLOWED_HOSTS", default=["localhost", "127.0.0.1"])
 
 INSTALLED_APPS = [
-    "django.contrib.admin",
+    "core.admin_config.AuditAdminConfig",  # django.contrib.admin, on the console's own site
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",
@@ -27,6 +28,8 @@ INSTALLED_APPS = [
     "drf_spectacular_sidecar",
     "django_celery_results",
     "axes",
+    "django_otp",
+    "django_otp.plugins.otp_totp",
     "core",
     "webhooks",
     "idempotency",
@@ -45,6 +48,7 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django_otp.middleware.OTPMiddleware",  # request.user.is_verified()
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     # Last, as its documentation asks: turns a locked-out login into a 429.
@@ -122,6 +126,21 @@ ADMIN_LOGIN_WIDE_FAILURE_LIMIT = env.int("ADMIN_LOGIN_WIDE_FAILURE_LIMIT", defau
 ADMIN_LOGIN_WIDE_COOLOFF_SECONDS = env.int(
     "ADMIN_LOGIN_WIDE_COOLOFF_SECONDS", default=60
 )
+# A second factor for the admin (core/admin_site.py): off, offered (staff who enrolled a TOTP
+# device must use it), superusers (superusers must have one; production's default) or staff.
+ADMIN_TWO_FACTOR = env.str("ADMIN_TWO_FACTOR", default="offered")
+
+
+def two_factor_mode_check(mode: str) -> str:
+    if mode not in ("off", "offered", "superusers", "staff"):
+        raise ImproperlyConfigured(
+            f"ADMIN_TWO_FACTOR={mode!r}: expected off, offered, superusers or staff"
+        )
+    return mode
+
+
+two_factor_mode_check(ADMIN_TWO_FACTOR)
+OTP_TOTP_ISSUER = env.str("OTP_TOTP_ISSUER", default="Webhook inbox audit console")
 # Behind TRUSTED_PROXY_COUNT reverse proxies that each append to X-Forwarded-For, the client is
 # the entry the first of them appended; with none, only the peer address counts, so that a forged
 # X-Forwarded-For can neither dodge a lockout nor lock someone else out.

@@ -3,7 +3,7 @@
 from django.core.exceptions import ImproperlyConfigured
 
 from .base import *  # noqa: F403
-from .base import BENCH_ENDPOINTS, database_binding_apply, env
+from .base import BENCH_ENDPOINTS, database_binding_apply, env, two_factor_mode_check
 
 # The floor endpoints under /_bench/ answer without authentication and write to a table of
 # their own: never served with these settings. The benchmarks use config.settings.bench.
@@ -53,4 +53,9 @@ SECURE_CONTENT_TYPE_NOSNIFF = True
 SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$", r"^metrics$"]
 CSRF_TRUSTED_ORIGINS = env.list("DJANGO_CSRF_TRUSTED_ORIGINS", default=[])
 SESSION_COOKIE_HTTPONLY = True
+# Superusers can do everything the console allows: their login needs a second factor
+# (docs/security.md, "Second factor"; enrol with manage.py admin_2fa enrol USERNAME).
+ADMIN_TWO_FACTOR = two_factor_mode_check(
+    env.str("ADMIN_TWO_FACTOR", default="superusers")
+)
 X_FRAME_OPTIONS = "DENY"
