@@ -1,15 +1,31 @@
 from django.contrib import admin
 
-from core.admin_base import ReadOnlyAdminMixin, ReadOnlyInlineMixin
+from core.admin_base import (
+    PagedInlineMixin,
+    ReadOnlyAdminMixin,
+    ReadOnlyInlineMixin,
+    text_head,
+    text_head_annotate,
+)
 
 from .models import Build, Deployment, JobTransition, StatusSync
 
 
-class TransitionInline(ReadOnlyInlineMixin, admin.TabularInline):
+class TransitionInline(PagedInlineMixin, ReadOnlyInlineMixin, admin.TabularInline):
+    # A job may have any number of transitions (every applied report is one): the page
+    # shows them 50 at a time, and each detail cut to its first characters.
     model = JobTransition
-    fields = ["from_status", "to_status", "at", "actor", "detail"]
+    fields = ["from_status", "to_status", "at", "actor", "detail_shown"]
     readonly_fields = fields
     ordering = ["at", "id"]
+    page_param = "transitions_page"
+
+    def get_queryset(self, request):
+        return text_head_annotate(super().get_queryset(request), field="detail")
+
+    @admin.display(description="detail")
+    def detail_shown(self, obj):
+        return text_head(obj, field="detail")
 
 
 class JobAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
@@ -18,6 +34,15 @@ class JobAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     search_fields = ["=public_id", "=idempotency_key", "=commit_sha"]
     date_hierarchy = "created_at"
     inlines = [TransitionInline]
+    exclude = ["detail"]
+    readonly_fields = ["detail_shown"]
+
+    def get_queryset(self, request):
+        return text_head_annotate(super().get_queryset(request), field="detail")
+
+    @admin.display(description="detail")
+    def detail_shown(self, obj):
+        return text_head(obj, field="detail")
 
 
 @admin.register(Deployment)

@@ -12,12 +12,13 @@ from rest_framework.views import APIView
 
 from core.errors import NotFound
 from core.pagination import CursorPage
-from idempotency.apis import IDEMPOTENCY_KEY_HEADER, IdempotentPostMixin
+from idempotency.apis import IdempotentPostMixin
 from idempotency.models import IdempotencyStatus
+from idempotency.schema import idempotent_post_schema
 from idempotency.services import OperationResult
 
 from . import selectors, services
-from .models import Build, Deployment, Job, JobStatus
+from .models import REPORTED_DETAIL_MAX_LENGTH, Build, Deployment, Job, JobStatus
 
 REPOSITORY_REGEX = r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+"
 COMMIT_SHA_REGEX = r"[0-9a-f]{7,40}"
@@ -124,9 +125,12 @@ class DeploymentCreateApi(_JobCreateApi):
     output = _DEPLOYMENT_OUTPUT
 
     @extend_schema(
-        request=DeploymentCreateInputSerializer,
-        responses={202: DeploymentOutputSerializer},
-        parameters=[IDEMPOTENCY_KEY_HEADER],
+        **idempotent_post_schema(
+            request=DeploymentCreateInputSerializer,
+            output=DeploymentOutputSerializer,
+            created=202,
+            location=True,
+        )
     )
     def post(self, request, *args, **kwargs):
         return super().post(request, *args, **kwargs)
@@ -140,9 +144,12 @@ class BuildCreateApi(_JobCreateApi):
     output = _BUILD_OUTPUT
 
     @extend_schema(
-        request=BuildCreateInputSerializer,
-        responses={202: BuildOutputSerializer},
-        parameters=[IDEMPOTENCY_KEY_HEADER],
+        **idempotent_post_schema(
+            request=BuildCreateInputSerializer,
+            output=BuildOutputSerializer,
+            created=202,
+            location=True,
+        )
     )
     def post(self, request, *args, **kwargs):
         return super().post(request, *args, **kwargs)
@@ -251,7 +258,12 @@ class StatusSyncApi(IdempotentPostMixin, APIView):
         build_id = serializers.CharField(max_length=32, required=False)
         status = serializers.ChoiceField(choices=JobStatus.choices)
         reported_at = serializers.DateTimeField()
-        detail = serializers.CharField(required=False, allow_blank=True, default="")
+        detail = serializers.CharField(
+            max_length=REPORTED_DETAIL_MAX_LENGTH,
+            required=False,
+            allow_blank=True,
+            default="",
+        )
 
         def validate_reported_at(self, value):
             # A report from the future would outrank every later one (and the worker's own
@@ -301,9 +313,14 @@ class StatusSyncApi(IdempotentPostMixin, APIView):
         )
 
     @extend_schema(
-        request=StatusSyncInputSerializer,
-        responses={201: StatusSyncOutputSerializer},
-        parameters=[IDEMPOTENCY_KEY_HEADER],
+        **idempotent_post_schema(
+            request=StatusSyncInputSerializer,
+            output=StatusSyncOutputSerializer,
+            created=201,
+            location=False,
+            not_found="`not_found`: the target is not one of the client's deployments "
+            "or builds; nothing is recorded.",
+        )
     )
     def post(self, request, *args, **kwargs):
         return super().post(request, *args, **kwargs)

@@ -16,6 +16,10 @@ class JobStatus(models.TextChoices):
 
 TERMINAL_JOB_STATUSES = frozenset({JobStatus.SUCCEEDED, JobStatus.FAILED})
 
+# The longest ``detail`` a status report may carry (docs/http-api.md, "Status sync"); GitHub's
+# deployment status descriptions are cut to the same length.
+REPORTED_DETAIL_MAX_LENGTH = 1000
+
 
 def public_id_generate(prefix: str) -> str:
     return f"{prefix}_{secrets.token_hex(12)}"
@@ -88,6 +92,9 @@ class Deployment(Job):
                 fields=["client", "idempotency_key"],
                 name="deployments_dep_client_key_idx",
             ),
+            # A client's list, newest first, reads its own rows only (no walk over other
+            # clients' newer rows), on every page.
+            models.Index(fields=["client", "id"], name="deployments_dep_client_id_idx"),
             models.Index(
                 fields=["status", "last_dispatched_at"],
                 name="deployments_dep_sweep_idx",
@@ -128,6 +135,9 @@ class Build(Job):
                 fields=["client", "idempotency_key"],
                 name="deployments_bld_client_key_idx",
             ),
+            # A client's list, newest first, reads its own rows only (no walk over other
+            # clients' newer rows), on every page.
+            models.Index(fields=["client", "id"], name="deployments_bld_client_id_idx"),
             models.Index(
                 fields=["status", "last_dispatched_at"],
                 name="deployments_bld_sweep_idx",

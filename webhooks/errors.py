@@ -64,6 +64,18 @@ class NothingToReplay(ServiceError):
     code = "nothing_to_replay"
 
 
+class ReplaySelectionTooLarge(ServiceError):
+    """More rows were selected than one replay takes (``replay.REPLAY_SELECTED_MAX``): the
+    work of a bulk replay job."""
+
+    status_code = 422
+    code = "replay_selection_too_large"
+
+    def __init__(self, limit: int):
+        super().__init__(f"more than {limit} events selected")
+        self.limit = limit
+
+
 class BulkReplayJobNotFound(NotFound):
     code = "bulk_replay_job_not_found"
 

@@ -31,6 +31,7 @@ from .errors import (
     BulkReplayJobNotStartable,
     InvalidBulkReplayRate,
     NothingToReplay,
+    ReplaySelectionTooLarge,
 )
 from .models import (
     BULK_REPLAY_RATE_MAX,
@@ -46,6 +47,20 @@ from .operator_actions import ReplayDetails, operator_action_record
 from .pacing import Pace, next_slice_due, pace_for, slice_start
 
 logger = logging.getLogger(__name__)
+
+
+# A replay of selected rows is one transaction in one request (the admin's "Replay selected"):
+# at most this many rows, far below the database's 65,535 parameters per statement and well
+# inside a request's time. More is the work of a bulk replay job (chunks, progress, resumable).
+REPLAY_SELECTED_MAX = 10_000
+
+
+def replay_selection_check(*, events_queryset: QuerySet[InboxEvent]) -> None:
+    """Raises ``ReplaySelectionTooLarge`` when ``events_queryset`` holds more rows than one
+    replay takes; reads at most ``REPLAY_SELECTED_MAX + 1`` of them."""
+    limit = REPLAY_SELECTED_MAX
+    if events_queryset.order_by().values("pk")[: limit + 1].count() > limit:
+        raise ReplaySelectionTooLarge(limit)
 
 
 def replay_queryset_build(
@@ -83,8 +98,15 @@ def inbox_events_replay(
 
     Rows are locked (``select_for_update(skip_locked=True)``) and re-checked under the lock, so
     two operators replaying the same rows at once replay each row once; rows in any other status
-    are skipped and counted. Raises ``NothingToReplay`` when no row was replayable."""
-    selected = list(events_queryset.order_by().values_list("pk", flat=True))
+    are skipped and counted. Raises ``NothingToReplay`` when no row was replayable, and
+    ``ReplaySelectionTooLarge`` (changing nothing) for more than ``REPLAY_SELECTED_MAX``
+    rows."""
+    limit = REPLAY_SELECTED_MAX
+    selected = list(
+        events_queryset.order_by().values_list("pk", flat=True)[: limit + 1]
+    )
+    if len(selected) > limit:
+        raise ReplaySelectionTooLarge(limit)
     with transaction.atomic():
         rows = list(
             InboxEvent.objects.filter(
@@ -191,7 +213,9 @@ def bulk_replay_job_controls(*, job: BulkReplayJob) -> list[str]:
     controls = []
     if job.state in ACTIVE_STATES:
         controls.append("cancel")
-    resumable = BulkReplayJob.objects.filter(pk=job.pk).filter(_resumable(timezone.now()))
+    resumable = BulkReplayJob.objects.filter(pk=job.pk).filter(
+        _resumable(timezone.now())
+    )
     if resumable.exists():
         controls.append("resume")
     return controls

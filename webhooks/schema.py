@@ -4,7 +4,7 @@ schemes and integrations declare."""
 
 from __future__ import annotations
 
-from core.schema import error_response
+from core.schema import RETRY_AFTER_HEADER, error_response
 
 from .integrations import integration_get, integration_names
 from .schemes import schemes
@@ -90,7 +90,8 @@ def webhook_receive_operation() -> dict:
             "413": error_response("`payload_too_large`."),
             "422": error_response("`invalid_payload`, with `details`."),
             "503": error_response(
-                "`temporarily_unavailable`: retry after `Retry-After` seconds."
+                "`temporarily_unavailable`: retry after `Retry-After` seconds.",
+                RETRY_AFTER_HEADER,
             ),
         },
     }

@@ -8,6 +8,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import environ
+from django.core.exceptions import ImproperlyConfigured
 
 BASE_DIR = Path(__file__).resolve().parent.parent.parent
 env = environ.Env()
@@ -26,7 +27,7 @@ DEBUG = env.bool("DJANGO_DEBUG", default=False)
 ALLOWED_HOSTS = env.list("DJANGO_ALLOWED_HOSTS", default=["localhost", "127.0.0.1"])
 
 INSTALLED_APPS = [
-    "django.contrib.admin",
+    "core.admin_config.AuditAdminConfig",  # django.contrib.admin, on the console's own site
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",
@@ -37,6 +38,8 @@ INSTALLED_APPS = [
     "drf_spectacular_sidecar",
     "django_celery_results",
     "axes",
+    "django_otp",
+    "django_otp.plugins.otp_totp",
     "core",
     "webhooks",
     "idempotency",
@@ -55,6 +58,7 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django_otp.middleware.OTPMiddleware",  # request.user.is_verified()
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     # Last, as its documentation asks: turns a locked-out login into a 429.
@@ -111,17 +115,42 @@ database_binding_apply(DATABASES["default"])
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # Admin logins are throttled (django-axes): after AXES_FAILURE_LIMIT failures for one username
-# from one address, that pair is locked out for AXES_COOLOFF_TIME. Attempts are stored in the
-# database, so the limit holds across every web process.
+# from one address (an IPv6 address counts as its /64), that pair is locked out for
+# AXES_COOLOFF_TIME. core.login_throttle adds progressive lockouts of a username from any
+# address and of an address for any username, after ADMIN_LOGIN_WIDE_FAILURE_LIMIT failures.
+# Attempts are stored in the database, so the limits hold across every web process.
 AUTHENTICATION_BACKENDS = [
     "axes.backends.AxesStandaloneBackend",
     "django.contrib.auth.backends.ModelBackend",
 ]
+AXES_HANDLER = "core.login_throttle.LoginThrottleHandler"
 AXES_FAILURE_LIMIT = env.int("AXES_FAILURE_LIMIT", default=5)
 AXES_COOLOFF_TIME = timedelta(minutes=env.int("AXES_COOLOFF_MINUTES", default=15))
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True
+# A refused attempt during a lockout is not recorded: the lockout ends on time, so guessing on
+# cannot keep a username locked out.
+AXES_RESET_COOL_OFF_ON_FAILURE_DURING_LOCKOUT = False
 AXES_VERBOSE = False
+ADMIN_LOGIN_WIDE_FAILURE_LIMIT = env.int("ADMIN_LOGIN_WIDE_FAILURE_LIMIT", default=20)
+ADMIN_LOGIN_WIDE_COOLOFF_SECONDS = env.int(
+    "ADMIN_LOGIN_WIDE_COOLOFF_SECONDS", default=60
+)
+# A second factor for the admin (core/admin_site.py): off, offered (staff who enrolled a TOTP
+# device must use it), superusers (superusers must have one; production's default) or staff.
+ADMIN_TWO_FACTOR = env.str("ADMIN_TWO_FACTOR", default="offered")
+
+
+def two_factor_mode_check(mode: str) -> str:
+    if mode not in ("off", "offered", "superusers", "staff"):
+        raise ImproperlyConfigured(
+            f"ADMIN_TWO_FACTOR={mode!r}: expected off, offered, superusers or staff"
+        )
+    return mode
+
+
+two_factor_mode_check(ADMIN_TWO_FACTOR)
+OTP_TOTP_ISSUER = env.str("OTP_TOTP_ISSUER", default="Webhook inbox audit console")
 # Behind TRUSTED_PROXY_COUNT reverse proxies that each append to X-Forwarded-For, the client is
 # the entry the first of them appended; with none, only the peer address counts, so that a forged
 # X-Forwarded-For can neither dodge a lockout nor lock someone else out.

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from django.utils import timezone
 
 from core.errors import InvalidPayload, PermanentProcessingError
-from deployments.models import JobStatus
+from deployments.models import REPORTED_DETAIL_MAX_LENGTH, JobStatus
 from deployments.services import deployment_status_report_apply
 from integrations.github.scheme import DELIVERY_HEADER
 from webhooks.envelopes import (
@@ -142,7 +142,9 @@ def _deployment_status_handle(event: InboxEvent) -> HandlerResult:
         status=status,
         reported_at=_reported_at(deployment_status),
         actor=f"github:{event.event_id}",
-        detail=str(deployment_status.get("description") or "")[:1000],
+        detail=str(deployment_status.get("description") or "")[
+            :REPORTED_DETAIL_MAX_LENGTH
+        ],
     )
     if outcome.deployment is None:
         return HandlerResult(

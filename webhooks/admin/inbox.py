@@ -4,6 +4,7 @@ from django.contrib import admin, messages
 from django.contrib.admin.utils import display_for_value
 from django.db.models import DurationField, ExpressionWrapper, F, Q
 from django.http import HttpResponse
+from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import mark_safe
 
@@ -18,8 +19,9 @@ from core.admin_base import (
 )
 from core.errors import ServiceError
 
+from ..errors import ReplaySelectionTooLarge
 from ..models import DeadLetteredEvent, InboxAttempt, InboxEvent, ProcessingStatus
-from ..replay import inbox_events_replay
+from ..replay import inbox_events_replay, replay_selection_check
 from ..selectors import (
     inbox_event_held_reason,
     inbox_event_occurred_at,
@@ -246,6 +248,20 @@ class DeadLetteredEventAdmin(InboxEventAdmin):
     def has_replay_permission(self, request):
         return request.user.has_perm("webhooks.replay_inboxevent")
 
+    def _selection_too_large(self, request, exc: ReplaySelectionTooLarge) -> None:
+        self.message_user(
+            request,
+            format_html(
+                "More than {} events are selected: nothing was replayed. A replay of "
+                "more is a bulk replay, in chunks with its progress shown: "
+                '<a href="{}">create a bulk replay job</a> with the same filter (or run '
+                "<code>manage.py replay_events</code>).",
+                exc.limit,
+                reverse("admin:webhooks_bulkreplayjob_add"),
+            ),
+            messages.ERROR,
+        )
+
     @admin.display(description="last error")
     def error_summary(self, obj):
         text = obj.error_message or ""
@@ -253,6 +269,12 @@ class DeadLetteredEventAdmin(InboxEventAdmin):
 
     @admin.action(permissions=["replay"], description="Replay selected")
     def replay_selected(self, request, queryset):
+        # "Select all" can name millions of rows: above the bound, refused before the
+        # operator is asked for a reason.
+        try:
+            replay_selection_check(events_queryset=queryset)
+        except ReplaySelectionTooLarge as exc:
+            return self._selection_too_large(request, exc)
         reason = confirm_with_reason(
             self,
             request,
@@ -271,6 +293,8 @@ class DeadLetteredEventAdmin(InboxEventAdmin):
             action = inbox_events_replay(
                 events_queryset=queryset, actor=Actor.of(request.user), reason=reason
             )
+        except ReplaySelectionTooLarge as exc:
+            return self._selection_too_large(request, exc)
         except ServiceError:  # nothing to replay
             self.message_user(
                 request,
