@@ -2,7 +2,9 @@ import subprocess
 
 import pytest
 
+from audit.roles import AUDITORS, OPERATORS, roles_bootstrap
 from core.services import api_client_create
+from tests.console import make_user
 from tests.core.factories import bearer_http
 from tests.integrations.github.factories import github_source_create
 from tests.webhooks.factories import research_source
@@ -98,3 +100,44 @@ def _tables_emptied_by_delete():
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(DatabaseOperations, "sql_flush", sql_flush)
         yield
+
+
+# --- the console's users ------------------------------------------------------------------
+
+
+@pytest.fixture
+def roles(db):
+    roles_bootstrap()
+
+
+@pytest.fixture
+def operator(roles):
+    return make_user("operator", OPERATORS)
+
+
+@pytest.fixture
+def auditor(roles):
+    return make_user("auditor", AUDITORS)
+
+
+@pytest.fixture
+def operator_client(client, operator):
+    client.force_login(operator)
+    return client
+
+
+@pytest.fixture
+def auditor_client(client, auditor):
+    client.force_login(auditor)
+    return client
+
+
+@pytest.fixture
+def empty_broker():
+    """The test broker emptied before and after the test, unacked messages of killed workers
+    included."""
+    from tests.broker import broker_reset
+
+    broker_reset()
+    yield
+    broker_reset()

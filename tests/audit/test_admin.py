@@ -10,7 +10,7 @@ from django.utils import timezone
 
 from audit.roles import AUDITORS, OPERATORS, roles_bootstrap
 from audit.services import inbox_rows_seal
-from tests.audit.conftest import admin_action
+from tests.console import admin_action
 from tests.integrations.research.factories import research_event
 from tests.webhooks.factories import (
     DeadLetteredEventFactory,

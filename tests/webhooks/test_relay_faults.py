@@ -50,7 +50,7 @@ def running():
 def relay_process(tmp_path, name: str, env: dict) -> processes.Process:
     """``manage.py relay``: a relay apart from the workers."""
     return processes.Process(
-        [str(processes.BIN / "python"), "manage.py", "relay"],
+        processes.relay_command(),
         processes.child_env(**env),
         tmp_path / f"relay-{name}.log",
     )

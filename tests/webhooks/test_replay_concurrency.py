@@ -7,7 +7,7 @@ from audit.services import audit_trail_verify, inbox_rows_seal
 from core.actors import Actor
 from core.relay import Relay
 from tests import processes
-from tests.broker import queued_inbox_event_ids
+from tests.broker import broker_messages, queued_inbox_event_ids
 from tests.threads import run_together
 from tests.webhooks.factories import (
     DeadLetteredEventFactory,
@@ -17,8 +17,6 @@ from tests.webhooks.factories import (
 from webhooks.errors import NothingToReplay
 from webhooks.models import BulkReplayJob, InboxEvent, OperatorAction
 from webhooks.replay import bulk_replay_job_create, inbox_events_replay
-
-from .conftest import broker_messages
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

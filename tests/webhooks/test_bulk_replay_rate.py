@@ -8,7 +8,7 @@ import itertools
 import re
 import threading
 import time
-from datetime import datetime, timedelta
+from datetime import timedelta
 
 import pytest
 from django.core.management import CommandError, call_command
@@ -20,8 +20,15 @@ from django.utils import timezone
 from audit.services import inbox_rows_seal
 from core.actors import Actor
 from tests import processes
+from tests.audit.tampering import sql, verify_fails
+from tests.console import admin_action, make_user
+from tests.webhooks.bulk_replay import (
+    chunk_actions,
+    dead_job,
+    queued_tasks,
+    replayed_ids,
+)
 from tests.webhooks.factories import DeadLetteredEventFactory, WebhookSourceFactory
-from webhooks.dispatch import BULK_REPLAY_TASK
 from webhooks.errors import (
     BulkReplayJobNotCancellable,
     BulkReplayJobNotFound,
@@ -30,13 +37,9 @@ from webhooks.errors import (
 from webhooks.models import BulkReplayJob, InboxEvent, OperatorAction
 from webhooks.replay import (
     bulk_replay_job_cancel,
-    bulk_replay_job_create,
     bulk_replay_job_resume,
     bulk_replay_job_start,
 )
-
-from .conftest import admin_action, broker_messages, make_user
-from .tampering import sql, verify_fails
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -53,31 +56,6 @@ def paced(settings):
     settings.BULK_REPLAY_RATE_TICK_SECONDS = 0.5
 
 
-def dead_job(n, *, rate=None, creator=None, reason="provider outage"):
-    source = WebhookSourceFactory()
-    dead = DeadLetteredEventFactory.create_batch(n, source=source)
-    job = bulk_replay_job_create(
-        source=source,
-        status="dead_lettered",
-        since=None,
-        event_ids=[],
-        reason=reason,
-        rate=rate,
-        created_by=Actor.of(creator) if creator else Actor.system(),
-    )
-    return job, dead
-
-
-def queued_tasks():
-    """The chunk tasks waiting in the broker: (args, eta or None)."""
-    found = []
-    for message in broker_messages():
-        if message["task"] == BULK_REPLAY_TASK:
-            eta = message["headers"].get("eta")
-            found.append((message["args"], eta and datetime.fromisoformat(eta)))
-    return found
-
-
 def run_next_task():
     """Applies the one queued chunk task now, whatever its eta (as a worker whose clock ran
     ahead would): returns its (args, eta)."""
@@ -89,20 +67,10 @@ def run_next_task():
     return args, eta
 
 
-def chunk_actions(job):
-    return OperatorAction.objects.filter(
-        bulk_job=job, action=OperatorAction.Action.BULK_REPLAY
-    ).order_by("pk")
-
-
 def control_actions(job):
     return OperatorAction.objects.filter(bulk_job=job).exclude(
         action=OperatorAction.Action.BULK_REPLAY
     )
-
-
-def replayed_ids(job):
-    return [pk for action in chunk_actions(job) for pk in action.event_ids]
 
 
 def changelist(http):

@@ -10,7 +10,7 @@ from django.utils import timezone
 
 from core.actors import Actor
 from core.relay import Relay
-from tests.broker import queued_inbox_event_ids
+from tests.broker import broker_messages, queued_inbox_event_ids
 from tests.webhooks.factories import (
     DeadLetteredEventFactory,
     InboxAttemptFactory,
@@ -32,8 +32,6 @@ from webhooks.replay import (
     inbox_events_replay,
     replay_queryset_build,
 )
-
-from .conftest import broker_messages
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

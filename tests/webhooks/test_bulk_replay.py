@@ -13,13 +13,13 @@ from django.utils import timezone
 
 from core.actors import Actor
 from tests import processes
+from tests.broker import broker_messages
+from tests.console import make_user
 from tests.threads import run_together
-from tests.webhooks.factories import DeadLetteredEventFactory, WebhookSourceFactory
+from tests.webhooks.bulk_replay import dead_job, replayed_ids
+from tests.webhooks.factories import DeadLetteredEventFactory
 from webhooks.dispatch import BULK_REPLAY_TASK
 from webhooks.models import BulkReplayJob, InboxEvent, OperatorAction
-from webhooks.replay import bulk_replay_job_create
-
-from .conftest import broker_messages, make_user
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -35,18 +35,8 @@ def small_chunks(settings):
 def job_of_ten(operator, roles):
     """Ten dead letters of one source (two of another), in a job created by someone else
     than the operator who starts it."""
-    source = WebhookSourceFactory()
-    dead = DeadLetteredEventFactory.create_batch(10, source=source)
+    job, dead = dead_job(10, creator=make_user("creator", "Operators"))
     DeadLetteredEventFactory.create_batch(2)
-    creator = make_user("creator", "Operators")
-    job = bulk_replay_job_create(
-        source=source,
-        status="dead_lettered",
-        since=None,
-        event_ids=[],
-        reason="provider outage",
-        created_by=Actor.of(creator),
-    )
     return job, dead
 
 
@@ -93,14 +83,6 @@ def resume_from_admin(client, job, **fields):
         },
         follow=True,
     )
-
-
-def replayed_ids(job):
-    return [
-        pk
-        for action in OperatorAction.objects.filter(bulk_job=job)
-        for pk in action.event_ids
-    ]
 
 
 def test_a_job_runs_as_a_chain_of_bounded_tasks_named_after_its_starter(
