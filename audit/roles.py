@@ -52,7 +52,7 @@ def view_permissions() -> list[Permission]:
         create_permissions(config, verbosity=0)
         for model in config.get_models():
             wanted.append((app_label, f"view_{model._meta.model_name}"))
-    permissions = []
+    permissions: list[Permission] = []
     for app_label, codename in wanted:
         permissions.extend(
             Permission.objects.filter(

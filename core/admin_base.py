@@ -5,12 +5,13 @@ display of stored payloads and headers."""
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from django import forms
 from django.contrib import admin
 from django.contrib.admin import helpers
 from django.core.paginator import Paginator
+from django.db.models import QuerySet
 from django.db.models.functions import Left, Length
 from django.forms.models import BaseInlineFormSet
 from django.template.response import TemplateResponse
@@ -32,11 +33,20 @@ class BoundedCountPaginator(Paginator):
 
     @cached_property
     def count(self) -> int:
-        return capped_count(self.object_list, cap=self.cap)
+        return capped_count(cast(QuerySet, self.object_list), cap=self.cap)
 
     @property
     def is_capped(self) -> bool:
         return self.count > self.cap
+
+
+# The mixins below are combined with the admin's classes; the type checker sees them as what
+# they extend, so that their attributes and ``super()`` calls are checked against those.
+if TYPE_CHECKING:
+    _ModelAdmin = admin.ModelAdmin
+    _InlineAdmin = admin.options.InlineModelAdmin
+else:
+    _ModelAdmin = _InlineAdmin = object
 
 
 class _NoWritesMixin:
@@ -50,7 +60,7 @@ class _NoWritesMixin:
         return False
 
 
-class ReadOnlyAdminMixin(_NoWritesMixin):
+class ReadOnlyAdminMixin(_NoWritesMixin, _ModelAdmin):
     """Ledgers are browsable, never added, changed or deleted through the admin."""
 
     show_full_result_count = False
@@ -58,7 +68,7 @@ class ReadOnlyAdminMixin(_NoWritesMixin):
     change_list_template = "admin/bounded_change_list.html"
 
 
-class ReadOnlyInlineMixin(_NoWritesMixin):
+class ReadOnlyInlineMixin(_NoWritesMixin, _InlineAdmin):
     """An inline of a ledger: shown on its parent's page, never edited there."""
 
     extra = 0
@@ -82,7 +92,7 @@ class PagedInlineFormSet(BaseInlineFormSet):
         return self._page_rows
 
 
-class PagedInlineMixin:
+class PagedInlineMixin(_InlineAdmin):
     """An inline shown a page at a time: ``?<page_param>=N`` on the parent's page picks the
     page; the links under the table move between them."""
 
@@ -92,11 +102,23 @@ class PagedInlineMixin:
     per_page = 50
 
     def get_formset(self, request, obj=None, **kwargs):
-        formset = super().get_formset(request, obj, **kwargs)
+        formset = cast(
+            type[PagedInlineFormSet], super().get_formset(request, obj, **kwargs)
+        )
         formset.page_param = self.page_param
         formset.per_page = self.per_page
         formset.page_number = request.GET.get(self.page_param)
         return formset
+
+
+def fieldset_fields(fieldsets: Any) -> tuple[str, ...]:
+    """The names of the fields that ``fieldsets`` shows, in order (a detail page whose every
+    field is read-only declares them once, as its fieldsets)."""
+    names: list[str] = []
+    for _, options in fieldsets:
+        for entry in options["fields"]:
+            names.extend([entry] if isinstance(entry, str) else entry)
+    return tuple(names)
 
 
 # How much of a long text field (a job's detail, say) a page shows: the database sends the

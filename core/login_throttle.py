@@ -18,6 +18,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from axes.attempts import get_cool_off_threshold
+from axes.conf import settings as axes_settings
 from axes.handlers.database import AxesDatabaseHandler
 from axes.helpers import get_client_username, get_cool_off
 from axes.models import AccessAttempt
@@ -58,7 +59,7 @@ class LoginThrottleHandler(AxesDatabaseHandler):
     def is_locked(self, request, credentials: dict | None = None) -> bool:
         if super().is_locked(request, credentials):
             return True
-        if not settings.AXES_LOCK_OUT_AT_FAILURE:
+        if not axes_settings.AXES_LOCK_OUT_AT_FAILURE:
             return False
         now = getattr(request, "axes_attempt_time", None) or timezone.now()
         since = get_cool_off_threshold(request)

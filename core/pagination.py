@@ -33,8 +33,8 @@ class CursorPage(CursorPagination):
             return None
         self._cursor_tokens_check(encoded)
         cursor = super().decode_cursor(request)
-        if cursor.position is not None:
-            self._position_check(cursor.position)
+        if cursor is not None and cursor.position is not None:
+            self._position_check(str(cursor.position))
         return cursor
 
     def _cursor_tokens_check(self, encoded: str) -> None:

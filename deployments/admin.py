@@ -15,8 +15,13 @@ class TransitionInline(PagedInlineMixin, ReadOnlyInlineMixin, admin.TabularInlin
     # A job may have any number of transitions (every applied report is one): the page
     # shows them 50 at a time, and each detail cut to its first characters.
     model = JobTransition
-    fields = ["from_status", "to_status", "at", "actor", "detail_shown"]
-    readonly_fields = fields
+    fields = readonly_fields = (
+        "from_status",
+        "to_status",
+        "at",
+        "actor",
+        "detail_shown",
+    )
     ordering = ["at", "id"]
     page_param = "transitions_page"
 

@@ -61,6 +61,9 @@ class Job(BaseModel):
     lease_expires_at = models.DateTimeField(null=True, blank=True)
     detail = models.TextField(blank=True, default="")
 
+    # Declared on the abstract model, so that code written for any kind of job can query it.
+    objects = models.Manager()
+
     class Meta:
         abstract = True
 
@@ -71,6 +74,9 @@ class Job(BaseModel):
         if not self.public_id:
             self.public_id = public_id_generate(self.public_id_prefix)
         super().save(*args, **kwargs)
+
+    def get_absolute_url(self) -> str:
+        raise NotImplementedError
 
 
 class Deployment(Job):

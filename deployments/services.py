@@ -148,7 +148,7 @@ def job_status_set(
             resource_id=job.public_id,
             succeeded=status == JobStatus.SUCCEEDED,
         )
-    elif status == JobStatus.RUNNING:
+    elif status == JobStatus.RUNNING and job.lease_expires_at is not None:
         idempotency_record_progress_deadline_set(
             operation_type=OPERATION_TYPES[job_kind(job)],
             resource_id=job.public_id,
@@ -224,6 +224,8 @@ def job_run(*, kind: str, public_id: str, worker: str) -> str:
     status = JobStatus.SUCCEEDED if result.succeeded else JobStatus.FAILED
     with transaction.atomic():
         job = _job_locked(kind=kind, public_id=public_id)
+        if job is None:  # gone while the executor ran
+            return "missing"
         job.executor_finished_at = finished
         job.save(update_fields=["executor_finished_at"])
         if not report_applies(job=job, status=status, at=finished):

@@ -10,9 +10,10 @@ import hashlib
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any, cast
 
 from django.conf import settings
-from django.db import IntegrityError, connection, transaction
+from django.db import IntegrityError, connection, models, transaction
 from django.utils import timezone
 
 from .envelopes import Envelope, body_parse
@@ -80,6 +81,13 @@ def _stored_headers(headers: Mapping[str, str]) -> dict[str, str]:
     return stored
 
 
+def _db_value(model: type[models.Model], name: str, value: Any) -> Any:
+    """``value`` as the field ``name`` of ``model`` hands it to the database driver (instants
+    on SQLite, JSON): for the statements written by hand."""
+    field = cast(models.Field, model._meta.get_field(name))
+    return field.get_db_prep_save(value, connection)
+
+
 def signature_failure_record(
     *, source: WebhookSource, reason: str, remote_addr: str | None
 ) -> None:
@@ -93,14 +101,13 @@ def signature_failure_record(
     now = timezone.now()
     table = connection.ops.quote_name(SignatureFailure._meta.db_table)
     window = now.replace(second=0, microsecond=0)
-    field = SignatureFailure._meta.get_field
     params = [
         source.pk,
         reason,
-        field("window_start").get_db_prep_save(window, connection),
+        _db_value(SignatureFailure, "window_start", window),
         1,
-        field("last_remote_addr").get_db_prep_save(remote_addr, connection),
-        field("last_seen_at").get_db_prep_save(now, connection),
+        _db_value(SignatureFailure, "last_remote_addr", remote_addr),
+        _db_value(SignatureFailure, "last_seen_at", now),
     ]
     sql = (
         f"INSERT INTO {table} (source_id, reason, window_start, count, last_remote_addr,"  # noqa: S608
@@ -310,9 +317,8 @@ def _inbox_upsert(
         "received_at": now,
         "last_seen_at": now,
     }
-    field = InboxEvent._meta.get_field
     for name in _ADAPTED_COLUMNS:
-        values[name] = field(name).get_db_prep_save(values[name], connection)
+        values[name] = _db_value(InboxEvent, name, values[name])
     params = [values[name] for name in _INBOX_COLUMNS]
     log_extra = {"source": source.slug, "event_id": envelope.event_id}
     # One statement in autocommit is its own transaction: when execute() returns, the row is

@@ -58,18 +58,20 @@ class ResumeBulkReplayDetails(_BulkReplayControlDetails):
     rate_changed: bool
 
 
-class _HeldDetails(TypedDict):
+class HeldDetails(TypedDict):
+    """A source and how many of its events waited (a capped count)."""
+
     source: str
     source_id: int
     held_events: int
     held_events_capped: bool
 
 
-class PauseSourceDetails(_HeldDetails, total=False):
+class PauseSourceDetails(HeldDetails, total=False):
     drain_interrupted: bool
 
 
-class ResumeSourceDetails(_HeldDetails):
+class ResumeSourceDetails(HeldDetails):
     rate: float | None
     paused_at: str
     paused_by: str

@@ -89,6 +89,6 @@ def finish_estimate(
     start = max(now, next_due) if next_due is not None else now
     slices = math.ceil(remaining / pace.size)
     by_schedule = start + timedelta(seconds=(slices - 1) * pace.interval)
-    if by_measure is not None and measured < pace.rate * KEEPS_UP:
+    if by_measure is not None and measured and measured < pace.rate * KEEPS_UP:
         return max(by_schedule, by_measure)
     return by_schedule

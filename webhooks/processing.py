@@ -560,7 +560,9 @@ def _outcome_record(event: InboxEvent, outcome: ProcessingOutcome) -> None:
             extra=_log_extra(
                 event,
                 attempts=event.attempts,
-                next_attempt_at=outcome.retry_at.isoformat(),
+                next_attempt_at=outcome.retry_at.isoformat()
+                if outcome.retry_at
+                else None,
                 error=event.error_message[:500],
             ),
         )

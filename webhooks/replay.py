@@ -167,7 +167,7 @@ def bulk_replay_rate_parse(value: object) -> float | None:
     ``BULK_REPLAY_RATE_MIN`` to ``BULK_REPLAY_RATE_MAX``."""
     if value is None or (isinstance(value, str) and not value.strip()):
         return None
-    if isinstance(value, bool):
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
         raise InvalidBulkReplayRate("rate must be a number of events per second")
     try:
         rate = float(value.strip() if isinstance(value, str) else value)
@@ -187,7 +187,7 @@ def bulk_replay_rate_parse(value: object) -> float | None:
 
 def _job_queryset(job: BulkReplayJob) -> QuerySet[InboxEvent]:
     return replay_queryset_build(
-        source_slug=job.source.slug if job.source_id else None,
+        source_slug=job.source.slug if job.source is not None else None,
         status=job.status,
         since=job.since,
         event_ids=job.event_ids or None,
@@ -476,6 +476,12 @@ class _Slice:
     def full(self) -> bool:
         return self.pace is not None and self.taken >= self.pace.size
 
+    def next_due(self) -> datetime:
+        """When the next slice is due (``webhooks.pacing``); a slice with a pace only."""
+        if self.pace is None or self.start is None:
+            raise RuntimeError("a slice without a rate has no schedule")
+        return next_slice_due(start=self.start, replayed=self.replayed, pace=self.pace)
+
 
 def _chunk_run(
     *, job_id: int, run: int, slice_: _Slice, claim_step: int | None
@@ -558,9 +564,7 @@ def _chunk_run(
         if more:
             lease_from = done
             if slice_.full():
-                job.next_chunk_at = next_slice_due(
-                    start=slice_.start, replayed=slice_.replayed, pace=slice_.pace
-                )
+                job.next_chunk_at = slice_.next_due()
                 lease_from = max(done, job.next_chunk_at)
             job.lease_expires_at = _lease_end(lease_from)
         else:
@@ -640,7 +644,8 @@ def bulk_replay_job_run(
                         eta=job.next_chunk_at,
                     )
                     return job
-                wait = (job.next_chunk_at - timezone.now()).total_seconds()
+                due = job.next_chunk_at or timezone.now()
+                wait = (due - timezone.now()).total_seconds()
                 if wait > 0:
                     sleep(wait)
                 continue

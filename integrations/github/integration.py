@@ -106,6 +106,8 @@ class GitHubIntegration:
 
 
 def _payload(event: InboxEvent) -> dict:
+    if event.raw_body is None:
+        raise PermanentProcessingError("the body was purged")
     try:
         payload = json.loads(bytes(event.raw_body))
     except (TypeError, ValueError) as exc:

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from typing import Any, ClassVar
+
 from django.contrib import admin, messages
 from django.contrib.admin.utils import display_for_value
 from django.db.models import DurationField, ExpressionWrapper, F, Q
@@ -14,6 +16,7 @@ from core.admin_base import (
     ReadOnlyInlineMixin,
     admin_link,
     confirm_with_reason,
+    fieldset_fields,
     json_block,
     pretty_body,
 )
@@ -63,7 +66,7 @@ class InboxAttemptInline(ReadOnlyInlineMixin, admin.TabularInline):
 
 @admin.register(InboxEvent)
 class InboxEventAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
-    list_display = (
+    list_display: tuple[str, ...] = (
         "event_id",
         "status",
         "source",
@@ -76,7 +79,7 @@ class InboxEventAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         "processed_at",
         "latency",
     )
-    list_filter = (
+    list_filter: ClassVar[tuple[Any, ...]] = (
         "processing_status",
         "source",
         EventTypeFilter,
@@ -142,7 +145,7 @@ class InboxEventAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         ),
     )
     # Every field shown is read-only: the detail page is a record, not a form.
-    readonly_fields = tuple(f for _, opts in fieldsets for f in opts["fields"])
+    readonly_fields = fieldset_fields(fieldsets)
 
     def get_queryset(self, request):
         # The raw body is read only on the detail page. ``occurred_at`` is never loaded into

@@ -168,7 +168,10 @@ class Command(BaseCommand):
         """Runs the job's chunks here rather than on a worker (at its rate, if it has one);
         interrupted (Ctrl-C), the job fails and ``--resume`` goes on with it. Cancelled from
         elsewhere, it stops after its current chunk and the command fails."""
-        job = bulk_replay_job_run(job_id=job.pk, run=job.run, progress=self._progress)
+        ran = bulk_replay_job_run(job_id=job.pk, run=job.run, progress=self._progress)
+        if ran is None:
+            raise CommandError(f"bulk replay #{job.pk} is gone")
+        job = ran
         self.stdout.write("")
         if job.state == BulkReplayJob.State.CANCELLED:
             raise CommandError(
