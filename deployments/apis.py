@@ -93,13 +93,18 @@ class BuildCreateInputSerializer(_JobCreateInputSerializer):
     )
 
 
-class _JobCreateApi(IdempotentPostMixin, APIView):
-    """POST of a new deployment or build, under the Idempotency-Key contract: the job is one
-    new row, built here and written with the key's record (``perform_returns_unsaved_row``);
-    a relay then publishes it. Each kind names its operation, fingerprint, serializers."""
+class _JobCollectionApi(IdempotentPostMixin, APIView):
+    """A kind of job's collection. POST creates one under the Idempotency-Key contract: the
+    job is one new row, built here and written with the key's record
+    (``perform_returns_unsaved_row``); a relay then publishes it. GET lists the client's jobs
+    of the kind, a cursor page (``?idempotency_key=`` narrows it to the latest job made with
+    that key). Each kind names its operation, fingerprint, model and serializers."""
 
     kind: str
-    output: serializers.Serializer
+    model: type[Job]
+    output_serializer_class: type[serializers.Serializer]
+    output: serializers.Serializer  # one instance, for the first responses
+    pagination_class = CursorPage
     perform_returns_unsaved_row = True
 
     def perform(self, *, client, key, data) -> OperationResult:
@@ -116,43 +121,16 @@ class _JobCreateApi(IdempotentPostMixin, APIView):
             progress_deadline=services.job_pickup_deadline(job=job),
         )
 
-
-class DeploymentCreateApi(_JobCreateApi):
-    kind = "deployment"
-    operation_type = services.OPERATION_TYPES[kind]
-    fingerprint_fields = ("repository", "commit_sha", "environment", "workflow")
-    input_serializer_class = DeploymentCreateInputSerializer
-    output = _DEPLOYMENT_OUTPUT
-
-    @extend_schema(
-        **idempotent_post_schema(
-            request=DeploymentCreateInputSerializer,
-            output=DeploymentOutputSerializer,
-            created=202,
-            location=True,
+    def get(self, request):
+        jobs = selectors.job_list_by_key(
+            model=self.model,
+            client=request.user,
+            idempotency_key=request.query_params.get("idempotency_key"),
         )
-    )
-    def post(self, request, *args, **kwargs):
-        return super().post(request, *args, **kwargs)
-
-
-class BuildCreateApi(_JobCreateApi):
-    kind = "build"
-    operation_type = services.OPERATION_TYPES[kind]
-    fingerprint_fields = ("repository", "commit_sha", "ref", "workflow")
-    input_serializer_class = BuildCreateInputSerializer
-    output = _BUILD_OUTPUT
-
-    @extend_schema(
-        **idempotent_post_schema(
-            request=BuildCreateInputSerializer,
-            output=BuildOutputSerializer,
-            created=202,
-            location=True,
-        )
-    )
-    def post(self, request, *args, **kwargs):
-        return super().post(request, *args, **kwargs)
+        paginator = self.pagination_class()
+        page = paginator.paginate_queryset(jobs, request, view=self)
+        data = self.output_serializer_class(page, many=True).data
+        return paginator.get_paginated_response(data)
 
 
 def _repository_validate(value: str) -> str:
@@ -165,26 +143,6 @@ def _commit_sha_validate(value: str) -> str:
     if not re.fullmatch(COMMIT_SHA_REGEX, value):
         raise serializers.ValidationError("Expected 7 to 40 hexadecimal characters.")
     return value
-
-
-class _JobListMixin:
-    """GET: the client's jobs of one kind, a cursor page (``?idempotency_key=`` narrows it to
-    the latest job made with that key)."""
-
-    pagination_class = CursorPage
-    output_serializer_class: type[serializers.Serializer]
-    model: type[Job]
-
-    def get(self, request):
-        jobs = selectors.job_list_by_key(
-            model=self.model,
-            client=request.user,
-            idempotency_key=request.query_params.get("idempotency_key"),
-        )
-        paginator = self.pagination_class()
-        page = paginator.paginate_queryset(jobs, request, view=self)
-        data = self.output_serializer_class(page, many=True).data
-        return paginator.get_paginated_response(data)
 
 
 class _JobDetailApi(APIView):
@@ -207,16 +165,29 @@ class _JobDetailApi(APIView):
 
 
 @extend_schema_view(
+    post=extend_schema(
+        **idempotent_post_schema(
+            request=DeploymentCreateInputSerializer,
+            output=DeploymentOutputSerializer,
+            created=202,
+            location=True,
+        )
+    ),
     get=extend_schema(
         responses=DeploymentOutputSerializer(many=True),
         parameters=[IDEMPOTENCY_KEY_QUERY],
-    )
+    ),
 )
-class DeploymentCollectionApi(_JobListMixin, DeploymentCreateApi):
+class DeploymentCollectionApi(_JobCollectionApi):
     """POST creates (idempotent), GET lists the client's deployments (``?idempotency_key=``)."""
 
+    kind = "deployment"
+    operation_type = services.OPERATION_TYPES[kind]
+    fingerprint_fields = ("repository", "commit_sha", "environment", "workflow")
+    input_serializer_class = DeploymentCreateInputSerializer
     model = Deployment
     output_serializer_class = DeploymentOutputSerializer
+    output = _DEPLOYMENT_OUTPUT
 
 
 @extend_schema_view(get=extend_schema(responses=DeploymentOutputSerializer))
@@ -227,16 +198,29 @@ class DeploymentDetailApi(_JobDetailApi):
 
 
 @extend_schema_view(
+    post=extend_schema(
+        **idempotent_post_schema(
+            request=BuildCreateInputSerializer,
+            output=BuildOutputSerializer,
+            created=202,
+            location=True,
+        )
+    ),
     get=extend_schema(
         responses=BuildOutputSerializer(many=True),
         parameters=[IDEMPOTENCY_KEY_QUERY],
-    )
+    ),
 )
-class BuildCollectionApi(_JobListMixin, BuildCreateApi):
+class BuildCollectionApi(_JobCollectionApi):
     """POST creates (idempotent), GET lists the client's builds (``?idempotency_key=``)."""
 
+    kind = "build"
+    operation_type = services.OPERATION_TYPES[kind]
+    fingerprint_fields = ("repository", "commit_sha", "ref", "workflow")
+    input_serializer_class = BuildCreateInputSerializer
     model = Build
     output_serializer_class = BuildOutputSerializer
+    output = _BUILD_OUTPUT
 
 
 @extend_schema_view(get=extend_schema(responses=BuildOutputSerializer))
