@@ -3,6 +3,7 @@ import subprocess
 import pytest
 
 from audit.roles import AUDITORS, OPERATORS, roles_bootstrap
+from core.actors import Actor
 from core.services import api_client_create
 from tests.console import make_user
 from tests.core.factories import bearer_http
@@ -13,7 +14,9 @@ from tests.webhooks.factories import research_source
 @pytest.fixture
 def api_client_token(db):
     """An API client and its clear token."""
-    client, token = api_client_create(name="ci", token="test-token-ci-0123456789abcdef")
+    client, token = api_client_create(
+        name="ci", token="test-token-ci-0123456789abcdef", actor=Actor.system()
+    )
     return client, token
 
 
@@ -27,7 +30,9 @@ def api(api_client_token):
 @pytest.fixture
 def other_api(db):
     """A second API client, to prove that keys and resources are scoped per client."""
-    _, token = api_client_create(name="other", token="test-token-other-0123456789abcd")
+    _, token = api_client_create(
+        name="other", token="test-token-other-0123456789abcd", actor=Actor.system()
+    )
     return bearer_http(token)
 
 

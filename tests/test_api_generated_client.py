@@ -14,6 +14,7 @@ import pytest
 import requests
 from django.utils import timezone
 
+from core.actors import Actor
 from core.services import api_client_create
 from tests import processes
 
@@ -91,7 +92,9 @@ def model(generated, name: str):
 
 
 def test_the_retry_story_through_a_client_generated_from_the_schema(server, generated):
-    _, token = api_client_create(name="integrator", token="integrator-token-0123456789")
+    _, token = api_client_create(
+        name="integrator", token="integrator-token-0123456789", actor=Actor.system()
+    )
     client = generated.AuthenticatedClient(
         base_url=server, token=token, raise_on_unexpected_status=True
     )

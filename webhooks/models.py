@@ -68,6 +68,7 @@ class WebhookSource(models.Model):
         permissions = [
             ("rotate_secret", "Can rotate webhook source secrets"),
             ("pause_source", "Can pause and resume webhook sources"),
+            ("enable_source", "Can enable and disable webhook sources"),
         ]
 
     def __str__(self) -> str:
@@ -459,6 +460,13 @@ class OperatorAction(AppendOnlyModel):
         RESUME_BULK_REPLAY = "resume_bulk_replay"
         PAUSE_SOURCE = "pause_source"
         RESUME_SOURCE = "resume_source"
+        CREATE_SOURCE = "create_source"
+        ENABLE_SOURCE = "enable_source"
+        DISABLE_SOURCE = "disable_source"
+        SET_EXPECTED_INTERVAL = "set_expected_interval"
+        CREATE_API_CLIENT = "create_api_client"
+        ACTIVATE_API_CLIENT = "activate_api_client"
+        DEACTIVATE_API_CLIENT = "deactivate_api_client"
 
     action = models.CharField(max_length=32, choices=Action.choices)
     actor = models.ForeignKey(

@@ -78,6 +78,41 @@ class ResumeSourceDetails(HeldDetails):
     pause_reason: str
 
 
+class _SourceDetails(TypedDict):
+    source: str
+    source_id: int
+
+
+class CreateSourceDetails(_SourceDetails):
+    scheme: str
+    handler: str
+
+
+class SourceEnabledDetails(_SourceDetails):
+    before: bool
+    after: bool
+
+
+class ExpectedIntervalDetails(_SourceDetails):
+    before: int | None
+    after: int | None
+
+
+class CreateApiClientDetails(TypedDict):
+    """A new API client: its name and the first characters of its token (never the token)."""
+
+    client: str
+    client_id: int
+    token_prefix: str
+
+
+class ApiClientActiveDetails(TypedDict):
+    client: str
+    client_id: int
+    before: bool
+    after: bool
+
+
 Action = OperatorAction.Action
 
 DETAILS_SHAPES: dict[str, type] = {
@@ -91,11 +126,20 @@ DETAILS_SHAPES: dict[str, type] = {
     Action.RESUME_BULK_REPLAY: ResumeBulkReplayDetails,
     Action.PAUSE_SOURCE: PauseSourceDetails,
     Action.RESUME_SOURCE: ResumeSourceDetails,
+    Action.CREATE_SOURCE: CreateSourceDetails,
+    Action.ENABLE_SOURCE: SourceEnabledDetails,
+    Action.DISABLE_SOURCE: SourceEnabledDetails,
+    Action.SET_EXPECTED_INTERVAL: ExpectedIntervalDetails,
+    Action.CREATE_API_CLIENT: CreateApiClientDetails,
+    Action.ACTIVATE_API_CLIENT: ApiClientActiveDetails,
+    Action.DEACTIVATE_API_CLIENT: ApiClientActiveDetails,
 }
 
 
 def _details_check(action: str, details: Mapping[str, Any]) -> None:
-    shape = DETAILS_SHAPES[action]
+    shape = DETAILS_SHAPES.get(action)
+    if shape is None:
+        raise TypeError(f"no operator action {str(action)!r}")
     required = shape.__required_keys__  # type: ignore[attr-defined]
     allowed = required | shape.__optional_keys__  # type: ignore[attr-defined]
     missing = sorted(required - details.keys())

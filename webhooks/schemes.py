@@ -126,9 +126,30 @@ def hex_entries(header: str, prefix: str) -> list[bytes]:
     return digests
 
 
-def secret_length_check(secret: str) -> None:
+# The least key material a secret may hold (docs/security.md, "Secrets"): below it a secret can
+# be guessed. Generated secrets hold 32 bytes.
+SECRET_MIN_BYTES = 16
+# Standard Webhooks' own range for the decoded key of a ``whsec_`` secret.
+WHSEC_MIN_BYTES, WHSEC_MAX_BYTES = 24, 64
+
+
+def secret_length_check(secret: str, *, key: bytes | None = None) -> None:
+    """A secret as the ``secret`` column holds it (1-255 characters, no NUL) whose key
+    material (``key``: the secret's UTF-8 bytes unless given) is at least
+    ``SECRET_MIN_BYTES``; ``InvalidPayload`` naming the rule otherwise."""
     if not secret or len(secret) > 255 or "\x00" in secret:
         raise InvalidPayload(details={"secret": ["1-255 characters, no NUL."]})
+    material = secret.encode() if key is None else key
+    if len(material) < SECRET_MIN_BYTES:
+        raise InvalidPayload(
+            f"a secret holds at least {SECRET_MIN_BYTES} bytes of key material",
+            details={
+                "secret": [
+                    f"At least {SECRET_MIN_BYTES} bytes of key material "
+                    f"(this one has {len(material)})."
+                ]
+            },
+        )
 
 
 class HmacSha256Scheme:
@@ -254,14 +275,27 @@ class StandardWebhooksScheme:
         return "whsec_" + base64.b64encode(random_secrets.token_bytes(32)).decode()
 
     def secret_validate(self, secret: str) -> None:
-        secret_length_check(secret)
         try:
-            if not secret.startswith("whsec_") or not standard_webhooks_key(secret):
+            if not secret.startswith("whsec_"):
                 raise ValueError(secret)
+            key = base64.b64decode(secret.removeprefix("whsec_"), validate=True)
         except ValueError as exc:
             raise InvalidPayload(
-                details={"secret": ["A standard-webhooks secret is whsec_<base64>."]}
+                "a standard-webhooks secret is whsec_<base64>",
+                details={"secret": ["A standard-webhooks secret is whsec_<base64>."]},
             ) from exc
+        if not WHSEC_MIN_BYTES <= len(key) <= WHSEC_MAX_BYTES:
+            raise InvalidPayload(
+                f"a whsec_ secret holds {WHSEC_MIN_BYTES} to {WHSEC_MAX_BYTES} bytes of "
+                "key material",
+                details={
+                    "secret": [
+                        f"{WHSEC_MIN_BYTES} to {WHSEC_MAX_BYTES} bytes of key material, "
+                        f"decoded (this one has {len(key)})."
+                    ]
+                },
+            )
+        secret_length_check(secret, key=key)
 
 
 DEFAULT_SCHEME = HmacSha256Scheme.name

@@ -166,6 +166,7 @@ def test_bootstrap_roles_is_idempotent_and_gives_auditors_only_view_permissions(
         "investigate_fingerprintmismatch",
         "rotate_secret",
         "pause_source",
+        "enable_source",
         "add_bulkreplayjob",
         "change_webhooksource",  # the expected delivery interval alone
     }
