@@ -8,6 +8,10 @@ one against any valid secret passes) and skips entries of an unknown version (``
 A header present with no parsable entry of a known version is ``malformed``; a parsable entry
 that matches no secret is ``mismatch``; a missing or empty header is ``missing``.
 
+Every ``verify`` is ``sensitive_variables``: an error page or report shows none of the values
+of its frame or of the frames it calls (the secrets, the keys derived from them, the expected
+digests), with ``DEBUG`` on too (``core/reporting.py``).
+
 Adding a scheme is one class and one entry in ``SCHEMES``.
 """
 
@@ -22,6 +26,8 @@ import secrets as random_secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
+
+from django.views.decorators.debug import sensitive_variables
 
 from core.errors import InvalidPayload
 
@@ -124,6 +130,7 @@ class HmacSha256Scheme:
     timestamp_header = "X-Webhook-Timestamp"
     signature_header = "X-Webhook-Signature"
 
+    @sensitive_variables()
     def verify(
         self, *, raw_body: bytes, headers: Mapping[str, str], secrets: Sequence[str]
     ) -> Verified:
@@ -176,6 +183,7 @@ class StandardWebhooksScheme:
     timestamp_header = "webhook-timestamp"
     signature_header = "webhook-signature"
 
+    @sensitive_variables()
     def verify(
         self, *, raw_body: bytes, headers: Mapping[str, str], secrets: Sequence[str]
     ) -> Verified:
@@ -243,6 +251,7 @@ class GitHubScheme:
     timestamp_header = None
     signature_header = "X-Hub-Signature-256"
 
+    @sensitive_variables()
     def verify(
         self, *, raw_body: bytes, headers: Mapping[str, str], secrets: Sequence[str]
     ) -> Verified:
