@@ -20,6 +20,8 @@ system-tools:
 	bash scripts/ensure_system_tools.sh
 
 ## Run web + worker + beat on the embedded default (SQLite, filesystem broker); Ctrl-C stops all.
+## The local settings are named: config.wsgi and the Celery app default to production.
+run: export DJANGO_SETTINGS_MODULE = config.settings.local
 run: setup
 	mkdir -p var
 	$(PY) manage.py migrate --noinput

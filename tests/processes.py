@@ -127,6 +127,11 @@ def manage(
     return result
 
 
+# What `make run` (its Procfile) gives web, worker and beat: config.wsgi and the Celery app
+# default to the production settings, manage.py to these.
+LOCAL_SETTINGS = {"DJANGO_SETTINGS_MODULE": "config.settings.local"}
+
+
 def embedded_env(tmp_path: Path, port: int) -> dict[str, str]:
     """The environment of a newcomer's first run: none of the test run's database, broker or
     settings, the embedded default (SQLite, filesystem broker) under ``tmp_path``."""

@@ -1,8 +1,11 @@
 """The settings modules as a user runs them: separate processes, real environments."""
 
+import subprocess
+import sys
+
 import pytest
 
-from tests.processes import manage
+from tests.processes import ROOT, manage
 
 pytestmark = pytest.mark.slow
 
@@ -99,3 +102,80 @@ def test_the_bench_harness_runs_its_stack_on_the_bench_settings():
     env = stack_env()
     assert env["DJANGO_SETTINGS_MODULE"] == "config.settings.bench"
     assert "BENCH_ENDPOINTS" not in env
+
+
+SETTINGS_IN_USE = (
+    "from django.conf import settings; print(settings.SETTINGS_MODULE, settings.DEBUG)"
+)
+
+
+def python(program: str, *, env: dict[str, str]) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-c", program],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+@pytest.mark.parametrize("entry_point", ["config.wsgi", "config.celery_app"])
+def test_the_web_and_celery_entry_points_default_to_production_settings(entry_point):
+    """``gunicorn config.wsgi`` and ``celery -A config`` with DJANGO_SETTINGS_MODULE
+    forgotten: production settings (DEBUG off), never the local ones."""
+    env = {k: v for k, v in PRODUCTION_ENV.items() if k != "DJANGO_SETTINGS_MODULE"}
+    result = python(f"import {entry_point}; {SETTINGS_IN_USE}", env=env)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["config.settings.production", "False"]
+    # With none of production's variables either, they refuse to start.
+    result = python(
+        f"import {entry_point}; {SETTINGS_IN_USE}", env={"PATH": "/usr/bin"}
+    )
+    assert result.returncode != 0
+    assert "DJANGO_SECRET_KEY" in result.stderr
+
+
+def test_manage_py_defaults_to_the_local_settings(tmp_path):
+    env = {"PATH": "/usr/bin:/bin", "APP_VAR_DIR": str(tmp_path)}
+    result = manage("shell", "-c", SETTINGS_IN_USE, env=env)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split()[-2:] == ["config.settings.local", "True"]
+
+
+@pytest.mark.parametrize(
+    "variable",
+    [
+        {"DATABASE_URL": "postgres://postgres@127.0.0.1:5432/postgres"},
+        {"DJANGO_ALLOWED_HOSTS": "inbox.example.com"},
+        {"DJANGO_ALLOWED_HOSTS": "localhost,*"},
+    ],
+    ids=["server-database", "public-host", "any-host"],
+)
+def test_local_settings_refuse_a_production_like_environment_unless_debug_is_chosen(
+    tmp_path, variable
+):
+    """The local settings turn DEBUG on by default: with a database server or a host other
+    than loopback they refuse to start, unless DJANGO_DEBUG says what is wanted."""
+    env = {"PATH": "/usr/bin:/bin", "APP_VAR_DIR": str(tmp_path), **variable}
+    refused = manage("check", env=env)
+    assert refused.returncode != 0
+    assert "DJANGO_DEBUG" in refused.stderr
+    assert "config.settings.production" in refused.stderr
+    for chosen in ("true", "false"):
+        result = manage(
+            "shell", "-c", SETTINGS_IN_USE, env={**env, "DJANGO_DEBUG": chosen}
+        )
+        assert result.returncode == 0, result.stderr
+        assert result.stdout.split()[-1] == str(chosen == "true")
+
+
+def test_local_settings_accept_the_loopback_hosts(tmp_path):
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "APP_VAR_DIR": str(tmp_path),
+        "DJANGO_ALLOWED_HOSTS": "localhost,127.0.0.1,[::1]",
+        "DATABASE_URL": f"sqlite:///{tmp_path / 'other.sqlite3'}",
+    }
+    result = manage("check", env=env)
+    assert result.returncode == 0, result.stderr
