@@ -59,6 +59,30 @@ def test_local_settings_need_no_environment_at_all(tmp_path):
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+@pytest.mark.parametrize(
+    "key",
+    [
+        "short-key",
+        "a" * 64,  # long, but fewer than five different characters
+        "django-insecure-" + "7f1e2d3c4b5a69788796a5b4c3d2e1f0a9b8c7d6e5f4",
+    ],
+    ids=["short", "repetitive", "django-insecure"],
+)
+def test_production_refuses_a_weak_secret_key(key):
+    """What ``check --deploy`` only warns about (security.W009) stops the start."""
+    result = manage("check", env={**PRODUCTION_ENV, "DJANGO_SECRET_KEY": key})
+    assert result.returncode != 0
+    assert "DJANGO_SECRET_KEY" in result.stderr
+    assert key not in result.stderr
+
+
+@pytest.mark.parametrize("hosts", ["*", "inbox.example.com,*"])
+def test_production_refuses_any_host(hosts):
+    result = manage("check", env={**PRODUCTION_ENV, "DJANGO_ALLOWED_HOSTS": hosts})
+    assert result.returncode != 0
+    assert "DJANGO_ALLOWED_HOSTS" in result.stderr
+
+
 def test_production_refuses_to_start_with_the_bench_endpoints_on():
     result = manage("check", env={**PRODUCTION_ENV, "BENCH_ENDPOINTS": "true"})
     assert result.returncode != 0
