@@ -56,6 +56,11 @@ class PayloadTooLarge(ServiceError):
     code = "payload_too_large"
 
 
+class UnsupportedMediaType(ServiceError):
+    status_code = 415
+    code = "unsupported_media_type"
+
+
 class TemporarilyUnavailable(ServiceError):
     status_code = 503
     code = "temporarily_unavailable"

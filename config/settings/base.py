@@ -40,6 +40,9 @@ MIDDLEWARE = [
     "core.logging.CorrelationIdMiddleware",
     # POST /webhooks/<slug>/ leaves here: none of the middleware below has work for it.
     "webhooks.middleware.WebhookFastLaneMiddleware",
+    # Bodies declared over the limit, and multipart bodies outside the admin's forms (no view
+    # takes uploads), are refused here, before the sessions, CSRF or a view read them.
+    "core.middleware.RequestBodyBoundMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -260,9 +263,12 @@ RELAY_IN_FLIGHT_LIMIT = env.int("RELAY_IN_FLIGHT_LIMIT", default=2 * INBOX_BATCH
 # Floor endpoints under /_bench/ for the benchmarks; never on in production.
 BENCH_ENDPOINTS = env.bool("BENCH_ENDPOINTS", default=False)
 
-# Django's own cap on in-memory request bodies; the webhook view enforces its own limit on the
-# raw body before anything is parsed.
+# Django's own cap on in-memory request bodies, and the declared length over which any body
+# but a webhook's is refused before it is read (core/middleware.py); the webhook view enforces
+# its own limit on the raw body before anything is parsed.
 DATA_UPLOAD_MAX_MEMORY_SIZE = max(WEBHOOK_MAX_BODY_BYTES, 2621440)
+# No view takes uploads: a multipart body's files are skipped, never stored (core/uploads.py).
+FILE_UPLOAD_HANDLERS = ["core.uploads.FilesSkippedUploadHandler"]
 
 # --- Logging: structured JSON, one line per record -----------------------------------------
 LOG_LEVEL = env("LOG_LEVEL", default="INFO")
