@@ -515,7 +515,9 @@ def test_unknown_slugs_share_one_metrics_label(http, db):
     assert metric("webhook_requests_total", source="probe-1", status="404") == 0
 
 
-def test_a_host_outside_allowed_hosts_is_400_on_the_fast_lane_too(http, source, settings):
+def test_a_host_outside_allowed_hosts_is_400_on_the_fast_lane_too(
+    http, source, settings
+):
     """The webhook lane skips CommonMiddleware, which checks the Host header for every other
     request: it checks it itself, before anything is read or stored."""
     settings.ALLOWED_HOSTS = ["inbox.example.com"]
