@@ -163,7 +163,10 @@ def celery_worker(
         "--without-gossip",
         "--without-mingle",
     ]
-    return Process(args, child_env(**(env or {})), tmp_path / f"worker-{name}.log")
+    # Several workers run on this machine at once (other tests, other runs): none serves its
+    # metrics on the default port unless a test gives it one.
+    env = {"CELERY_METRICS_PORT": "0", **(env or {})}
+    return Process(args, child_env(**env), tmp_path / f"worker-{name}.log")
 
 
 def celery_beat(tmp_path: Path, *, env: dict | None = None) -> Process:

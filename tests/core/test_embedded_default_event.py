@@ -35,7 +35,7 @@ def test_a_signed_demo_event_is_processed_on_sqlite(tmp_path):
     ).start()
     worker = Process(
         [str(BIN / "celery"), "-A", "config", "worker", "--concurrency", "1"],
-        env | LOCAL_SETTINGS,
+        env | LOCAL_SETTINGS | {"CELERY_METRICS_PORT": "0"},
         tmp_path / "worker.log",
     ).start()
     url = f"http://127.0.0.1:{port}"
