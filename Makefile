@@ -14,8 +14,8 @@ $(INSTALLED): requirements/base.txt requirements/local.txt requirements/producti
 
 setup: $(INSTALLED)
 
-## System packages the tests drive (Debian's chromium, promtool from its prometheus package),
-## installed when missing.
+## System packages the tests drive (Debian's chromium, promtool from its prometheus package,
+## nginx), installed when missing.
 system-tools:
 	bash scripts/ensure_system_tools.sh
 

@@ -197,6 +197,68 @@ def gunicorn(
     return Process(args, child_env(**(env or {})), tmp_path / "gunicorn.log")
 
 
+NGINX = Path("/usr/sbin/nginx")
+NGINX_TEMPLATE = ROOT / "deploy" / "nginx" / "retrysafe.conf.template"
+
+
+def nginx(
+    tmp_path: Path, *, port: int, upstream_port: int, **variables: str
+) -> Process:
+    """Debian's nginx with ``deploy/nginx/retrysafe.conf.template``, its variables
+    substituted as the nginx image's envsubst does (``variables`` override the defaults), in
+    a main configuration of the test's own (files under ``tmp_path``)."""
+    import re
+
+    if not NGINX.exists():
+        raise AssertionError(
+            "nginx is missing: `make test` installs it (Debian's nginx package, "
+            "scripts/ensure_system_tools.sh)"
+        )
+    values = {
+        "RETRYSAFE_LISTEN": f"127.0.0.1:{port}",
+        "RETRYSAFE_UPSTREAM": f"127.0.0.1:{upstream_port}",
+        "WEBHOOK_MAX_BODY_BYTES": str(settings.WEBHOOK_MAX_BODY_BYTES),
+        "DATA_UPLOAD_MAX_MEMORY_SIZE": str(settings.DATA_UPLOAD_MAX_MEMORY_SIZE),
+        **variables,
+    }
+    folder = tmp_path / f"nginx-{port}"
+    for temp in ("body", "proxy", "fastcgi", "uwsgi", "scgi"):
+        (folder / temp).mkdir(parents=True)
+    site = folder / "retrysafe.conf"
+    # ${NAME} only, as the template writes its own variables; nginx's ($host) stay.
+    site.write_text(
+        re.sub(
+            r"\$\{(\w+)\}",
+            lambda match: values[match.group(1)],
+            NGINX_TEMPLATE.read_text(),
+        )
+    )
+    temp_paths = "\n".join(
+        f"    {kind}_temp_path {folder / name};"
+        for kind, name in (
+            ("client_body", "body"),
+            ("proxy", "proxy"),
+            ("fastcgi", "fastcgi"),
+            ("uwsgi", "uwsgi"),
+            ("scgi", "scgi"),
+        )
+    )
+    main = folder / "nginx.conf"
+    main.write_text(
+        ("user root;\n" if os.geteuid() == 0 else "")
+        + f"daemon off;\nworker_processes 1;\npid {folder / 'nginx.pid'};\n"
+        + f"error_log {folder / 'error.log'} info;\n"
+        + "events { worker_connections 512; }\n"
+        + f"http {{\n    access_log {folder / 'access.log'};\n{temp_paths}\n"
+        + f"    include {site};\n}}\n"
+    )
+    return Process(
+        [str(NGINX), "-e", str(folder / "error.log"), "-c", str(main)],
+        dict(os.environ),
+        tmp_path / f"nginx-{port}.log",
+    )
+
+
 def wait_until(
     predicate, *, timeout: float = 30, interval: float = 0.1, what: str = ""
 ):

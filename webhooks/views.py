@@ -22,6 +22,7 @@ from core.errors import (
     UnreadableBody,
 )
 from core.exceptions import error_json_response
+from core.security import client_ip
 
 from .errors import UnknownSource
 from .metrics import WEBHOOK_REQUESTS
@@ -76,8 +77,10 @@ def raw_body_read(request: HttpRequest, *, limit: int) -> bytes:
 
 
 def _remote_addr(request: HttpRequest) -> str | None:
-    """The peer's address, or None when the server gives none that is an IP (a unix socket)."""
-    value = request.META.get("REMOTE_ADDR") or ""
+    """The client's address: the peer's, or behind TRUSTED_PROXY_COUNT proxies the one the
+    first of them saw (``core.security.client_ip``); None when it is not an IP (a unix
+    socket)."""
+    value = client_ip(request) or ""
     try:
         return str(ipaddress.ip_address(value))
     except ValueError:

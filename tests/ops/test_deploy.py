@@ -3,6 +3,7 @@ the ports the product's processes serve on."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 
@@ -70,3 +71,42 @@ def test_promtool_checks_the_shipped_prometheus_config():
         [promtool, "check", "config", str(PROMETHEUS)], capture_output=True, text=True
     )
     assert check.returncode == 0, check.stdout + check.stderr
+
+
+def test_clients_reach_the_proxy_only():
+    """gunicorn never faces clients: compose publishes the nginx service alone (and
+    Prometheus's UI on the host's loopback)."""
+    services = compose()["services"]
+    published = {
+        name: service["ports"]
+        for name, service in services.items()
+        if "ports" in service
+    }
+    assert published == {"nginx": ["80:80"], "prometheus": ["127.0.0.1:9090:9090"]}
+    nginx = services["nginx"]
+    assert (
+        "./nginx/retrysafe.conf.template:/etc/nginx/templates/default.conf.template:ro"
+        in nginx["volumes"]
+    )
+    assert nginx["environment"]["RETRYSAFE_UPSTREAM"] == "web:8000"
+    app_env = compose()["x-app"]["environment"]
+    assert (
+        nginx["environment"]["WEBHOOK_MAX_BODY_BYTES"]
+        == app_env["WEBHOOK_MAX_BODY_BYTES"]
+    )
+    assert services["web"]["environment"]["TRUSTED_PROXY_COUNT"] == "1"
+
+
+def test_the_proxy_configuration_reads_requests_whole_and_quickly():
+    template = (DEPLOY / "nginx" / "retrysafe.conf.template").read_text()
+    webhooks = template[template.index("location /webhooks/") :]
+    webhooks = webhooks[: webhooks.index("\n    }")]
+    assert "client_max_body_size ${WEBHOOK_MAX_BODY_BYTES};" in webhooks
+    assert "client_max_body_size ${DATA_UPLOAD_MAX_MEMORY_SIZE};" in template
+    for directive in ("client_header_timeout", "client_body_timeout"):
+        seconds = int(re.search(rf"{directive} (\d+)s;", template).group(1))
+        assert seconds <= 10, directive
+    assert "proxy_request_buffering on;" in template
+    assert re.search(r"limit_conn retrysafe_per_address \d+;", template)
+    for header in ("For", "Proto", "Host", "Port"):
+        assert f"proxy_set_header X-Forwarded-{header} " in template

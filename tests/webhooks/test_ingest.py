@@ -530,3 +530,23 @@ def test_a_host_outside_allowed_hosts_is_400_on_the_fast_lane_too(
     assert http.get("/healthz", HTTP_HOST="attacker.example").status_code == 400
     accepted = post(http, raw, headers, HTTP_HOST="inbox.example.com")
     assert accepted.status_code == 202
+
+
+def test_behind_a_trusted_proxy_the_stored_address_is_the_clients(
+    http, source, settings
+):
+    """Behind deploy/nginx/ (TRUSTED_PROXY_COUNT=1) the peer is the proxy: the address kept
+    with the event (and with a mismatch's evidence) is the one the proxy saw."""
+    settings.TRUSTED_PROXY_COUNT = 1
+    body = research_event()
+    raw = encode(body)
+    headers = signed_headers(raw_body=raw, event_id=body["event_id"])
+    response = post(
+        http,
+        raw,
+        headers,
+        REMOTE_ADDR="127.0.0.1",
+        HTTP_X_FORWARDED_FOR="203.0.113.66, 198.51.100.7",
+    )
+    assert response.status_code == 202
+    assert InboxEvent.objects.get().remote_addr == "198.51.100.7"
