@@ -6,6 +6,9 @@ from django.core.wsgi import get_wsgi_application
 # A forgotten DJANGO_SETTINGS_MODULE means production (DEBUG off, no published key), as
 # cookiecutter-django does: only manage.py and `make run` default to the local settings.
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.production")
+# A process that serves this application is a web process: its waits for the database are
+# bounded (config/settings/base.py, database_timeouts_apply).
+os.environ.setdefault("APP_PROCESS", "web")
 
 application = get_wsgi_application()
 

@@ -8,7 +8,12 @@ from django.core.checks.security.base import (
 from django.core.exceptions import ImproperlyConfigured
 
 from .base import *  # noqa: F403
-from .base import BENCH_ENDPOINTS, database_binding_apply, env
+from .base import (
+    BENCH_ENDPOINTS,
+    database_binding_apply,
+    database_timeouts_apply,
+    env,
+)
 
 # The floor endpoints under /_bench/ answer without authentication and write to a table of
 # their own: never served with these settings. The benchmarks use config.settings.bench.
@@ -45,6 +50,7 @@ DATABASES["default"]["CONN_HEALTH_CHECKS"] = env.bool(
     "DATABASE_CONN_HEALTH_CHECKS", default=True
 )
 database_binding_apply(DATABASES["default"])
+database_timeouts_apply(DATABASES["default"])
 # Behind PgBouncer in transaction mode, server-side cursors cannot be used.
 DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = env.bool(
     "DISABLE_SERVER_SIDE_CURSORS", default=False

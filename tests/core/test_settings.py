@@ -1,5 +1,6 @@
 """The settings modules as a user runs them: separate processes, real environments."""
 
+import json
 import subprocess
 import sys
 
@@ -203,3 +204,58 @@ def test_local_settings_accept_the_loopback_hosts(tmp_path):
     }
     result = manage("check", env=env)
     assert result.returncode == 0, result.stderr
+
+
+DATABASE_IN_USE = (
+    "import json; from django.conf import settings; d = settings.DATABASES['default']; "
+    "print(json.dumps([d['ENGINE'], d['OPTIONS']]))"
+)
+
+
+def database_settings(prelude: str, **env: str) -> tuple[str, dict]:
+    environment = {**PRODUCTION_ENV, **env}
+    result = python(f"{prelude}; {DATABASE_IN_USE}", env=environment)
+    assert result.returncode == 0, result.stderr
+    engine, options = json.loads(result.stdout.strip().splitlines()[-1])
+    return engine, options
+
+
+def test_every_process_bounds_its_connect_and_finds_a_dead_link():
+    for prelude in ("import config.wsgi", "import config.celery_app"):
+        _, options = database_settings(prelude)
+        assert options["connect_timeout"] == 3
+        assert options["keepalives"] == 1
+        assert options["keepalives_idle"] == 10
+        assert options["tcp_user_timeout"] == 19000
+
+
+def test_only_web_processes_get_the_statement_timeout_and_bounded_waits():
+    """The WSGI application's processes, not the workers (nor beat, the relay, migrations
+    or manage.py, which load the Celery app or the settings alone)."""
+    engine, options = database_settings("import config.wsgi")
+    assert engine == "core.pgbackend"
+    assert options["options"] == "-c statement_timeout=5000"
+    assert options["answer_timeout"] == 6
+    for prelude in ("import config.celery_app", "import django; django.setup()"):
+        engine, options = database_settings(prelude)
+        assert engine == "django.db.backends.postgresql"
+        assert "options" not in options
+        assert "answer_timeout" not in options
+    # Tunable, and off with 0; behind PgBouncer the server's part is the pooler's.
+    _, options = database_settings(
+        "import config.wsgi", WEB_STATEMENT_TIMEOUT_SECONDS="2.5"
+    )
+    assert (options["options"], options["answer_timeout"]) == (
+        "-c statement_timeout=2500",
+        3.5,
+    )
+    engine, options = database_settings(
+        "import config.wsgi", WEB_STATEMENT_TIMEOUT_ON_SERVER="false"
+    )
+    assert engine == "core.pgbackend"
+    assert "options" not in options
+    engine, options = database_settings(
+        "import config.wsgi", WEB_STATEMENT_TIMEOUT_SECONDS="0"
+    )
+    assert engine == "django.db.backends.postgresql"
+    assert "options" not in options
