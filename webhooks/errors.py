@@ -64,12 +64,12 @@ class NothingToReplay(ServiceError):
     code = "nothing_to_replay"
 
 
-class ReplaySelectionTooLarge(ServiceError):
-    """More rows were selected than one replay takes (``replay.REPLAY_SELECTED_MAX``): the
-    work of a bulk replay job."""
+class SelectionTooLarge(ServiceError):
+    """More rows were selected than one action takes in one transaction (a replay: the work
+    of a bulk replay job then; marking mismatches investigated)."""
 
     status_code = 422
-    code = "replay_selection_too_large"
+    code = "selection_too_large"
 
     def __init__(self, limit: int):
         super().__init__(f"more than {limit} events selected")

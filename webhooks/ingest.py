@@ -10,6 +10,7 @@ import hashlib
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, cast
 
 from django.conf import settings
@@ -290,6 +291,64 @@ def inbox_event_record(
     )
 
 
+_EVIDENCE_COLUMNS = (
+    "event_id",
+    "raw_body",
+    "headers",
+    "original_fingerprint",
+    "conflicting_fingerprint",
+    "conflicting_payload_hash",
+    "remote_addr",
+    "received_at",
+    "last_seen_at",
+)
+
+
+@functools.cache
+def _evidence_upsert_sql(vendor: str) -> str:
+    """One statement: the conflicting body's first delivery stores it, a repeat counts on that
+    row (the partial unique index on (event, body) that rows counting repeats are in)."""
+    quote = connection.ops.quote_name
+    table = quote(FingerprintMismatch._meta.db_table)
+    columns = ", ".join(quote(name) for name in _EVIDENCE_COLUMNS)
+    placeholders = ", ".join(["%s"] * len(_EVIDENCE_COLUMNS))
+    return (
+        f"INSERT INTO {table} ({columns}, repeat_count, counts_repeats,"  # noqa: S608
+        f" investigation_note) VALUES ({placeholders}, 1, TRUE, '')"
+        " ON CONFLICT (event_id, conflicting_payload_hash) WHERE counts_repeats"
+        f" DO UPDATE SET repeat_count = {table}.repeat_count + 1,"
+        " last_seen_at = EXCLUDED.last_seen_at"
+    )
+
+
+def _evidence_record(
+    *,
+    event: InboxEvent,
+    raw_body: bytes,
+    headers: dict[str, str],
+    conflicting_fingerprint: str,
+    payload_hash: str,
+    remote_addr: str | None,
+    now: datetime,
+) -> None:
+    """The evidence of a conflicting delivery of ``event``: each distinct body stored once,
+    its repeats counted, so that retries of a conflicting delivery cost a counter, not a copy
+    of the body (docs/security.md, "Evidence of conflicts")."""
+    params = [
+        event.pk,
+        raw_body,
+        _db_value(FingerprintMismatch, "headers", headers),
+        event.content_fingerprint,
+        conflicting_fingerprint,
+        payload_hash,
+        remote_addr,
+        _db_value(FingerprintMismatch, "received_at", now),
+        _db_value(FingerprintMismatch, "last_seen_at", now),
+    ]
+    with connection.cursor() as cursor:
+        cursor.execute(_evidence_upsert_sql(connection.vendor), params)
+
+
 def _inbox_upsert(
     *,
     source: WebhookSource,
@@ -330,22 +389,20 @@ def _inbox_upsert(
     # worker publishes the new row (``webhooks.outbox``).
     row = _inbox_upsert_execute(params=params, by_body=body_key is not None)
     if row is None:
-        with transaction.atomic():
-            original = (
-                InboxEvent.objects.filter(source=source, event_id=envelope.event_id)
-                .only("id", "content_fingerprint")
-                .get()
-            )
-            FingerprintMismatch.objects.create(
-                event=original,
-                raw_body=raw_body,
-                headers=stored_headers,
-                original_fingerprint=original.content_fingerprint,
-                conflicting_fingerprint=envelope.content_fingerprint,
-                conflicting_payload_hash=payload_hash,
-                remote_addr=remote_addr,
-                received_at=now,
-            )
+        original = (
+            InboxEvent.objects.filter(source=source, event_id=envelope.event_id)
+            .only("id", "content_fingerprint")
+            .get()
+        )
+        _evidence_record(
+            event=original,
+            raw_body=raw_body,
+            headers=stored_headers,
+            conflicting_fingerprint=envelope.content_fingerprint,
+            payload_hash=payload_hash,
+            remote_addr=remote_addr,
+            now=now,
+        )
     else:
         inbox_event_id, event_id, delivery_count, processing_status = row
         created = delivery_count == 1

@@ -11,25 +11,38 @@ from django.utils import timezone
 
 from core.actors import Actor
 
+from .errors import SelectionTooLarge
 from .models import FingerprintMismatch, OperatorAction
 from .operator_actions import MarkInvestigatedDetails, operator_action_record
 
 logger = logging.getLogger(__name__)
 
 
+# Mismatches one "Mark investigated" takes (one transaction, one operator action).
+MARK_INVESTIGATED_MAX = 10_000
+
+
 def fingerprint_mismatches_mark_investigated(
     *, mismatches: QuerySet[FingerprintMismatch], actor: Actor, note: str
 ) -> OperatorAction:
-    """Marks the open mismatches investigated with the note and records one operator action."""
+    """Marks the open mismatches investigated with the note and records one operator action.
+    One transaction: at most ``MARK_INVESTIGATED_MAX`` rows (more raise
+    ``SelectionTooLarge``, changing nothing), far below the database's 65,535 parameters of
+    one statement."""
+    selected = list(
+        mismatches.order_by().values_list("pk", flat=True)[: MARK_INVESTIGATED_MAX + 1]
+    )
+    if len(selected) > MARK_INVESTIGATED_MAX:
+        raise SelectionTooLarge(MARK_INVESTIGATED_MAX)
     now = timezone.now()
     with transaction.atomic():
         rows = list(
             FingerprintMismatch.objects.filter(
-                pk__in=list(mismatches.values_list("pk", flat=True)),
-                investigated_at__isnull=True,
+                pk__in=selected, investigated_at__isnull=True
             )
             .select_for_update()
             .order_by("pk")
+            .only("pk", "event_id")
         )
         ids = [row.pk for row in rows]
         FingerprintMismatch.objects.filter(pk__in=ids).update(

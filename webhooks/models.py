@@ -372,18 +372,32 @@ class InboxAttempt(models.Model):
 
 class FingerprintMismatch(models.Model):
     """Evidence of an inconsistent duplicate: the same (source, event_id) delivered with other
-    content. The original inbox row is never touched; this keeps the conflicting delivery."""
+    content. The original inbox row is never touched; this keeps the conflicting delivery:
+    each distinct conflicting body once per event (its first delivery's headers, address and
+    time), its repeats counted (``repeat_count``, ``last_seen_at``), so that retries of one
+    conflicting delivery never store its body again. Only retention drops the body
+    (``body_purged_at``), keeping the hashes.
+
+    ``counts_repeats``: rows stored before repeats were counted each stand for one delivery
+    (the column's database default, ``false``, is theirs); every row stored since counts its
+    repeats and is unique per (event, body)."""
 
     event = models.ForeignKey(
         InboxEvent, on_delete=models.PROTECT, related_name="mismatches"
     )
-    raw_body = models.BinaryField()
+    raw_body = models.BinaryField(null=True)
+    body_purged_at = models.DateTimeField(null=True, blank=True)
     headers = models.JSONField(default=dict)
     original_fingerprint = models.CharField(max_length=64)
     conflicting_fingerprint = models.CharField(max_length=64)
     conflicting_payload_hash = models.CharField(max_length=64)
     remote_addr = models.GenericIPAddressField(null=True, blank=True)
     received_at = models.DateTimeField(default=timezone.now)
+    repeat_count = models.PositiveIntegerField(
+        default=1, db_default=1, help_text="Deliveries of this body for this event."
+    )
+    last_seen_at = models.DateTimeField(null=True, blank=True)
+    counts_repeats = models.BooleanField(default=True, db_default=False)
     investigated_at = models.DateTimeField(null=True, blank=True)
     investigated_by = models.ForeignKey(
         settings.AUTH_USER_MODEL,
@@ -395,6 +409,13 @@ class FingerprintMismatch(models.Model):
     investigation_note = models.TextField(blank=True, default="")
 
     class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["event", "conflicting_payload_hash"],
+                condition=Q(counts_repeats=True),
+                name="webhooks_mismatch_event_body_uniq",
+            ),
+        ]
         indexes = [
             models.Index(
                 fields=["-received_at"], name="webhooks_mismatch_received_idx"
@@ -464,6 +485,8 @@ class OperatorAction(AppendOnlyModel):
         ENABLE_SOURCE = "enable_source"
         DISABLE_SOURCE = "disable_source"
         SET_EXPECTED_INTERVAL = "set_expected_interval"
+        PURGE_EVIDENCE_BODIES = "purge_evidence_bodies"
+        PURGE_SIGNATURE_FAILURES = "purge_signature_failures"
         CREATE_API_CLIENT = "create_api_client"
         ACTIVATE_API_CLIENT = "activate_api_client"
         DEACTIVATE_API_CLIENT = "deactivate_api_client"

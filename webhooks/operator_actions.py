@@ -39,6 +39,19 @@ class PurgeBodiesDetails(TypedDict):
     older_than: str
 
 
+class PurgeEvidenceBodiesDetails(TypedDict):
+    """The evidence rows whose conflicting body was dropped, and the stamp they got."""
+
+    purged_at: str
+    older_than: str
+    mismatch_ids: list[int]
+
+
+class PurgeSignatureFailuresDetails(TypedDict):
+    older_than: str
+    deleted: int
+
+
 class _BulkReplayControlDetails(TypedDict):
     rate: float | None
     run: int
@@ -121,6 +134,8 @@ DETAILS_SHAPES: dict[str, type] = {
     Action.MARK_INVESTIGATED: MarkInvestigatedDetails,
     Action.ROTATE_SECRET: RotateSecretDetails,
     Action.PURGE_BODIES: PurgeBodiesDetails,
+    Action.PURGE_EVIDENCE_BODIES: PurgeEvidenceBodiesDetails,
+    Action.PURGE_SIGNATURE_FAILURES: PurgeSignatureFailuresDetails,
     Action.START_BULK_REPLAY: StartBulkReplayDetails,
     Action.CANCEL_BULK_REPLAY: CancelBulkReplayDetails,
     Action.RESUME_BULK_REPLAY: ResumeBulkReplayDetails,

@@ -31,7 +31,7 @@ from .errors import (
     BulkReplayJobNotStartable,
     InvalidBulkReplayRate,
     NothingToReplay,
-    ReplaySelectionTooLarge,
+    SelectionTooLarge,
 )
 from .models import (
     BULK_REPLAY_RATE_MAX,
@@ -56,11 +56,11 @@ REPLAY_SELECTED_MAX = 10_000
 
 
 def replay_selection_check(*, events_queryset: QuerySet[InboxEvent]) -> None:
-    """Raises ``ReplaySelectionTooLarge`` when ``events_queryset`` holds more rows than one
+    """Raises ``SelectionTooLarge`` when ``events_queryset`` holds more rows than one
     replay takes; reads at most ``REPLAY_SELECTED_MAX + 1`` of them."""
     limit = REPLAY_SELECTED_MAX
     if events_queryset.order_by().values("pk")[: limit + 1].count() > limit:
-        raise ReplaySelectionTooLarge(limit)
+        raise SelectionTooLarge(limit)
 
 
 def replay_queryset_build(
@@ -99,14 +99,14 @@ def inbox_events_replay(
     Rows are locked (``select_for_update(skip_locked=True)``) and re-checked under the lock, so
     two operators replaying the same rows at once replay each row once; rows in any other status
     are skipped and counted. Raises ``NothingToReplay`` when no row was replayable, and
-    ``ReplaySelectionTooLarge`` (changing nothing) for more than ``REPLAY_SELECTED_MAX``
+    ``SelectionTooLarge`` (changing nothing) for more than ``REPLAY_SELECTED_MAX``
     rows."""
     limit = REPLAY_SELECTED_MAX
     selected = list(
         events_queryset.order_by().values_list("pk", flat=True)[: limit + 1]
     )
     if len(selected) > limit:
-        raise ReplaySelectionTooLarge(limit)
+        raise SelectionTooLarge(limit)
     with transaction.atomic():
         rows = list(
             InboxEvent.objects.filter(

@@ -1,4 +1,6 @@
-"""Retention of raw bodies: separate from deduplication, which needs only the metadata."""
+"""Retention: raw bodies of old terminal events, bodies of old evidence of conflicts, and old
+signature-failure counters. Separate from deduplication, which needs only the metadata: every
+row's ids, hashes and fingerprints stay. Each batch is an operator action."""
 
 from __future__ import annotations
 
@@ -6,12 +8,24 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from core.actors import Actor
 
-from .models import TERMINAL_STATUSES, InboxEvent, OperatorAction
-from .operator_actions import PurgeBodiesDetails, operator_action_record
+from .models import (
+    TERMINAL_STATUSES,
+    FingerprintMismatch,
+    InboxEvent,
+    OperatorAction,
+    SignatureFailure,
+)
+from .operator_actions import (
+    PurgeBodiesDetails,
+    PurgeEvidenceBodiesDetails,
+    PurgeSignatureFailuresDetails,
+    operator_action_record,
+)
 
 
 def purge_stamp(value: datetime) -> str:
@@ -68,3 +82,65 @@ def inbox_bodies_purge(
             purged += count
         if progress is not None:
             progress(purged)
+
+
+def evidence_bodies_purge(
+    *,
+    older_than: datetime,
+    actor: Actor,
+    batch_size: int = 1000,
+    progress: Callable[[int], None] | None = None,
+) -> int:
+    """Drops the conflicting body of evidence last seen before ``older_than`` (its hashes,
+    fingerprints, headers and counts stay) and stamps ``body_purged_at``; each batch, in its
+    own transaction, a ``purge_evidence_bodies`` operator action naming the rows and the
+    stamp. Returns how many bodies were dropped."""
+    purged = 0
+    cutoff = purge_stamp(older_than)
+    while True:
+        with transaction.atomic():
+            ids = list(
+                FingerprintMismatch.objects.select_for_update(skip_locked=True)
+                .filter(body_purged_at__isnull=True)
+                .filter(
+                    Q(last_seen_at__lt=older_than)
+                    | Q(last_seen_at__isnull=True, received_at__lt=older_than)
+                )
+                .order_by("id")
+                .values_list("id", flat=True)[:batch_size]
+            )
+            if not ids:
+                return purged
+            stamp = timezone.now()
+            count = FingerprintMismatch.objects.filter(id__in=ids).update(
+                raw_body=None, body_purged_at=stamp
+            )
+            operator_action_record(
+                action=OperatorAction.Action.PURGE_EVIDENCE_BODIES,
+                actor=actor,
+                reason=f"retention: evidence last seen before {cutoff}",
+                details=PurgeEvidenceBodiesDetails(
+                    purged_at=purge_stamp(stamp), older_than=cutoff, mismatch_ids=ids
+                ),
+            )
+            purged += count
+        if progress is not None:
+            progress(purged)
+
+
+@transaction.atomic
+def signature_failures_purge(*, older_than: datetime, actor: Actor) -> int:
+    """Deletes the signature-failure counters of minutes before ``older_than`` (their
+    figures are in the metrics and the logs of their time), recorded as one operator action
+    when there were any. Returns how many."""
+    deleted, _ = SignatureFailure.objects.filter(window_start__lt=older_than).delete()
+    if deleted:
+        operator_action_record(
+            action=OperatorAction.Action.PURGE_SIGNATURE_FAILURES,
+            actor=actor,
+            reason="retention: signature-failure counters",
+            details=PurgeSignatureFailuresDetails(
+                older_than=purge_stamp(older_than), deleted=deleted
+            ),
+        )
+    return deleted

@@ -105,7 +105,7 @@ def test_one_row_over_the_bound_is_refused(operator_client, monkeypatch):
 def test_the_service_refuses_a_selection_over_the_bound(operator, monkeypatch):
     monkeypatch.setattr(replay, "REPLAY_SELECTED_MAX", 3)
     dead_letters_copy(4)
-    with pytest.raises(replay.ReplaySelectionTooLarge):
+    with pytest.raises(replay.SelectionTooLarge):
         replay.inbox_events_replay(
             events_queryset=InboxEvent.objects.all(), actor=operator, reason="r"
         )

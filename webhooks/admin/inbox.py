@@ -22,7 +22,7 @@ from core.admin_base import (
 )
 from core.errors import ServiceError
 
-from ..errors import ReplaySelectionTooLarge
+from ..errors import SelectionTooLarge
 from ..models import DeadLetteredEvent, InboxAttempt, InboxEvent, ProcessingStatus
 from ..replay import inbox_events_replay, replay_selection_check
 from ..selectors import (
@@ -251,7 +251,7 @@ class DeadLetteredEventAdmin(InboxEventAdmin):
     def has_replay_permission(self, request):
         return request.user.has_perm("webhooks.replay_inboxevent")
 
-    def _selection_too_large(self, request, exc: ReplaySelectionTooLarge) -> None:
+    def _selection_too_large(self, request, exc: SelectionTooLarge) -> None:
         self.message_user(
             request,
             format_html(
@@ -276,7 +276,7 @@ class DeadLetteredEventAdmin(InboxEventAdmin):
         # operator is asked for a reason.
         try:
             replay_selection_check(events_queryset=queryset)
-        except ReplaySelectionTooLarge as exc:
+        except SelectionTooLarge as exc:
             return self._selection_too_large(request, exc)
         reason = confirm_with_reason(
             self,
@@ -296,7 +296,7 @@ class DeadLetteredEventAdmin(InboxEventAdmin):
             action = inbox_events_replay(
                 events_queryset=queryset, actor=Actor.of(request.user), reason=reason
             )
-        except ReplaySelectionTooLarge as exc:
+        except SelectionTooLarge as exc:
             return self._selection_too_large(request, exc)
         except ServiceError:  # nothing to replay
             self.message_user(

@@ -18,6 +18,7 @@ from core.admin_base import (
     side_by_side_diff,
 )
 
+from ..errors import SelectionTooLarge
 from ..investigations import fingerprint_mismatches_mark_investigated
 from ..models import FingerprintMismatch
 from ..selectors import inbox_event_body
@@ -29,6 +30,8 @@ class FingerprintMismatchAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         "__str__",
         "event_link",
         "received_at",
+        "repeat_count",
+        "last_seen_at",
         "remote_addr",
         "investigated_at",
         "investigated_by",
@@ -41,7 +44,18 @@ class FingerprintMismatchAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     actions = ("mark_investigated",)
     # The evidence first: what differs, then where it came from, then what was done about it.
     fieldsets = (
-        (None, {"fields": ("event_link", "received_at")}),
+        (
+            None,
+            {
+                "fields": (
+                    "event_link",
+                    "received_at",
+                    "repeat_count",
+                    "last_seen_at",
+                    "body_purged_at",
+                )
+            },
+        ),
         ("Original (left) and conflicting (right) payload", {"fields": ("diff",)}),
         (
             "Delivery",
@@ -99,11 +113,11 @@ class FingerprintMismatchAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         if which == "original":
             body = inbox_event_body(inbox_event_id=mismatch.event_id)
         elif which == "conflicting":
-            body = bytes(mismatch.raw_body)
+            body = bytes(mismatch.raw_body) if mismatch.raw_body is not None else None
         else:
             raise Http404
         if body is None:
-            raise Http404("the original body was purged")
+            raise Http404(f"the {which} body was purged")
         response = HttpResponse(body, content_type="application/octet-stream")
         response["Content-Disposition"] = (
             f'attachment; filename="mismatch-{mismatch.pk}-{which}.json"'
@@ -161,9 +175,18 @@ class FingerprintMismatchAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         )
         if isinstance(note, HttpResponse):
             return note
-        action = fingerprint_mismatches_mark_investigated(
-            mismatches=queryset, actor=Actor.of(request.user), note=note
-        )
+        try:
+            action = fingerprint_mismatches_mark_investigated(
+                mismatches=queryset, actor=Actor.of(request.user), note=note
+            )
+        except SelectionTooLarge as exc:
+            self.message_user(
+                request,
+                f"Not marked: select at most {exc.limit} mismatches at a time "
+                "(narrow the list with a filter).",
+                messages.ERROR,
+            )
+            return None
         self.message_user(
             request,
             f"Marked {action.event_count} mismatch(es) investigated.",
