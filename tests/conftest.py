@@ -1,6 +1,10 @@
+import hashlib
+import importlib.util
 import subprocess
 import weakref
+from pathlib import Path
 
+import django
 import pytest
 
 from core.services import api_client_create
@@ -156,3 +160,88 @@ def _tables_emptied_by_delete():
         patch.setattr(DatabaseOperations, "sql_flush", sql_flush)
         patch.setattr(flush, "emit_post_migrate_signal", emit_post_migrate_signal)
         yield
+
+
+def migrations_digest() -> str | None:
+    """A digest of the migration files of every installed app (Django's and the libraries'
+    too) with Django's version: the schema a test database migrated by them has. None when an
+    app has models without migrations (its tables would come from the models, unread here)."""
+    from django.apps import apps
+    from django.db.migrations.loader import MigrationLoader
+
+    digest = hashlib.sha256(django.get_version().encode())
+    for config in sorted(apps.get_app_configs(), key=lambda config: config.label):
+        module, _ = MigrationLoader.migrations_module(config.label)
+        spec = importlib.util.find_spec(module) if module else None
+        if spec is None or not spec.submodule_search_locations:
+            if any(config.get_models()):
+                return None
+            continue
+        for folder in spec.submodule_search_locations:
+            for path in sorted(Path(folder).glob("*.py")):
+                digest.update(f"\0{config.label}/{path.name}\0".encode())
+                digest.update(path.read_bytes())
+    return f"migrations {digest.hexdigest()}"
+
+
+def reused_database_mark(connection) -> str | None:
+    """The mark a run left on the test database (its comment), None if none or no database."""
+    with connection._nodb_cursor() as cursor:
+        cursor.execute(
+            "SELECT shobj_description(oid, 'pg_database') FROM pg_database"
+            " WHERE datname = %s",
+            [connection.creation._get_test_db_name()],
+        )
+        row = cursor.fetchone()
+    return row[0] if row else None
+
+
+def reused_database_mark_set(connection, mark: str | None) -> None:
+    """Sets the mark (letters, digits and spaces: a utility statement takes no parameters)."""
+    name = connection.ops.quote_name(connection.settings_dict["NAME"])
+    literal = f"'{mark}'" if mark else "NULL"
+    with connection.cursor() as cursor:
+        cursor.execute(f"COMMENT ON DATABASE {name} IS {literal}")
+
+
+@pytest.fixture(scope="session")
+def django_db_createdb(
+    django_db_createdb,
+    django_db_keepdb,
+    django_db_modify_db_settings,
+    django_db_blocker,
+) -> bool:
+    """With ``--reuse-db`` (``make test-fast``), a test database is reused only if the run
+    that left it ended (its mark is set at the end of a run and cleared at the start of the
+    next) and was migrated by the migration files there are now (the mark holds their
+    digest). Otherwise it is created again: a migration edited, renamed or removed since
+    would not be undone by ``migrate``, which only applies the ones not yet recorded, and
+    neither would what an interrupted test left (rows, a migration test's old layout)."""
+    if django_db_createdb or not django_db_keepdb:
+        return django_db_createdb
+    from django.db import connection
+
+    digest = migrations_digest()
+    with django_db_blocker.unblock():
+        return digest is None or reused_database_mark(connection) != digest
+
+
+@pytest.fixture(scope="session")
+def django_db_setup(
+    django_db_setup, django_db_keepdb, django_db_createdb, django_db_blocker
+):
+    """A reused test database (``--reuse-db``) starts emptied, as a new one, and loses its mark
+    until the run ends (``django_db_createdb`` above)."""
+    if not django_db_keepdb:
+        yield
+        return
+    from django.core.management import call_command
+    from django.db import connection
+
+    with django_db_blocker.unblock():
+        reused_database_mark_set(connection, None)
+        if not django_db_createdb:
+            call_command("flush", verbosity=0, interactive=False, reset_sequences=False)
+    yield
+    with django_db_blocker.unblock():
+        reused_database_mark_set(connection, migrations_digest())
