@@ -208,17 +208,21 @@ def reused_database_mark_set(connection, mark: str | None) -> None:
 def django_db_createdb(
     django_db_createdb,
     django_db_keepdb,
+    django_db_use_migrations,
     django_db_modify_db_settings,
     django_db_blocker,
 ) -> bool:
     """With ``--reuse-db`` (``make test-fast``), a test database is reused only if the run
-    that left it ended (its mark is set at the end of a run and cleared at the start of the
-    next) and was migrated by the migration files there are now (the mark holds their
-    digest). Otherwise it is created again: a migration edited, renamed or removed since
-    would not be undone by ``migrate``, which only applies the ones not yet recorded, and
-    neither would what an interrupted test left (rows, a migration test's old layout)."""
+    that left it ended, by itself or on Ctrl-C (its mark is set at the end of a run and cleared
+    at the start: a run killed on the way leaves none), and was migrated by the migration files
+    there are now (the mark holds their digest). Otherwise it is created again: ``migrate``
+    applies only the migrations not yet recorded, so one edited, renamed or removed since would
+    stay as it was applied, and a killed run may have left anything (a migration test's old
+    layout). A database made without migrations (``--nomigrations``) is never reused."""
     if django_db_createdb or not django_db_keepdb:
         return django_db_createdb
+    if not django_db_use_migrations:
+        return True
     from django.db import connection
 
     digest = migrations_digest()
@@ -228,10 +232,14 @@ def django_db_createdb(
 
 @pytest.fixture(scope="session")
 def django_db_setup(
-    django_db_setup, django_db_keepdb, django_db_createdb, django_db_blocker
+    django_db_setup,
+    django_db_keepdb,
+    django_db_createdb,
+    django_db_use_migrations,
+    django_db_blocker,
 ):
-    """A reused test database (``--reuse-db``) starts emptied, as a new one, and loses its mark
-    until the run ends (``django_db_createdb`` above)."""
+    """A reused test database (``--reuse-db``) starts emptied, as a new one (rows a stopped
+    test left), and loses its mark until the run ends (``django_db_createdb`` above)."""
     if not django_db_keepdb:
         yield
         return
@@ -243,5 +251,6 @@ def django_db_setup(
         if not django_db_createdb:
             call_command("flush", verbosity=0, interactive=False, reset_sequences=False)
     yield
-    with django_db_blocker.unblock():
-        reused_database_mark_set(connection, migrations_digest())
+    if django_db_use_migrations:
+        with django_db_blocker.unblock():
+            reused_database_mark_set(connection, migrations_digest())
