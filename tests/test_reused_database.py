@@ -34,14 +34,16 @@ from django.db import connection
 def test_record():
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT oid, shobj_description(oid, 'pg_database') FROM pg_database"
+            "SELECT oid, shobj_description(oid, 'pg_database'),"
+            " pg_relation_filenode('webhooks_inboxevent') FROM pg_database"
             " WHERE datname = current_database()"
         )
-        oid, mark = cursor.fetchone()
+        oid, mark, inbox_file = cursor.fetchone()
     record = {
         "name": connection.settings_dict["NAME"],
         "oid": oid,
         "mark": mark,
+        "inbox_file": inbox_file,
         "left_behind": ContentType.objects.filter(app_label="left").exists(),
         "content_types": ContentType.objects.count(),
     }
@@ -128,6 +130,7 @@ def test_a_test_database_is_reused_only_when_its_mark_matches_the_migrations(reu
     second = run()
     assert second["oid"] == first["oid"], "reused"
     assert not second["left_behind"], "emptied before the run"
+    assert second["inbox_file"] != first["inbox_file"], "truncated: no dead rows kept"
     assert second["content_types"] == first["content_types"]
     assert second["mark"] is None, "cleared until the run ends: none if it is stopped"
     assert mark() == migrations_digest()
