@@ -3,6 +3,10 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 INSTALLED := $(VENV)/.installed
+# The test runs compile each module once and keep it in .pycache/ (pytest's rewritten test
+# modules too), even where the environment says not to write bytecode: compiling the suite and
+# its libraries from source again costs each run, and each process it starts, seconds.
+PYTEST := PYTHONDONTWRITEBYTECODE= PYTHONPYCACHEPREFIX=$(CURDIR)/.pycache $(VENV)/bin/pytest
 
 .PHONY: setup system-tools run test test-fast test-alerts lint format bench chaos clean
 
@@ -36,7 +40,7 @@ test: setup system-tools test-alerts
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports --no-cache
 	$(VENV)/bin/mypy
-	$(VENV)/bin/pytest $(PYTEST_ARGS)
+	$(PYTEST) --durations=15 $(PYTEST_ARGS)
 
 ## The alerting rules of deploy/prometheus/: promtool checks them and runs their unit tests
 ## (deploy/prometheus/tests/), and checks the shipped Prometheus configuration; promtool is
@@ -46,13 +50,15 @@ test-alerts: system-tools
 	promtool test rules deploy/prometheus/tests/*.yml
 	promtool check config deploy/prometheus/prometheus.yml
 
-## While working: the suite without the tests that start processes, a browser or the chaos run.
+## While working: the suite without the tests that start processes, a browser or the chaos run
+## (marked slow) and those that migrate the database back and forth (marked migrations), in
+## two processes, on test databases kept from the last run while the migrations are the same.
 test-fast: setup
 	$(PY) scripts/check_services.py
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports --no-cache
 	$(VENV)/bin/mypy
-	$(VENV)/bin/pytest -m "not slow" -n 2 $(PYTEST_ARGS)
+	$(PYTEST) -m "not slow and not migrations" -n 2 --reuse-db --durations=15 $(PYTEST_ARGS)
 	@if command -v promtool >/dev/null; then \
 	  promtool check rules deploy/prometheus/alerts.yml && \
 	  promtool test rules deploy/prometheus/tests/*.yml && \
@@ -80,4 +86,4 @@ format: setup
 	$(VENV)/bin/ruff check --fix .
 
 clean:
-	rm -rf $(VENV) var staticfiles .pytest_cache .ruff_cache
+	rm -rf $(VENV) var staticfiles .pycache .pytest_cache .ruff_cache

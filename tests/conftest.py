@@ -1,5 +1,10 @@
+import hashlib
+import importlib.util
 import subprocess
+import weakref
+from pathlib import Path
 
+import django
 import pytest
 
 from audit.roles import AUDITORS, OPERATORS, roles_bootstrap
@@ -78,17 +83,60 @@ def broker_url(request) -> str:
 
 @pytest.fixture(scope="session", autouse=True)
 def _tables_emptied_by_delete():
-    """A test with ``transaction=True`` ends with Django's flush: every table emptied. On
-    PostgreSQL Django does it with one ``TRUNCATE`` of all tables, which gives each table and
-    index a new file (about 0.4 s here, for the few rows a test leaves); ``DELETE`` of each table
-    does the same work in about 10 ms. Foreign keys are checked at commit (Django creates them
-    deferrable, and the flush runs in one transaction), so the order does not matter. A flush
-    that resets sequences keeps Django's own statement."""
+    """A test with ``transaction=True`` ends with Django's flush: every table emptied, then
+    ``post_migrate`` to create the content types and permissions again. Two things make that
+    cheaper here, with the same tables at the start of the next test:
+
+    - On PostgreSQL Django empties the tables with one ``TRUNCATE`` of all of them, which gives
+      each table and index a new file (about 0.4 s here, for the few rows a test leaves);
+      ``DELETE`` of each table does the same work in about 10 ms. Foreign keys are checked at
+      commit (Django creates them deferrable, and the flush runs in one transaction), so the
+      order does not matter. A flush that resets sequences keeps Django's own statement.
+    - The content types and permissions are kept, and ``post_migrate`` is not sent, when they
+      hold exactly the rows the last ``post_migrate`` left and its only receivers are
+      contenttypes' and auth's (which fill these two tables and nothing else). A test that
+      changed them (a migration test, a deleted permission) gets the full flush instead:
+      emptied and created again. The first flush of a run is always the full one."""
+    from django.contrib.auth.management import create_permissions
+    from django.contrib.auth.models import Permission
+    from django.contrib.contenttypes.management import create_contenttypes
+    from django.contrib.contenttypes.models import ContentType
+    from django.core.management.commands import flush
     from django.db.backends.postgresql.operations import DatabaseOperations
+    from django.db.models.signals import post_migrate
 
     truncate = DatabaseOperations.sql_flush
+    post_migrate_emit = flush.emit_post_migrate_signal
+    kept_tables = {ContentType._meta.db_table, Permission._meta.db_table}
+    # Per database alias: the rows of the kept tables as the last post_migrate left them,
+    # and whether the flush under way keeps them.
+    as_created: dict[str, tuple[list, list]] = {}
+    keeping: dict[str, bool] = {}
+
+    def kept_rows(alias: str) -> tuple[list, list]:
+        return (
+            list(
+                ContentType.objects.using(alias)
+                .order_by("pk")
+                .values_list("pk", "app_label", "model")
+            ),
+            list(
+                Permission.objects.using(alias)
+                .order_by("pk")
+                .values_list("pk", "content_type_id", "codename", "name")
+            ),
+        )
+
+    def post_migrate_fills_only_them() -> bool:
+        receivers = {
+            entry[1]() if isinstance(entry[1], weakref.ReferenceType) else entry[1]
+            for entry in post_migrate.receivers
+        }
+        return receivers == {create_contenttypes, create_permissions}
 
     def sql_flush(self, style, tables, *, reset_sequences=False, allow_cascade=False):
+        alias = self.connection.alias
+        keeping[alias] = False
         if reset_sequences or allow_cascade:
             return truncate(
                 self,
@@ -97,13 +145,27 @@ def _tables_emptied_by_delete():
                 reset_sequences=reset_sequences,
                 allow_cascade=allow_cascade,
             )
+        if (
+            alias in as_created
+            and post_migrate_fills_only_them()
+            and kept_rows(alias) == as_created[alias]
+        ):
+            keeping[alias] = True
+            tables = [t for t in tables if t not in kept_tables]
         return ["SET CONSTRAINTS ALL DEFERRED;"] + [
             f"{style.SQL_KEYWORD('DELETE FROM')} {style.SQL_FIELD(self.quote_name(t))};"
             for t in tables
         ]
 
+    def emit_post_migrate_signal(verbosity, interactive, db, **kwargs):
+        if keeping.pop(db, False):
+            return  # what it would create is there
+        post_migrate_emit(verbosity, interactive, db, **kwargs)
+        as_created[db] = kept_rows(db)
+
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(DatabaseOperations, "sql_flush", sql_flush)
+        patch.setattr(flush, "emit_post_migrate_signal", emit_post_migrate_signal)
         yield
 
 
@@ -146,3 +208,100 @@ def empty_broker():
     broker_reset()
     yield
     broker_reset()
+
+
+def migrations_digest() -> str | None:
+    """A digest of the migration files of every installed app (Django's and the libraries'
+    too) with Django's version: the schema a test database migrated by them has. None when an
+    app has models without migrations (its tables would come from the models, unread here)."""
+    from django.apps import apps
+    from django.db.migrations.loader import MigrationLoader
+
+    digest = hashlib.sha256(django.get_version().encode())
+    for config in sorted(apps.get_app_configs(), key=lambda config: config.label):
+        module, _ = MigrationLoader.migrations_module(config.label)
+        spec = importlib.util.find_spec(module) if module else None
+        if spec is None or not spec.submodule_search_locations:
+            if any(config.get_models()):
+                return None
+            continue
+        for folder in spec.submodule_search_locations:
+            for path in sorted(Path(folder).glob("*.py")):
+                digest.update(f"\0{config.label}/{path.name}\0".encode())
+                digest.update(path.read_bytes())
+    return f"migrations {digest.hexdigest()}"
+
+
+def reused_database_mark(connection) -> str | None:
+    """The mark a run left on the test database (its comment), None if none or no database."""
+    with connection._nodb_cursor() as cursor:
+        cursor.execute(
+            "SELECT shobj_description(oid, 'pg_database') FROM pg_database"
+            " WHERE datname = %s",
+            [connection.creation._get_test_db_name()],
+        )
+        row = cursor.fetchone()
+    return row[0] if row else None
+
+
+def reused_database_mark_set(connection, mark: str | None) -> None:
+    """Sets the mark (letters, digits and spaces: a utility statement takes no parameters)."""
+    name = connection.ops.quote_name(connection.settings_dict["NAME"])
+    literal = f"'{mark}'" if mark else "NULL"
+    with connection.cursor() as cursor:
+        cursor.execute(f"COMMENT ON DATABASE {name} IS {literal}")
+
+
+@pytest.fixture(scope="session")
+def django_db_createdb(
+    django_db_createdb,
+    django_db_keepdb,
+    django_db_use_migrations,
+    django_db_modify_db_settings,
+    django_db_blocker,
+) -> bool:
+    """With ``--reuse-db`` (``make test-fast``), a test database is reused only if the run
+    that left it ended, by itself or on Ctrl-C (its mark is set at the end of a run and cleared
+    at the start: a run killed on the way leaves none), and was migrated by the migration files
+    there are now (the mark holds their digest). Otherwise it is created again: ``migrate``
+    applies only the migrations not yet recorded, so one edited, renamed or removed since would
+    stay as it was applied, and a killed run may have left anything (a migration test's old
+    layout). A database made without migrations (``--nomigrations``) is never reused."""
+    if django_db_createdb or not django_db_keepdb:
+        return django_db_createdb
+    if not django_db_use_migrations:
+        return True
+    from django.db import connection
+
+    digest = migrations_digest()
+    with django_db_blocker.unblock():
+        return digest is None or reused_database_mark(connection) != digest
+
+
+@pytest.fixture(scope="session")
+def django_db_setup(
+    django_db_setup,
+    django_db_keepdb,
+    django_db_createdb,
+    django_db_use_migrations,
+    django_db_blocker,
+):
+    """A reused test database (``--reuse-db``) starts emptied as a new one, by ``TRUNCATE``:
+    rows a stopped test left go, and so does every row version earlier runs deleted or rolled
+    back, which ``DELETE`` would leave (the server may run without autovacuum: here the inbox
+    table of a reused database had grown to 512 MB of dead rows, and every scan of it with
+    it). It loses its mark until the run ends (``django_db_createdb`` above)."""
+    if not django_db_keepdb:
+        yield
+        return
+    from django.core.management import call_command
+    from django.db import connection
+
+    with django_db_blocker.unblock():
+        reused_database_mark_set(connection, None)
+        if not django_db_createdb:
+            call_command("flush", verbosity=0, interactive=False, reset_sequences=True)
+    yield
+    if django_db_use_migrations:
+        with django_db_blocker.unblock():
+            reused_database_mark_set(connection, migrations_digest())

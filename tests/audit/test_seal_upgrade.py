@@ -21,7 +21,7 @@ from webhooks.models import InboxEvent, OperatorAction
 
 from .tampering import sql, verify_fails
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.migrations]
 
 BEFORE_THE_UPGRADE = [
     ("audit", "0002_operator_actions_to_webhooks"),
