@@ -25,6 +25,8 @@ class AuditConfig(AppConfig):
         from core.periodic import periodic_task_register
         from webhooks.models import OperatorAction
 
+        from .admin_hooks import admin_hooks_register
+
         periodic_task_register(
             name="audit-seal",
             task="audit.seal_inbox",
@@ -36,3 +38,4 @@ class AuditConfig(AppConfig):
             dispatch_uid="audit.purge_logged",
             weak=False,
         )
+        admin_hooks_register()

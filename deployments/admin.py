@@ -1,27 +1,35 @@
 from django.contrib import admin
 
-from core.admin_base import ReadOnlyAdminMixin, ReadOnlyInlineMixin
+from core.admin_base import (
+    EvidenceAdminMixin,
+    LogEntryAdminMixin,
+    ReadOnlyAdminMixin,
+    ReadOnlyInlineMixin,
+)
 
 from .models import Build, Deployment, JobTransition, StatusSync
 
 
-class TransitionInline(ReadOnlyInlineMixin, admin.TabularInline):
+class TransitionInline(LogEntryAdminMixin, ReadOnlyInlineMixin, admin.TabularInline):
     model = JobTransition
-    fields = ["from_status", "to_status", "at", "actor", "detail"]
+    fields = ["from_status", "to_status", "at", "actor", "detail", "log_entry"]
     readonly_fields = fields
     ordering = ["at", "id"]
 
 
-class JobAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+class JobAdmin(ReadOnlyAdminMixin, LogEntryAdminMixin, admin.ModelAdmin):
     list_select_related = ["client"]
     list_filter = ["status"]
     search_fields = ["=public_id", "=idempotency_key", "=commit_sha"]
     date_hierarchy = "created_at"
     inlines = [TransitionInline]
+    readonly_fields = ["log_entry"]
 
 
 @admin.register(Deployment)
-class DeploymentAdmin(JobAdmin):
+class DeploymentAdmin(EvidenceAdminMixin, JobAdmin):
+    evidence_subject = "deployment"
+    readonly_fields = ["log_entry", "evidence"]
     list_display = [
         "public_id",
         "status",
@@ -30,6 +38,7 @@ class DeploymentAdmin(JobAdmin):
         "commit_sha",
         "client",
         "created_at",
+        "log_entry",
     ]
 
 
@@ -43,11 +52,12 @@ class BuildAdmin(JobAdmin):
         "commit_sha",
         "client",
         "created_at",
+        "log_entry",
     ]
 
 
 @admin.register(StatusSync)
-class StatusSyncAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+class StatusSyncAdmin(ReadOnlyAdminMixin, LogEntryAdminMixin, admin.ModelAdmin):
     list_display = [
         "public_id",
         "deployment",
@@ -57,7 +67,9 @@ class StatusSyncAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         "resulting_status",
         "reported_at",
         "client",
+        "log_entry",
     ]
+    readonly_fields = ["log_entry"]
     list_filter = ["applied"]
     list_select_related = ["client", "deployment", "build"]
     search_fields = ["=public_id"]

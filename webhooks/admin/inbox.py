@@ -9,6 +9,8 @@ from django.utils.safestring import mark_safe
 
 from core.actors import Actor
 from core.admin_base import (
+    EvidenceAdminMixin,
+    LogEntryAdminMixin,
     ReadOnlyAdminMixin,
     ReadOnlyInlineMixin,
     admin_link,
@@ -42,7 +44,7 @@ class EventTypeFilter(admin.SimpleListFilter):
         return queryset
 
 
-class InboxAttemptInline(ReadOnlyInlineMixin, admin.TabularInline):
+class InboxAttemptInline(LogEntryAdminMixin, ReadOnlyInlineMixin, admin.TabularInline):
     model = InboxAttempt
     fields = (
         "number",
@@ -52,6 +54,7 @@ class InboxAttemptInline(ReadOnlyInlineMixin, admin.TabularInline):
         "resulting_status",
         "error",
         "worker",
+        "log_entry",
     )
     readonly_fields = fields
     ordering = ("started_at", "pk")
@@ -59,7 +62,10 @@ class InboxAttemptInline(ReadOnlyInlineMixin, admin.TabularInline):
 
 
 @admin.register(InboxEvent)
-class InboxEventAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+class InboxEventAdmin(
+    ReadOnlyAdminMixin, LogEntryAdminMixin, EvidenceAdminMixin, admin.ModelAdmin
+):
+    evidence_subject = "inbox_event"
     list_display = (
         "event_id",
         "status",
@@ -72,6 +78,7 @@ class InboxEventAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         "received_at",
         "processed_at",
         "latency",
+        "log_entry",
     )
     list_filter = (
         "processing_status",
@@ -130,6 +137,7 @@ class InboxEventAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
                     "content_fingerprint",
                     "body_key",
                     "signature_valid",
+                    "secret_fingerprint",
                     "remote_addr",
                     "headers_pretty",
                     "body_purged_at",
@@ -137,6 +145,7 @@ class InboxEventAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
                 )
             },
         ),
+        ("Verifiable log", {"fields": ("log_entry", "evidence")}),
     )
     # Every field shown is read-only: the detail page is a record, not a form.
     readonly_fields = tuple(f for _, opts in fieldsets for f in opts["fields"])

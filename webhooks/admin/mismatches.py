@@ -9,6 +9,7 @@ from django.utils.safestring import mark_safe
 
 from core.actors import Actor
 from core.admin_base import (
+    LogEntryAdminMixin,
     ReadOnlyAdminMixin,
     admin_link,
     confirm_with_reason,
@@ -23,7 +24,9 @@ from ..selectors import inbox_event_body
 
 
 @admin.register(FingerprintMismatch)
-class FingerprintMismatchAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+class FingerprintMismatchAdmin(
+    ReadOnlyAdminMixin, LogEntryAdminMixin, admin.ModelAdmin
+):
     list_display = (
         "__str__",
         "event_link",
@@ -31,6 +34,7 @@ class FingerprintMismatchAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         "remote_addr",
         "investigated_at",
         "investigated_by",
+        "log_entry",
     )
     list_filter = (("investigated_at", admin.EmptyFieldListFilter), "received_at")
     list_select_related = ("event", "event__source", "investigated_by")
@@ -40,7 +44,7 @@ class FingerprintMismatchAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     actions = ("mark_investigated",)
     # The evidence first: what differs, then where it came from, then what was done about it.
     fieldsets = (
-        (None, {"fields": ("event_link", "received_at")}),
+        (None, {"fields": ("event_link", "received_at", "log_entry")}),
         ("Original (left) and conflicting (right) payload", {"fields": ("diff",)}),
         (
             "Delivery",
