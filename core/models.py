@@ -55,6 +55,7 @@ class TransactionTicket(Expression):
     writers run one at a time, so ids are already in commit order there."""
 
     output_field = models.BigIntegerField()
+    allowed_default = True
 
     def as_sql(self, compiler: Any, connection: Any) -> tuple[str, list[Any]]:
         return "NULL", []

@@ -11,25 +11,49 @@ from django.db import migrations, models
 import core.models
 
 
-def _ticket_operations(model_name: str, prefix: str) -> list:
-    """The column, then its database default (``ALTER COLUMN ... SET DEFAULT``: existing rows
-    keep NULL, the table is not rewritten), then the sealer's two indexes."""
+def _column_add(table: str):
+    def add(apps, schema_editor):
+        # No table rewrite: existing rows keep NULL. SQLite writes NULL by default (its
+        # writers run one at a time: the sealer takes its rows by id).
+        schema_editor.execute(
+            f'ALTER TABLE "{table}" ADD COLUMN "log_ticket" bigint NULL'
+        )
+        if schema_editor.connection.vendor == "postgresql":
+            schema_editor.execute(
+                f'ALTER TABLE "{table}" ALTER COLUMN "log_ticket" SET DEFAULT '
+                "(pg_current_xact_id()::text::bigint)"
+            )
+
+    def drop(apps, schema_editor):
+        schema_editor.execute(f'ALTER TABLE "{table}" DROP COLUMN "log_ticket"')
+
+    return add, drop
+
+
+def _ticket_operations(model_name: str, table: str, prefix: str) -> list:
+    """The column with its database default, added in place (on SQLite too, whose other
+    ways of adding a column with an expression default rebuild the table), then the sealer's
+    two indexes."""
+    add, drop = _column_add(table)
     return [
-        migrations.AddField(
-            model_name=model_name,
-            name="log_ticket",
-            field=models.BigIntegerField(blank=True, editable=False, null=True),
-        ),
-        migrations.AlterField(
-            model_name=model_name,
-            name="log_ticket",
-            field=models.BigIntegerField(
-                blank=True,
-                db_default=core.models.TransactionTicket(),
-                editable=False,
-                help_text="The transaction that inserted the row (the log's sealer reads it).",
-                null=True,
-            ),
+        migrations.SeparateDatabaseAndState(
+            state_operations=[
+                migrations.AddField(
+                    model_name=model_name,
+                    name="log_ticket",
+                    field=models.BigIntegerField(
+                        blank=True,
+                        db_default=core.models.TransactionTicket(),
+                        editable=False,
+                        help_text=(
+                            "The transaction that inserted the row (the log's sealer "
+                            "reads it)."
+                        ),
+                        null=True,
+                    ),
+                ),
+            ],
+            database_operations=[migrations.RunPython(add, drop)],
         ),
         migrations.AddIndex(
             model_name=model_name,
@@ -56,8 +80,10 @@ class Migration(migrations.Migration):
     ]
 
     operations = [
-        *_ticket_operations("deployment", "deployments_dep"),
-        *_ticket_operations("build", "deployments_bld"),
-        *_ticket_operations("jobtransition", "deployments_trans"),
-        *_ticket_operations("statussync", "deployments_sync"),
+        *_ticket_operations("deployment", "deployments_deployment", "deployments_dep"),
+        *_ticket_operations("build", "deployments_build", "deployments_bld"),
+        *_ticket_operations(
+            "jobtransition", "deployments_jobtransition", "deployments_trans"
+        ),
+        *_ticket_operations("statussync", "deployments_statussync", "deployments_sync"),
     ]

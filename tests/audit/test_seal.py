@@ -360,3 +360,30 @@ def test_the_cursor_never_passes_a_running_transaction(monkeypatch):
     assert (
         ledger_rows_seal().appended == {}
     )  # the rows above are passed over, not again
+
+
+def test_a_purge_enters_the_log_with_the_bodies_it_drops(monkeypatch):
+    """In the purge's own transaction, with no sealing round: a body is gone only once the
+    log holds who purged it; if the log cannot take it, nothing is purged."""
+    events = old_events(3, processing_status="processed")
+    InboxEvent.objects.update(received_at=timezone.now() - timedelta(days=40))
+    import audit.sealer
+
+    def refused(**kwargs):
+        raise RuntimeError("the log is unavailable")
+
+    monkeypatch.setattr(audit.sealer, "log_append", refused)
+    with pytest.raises(RuntimeError):
+        call_command("purge_inbox", "--older-than", "30")
+    assert not InboxEvent.objects.filter(raw_body__isnull=True).exists()
+    monkeypatch.undo()
+
+    call_command("purge_inbox", "--older-than", "30")
+
+    assert sorted(logged("body_purge")) == sorted(e.pk for e in events)
+    purge = leaf_of("body_purge", events[0].pk)
+    action = InboxEvent.objects.get(pk=events[0].pk)
+    from webhooks.retention import purge_stamp
+
+    assert purge["purged_at"] == purge_stamp(action.body_purged_at)
+    assert logged("inbox_event") == []  # the rows themselves wait for the sealer

@@ -26,25 +26,49 @@ def fingerprints_fill(apps, schema_editor):
         secret.save(update_fields=["fingerprint"])
 
 
-def _ticket_operations(model_name: str, prefix: str) -> list:
-    """The column, then its database default (``ALTER COLUMN ... SET DEFAULT``: existing rows
-    keep NULL, the table is not rewritten), then the sealer's two indexes."""
+def _column_add(table: str):
+    def add(apps, schema_editor):
+        # No table rewrite: existing rows keep NULL. SQLite writes NULL by default (its
+        # writers run one at a time: the sealer takes its rows by id).
+        schema_editor.execute(
+            f'ALTER TABLE "{table}" ADD COLUMN "log_ticket" bigint NULL'
+        )
+        if schema_editor.connection.vendor == "postgresql":
+            schema_editor.execute(
+                f'ALTER TABLE "{table}" ALTER COLUMN "log_ticket" SET DEFAULT '
+                "(pg_current_xact_id()::text::bigint)"
+            )
+
+    def drop(apps, schema_editor):
+        schema_editor.execute(f'ALTER TABLE "{table}" DROP COLUMN "log_ticket"')
+
+    return add, drop
+
+
+def _ticket_operations(model_name: str, table: str, prefix: str) -> list:
+    """The column with its database default, added in place (on SQLite too, whose other
+    ways of adding a column with an expression default rebuild the table), then the sealer's
+    two indexes."""
+    add, drop = _column_add(table)
     return [
-        migrations.AddField(
-            model_name=model_name,
-            name="log_ticket",
-            field=models.BigIntegerField(blank=True, editable=False, null=True),
-        ),
-        migrations.AlterField(
-            model_name=model_name,
-            name="log_ticket",
-            field=models.BigIntegerField(
-                blank=True,
-                db_default=core.models.TransactionTicket(),
-                editable=False,
-                help_text="The transaction that inserted the row (the log's sealer reads it).",
-                null=True,
-            ),
+        migrations.SeparateDatabaseAndState(
+            state_operations=[
+                migrations.AddField(
+                    model_name=model_name,
+                    name="log_ticket",
+                    field=models.BigIntegerField(
+                        blank=True,
+                        db_default=core.models.TransactionTicket(),
+                        editable=False,
+                        help_text=(
+                            "The transaction that inserted the row (the log's sealer "
+                            "reads it)."
+                        ),
+                        null=True,
+                    ),
+                ),
+            ],
+            database_operations=[migrations.RunPython(add, drop)],
         ),
         migrations.AddIndex(
             model_name=model_name,
@@ -71,16 +95,35 @@ class Migration(migrations.Migration):
     ]
 
     operations = [
-        *_ticket_operations("inboxevent", "webhooks_inbox"),
-        *_ticket_operations("inboxattempt", "webhooks_attempt"),
-        *_ticket_operations("fingerprintmismatch", "webhooks_mismatch"),
-        *_ticket_operations("operatoraction", "webhooks_action"),
-        migrations.AddField(
-            model_name="inboxevent",
-            name="secret_fingerprint",
-            field=models.CharField(
-                blank=True, db_default="", default="", max_length=16
-            ),
+        *_ticket_operations("inboxevent", "webhooks_inboxevent", "webhooks_inbox"),
+        *_ticket_operations(
+            "inboxattempt", "webhooks_inboxattempt", "webhooks_attempt"
+        ),
+        *_ticket_operations(
+            "fingerprintmismatch", "webhooks_fingerprintmismatch", "webhooks_mismatch"
+        ),
+        *_ticket_operations(
+            "operatoraction", "webhooks_operatoraction", "webhooks_action"
+        ),
+        # In place on SQLite too, whose AddField of a column with a default rebuilds the
+        # table, which cannot rebuild this one's NULLS LAST index (migration 0009).
+        migrations.SeparateDatabaseAndState(
+            state_operations=[
+                migrations.AddField(
+                    model_name="inboxevent",
+                    name="secret_fingerprint",
+                    field=models.CharField(
+                        blank=True, db_default="", default="", max_length=16
+                    ),
+                ),
+            ],
+            database_operations=[
+                migrations.RunSQL(
+                    'ALTER TABLE "webhooks_inboxevent" ADD COLUMN "secret_fingerprint"'
+                    " varchar(16) DEFAULT '' NOT NULL",
+                    'ALTER TABLE "webhooks_inboxevent" DROP COLUMN "secret_fingerprint"',
+                )
+            ],
         ),
         migrations.AddField(
             model_name="webhooksecret",
