@@ -26,7 +26,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from django.apps import apps
-from django.db.models import Model, Q
+from django.db import connection
+from django.db.models import DateTimeField, F, Func, Model, Q, TextField
 
 from .leaves import LeafInput
 
@@ -47,14 +48,63 @@ SEAL = "audit_seal"
 CHAIN_RETIRED = "audit_chain_retired"
 
 
+# Values a leaf holds as they are read (checked by exact type: the common case, fast).
+_AS_IS = frozenset({str, int, bool, float, type(None), dict, list})
+
+
 def leaf_value(value: Any) -> Any:
     """A stored value as a leaf holds it: instants as ISO 8601 text in UTC with microseconds,
     addresses as text, JSON as it is."""
+    if type(value) in _AS_IS:
+        return value
     if isinstance(value, datetime):
         return value.astimezone(UTC).isoformat(timespec="microseconds")
     if isinstance(value, ipaddress.IPv4Address | ipaddress.IPv6Address):
         return str(value)
     return value
+
+
+class LeafTime(Func):
+    """An instant as a leaf writes it, read as text: ``2026-11-30T12:00:00.000000+00:00``
+    (what ``leaf_value`` makes of a datetime). PostgreSQL formats it itself: nothing is
+    parsed into a Python datetime, and an instant Python cannot hold (stored by an older
+    version: a year before 1, written with " BC", or after 9999, or "infinity") is logged
+    all the same. Elsewhere
+    (SQLite) the stored text is read and normalised by ``leaf_time_text``."""
+
+    output_field = TextField()
+
+    def as_sql(
+        self, compiler: Any, connection: Any, **extra: Any
+    ) -> tuple[str, list[Any]]:
+        sql, params = compiler.compile(self.source_expressions[0])
+        return f"CAST(({sql}) AS TEXT)", list(params)
+
+    def as_postgresql(
+        self, compiler: Any, connection: Any, **extra: Any
+    ) -> tuple[str, list[Any]]:
+        sql, params = compiler.compile(self.source_expressions[0])
+        text = (
+            f"CASE WHEN isfinite({sql}) THEN to_char(({sql}) AT TIME ZONE 'UTC', "
+            '\'YYYY-MM-DD"T"HH24:MI:SS.US"+00:00"\')'
+            f" || CASE WHEN ({sql}) < '0001-01-01' THEN ' BC' ELSE '' END"
+            f" ELSE ({sql})::text END"
+        )
+        return f"({text})", [*params, *params, *params, *params]
+
+
+def leaf_time_text(value: Any) -> Any:
+    """The stored text of an instant (SQLite: UTC, without an offset) as ``LeafTime`` writes
+    it; text that is not an instant stays as it is."""
+    if not isinstance(value, str) or value.endswith(("+00:00", " BC")):
+        return value
+    try:
+        moment = datetime.fromisoformat(value)
+    except ValueError:
+        return value
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment.astimezone(UTC).isoformat(timespec="microseconds")
 
 
 # Computes fields that another table holds, for a batch of leaves' field dicts (each with
@@ -100,16 +150,30 @@ class Ledger:
         """How messages name one of its records: "inbox event 12"."""
         return self.label or self.kind.replace("_", " ")
 
-    def orm_paths(self) -> tuple[str, ...]:
-        return tuple(self.fields.values())
+    def _is_time(self, path: str) -> bool:
+        if "__" in path:
+            return False
+        field = self.model_class._meta.get_field(path)
+        return isinstance(field, DateTimeField)
+
+    def columns(self) -> list[str | LeafTime]:
+        """What ``values_list`` reads for the leaf's fields, in their order: instants as
+        ``LeafTime`` text."""
+        return [
+            LeafTime(F(path)) if self._is_time(path) else path
+            for path in self.fields.values()
+        ]
 
     def leaf_fields(self, rows: Iterable[tuple[Any, ...]]) -> list[dict[str, Any]]:
-        """The leaf fields of rows read as ``values_list(*orm_paths())``."""
+        """The leaf fields of rows read as ``values_list(*columns())``."""
         keys = tuple(self.fields)
-        built = [
-            {key: leaf_value(value) for key, value in zip(keys, row, strict=True)}
-            for row in rows
-        ]
+        value = leaf_value
+        built = [dict(zip(keys, map(value, row), strict=True)) for row in rows]
+        if connection.vendor != "postgresql":
+            times = [k for k, path in self.fields.items() if self._is_time(path)]
+            for fields in built:
+                for key in times:
+                    fields[key] = leaf_time_text(fields[key])
         if self.derive is not None and built:
             self.derive(built)
         return built

@@ -121,7 +121,7 @@ def _with_ready(queryset: QuerySet[Any], ledger: Ledger) -> QuerySet[Any]:
 
 
 def _leaves(ledger: Ledger, rows: Sequence[tuple[Any, ...]]) -> list[LeafInput]:
-    """Leaves of rows read as ``(pk, *orm_paths)``."""
+    """Leaves of rows read as ``(pk, *columns)``."""
     built = ledger.leaf_fields(row[1:] for row in rows)
     return [
         ledger.leaf(row[0], fields) for row, fields in zip(rows, built, strict=True)
@@ -143,7 +143,7 @@ class _Walk:
 
 
 def _batch_rows(
-    ledger: Ledger, *, ticketed: bool, after: Key, limit: int
+    ledger: Ledger, *, ticketed: bool, after: Key, limit: int, horizon: datetime
 ) -> list[tuple[Any, ...]]:
     queryset = _with_ready(unlogged(ledger), ledger)
     if ticketed:
@@ -157,9 +157,16 @@ def _batch_rows(
         queryset = queryset.filter(log_ticket__isnull=True, pk__gt=after[1]).order_by(
             "pk"
         )
+    queryset = queryset.annotate(
+        log_young=Case(
+            When(**{f"{ledger.created}__gte": horizon}, then=Value(True)),
+            default=Value(False),
+            output_field=BooleanField(),
+        )
+    )
     return list(
         queryset.values_list(
-            "log_ticket", ledger.created, "log_ready", "pk", *ledger.orm_paths()
+            "log_ticket", "log_young", "log_ready", "pk", *ledger.columns()
         )[:limit]
     )
 
@@ -174,7 +181,7 @@ def _pending_take(
         _with_ready(unlogged(ledger), ledger)
         .filter(pk__in=cursor.pending)
         .order_by("pk")
-        .values_list("log_ready", "pk", *ledger.orm_paths())
+        .values_list("log_ready", "pk", *ledger.columns())
     )
     taken = [row[1:] for row in rows if row[0]]
     waiting = [row[1] for row in rows if not row[0]]
@@ -203,10 +210,12 @@ def _walk_batch(
     if first:
         taken, waiting = _pending_take(ledger, cursor)
         cursor.pending = waiting
-    rows = _batch_rows(ledger, ticketed=ticketed, after=walk.position, limit=limit)
-    for ticket, created, ready, *row in rows:
+    rows = _batch_rows(
+        ledger, ticketed=ticketed, after=walk.position, limit=limit, horizon=horizon
+    )
+    for ticket, young, ready, *row in rows:
         key = (ticket or 0, row[0]) if ticketed else (0, row[0])
-        if created is not None and created >= horizon:
+        if young:
             walk.done = True  # younger rows wait; the cursor stays before this one
             break
         if ready:
@@ -387,7 +396,7 @@ def _rows_of(ledger: Ledger, pks: Sequence[int]) -> list[LeafInput]:
         row[0]: row
         for row in unlogged(ledger)
         .filter(pk__in=list(pks))
-        .values_list("pk", *ledger.orm_paths())
+        .values_list("pk", *ledger.columns())
     }
     ordered = [rows[pk] for pk in pks if pk in rows]
     return _leaves(ledger, ordered)

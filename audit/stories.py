@@ -200,7 +200,7 @@ def _unlogged_leaf(kind: str, pk: int) -> tuple[str | None, str]:
         return None, "not in the log yet"
     row = (
         ledger.model_class._default_manager.filter(pk=pk)
-        .values_list("pk", *ledger.orm_paths())
+        .values_list("pk", *ledger.columns())
         .first()
     )
     if row is None:

@@ -387,3 +387,32 @@ def test_a_purge_enters_the_log_with_the_bodies_it_drops(monkeypatch):
 
     assert purge["purged_at"] == purge_stamp(action.body_purged_at)
     assert logged("inbox_event") == []  # the rows themselves wait for the sealer
+
+
+@pytest.mark.parametrize(
+    "stored", ["0001-06-01 00:00:00+00 BC", "10000-01-01 00:00:00+00", "infinity"]
+)
+def test_a_row_whose_date_python_cannot_hold_is_logged_all_the_same(stored):
+    """Older deployments stored such dates (docs/security.md, "Values the database
+    refuses"): the sealer formats instants in the database, so such a row neither stops
+    sealing nor verifies wrongly."""
+    event = old_events(1)[0]
+    sql(
+        f"UPDATE {InboxEvent._meta.db_table} SET occurred_at = %s WHERE id = %s",  # noqa: S608
+        [stored, event.pk],
+    )
+    later = old_events(1)[0]
+
+    ledger_rows_seal()
+
+    assert logged("inbox_event") == [event.pk, later.pk]
+    occurred = leaf_of("inbox_event", event.pk)["occurred_at"]
+    assert (
+        occurred
+        == {
+            "0001-06-01 00:00:00+00 BC": "0001-06-01T00:00:00.000000+00:00 BC",
+            "10000-01-01 00:00:00+00": "10000-01-01T00:00:00.000000+00:00",
+            "infinity": "infinity",
+        }[stored]
+    )
+    assert log_verify().ok
