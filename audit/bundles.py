@@ -1,4 +1,4 @@
-"""Evidence bundles (docs/security.md, "Verifying an evidence bundle"): entries of the log with
+"""Evidence bundles (docs/security.md, "Evidence bundles"): entries of the log with
 their inclusion proofs against one signed checkpoint, and the raw bodies their leaves name,
 in the one JSON object that ``python -m audit.verify_bundle`` checks offline. Which entries
 tell a record's story is ``audit.stories``'s business; this module proves whatever it is

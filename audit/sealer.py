@@ -29,6 +29,7 @@ cursors: it compares the whole log with every ledger and names each row the log 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -78,6 +79,21 @@ class SealReport:
     def count(self, kind: str, n: int) -> None:
         if n:
             self.appended[kind] = self.appended.get(kind, 0) + n
+
+
+@dataclass
+class _Budget:
+    """What a round may still spend: batches, and time (a round ends well inside the task's
+    soft time limit, so that it reaches its checkpoint; the rest is the next round's)."""
+
+    batches: int
+    deadline: float
+
+    def spend(self) -> bool:
+        if self.batches <= 0 or time.monotonic() >= self.deadline:
+            return False
+        self.batches -= 1
+        return True
 
 
 class _Busy(Exception):
@@ -246,7 +262,7 @@ def _walk_batch(
 
 
 def _ledger_seal(
-    ledger: Ledger, *, horizon: datetime, report: SealReport, budget: list[int]
+    ledger: Ledger, *, horizon: datetime, report: SealReport, budget: _Budget
 ) -> None:
     limit = settings.AUDIT_SEAL_BATCH_SIZE
     cursor = _cursor(ledger.kind)
@@ -257,8 +273,7 @@ def _ledger_seal(
     first = True
     for ticketed in (False, True):
         walk = walks[ticketed]
-        while not walk.done and budget[0] > 0:
-            budget[0] -= 1
+        while not walk.done and budget.spend():
             with transaction.atomic():
                 _locked()
                 cursor = _cursor(ledger.kind)
@@ -276,21 +291,29 @@ def _ledger_seal(
 
 
 def ledger_rows_seal(
-    *, now: datetime | None = None, max_batches: int = 200
+    *,
+    now: datetime | None = None,
+    max_batches: int = 200,
+    max_seconds: float | None = None,
 ) -> SealReport:
     """Appends to the log every ledger row older than ``AUDIT_SEAL_HORIZON_SECONDS`` that is
     ready and not logged yet, ledger by ledger in ``audit.ledgers`` order, each in the order
     of its tickets (docs/architecture.md, "The verifiable log"). The first round takes the
     retired HMAC chain in first. Idempotent, safe to run concurrently (a second sealer finds
-    the log's lock taken and returns); at most ``max_batches`` batches per round, the rest
-    is left to the next one."""
+    the log's lock taken and returns). A round starts at most ``max_batches`` batches, and none
+    after ``max_seconds`` (half the task's soft time limit by default); the rest is left to
+    the next round."""
     now = now or timezone.now()
     horizon = now - timedelta(seconds=settings.AUDIT_SEAL_HORIZON_SECONDS)
     report = SealReport()
-    budget = [max_batches]
+    if max_seconds is None:
+        max_seconds = settings.CELERY_TASK_SOFT_TIME_LIMIT / 2
+    budget = _Budget(batches=max_batches, deadline=time.monotonic() + max_seconds)
     try:
-        if not hmac_chain_retired():
-            hmac_chain_retire(report=report)
+        if not hmac_chain_retired() and not hmac_chain_retire(
+            report=report, deadline=budget.deadline
+        ):
+            return report
         for ledger in scanned_ledgers():
             _ledger_seal(ledger, horizon=horizon, report=report, budget=budget)
     except _Busy:
@@ -402,7 +425,9 @@ def _rows_of(ledger: Ledger, pks: Sequence[int]) -> list[LeafInput]:
     return _leaves(ledger, ordered)
 
 
-def hmac_chain_retire(*, report: SealReport | None = None) -> bool:
+def hmac_chain_retire(
+    *, report: SealReport | None = None, deadline: float | None = None
+) -> bool:
     """Takes the HMAC chain of the sealed trail into the log, once (docs/security.md, "The
     retired HMAC chain"): the chain is verified (as ``audit_verify`` does, the purges recorded
     until now accepted), then each seal's inbox rows and operator actions enter the log in the
@@ -413,8 +438,9 @@ def hmac_chain_retire(*, report: SealReport | None = None) -> bool:
     still its head.
 
     Runs in transactions of about ``AUDIT_SEAL_BATCH_SIZE`` rows (a long chain does not hold
-    the log for long); interrupted, the next round verifies again and goes on with the rows not
-    logged yet. Returns True once the chain is retired. Raises ``_Busy`` when another sealer
+    the log for long); interrupted, or past ``deadline`` (``time.monotonic()``), the next round
+    verifies again and goes on with the rows not logged yet, and nothing else is logged
+    before. Returns True once the chain is retired. Raises ``_Busy`` when another sealer
     holds the log."""
     report = report or SealReport()
     purges = _purges_found()
@@ -425,6 +451,8 @@ def hmac_chain_retire(*, report: SealReport | None = None) -> bool:
         LEDGERS[SEAL],
     )
     for group in _seal_groups(settings.AUDIT_SEAL_BATCH_SIZE):
+        if deadline is not None and time.monotonic() >= deadline:
+            return False
         leaves: list[LeafInput] = []
         with transaction.atomic():
             _locked()

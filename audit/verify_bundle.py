@@ -2,7 +2,7 @@
 
     python -m audit.verify_bundle bundle.json --key 'NAME+KEYID+KEY'
 
-(docs/security.md, "Verifying an evidence bundle"). No database, no Django, no settings: this
+(docs/security.md, "Evidence bundles"). No database, no Django, no settings: this
 module and what it imports (``audit.merkle``, ``audit.note``, ``audit.leaves``) need only the
 standard library and ``cryptography``, so an auditor runs it on a machine of their own.
 
@@ -415,8 +415,9 @@ def main(argv: list[str] | None = None) -> int:
         count = len(bundle.get("entries", []))
         summary = f"bundle OK: {count} {'entry' if count == 1 else 'entries'} verified"
         if report.unproven:
+            records = "record" if len(report.unproven) == 1 else "records"
             summary += (
-                f"; {len(report.unproven)} records of the story not proven yet (not in "
+                f"; {len(report.unproven)} {records} of the story not proven yet (not in "
                 "the checkpoint)"
             )
         print(summary)

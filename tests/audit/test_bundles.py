@@ -144,7 +144,7 @@ def test_the_verifier_says_what_is_unproven_and_still_exits_zero(
     assert verify_bundle.main([str(path), "--key", log_verifier_key()]) == 0
     out = capsys.readouterr().out
     assert "UNPROVEN operator_action" in out
-    assert "4 entries verified; 1 records of the story not proven yet" in out
+    assert "4 entries verified; 1 record of the story not proven yet" in out
 
 
 def test_a_purged_body_is_accounted_for_by_its_purge_entry(trail, capsys):

@@ -416,3 +416,15 @@ def test_a_row_whose_date_python_cannot_hold_is_logged_all_the_same(stored):
         }[stored]
     )
     assert log_verify().ok
+
+
+def test_a_round_stops_starting_batches_at_its_time_budget_the_next_goes_on(settings):
+    """A round ends well inside the task's time limits (half its soft limit by default), so
+    that it reaches its checkpoint even with a backlog: the next round goes on."""
+    settings.AUDIT_SEAL_BATCH_SIZE = 2
+    events = old_events(5)
+    assert ledger_rows_seal(max_seconds=0).appended == {"audit_chain_retired": 1}
+    # Three batches: the rows without a ticket (none), then two of two rows.
+    assert ledger_rows_seal(max_batches=3).appended == {"inbox_event": 4}
+    assert ledger_rows_seal().appended == {"inbox_event": 1}
+    assert logged("inbox_event") == [e.pk for e in events]
