@@ -227,7 +227,7 @@ def _verifying_secret(
     """The fingerprint of the secret that verified an accepted signature: the only valid one
     (the common case: nothing more is computed), else the first of several (a rotation's
     grace period) that verifies it alone. Evidence bundles name it; the secret itself is
-    never stored with the event (docs/security.md, "Secrets")."""
+    never stored with the event (docs/security.md, "What the log holds")."""
     if len(secrets) == 1:
         return secret_fingerprint(secrets[0])
     for secret in secrets:
