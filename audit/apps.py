@@ -1,4 +1,17 @@
+from typing import Any
+
 from django.apps import AppConfig
+
+
+def _purge_logged(
+    sender: Any, instance: Any, created: bool = False, **kwargs: Any
+) -> None:
+    """A purge's operator action (inbox bodies, evidence bodies) enters the log with the
+    bodies it drops, in the purge's transaction (``audit.sealer.body_purges_log``)."""
+    if created and instance.action in ("purge_bodies", "purge_evidence_bodies"):
+        from .sealer import body_purges_log
+
+        body_purges_log(action=instance)
 
 
 class AuditConfig(AppConfig):
@@ -7,11 +20,22 @@ class AuditConfig(AppConfig):
 
     def ready(self) -> None:
         from django.conf import settings
+        from django.db.models.signals import post_save
 
         from core.periodic import periodic_task_register
+        from webhooks.models import OperatorAction
+
+        from .admin_hooks import admin_hooks_register
 
         periodic_task_register(
             name="audit-seal",
             task="audit.seal_inbox",
             every_seconds=settings.AUDIT_SEAL_INTERVAL_SECONDS,
         )
+        post_save.connect(
+            _purge_logged,
+            sender=OperatorAction,
+            dispatch_uid="audit.purge_logged",
+            weak=False,
+        )
+        admin_hooks_register()

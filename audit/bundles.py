@@ -1,7 +1,8 @@
-"""Evidence bundles (docs/security.md, "Verifying an evidence bundle"): entries of the log with
+"""Evidence bundles (docs/security.md, "Evidence bundles"): entries of the log with
 their inclusion proofs against one signed checkpoint, and the raw bodies their leaves name,
 in the one JSON object that ``python -m audit.verify_bundle`` checks offline. Which entries
-tell a record's story is the caller's business; this module proves whatever it is given."""
+tell a record's story is ``audit.stories``'s business; this module proves whatever it is
+given."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import base64
 import hashlib
 from collections.abc import Iterable, Mapping
 
-from .checkpoints import checkpoint_latest, log_verifier_key
+from .checkpoints import checkpoint_latest, checkpoint_latest_note, log_verifier_key
 from .errors import InvalidRange
 from .log import log_inclusion_proof
 from .models import LogCheckpoint, LogLeaf
@@ -24,7 +25,8 @@ def bundle_build(
     """The bundle of the entries at ``indexes`` (in index order, each once), each proved
     against ``checkpoint`` (the latest by default), with ``bodies`` filed under their
     SHA-256. An entry the checkpoint does not cover yet (logged after it) raises
-    ``InvalidRange``: the next sealing round's checkpoint will."""
+    ``InvalidRange``: the next sealing round's checkpoint will. Before the first checkpoint,
+    the bundle carries the signed empty tree."""
     checkpoint = checkpoint or checkpoint_latest()
     size = checkpoint.tree_size if checkpoint is not None else 0
     wanted = sorted(set(indexes))
@@ -48,7 +50,9 @@ def bundle_build(
         for index in wanted
     ]
     return {
-        "checkpoint": checkpoint.note if checkpoint is not None else "",
+        "checkpoint": checkpoint.note
+        if checkpoint is not None
+        else checkpoint_latest_note(),
         "public_key": log_verifier_key(),
         "entries": entries,
         "bodies": {

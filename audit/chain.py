@@ -1,6 +1,6 @@
 """The hash functions of the sealed audit trail, with no database access: what a row digest
 covers, what a seal's keyed hash covers, and the legacy (version 1) formulas that seals made
-before the trail was keyed still need (docs/security.md, "Sealed audit trail").
+before the trail was keyed still need (docs/security.md, "The retired HMAC chain").
 
 Everything hashed is an unambiguous encoding (a JSON array), never fields joined by a
 separator that a field value could contain."""
@@ -77,7 +77,7 @@ def inbox_row_digest(row: Sequence[Any]) -> str:
     replay or duplicate delivery; and the raw body itself, covered through ``payload_hash``
     (its SHA-256): ``audit_verify`` checks every body that is there against it, so that
     ``purge_inbox`` may drop a body without breaking the seal, while a body changed in place
-    is still caught (docs/security.md, "Sealed audit trail")."""
+    is still caught (docs/security.md, "The retired HMAC chain")."""
     values = list(row)
     values[7] = time_text(values[7])  # occurred_at
     values[15] = time_text(values[15])  # received_at

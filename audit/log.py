@@ -13,8 +13,9 @@ business: it takes the leaves in the order given."""
 
 from __future__ import annotations
 
+import hashlib
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from django.db import connection, transaction
@@ -32,9 +33,11 @@ __all__ = [
     "LeafInput",
     "LogRange",
     "LogRecomputeReport",
+    "TreeRebuild",
     "log_append",
     "log_consistency_proof",
     "log_inclusion_proof",
+    "log_leaf_chunks",
     "log_leaves",
     "log_lock",
     "log_root",
@@ -225,6 +228,85 @@ def log_leaves(
         position = chunk[-1].index + 1
 
 
+class TreeRebuild:
+    """The tree recomputed from its leaves' text alone, fed chunk by chunk in index order,
+    in O(log n) memory: its root at the end and at each size of ``roots_at`` (what a signed
+    checkpoint's root is compared with), and what disagrees with storage: a gap in the
+    indexes, a stored node that is not the hash of what it covers. A chunk's stored nodes are
+    read as one contiguous run of positions: the nodes a leaf completes follow its own hash,
+    in the order ``log_append`` stored them."""
+
+    def __init__(self, *, roots_at: Iterable[int] = ()) -> None:
+        self.size = 0
+        self.gaps: list[int] = []
+        self.altered_nodes: list[int] = []
+        self.roots: dict[int, bytes] = {}
+        self._wanted = set(roots_at)
+        self._stack: list[tuple[int, bytes]] = []
+
+    @property
+    def broken(self) -> bool:
+        return bool(self.gaps)
+
+    def root(self) -> bytes:
+        if not self._stack:
+            return merkle.EMPTY_ROOT
+        return merkle.range_hash([value for _, value in self._stack])
+
+    def feed(self, chunk: Sequence[tuple[int, str]]) -> None:
+        """The next leaves, as (index, text); past a gap nothing more is recomputed."""
+        if self.gaps or not chunk:
+            return
+        first = self.size
+        made: list[bytes] = []
+        stack, wanted, sha256 = self._stack, self._wanted, hashlib.sha256
+        for index, text in chunk:
+            if index != self.size:
+                self.gaps.append(self.size)
+                break
+            value = sha256(b"\x00" + text.encode()).digest()
+            made.append(value)
+            level = 0
+            while stack and stack[-1][0] == level:
+                value = sha256(b"\x01" + stack.pop()[1] + value).digest()
+                level += 1
+                made.append(value)
+            stack.append((level, value))
+            self.size += 1
+            if self.size in wanted:
+                self.roots[self.size] = self.root()
+        start = merkle.stored_hash_count(first)
+        stored = dict(
+            LogNode.objects.filter(
+                position__gte=start, position__lt=start + len(made)
+            ).values_list("position", "hash")
+        )
+        self.altered_nodes.extend(
+            start + offset
+            for offset, value in enumerate(made)
+            if bytes(stored.get(start + offset, b"")) != value
+        )
+
+
+def log_leaf_chunks(
+    *, size: int | None = None, chunk_size: int = 5000
+) -> Iterator[list[tuple[int, str, int, str]]]:
+    """The leaves ``0..size - 1`` as (index, kind, record id, text), chunk by chunk in index
+    order, read by primary key."""
+    tree_size = log_size() if size is None else size
+    position = 0
+    while position < tree_size:
+        chunk = list(
+            LogLeaf.objects.filter(index__gte=position, index__lt=tree_size)
+            .order_by("index")
+            .values_list("index", "kind", "record_id", "leaf")[:chunk_size]
+        )
+        if not chunk:
+            return
+        yield chunk
+        position = chunk[-1][0] + 1
+
+
 @dataclass
 class LogRecomputeReport:
     """The tree recomputed from its leaves' text alone: its ``root`` at ``size``, and what
@@ -245,42 +327,20 @@ def log_root_recompute(
     *, size: int | None = None, chunk_size: int = 5000
 ) -> LogRecomputeReport:
     """Recomputes the tree from the leaves' text, in one pass and O(log n) memory, and
-    compares every stored node with what it should be: what a verifier of the whole log
-    (and a signed checkpoint's root) starts from. Stored nodes are read chunk by chunk, as one
-    contiguous run of positions per chunk of leaves."""
-    report = LogRecomputeReport()
+    compares every stored node with what it should be (``TreeRebuild``): what a verifier of
+    the whole log (and a signed checkpoint's root) starts from."""
+    rebuild = TreeRebuild()
     tree_size = log_size() if size is None else size
-    edge = merkle.CompactRange()
-    position = 0
-    while position < tree_size:
-        chunk = list(
-            LogLeaf.objects.filter(index__gte=position, index__lt=tree_size)
-            .order_by("index")
-            .values_list("index", "leaf")[:chunk_size]
-        )
-        if not chunk:
+    for chunk in log_leaf_chunks(size=tree_size, chunk_size=chunk_size):
+        rebuild.feed([(index, text) for index, _, _, text in chunk])
+        if rebuild.broken:
             break
-        first = edge.size
-        made: list[tuple[int, bytes]] = []
-        for index, text in chunk:
-            if index != edge.size:
-                break
-            for node, value in edge.append(merkle.leaf_hash(text.encode())):
-                made.append((merkle.stored_hash_index(*node), value))
-        stored = dict(
-            LogNode.objects.filter(
-                position__gte=merkle.stored_hash_count(first),
-                position__lt=merkle.stored_hash_count(edge.size),
-            ).values_list("position", "hash")
-        )
-        report.altered_nodes.extend(
-            at for at, value in made if bytes(stored.get(at, b"")) != value
-        )
-        if edge.size != chunk[-1][0] + 1:
-            break  # a gap: the tree cannot be recomputed past it
-        position = edge.size
-    if edge.size < tree_size:
-        report.gaps.append(edge.size)
-    report.size = edge.size
-    report.root = edge.root()
-    return report
+    gaps = list(rebuild.gaps)
+    if rebuild.size < tree_size and not gaps:
+        gaps.append(rebuild.size)
+    return LogRecomputeReport(
+        size=rebuild.size,
+        root=rebuild.root(),
+        gaps=gaps,
+        altered_nodes=rebuild.altered_nodes,
+    )

@@ -182,3 +182,26 @@ class LogCheckpointDelivery(AppendOnlyModel):
 
     def __str__(self) -> str:
         return f"{self.checkpoint} delivered to {self.target}"
+
+
+class LogCursor(models.Model):
+    """How far the sealer has gone through one ledger (``audit.sealer``): mutable state, not a
+    ledger. Rows of the kind sort by ``(log_ticket, id)``; every row at or before
+    ``(ticket, ticket_id)`` is logged, or listed in ``pending`` (old enough but not ready yet:
+    an attempt still open). Rows without a ticket (SQLite; on PostgreSQL, rows written before
+    the column existed) sort by id, and every one at or before ``null_id`` is logged or
+    pending.
+
+    Nothing here is trusted by verification, which compares the whole log with the whole of
+    every ledger: a cursor moved behind the product's back makes the sealer skip rows, and
+    ``audit_verify`` names each of them."""
+
+    kind = models.CharField(max_length=40, primary_key=True)
+    ticket = models.BigIntegerField(default=0)
+    ticket_id = models.BigIntegerField(default=0)
+    null_id = models.BigIntegerField(default=0)
+    pending = models.JSONField(default=list, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return f"log cursor of {self.kind}"

@@ -1,21 +1,21 @@
-"""The sealed audit trail: a keyed hash chain over the inbox and the operator actions, written
-off the request path, and its verification (docs/security.md, "Sealed audit trail")."""
+"""The retired HMAC chain of the sealed audit trail: a keyed hash chain over the inbox and the
+operator actions, made until the verifiable log took over, and its verification, which
+``audit_verify`` still runs for the period it covers (docs/security.md, "The retired HMAC
+chain"). No seal is made any more: the log's sealer (``audit.sealer``) took the chain in."""
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import logging
 from collections import defaultdict
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
+from typing import Any
 
 from django.conf import settings
-from django.db import connection, transaction
-from django.db.models import BinaryField, Case, Exists, F, OuterRef, When
+from django.db.models import BinaryField, Case, F, When
 from django.db.models.functions import Length
-from django.utils import timezone
 
 from webhooks.models import InboxEvent, OperatorAction
 from webhooks.retention import purge_stamp
@@ -28,16 +28,17 @@ from .chain import (
     LEGACY_VERSION,
     SEAL_VERSION,
 )
-from .models import AuditSeal, AuditSealActionEntry, AuditSealEntry
+from .leaves import LeafError, leaf_decode
+from .models import AuditSeal, AuditSealActionEntry, AuditSealEntry, LogLeaf
 
 logger = logging.getLogger(__name__)
 
 __all__ = [
     "GENESIS_HASH",
+    "PurgeExcuses",
     "VerifyReport",
     "audit_trail_verify",
     "inbox_row_digests",
-    "inbox_rows_seal",
     "rows_hash_compute",
     "seal_hash_compute",
 ]
@@ -75,120 +76,6 @@ def inbox_row_digests(*, version: int, pks: Iterable[int]) -> dict[int, str]:
     return {row[0]: _inbox_digest(version, row) for row in rows}
 
 
-# --- Sealing --------------------------------------------------------------------------------
-
-_SEAL_LOCK_KEY = 0x5EA1  # one sealer at a time, across every worker
-
-
-def _sealed_floor(*, lookback: datetime, field_name: str) -> int:
-    """Ids at or below the floor were all sealed (or committed) long ago: a transaction open
-    for longer than the lookback is not a case the trail has to cover."""
-    floor = (
-        AuditSeal.objects.filter(
-            created_at__lt=lookback, **{f"{field_name}__isnull": False}
-        )
-        .order_by("-sequence")
-        .values_list(field_name, flat=True)
-        .first()
-    )
-    return floor or 0
-
-
-def inbox_rows_seal(
-    *, now: datetime | None = None, max_batches: int = 50
-) -> list[AuditSeal]:
-    """Seals the inbox rows and operator actions older than the horizon that no seal holds
-    yet, in id order, into batches chained by a keyed hash (``audit.chain.seal_mac``).
-    Idempotent and safe to run concurrently (one sealer at a time).
-
-    Per row it costs one SHA-256 over a JSON array of the row's sealed fields
-    (``audit.chain.INBOX_SEALED_FIELDS``) and one entry row; the key is used once per seal."""
-    now = now or timezone.now()
-    horizon = now - timedelta(seconds=settings.AUDIT_SEAL_HORIZON_SECONDS)
-    lookback = now - timedelta(seconds=settings.AUDIT_SEAL_LOOKBACK_SECONDS)
-    batch_size = settings.AUDIT_SEAL_BATCH_SIZE
-    seals: list[AuditSeal] = []
-    for _ in range(max_batches):
-        with transaction.atomic():
-            if connection.vendor == "postgresql":
-                with connection.cursor() as cursor:
-                    cursor.execute(
-                        "SELECT pg_try_advisory_xact_lock(%s)", [_SEAL_LOCK_KEY]
-                    )
-                    if not cursor.fetchone()[0]:
-                        return seals
-            last = AuditSeal.objects.order_by("-sequence").first()
-            event_floor = _sealed_floor(lookback=lookback, field_name="last_event_id")
-            action_floor = _sealed_floor(lookback=lookback, field_name="last_action_id")
-            # NOT EXISTS: an anti-join on the entries' unique index, whatever their number.
-            rows = list(
-                InboxEvent.objects.filter(pk__gt=event_floor, received_at__lt=horizon)
-                .filter(
-                    ~Exists(
-                        AuditSealEntry.objects.filter(inbox_event_id=OuterRef("pk"))
-                    )
-                )
-                .order_by("pk")
-                .values_list(*INBOX_SEALED_FIELDS)[:batch_size]
-            )
-            actions = list(
-                OperatorAction.objects.filter(
-                    pk__gt=action_floor, created_at__lt=horizon
-                )
-                .filter(
-                    ~Exists(
-                        AuditSealActionEntry.objects.filter(
-                            operator_action_id=OuterRef("pk")
-                        )
-                    )
-                )
-                .order_by("pk")
-                .values_list(*ACTION_SEALED_FIELDS)[:batch_size]
-            )
-            if not rows and not actions:
-                return seals
-            row_digests = [chain.inbox_row_digest(row) for row in rows]
-            action_digests = [chain.action_digest(row) for row in actions]
-            seal = AuditSeal(
-                version=SEAL_VERSION,
-                sequence=(last.sequence + 1) if last else 1,
-                previous_hash=last.seal_hash if last else GENESIS_HASH,
-                rows_hash=rows_hash_compute(row_digests),
-                row_count=len(rows),
-                first_event_id=rows[0][0] if rows else None,
-                last_event_id=rows[-1][0] if rows else None,
-                actions_hash=rows_hash_compute(action_digests),
-                action_count=len(actions),
-                first_action_id=actions[0][0] if actions else None,
-                last_action_id=actions[-1][0] if actions else None,
-                horizon=horizon,
-            )
-            seal.seal_hash = seal_hash_compute(seal)
-            seal.save()
-            AuditSealEntry.objects.bulk_create(
-                AuditSealEntry(inbox_event_id=row[0], seal=seal, row_digest=digest)
-                for row, digest in zip(rows, row_digests, strict=True)
-            )
-            AuditSealActionEntry.objects.bulk_create(
-                AuditSealActionEntry(
-                    operator_action_id=row[0], seal=seal, row_digest=digest
-                )
-                for row, digest in zip(actions, action_digests, strict=True)
-            )
-            seals.append(seal)
-        logger.info(
-            "audit.sealed",
-            extra={
-                "sequence": seal.sequence,
-                "row_count": seal.row_count,
-                "action_count": seal.action_count,
-            },
-        )
-        if len(rows) < batch_size and len(actions) < batch_size:
-            break
-    return seals
-
-
 # --- Verification ---------------------------------------------------------------------------
 
 # Bodies are read in groups bounded in bytes as well as in rows: a body may be up to
@@ -196,7 +83,7 @@ def inbox_rows_seal(
 _BODY_GROUP_BYTES = 8 * 1024 * 1024
 _BODY_GROUP_ROWS = 1000
 # Bodies up to this size come with the row (a few KB is the common case).
-_INLINE_BODY_BYTES = 16 * 1024
+INLINE_BODY_BYTES = 16 * 1024
 _ACTION_CHUNK = 500
 
 
@@ -215,6 +102,20 @@ class VerifyReport:
     head: tuple[int, str] | None = None
     head_problem: str = ""
 
+    def problem_lines(self) -> list[str]:
+        """What ``audit_verify`` prints of the chain's problems, one line each."""
+        return [
+            *(f"BROKEN {problem}" for problem in self.broken_seals),
+            *(
+                f"ALTERED inbox event {pk}: {self.row_problems[pk]}"
+                for pk in self.altered_rows
+            ),
+            *(f"DELETED inbox event {pk}" for pk in self.deleted_rows),
+            *(f"ALTERED operator action {pk}" for pk in self.altered_actions),
+            *(f"DELETED operator action {pk}" for pk in self.deleted_actions),
+            *([self.head_problem] if self.head_problem else []),
+        ]
+
     @property
     def ok(self) -> bool:
         return not (
@@ -227,43 +128,49 @@ class VerifyReport:
         )
 
 
-class _PurgeRecords:
-    """The bodies each recorded purge (``purge_bodies`` operator action) dropped, found by the
-    stamp its rows carry in ``body_purged_at``. Read only when a missing body is met."""
+class PurgeExcuses:
+    """Which missing bodies a recorded purge accounts for: a row whose ``body_purged_at``
+    carries the stamp of a purge that names it. The purges are the log's ``body_purge``
+    entries (what a purge appends in the transaction that drops the bodies, and what the
+    chain's retirement recorded for the purges before the log): a ``purge_bodies`` operator
+    action that is only in the table, never in the log, excuses nothing
+    (docs/security.md, "What the log holds")."""
 
-    def __init__(self) -> None:
-        self._by_stamp: dict[str, list[int]] | None = None
-        self._ids = functools.lru_cache(maxsize=64)(self._ids_load)
+    def __init__(self, stamps: Mapping[int, str] | None = None) -> None:
+        self._given = stamps
 
-    def _stamps_load(self) -> dict[str, list[int]]:
-        by_stamp: dict[str, list[int]] = defaultdict(list)
-        for pk, details in OperatorAction.objects.filter(
-            action=OperatorAction.Action.PURGE_BODIES
-        ).values_list("pk", "details"):
-            stamp = details.get("purged_at") if isinstance(details, dict) else None
+    @classmethod
+    def of(cls, purges: Mapping[int, tuple[str, int]]) -> PurgeExcuses:
+        """From inbox row id -> (stamp, action id), as the chain's retirement finds them."""
+        return cls({pk: stamp for pk, (stamp, _) in purges.items()})
+
+    def _logged(self, pks: list[int]) -> dict[int, str]:
+        stamps: dict[int, str] = {}
+        for record_id, text in LogLeaf.objects.filter(
+            kind="body_purge", record_id__in=pks
+        ).values_list("record_id", "leaf"):
+            try:
+                stamp = leaf_decode(text).get("purged_at")
+            except LeafError:
+                continue
             if isinstance(stamp, str):
-                by_stamp[stamp].append(pk)
-        return by_stamp
+                stamps[record_id] = stamp
+        return stamps
 
-    @staticmethod
-    def _ids_load(action_pk: int) -> frozenset:
-        ids = (
-            OperatorAction.objects.filter(pk=action_pk)
-            .values_list("event_ids", flat=True)
-            .first()
+    def covered(self, missing: Mapping[int, datetime]) -> set[int]:
+        """Of ``missing`` (inbox row id -> its ``body_purged_at``), those a purge took."""
+        if not missing:
+            return set()
+        pks = list(missing)
+        stamps = (
+            {pk: self._given[pk] for pk in pks if pk in self._given}
+            if self._given is not None
+            else self._logged(pks)
         )
-        return frozenset(ids if isinstance(ids, list) else ())
-
-    def covers(self, *, pk: int, purged_at: datetime) -> bool:
-        if self._by_stamp is None:
-            self._by_stamp = self._stamps_load()
-        return any(
-            pk in self._ids(action_pk)
-            for action_pk in self._by_stamp.get(purge_stamp(purged_at), ())
-        )
+        return {pk for pk, at in missing.items() if stamps.get(pk) == purge_stamp(at)}
 
 
-def _body_groups(lengths: dict[int, int]) -> Iterator[list[int]]:
+def body_groups(lengths: dict[int, int]) -> Iterator[list[int]]:
     group: list[int] = []
     size = 0
     for pk, length in lengths.items():
@@ -283,7 +190,7 @@ def _inbox_rows_check(
     *,
     version: int,
     sealed: dict[int, str],
-    purges: _PurgeRecords,
+    purges: PurgeExcuses,
 ) -> None:
     """Compares sealed rows with the inbox as it is now: their sealed fields (digest), their
     body against their payload hash, a missing body against the recorded purges."""
@@ -293,8 +200,9 @@ def _inbox_rows_check(
     seen: set[int] = set()
     payload_hashes: dict[int, str] = {}
     large_bodies: dict[int, int] = {}
+    purged: dict[int, datetime] = {}
 
-    def body_check(pk: int, body) -> None:
+    def body_check(pk: int, body: Any) -> None:
         if hashlib.sha256(body).hexdigest() != payload_hashes[pk]:
             problems[pk].append("body does not match its payload hash")
 
@@ -304,7 +212,7 @@ def _inbox_rows_check(
         .annotate(
             body_length=Length("raw_body"),
             small_body=Case(
-                When(body_length__lte=_INLINE_BODY_BYTES, then=F("raw_body")),
+                When(body_length__lte=INLINE_BODY_BYTES, then=F("raw_body")),
                 default=None,
                 output_field=BinaryField(),
             ),
@@ -326,9 +234,13 @@ def _inbox_rows_check(
                 large_bodies[pk] = body_length
         elif purged_at is None:
             problems[pk].append("body missing, never purged")
-        elif not purges.covers(pk=pk, purged_at=purged_at):
-            problems[pk].append("body missing outside any recorded purge")
-    for group in _body_groups(large_bodies):
+        else:
+            purged[pk] = purged_at
+    covered = purges.covered(purged)
+    for pk in purged:
+        if pk not in covered:
+            problems[pk].append("body missing outside any logged purge")
+    for group in body_groups(large_bodies):
         for pk, body in InboxEvent.objects.filter(pk__in=group).values_list(
             "pk", "raw_body"
         ):
@@ -393,7 +305,10 @@ def _seal_problems(
 
 
 def audit_trail_verify(
-    *, expect_head: tuple[int, str] | None = None, chunk_size: int = 5000
+    *,
+    expect_head: tuple[int, str] | None = None,
+    chunk_size: int = 5000,
+    purges: PurgeExcuses | None = None,
 ) -> VerifyReport:
     """Recomputes the chain from the first seal under ``AUDIT_SEAL_KEY`` and compares every
     sealed inbox row and operator action with the database as it is now: names the seals
@@ -405,7 +320,7 @@ def audit_trail_verify(
     ``expect_head`` checks a later run against, so that a chain cut short (and possibly sealed
     again from there) is caught."""
     report = VerifyReport()
-    purges = _PurgeRecords()
+    purges = purges or PurgeExcuses()
     previous_hash = GENESIS_HASH
     expected_sequence = 1
     newest_version = LEGACY_VERSION

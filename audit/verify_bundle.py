@@ -2,7 +2,7 @@
 
     python -m audit.verify_bundle bundle.json --key 'NAME+KEYID+KEY'
 
-(docs/security.md, "Verifying an evidence bundle"). No database, no Django, no settings: this
+(docs/security.md, "Evidence bundles"). No database, no Django, no settings: this
 module and what it imports (``audit.merkle``, ``audit.note``, ``audit.leaves``) need only the
 standard library and ``cryptography``, so an auditor runs it on a machine of their own.
 
@@ -16,7 +16,11 @@ What is checked, each failure named: the checkpoint's signature by the key given
 key the bundle names: that one must merely agree), every entry's leaf (canonical JSON with a
 kind and an id) and its inclusion proof against the checkpoint's root and size, every body
 against the hash it is filed under, and what the checks registered for an entry's kind
-(``LEAF_CHECKS``) say. Exits 0 when everything holds, 1 otherwise."""
+(``LEAF_CHECKS``) say: an inbox event's body is in the bundle (or an entry says it was
+purged), a revision's event is the inbox event it names, with the same event id, entity and
+content hash as that event's body... Records of the story that the checkpoint does not cover
+yet are listed under ``"unproven"``: reported as such (``UNPROVEN``), never counted as
+verified. Exits 0 when everything given as proven holds, 1 otherwise."""
 
 from __future__ import annotations
 
@@ -43,6 +47,7 @@ class BundleReport:
 
     checked: list[str] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
+    unproven: list[str] = field(default_factory=list)
     checkpoint: note.Checkpoint | None = None
 
     @property
@@ -50,31 +55,153 @@ class BundleReport:
         return not self.failures and self.checkpoint is not None
 
 
-# A check for the leaves of one kind: given the decoded leaf and the bundle's bodies (hash ->
-# raw bytes, already checked against their hash), the problems it finds, as sentences.
-LeafCheck = Callable[[Mapping[str, Any], Mapping[str, bytes]], list[str]]
+@dataclass(frozen=True)
+class BundleContext:
+    """What an entry's checks may look at: the bundle's bodies (hash -> raw bytes, already
+    checked against their hash) and its entries whose proof holds, by (kind, id)."""
+
+    bodies: Mapping[str, bytes]
+    entries: Mapping[tuple[str, int], Mapping[str, Any]]
+
+    def entry(self, kind: str, record_id: Any) -> Mapping[str, Any] | None:
+        if type(record_id) is not int:
+            return None
+        return self.entries.get((kind, record_id))
 
 
-def body_field_check(name: str, *, required: bool = False) -> LeafCheck:
+# A check for the leaves of one kind: given the decoded leaf and the bundle's context, the
+# problems it finds, as sentences.
+LeafCheck = Callable[[Mapping[str, Any], BundleContext], list[str]]
+
+
+def body_field_check(
+    name: str, *, required: bool = False, purge_kind: str | None = None
+) -> LeafCheck:
     """A check for leaves that name a body by its SHA-256 in field ``name``: the field is a
-    hash, and the body is in the bundle (when ``required``: a kind whose bodies may be
-    purged passes ``required=False`` and lets a purge's own entry account for it)."""
+    hash, and (when ``required``) the body is in the bundle, unless an entry of
+    ``purge_kind`` with the same id says the body was purged."""
 
-    def check(leaf: Mapping[str, Any], bodies: Mapping[str, bytes]) -> list[str]:
+    def check(leaf: Mapping[str, Any], context: BundleContext) -> list[str]:
         value = leaf.get(name)
         if value is None and not required:
             return []
         if not isinstance(value, str) or not _HEX_SHA256.fullmatch(value):
             return [f"its {name} is not a SHA-256 in hex"]
-        if required and value not in bodies:
-            return [f"the body its {name} names is not in the bundle"]
+        if not required or value in context.bodies:
+            return []
+        if purge_kind is not None and context.entry(purge_kind, leaf["id"]):
+            return []
+        return [f"the body its {name} names is not in the bundle"]
+
+    return check
+
+
+def refers_check(field_name: str, kind: str, *, optional: bool = False) -> LeafCheck:
+    """The record the leaf's ``field_name`` names (an id of ``kind``) is an entry of the
+    bundle; with ``optional``, only when the field is set."""
+
+    def check(leaf: Mapping[str, Any], context: BundleContext) -> list[str]:
+        value = leaf.get(field_name)
+        if value is None and optional:
+            return []
+        if context.entry(kind, value) is None:
+            return [
+                f"the {kind.replace('_', ' ')} {value} it names is not in the bundle"
+            ]
         return []
 
     return check
 
 
-# Kind -> the checks of its leaves' content. One line per kind of record logged.
-LEAF_CHECKS: dict[str, list[LeafCheck]] = {}
+def _body_json(context: BundleContext, event: Mapping[str, Any]) -> Any:
+    body = context.bodies.get(str(event.get("payload_hash")))
+    if body is None:
+        return None
+    try:
+        return json.loads(body)
+    except ValueError:
+        return None
+
+
+def revision_check(leaf: Mapping[str, Any], context: BundleContext) -> list[str]:
+    """A document revision against the inbox event that made it: the same event id and
+    entity, and (when the event's body is in the bundle) the content hash of its
+    ``source``."""
+    event = context.entry("inbox_event", leaf.get("inbox_event_id"))
+    if event is None:
+        return []  # refers_check names it
+    problems = []
+    if event.get("event_id") != leaf.get("event_id"):
+        problems.append(
+            f"its event id {leaf.get('event_id')!r} is not its inbox event's "
+            f"({event.get('event_id')!r})"
+        )
+    if event.get("entity_id") != leaf.get("entity_id"):
+        problems.append(
+            f"its entity {leaf.get('entity_id')!r} is not its inbox event's "
+            f"({event.get('entity_id')!r})"
+        )
+    body = _body_json(context, event)
+    if isinstance(body, dict):
+        source = body.get("source")
+        carried = source.get("content_hash") if isinstance(source, dict) else None
+        if (carried or "") != leaf.get("content_hash"):
+            problems.append(
+                f"its content hash {leaf.get('content_hash')!r} is not the one its "
+                f"event's body carries ({carried!r})"
+            )
+    return problems
+
+
+def purge_check(leaf: Mapping[str, Any], context: BundleContext) -> list[str]:
+    """A body's purge: of an inbox event of the bundle, and, when the purge's operator action
+    is in the bundle too, recorded there for this event with the same stamp."""
+    problems = refers_check("id", "inbox_event")(leaf, context)
+    if not isinstance(leaf.get("purged_at"), str):
+        problems.append("its purged_at is not a time")
+    action = context.entry("operator_action", leaf.get("operator_action_id"))
+    if action is not None:
+        details = action.get("details")
+        if (
+            action.get("action") != "purge_bodies"
+            or leaf["id"] not in (action.get("event_ids") or [])
+            or not isinstance(details, dict)
+            or details.get("purged_at") != leaf.get("purged_at")
+        ):
+            problems.append(
+                f"operator action {leaf.get('operator_action_id')} of the bundle is not "
+                "this purge"
+            )
+    return problems
+
+
+def job_check(leaf: Mapping[str, Any], context: BundleContext) -> list[str]:
+    """A transition or status sync names the deployment or build it moved, which is an entry
+    of the bundle."""
+    if leaf.get("deployment_id") is not None:
+        return refers_check("deployment_id", "deployment")(leaf, context)
+    return refers_check("build_id", "build")(leaf, context)
+
+
+# Kind -> the checks of its leaves' content (audit/ledgers.py lists the kinds). A kind with
+# none here is checked by its proof alone.
+LEAF_CHECKS: dict[str, list[LeafCheck]] = {
+    "inbox_event": [
+        body_field_check("payload_hash", required=True, purge_kind="body_purge")
+    ],
+    "fingerprint_mismatch": [
+        body_field_check("conflicting_payload_hash", required=True),
+        refers_check("inbox_event_id", "inbox_event"),
+    ],
+    "inbox_attempt": [refers_check("inbox_event_id", "inbox_event")],
+    "document_revision": [
+        refers_check("inbox_event_id", "inbox_event"),
+        revision_check,
+    ],
+    "body_purge": [purge_check],
+    "job_transition": [job_check],
+    "status_sync": [job_check],
+}
 
 
 def _b64(value: Any, what: str) -> bytes:
@@ -145,29 +272,30 @@ def _entry_check(
     position: int,
     entry: Any,
     checkpoint: note.Checkpoint,
-    bodies: Mapping[str, bytes],
-) -> None:
+) -> tuple[str, dict[str, Any]] | None:
+    """An entry's leaf and inclusion proof; returns its name and decoded leaf when both
+    hold."""
     name = f"entry {position}"
     if not isinstance(entry, dict):
         report.failures.append(f"{name}: not an object")
-        return
+        return None
     index, text, proof = entry.get("index"), entry.get("leaf"), entry.get("proof")
     if type(index) is not int:
         report.failures.append(f"{name}: its index is not an integer")
-        return
+        return None
     name = f"entry {position} (index {index})"
     if not isinstance(text, str):
         report.failures.append(f"{name}: its leaf is not a string")
-        return
+        return None
     try:
         leaf = leaves.leaf_decode(text)
     except leaves.LeafError as exc:
         report.failures.append(f"{name}: {exc}")
-        return
+        return None
     name = f"entry {position} (index {index}, {leaf['kind']} {leaf['id']})"
     if not isinstance(proof, list):
         report.failures.append(f"{name}: its proof is not a list")
-        return
+        return None
     try:
         hashes = [_b64(p, f"proof element {i}") for i, p in enumerate(proof)]
         merkle.inclusion_verify(
@@ -179,16 +307,43 @@ def _entry_check(
         )
     except (ValueError, merkle.ProofError) as exc:
         report.failures.append(f"{name}: {exc} (tree size {checkpoint.size})")
+        return None
+    return name, leaf
+
+
+def _contents_check(
+    report: BundleReport,
+    proved: list[tuple[str, dict[str, Any]]],
+    bodies: Mapping[str, bytes],
+    checkpoint: note.Checkpoint,
+) -> None:
+    context = BundleContext(
+        bodies=bodies, entries={(leaf["kind"], leaf["id"]): leaf for _, leaf in proved}
+    )
+    for name, leaf in proved:
+        problems = [
+            problem
+            for check in LEAF_CHECKS.get(leaf["kind"], ())
+            for problem in check(leaf, context)
+        ]
+        if problems:
+            report.failures.append(f"{name}: " + "; ".join(problems))
+        else:
+            report.checked.append(f"{name}: in the log at size {checkpoint.size}")
+
+
+def _unproven_report(report: BundleReport, bundle: Mapping[str, Any]) -> None:
+    unproven = bundle.get("unproven", [])
+    if not isinstance(unproven, list):
+        report.failures.append("unproven: not a list")
         return
-    problems = [
-        problem
-        for check in LEAF_CHECKS.get(leaf["kind"], ())
-        for problem in check(leaf, bodies)
-    ]
-    if problems:
-        report.failures.append(f"{name}: " + "; ".join(problems))
-        return
-    report.checked.append(f"{name}: in the log at size {checkpoint.size}")
+    for item in unproven:
+        if not isinstance(item, dict):
+            report.failures.append("unproven: an item is not an object")
+            continue
+        kind, record_id = item.get("kind"), item.get("id")
+        reason = item.get("reason") or "not in the checkpoint"
+        report.unproven.append(f"{kind} {record_id}: {reason}")
 
 
 def bundle_verify(bundle: Any, *, vkey: str) -> BundleReport:
@@ -208,8 +363,13 @@ def bundle_verify(bundle: Any, *, vkey: str) -> BundleReport:
     if not isinstance(entries, list):
         report.failures.append("entries: missing, or not a list")
     elif report.checkpoint is not None:
-        for position, entry in enumerate(entries):
-            _entry_check(report, position, entry, report.checkpoint, bodies)
+        proved = [
+            checked
+            for position, entry in enumerate(entries)
+            if (checked := _entry_check(report, position, entry, report.checkpoint))
+        ]
+        _contents_check(report, proved, bodies, report.checkpoint)
+    _unproven_report(report, bundle)
     return report
 
 
@@ -247,11 +407,20 @@ def main(argv: list[str] | None = None) -> int:
     report = bundle_verify(bundle, vkey=_key_read(args.key))
     for line in report.checked:
         print(f"OK   {line}")
+    for line in report.unproven:
+        print(f"UNPROVEN {line}")
     for line in report.failures:
         print(f"FAIL {line}", file=sys.stderr)
     if report.ok:
         count = len(bundle.get("entries", []))
-        print(f"bundle OK: {count} {'entry' if count == 1 else 'entries'} verified")
+        summary = f"bundle OK: {count} {'entry' if count == 1 else 'entries'} verified"
+        if report.unproven:
+            records = "record" if len(report.unproven) == 1 else "records"
+            summary += (
+                f"; {len(report.unproven)} {records} of the story not proven yet (not in "
+                "the checkpoint)"
+            )
+        print(summary)
         return 0
     print(f"bundle FAILED: {len(report.failures)} problems", file=sys.stderr)
     return 1

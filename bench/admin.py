@@ -212,20 +212,28 @@ def main() -> int:
             and large["full_table_count_queries"] == 0,
         }
     # Sealing throughput and verification on the large table (off the request path).
-    from audit.services import audit_trail_verify, inbox_rows_seal
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from audit.sealer import ledger_rows_seal
+    from audit.verification import log_verify
 
     use_database(names[SIZES[-1]])
     started = time.perf_counter()
-    sealed = sum(seal.row_count for seal in inbox_rows_seal(max_batches=20))
+    sealed = ledger_rows_seal(
+        now=timezone.now() + timedelta(minutes=5), max_batches=20
+    ).leaves
     seal_seconds = time.perf_counter() - started
     started = time.perf_counter()
-    verify = audit_trail_verify()
+    verify = log_verify()
     verify_seconds = time.perf_counter() - started
     sealing = {
         "rows_sealed": sealed,
         "seal_rows_per_second": round(sealed / seal_seconds),
-        "verify_rows_per_second": round(verify.rows_checked / verify_seconds),
-        "verify_ok": verify.ok,
+        "verify_entries_per_second": round(verify.entries_checked / verify_seconds),
+        # The rows of the 1M table not sealed in this bounded round are named not logged.
+        "verify_problems": len(verify.problems),
     }
     use_database(names[SIZES[0]])
     report = {
@@ -291,9 +299,9 @@ def run(ctx) -> list:
     figures.append(
         Figure(
             "admin",
-            "audit_verify rows/s at 1M",
-            sealing["verify_rows_per_second"],
-            "rows/s",
+            "audit_verify entries/s at 1M",
+            sealing["verify_entries_per_second"],
+            "entries/s",
         )
     )
     return figures

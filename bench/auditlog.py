@@ -13,6 +13,18 @@ leaves, each next to a floor measured in the same run on the same database.
   one primary-key ``SELECT`` of one node row.
 - recompute: seconds for ``log_root_recompute`` over the 1,000,000 leaves (every leaf hashed,
   every stored node compared); floor: reading the same leaf rows in the same chunks.
+
+Then, on a fresh database, the ledgers themselves (``BENCH_AUDITLOG_LEDGER_ROWS``, 1,000,000
+inbox rows with a small body each, written by SQL in transactions of 100,000):
+
+- sealing: ledger rows logged per second by ``audit.sealer.ledger_rows_seal`` (the walk by
+  ticket, the anti-join, the leaves built from the rows, the append); floor: the append alone
+  (the first figure). And the row versions sealing wrote to the ledger tables (PostgreSQL's
+  counters: none), next to what a marker column set by the sealer would have cost (the same
+  rows updated once, in the sealer's batches: time and row versions).
+- verify: seconds for ``audit.verification.log_verify`` over the whole log (every entry
+  against its row and body, the tree recomputed, rows not logged, job statuses); floor:
+  reading the leaf rows.
 """
 
 from __future__ import annotations
@@ -22,6 +34,7 @@ import random
 import statistics
 import sys
 import time
+from datetime import timedelta
 
 from bench.harness import (
     BENCH_DATABASE_URL,
@@ -33,6 +46,9 @@ from bench.harness import (
 )
 
 LEAVES = int(os.environ.get("BENCH_AUDITLOG_LEAVES", "1000000"))
+LEDGER_ROWS = int(os.environ.get("BENCH_AUDITLOG_LEDGER_ROWS", "1000000"))
+# Rows updated to measure what a marker column would cost (in batches of BATCH).
+MARKED_ROWS = int(os.environ.get("BENCH_AUDITLOG_MARKED_ROWS", "100000"))
 BATCH = int(os.environ.get("BENCH_AUDITLOG_BATCH", "5000"))
 PROOFS = int(os.environ.get("BENCH_AUDITLOG_PROOFS", "300"))
 TARGET_PROOF_MS = 50.0
@@ -172,7 +188,179 @@ def _floor_read_seconds(chunk: int = 5000) -> float:
     return time.perf_counter() - started
 
 
-def run(ctx: BenchContext) -> list[Figure]:
+_LEDGER_TABLES = (
+    "webhooks_inboxevent",
+    "webhooks_inboxattempt",
+    "webhooks_fingerprintmismatch",
+    "webhooks_operatoraction",
+    "research_documentrevision",
+    "deployments_deployment",
+    "deployments_build",
+    "deployments_jobtransition",
+    "deployments_statussync",
+)
+
+
+def _ledger_rows_create(rows: int) -> None:
+    """``rows`` processed inbox rows received a day ago, each with its small body and the
+    payload hash of it, as SQL writes them fastest: one transaction per 100,000 rows."""
+    from django.db import connection, transaction
+
+    from webhooks.models import WebhookSecret, WebhookSource
+
+    source = WebhookSource.objects.create(slug="bench", handler="research")
+    secret = WebhookSecret.objects.create(
+        source=source,
+        secret="bench-secret-0123456789abcdef",  # noqa: S106 - a bench source
+    )
+    step = 100_000
+    for start in range(0, rows, step):
+        end = min(rows, start + step)
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute(
+                """
+                INSERT INTO webhooks_inboxevent (
+                    source_id, event_id, event_type, entity_id, entity_type,
+                    source_version, occurred_at, tenant_id, idempotency_key, payload_hash,
+                    content_fingerprint, raw_body, headers, signature_valid,
+                    secret_fingerprint, remote_addr, received_at, processing_status,
+                    http_status, error_message, attempts, delivery_count, last_seen_at)
+                SELECT %(source)s, 'evt-' || g, 'research.document.updated',
+                       'doc-' || (g %% 50000), 'research_document', g,
+                       now() - interval '1 day', '', '', encode(sha256(body), 'hex'),
+                       md5(g::text) || md5((g + 1)::text), body,
+                       '{"content-type": "application/json"}', true, %(fingerprint)s,
+                       '127.0.0.1', now() - interval '1 day' + g * interval '1 ms',
+                       'processed', 202, '', 1, 1, now()
+                  FROM (SELECT g, convert_to(
+                                   '{"event_id": "evt-' || g || '", "data": {"n": ' || g
+                                   || ', "title": "A research document"}}', 'UTF8') AS body
+                          FROM generate_series(%(start)s, %(end)s) AS g) AS rows
+                """,
+                {
+                    "source": source.pk,
+                    "fingerprint": secret.fingerprint,
+                    "start": start + 1,
+                    "end": end,
+                },
+            )
+        print(f"[auditlog] {end:,} ledger rows written", flush=True)
+
+
+def _row_versions() -> int:
+    """Row versions the ledger tables' updates and deletes made, as PostgreSQL counts them."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_stat_force_next_flush()")
+        cursor.execute(
+            "SELECT coalesce(sum(n_tup_upd + n_tup_del), 0) FROM pg_stat_user_tables"
+            " WHERE relname = ANY(%s)",
+            [list(_LEDGER_TABLES)],
+        )
+        return int(cursor.fetchone()[0])
+
+
+def _marking_floor(rows: int) -> tuple[float, int, int]:
+    """What a marker column set by the sealer costs: ``rows`` inbox rows updated once, in
+    batches of BATCH, each in its own transaction (the column is indexed, as a partial index
+    of unmarked rows would make it). Returns (microseconds per row, row versions, of which
+    HOT)."""
+    from django.db import connection, transaction
+
+    def counters() -> tuple[int, int]:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_stat_force_next_flush()")
+            cursor.execute(
+                "SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables"
+                " WHERE relname = 'webhooks_inboxevent'"
+            )
+            return cursor.fetchone()
+
+    before = counters()
+    started = time.perf_counter()
+    for start in range(0, rows, BATCH):
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute(
+                "UPDATE webhooks_inboxevent SET log_ticket = log_ticket"
+                " WHERE id > %s AND id <= %s",
+                [start, start + BATCH],
+            )
+    seconds = time.perf_counter() - started
+    after = counters()
+    return seconds / rows * 1e6, after[0] - before[0], after[1] - before[1]
+
+
+def _ledgers(append_rate: float, read_seconds_per_leaf: float) -> list[Figure]:
+    """The ledgers' part, on the fresh database Django is connected to."""
+    from django.utils import timezone
+
+    from audit.sealer import ledger_rows_seal
+    from audit.verification import log_verify
+
+    _ledger_rows_create(LEDGER_ROWS)
+    versions = _row_versions()
+    later = timezone.now() + timedelta(minutes=5)
+    started = time.perf_counter()
+    logged = 0
+    while True:
+        round_ = ledger_rows_seal(now=later, max_batches=50)
+        logged += round_.leaves
+        if not round_.leaves:
+            break
+        print(f"[auditlog] {logged:,} ledger rows logged", flush=True)
+    seal_seconds = time.perf_counter() - started
+    written = _row_versions() - versions
+    marking_us, marking_versions, marking_hot = _marking_floor(
+        min(MARKED_ROWS, LEDGER_ROWS)
+    )
+    started = time.perf_counter()
+    verified = log_verify()
+    verify_seconds = time.perf_counter() - started
+    assert verified.ok, verified.problems[:5]
+    entries = verified.entries_checked
+    at = "at 1M entries" if entries >= 1_000_000 else f"at {entries // 1000:,}k entries"
+    return [
+        Figure(
+            "auditlog",
+            "sealing: ledger rows logged/s",
+            logged / seal_seconds,
+            "rows/s",
+            floor_name="log_append alone",
+            floor_value=append_rate,
+            extra={
+                "rows": logged,
+                "seconds": seal_seconds,
+                "row_versions_written_to_ledgers": written,
+                "marker_column_floor_us_per_row": marking_us,
+                "marker_column_row_versions_per_row": marking_versions
+                / max(min(MARKED_ROWS, LEDGER_ROWS), 1),
+                "marker_column_hot_updates": marking_hot,
+            },
+        ),
+        Figure(
+            "auditlog",
+            "sealing: row versions per ledger row",
+            written / max(logged, 1),
+            "versions",
+            floor_name="a marker column set by the sealer",
+            floor_value=marking_versions / max(min(MARKED_ROWS, LEDGER_ROWS), 1),
+            higher_is_better=False,
+        ),
+        Figure(
+            "auditlog",
+            f"audit_verify of the whole log {at}",
+            verify_seconds,
+            "s",
+            floor_name="read the leaf rows",
+            floor_value=read_seconds_per_leaf * entries,
+            higher_is_better=False,
+            extra={"entries_per_second": entries / verify_seconds},
+        ),
+    ]
+
+
+def _engine(ctx: BenchContext) -> list[Figure]:
     _django_setup()
     from audit import merkle
     from audit.log import (
@@ -282,6 +470,18 @@ def run(ctx: BenchContext) -> list[Figure]:
             extra={"leaves_per_second": LEAVES / recompute_seconds},
         ),
     ]
+
+
+def run(ctx: BenchContext) -> list[Figure]:
+    """The log's engine, then the ledgers, each on a database of its own."""
+    from django.db import connections
+
+    figures = _engine(ctx)
+    append_rate = figures[0].value
+    read_per_leaf = figures[-1].floor_value / LEAVES
+    connections.close_all()
+    database_reset()
+    return figures + _ledgers(append_rate, read_per_leaf)
 
 
 def main() -> None:

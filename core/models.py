@@ -1,9 +1,15 @@
+from __future__ import annotations
+
 import hashlib
 import secrets
 from datetime import timedelta
+from typing import Any
 
 from django.db import models
+from django.db.models import Q
+from django.db.models.expressions import Expression
 from django.utils import timezone
+from django.utils.deconstruct import deconstructible
 
 
 class AppendOnlyError(Exception):
@@ -41,6 +47,62 @@ class AppendOnlyModel(models.Model):
 
     def delete(self, *args, **kwargs):
         raise AppendOnlyError(f"{type(self).__name__} rows are append-only")
+
+
+@deconstructible(path="core.models.TransactionTicket")
+class TransactionTicket(Expression):
+    """The id of the transaction that writes the row, as a column's database default
+    (docs/architecture.md, "The verifiable log"): PostgreSQL's ``pg_current_xact_id()`` (64
+    bits, never wrapping). Once every transaction older than a snapshot's ``xmin`` has ended,
+    no row with a smaller ticket can still appear: this is what lets the log's sealer take
+    every ledger row, whatever its id, with no write to the row. SQLite writes NULL: its
+    writers run one at a time, so ids are already in commit order there."""
+
+    output_field = models.BigIntegerField()
+    allowed_default = True
+
+    def as_sql(self, compiler: Any, connection: Any) -> tuple[str, list[Any]]:
+        return "NULL", []
+
+    def as_postgresql(self, compiler: Any, connection: Any) -> tuple[str, list[Any]]:
+        return "(pg_current_xact_id()::text::bigint)", []
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, TransactionTicket)
+
+    def __hash__(self) -> int:
+        return hash(TransactionTicket)
+
+
+def log_ticket_field() -> models.BigIntegerField:
+    """The ``log_ticket`` column of a ledger the verifiable log takes in: set by the database
+    when the row is inserted, never written afterwards (docs/architecture.md, "The verifiable
+    log")."""
+    return models.BigIntegerField(
+        null=True,
+        blank=True,
+        editable=False,
+        db_default=TransactionTicket(),
+        help_text="The transaction that inserted the row (the log's sealer reads it).",
+    )
+
+
+def log_ticket_indexes(prefix: str) -> list[models.Index]:
+    """The two indexes the sealer walks: rows by (ticket, id), and rows without a ticket (SQLite;
+    on PostgreSQL the rows written before the column existed) by id. Each row is in one of
+    them, and the ticket is never updated: no extra write, no extra row version."""
+    return [
+        models.Index(
+            fields=["log_ticket", "id"],
+            name=f"{prefix}_logt_idx",
+            condition=Q(log_ticket__isnull=False),
+        ),
+        models.Index(
+            fields=["id"],
+            name=f"{prefix}_lognull_idx",
+            condition=Q(log_ticket__isnull=True),
+        ),
+    ]
 
 
 class BaseModel(models.Model):

@@ -1,6 +1,8 @@
 from django.contrib import admin
 
 from core.admin_base import (
+    EvidenceAdminMixin,
+    LogEntryAdminMixin,
     PagedInlineMixin,
     ReadOnlyAdminMixin,
     ReadOnlyInlineMixin,
@@ -11,7 +13,9 @@ from core.admin_base import (
 from .models import Build, Deployment, JobTransition, StatusSync
 
 
-class TransitionInline(PagedInlineMixin, ReadOnlyInlineMixin, admin.TabularInline):
+class TransitionInline(
+    PagedInlineMixin, LogEntryAdminMixin, ReadOnlyInlineMixin, admin.TabularInline
+):
     # A job may have any number of transitions (every applied report is one): the page
     # shows them 50 at a time, and each detail cut to its first characters.
     model = JobTransition
@@ -21,6 +25,7 @@ class TransitionInline(PagedInlineMixin, ReadOnlyInlineMixin, admin.TabularInlin
         "at",
         "actor",
         "detail_shown",
+        "log_entry",
     )
     ordering = ["at", "id"]
     page_param = "transitions_page"
@@ -33,14 +38,14 @@ class TransitionInline(PagedInlineMixin, ReadOnlyInlineMixin, admin.TabularInlin
         return text_head(obj, field="detail")
 
 
-class JobAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+class JobAdmin(ReadOnlyAdminMixin, LogEntryAdminMixin, admin.ModelAdmin):
     list_select_related = ["client"]
     list_filter = ["status"]
     search_fields = ["=public_id", "=idempotency_key", "=commit_sha"]
     date_hierarchy = "created_at"
     inlines = [TransitionInline]
     exclude = ["detail"]
-    readonly_fields = ["detail_shown"]
+    readonly_fields = ["detail_shown", "log_entry"]
 
     def get_queryset(self, request):
         return text_head_annotate(super().get_queryset(request), field="detail")
@@ -51,7 +56,9 @@ class JobAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
 
 
 @admin.register(Deployment)
-class DeploymentAdmin(JobAdmin):
+class DeploymentAdmin(EvidenceAdminMixin, JobAdmin):
+    evidence_subject = "deployment"
+    readonly_fields = [*JobAdmin.readonly_fields, "evidence"]
     list_display = [
         "public_id",
         "status",
@@ -60,6 +67,7 @@ class DeploymentAdmin(JobAdmin):
         "commit_sha",
         "client",
         "created_at",
+        "log_entry",
     ]
 
 
@@ -73,11 +81,12 @@ class BuildAdmin(JobAdmin):
         "commit_sha",
         "client",
         "created_at",
+        "log_entry",
     ]
 
 
 @admin.register(StatusSync)
-class StatusSyncAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+class StatusSyncAdmin(ReadOnlyAdminMixin, LogEntryAdminMixin, admin.ModelAdmin):
     list_display = [
         "public_id",
         "deployment",
@@ -87,7 +96,9 @@ class StatusSyncAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         "resulting_status",
         "reported_at",
         "client",
+        "log_entry",
     ]
+    readonly_fields = ["log_entry"]
     list_filter = ["applied"]
     list_select_related = ["client", "deployment", "build"]
     search_fields = ["=public_id"]

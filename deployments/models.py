@@ -4,7 +4,7 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
-from core.models import ApiClient, BaseModel
+from core.models import ApiClient, BaseModel, log_ticket_field, log_ticket_indexes
 
 
 class JobStatus(models.TextChoices):
@@ -60,6 +60,7 @@ class Job(BaseModel):
     claimed_by = models.CharField(max_length=255, blank=True, default="")
     lease_expires_at = models.DateTimeField(null=True, blank=True)
     detail = models.TextField(blank=True, default="")
+    log_ticket = log_ticket_field()
 
     # Declared on the abstract model, so that code written for any kind of job can query it.
     objects = models.Manager()
@@ -118,6 +119,7 @@ class Deployment(Job):
             models.Index(
                 fields=["status", "-created_at"], name="deployments_dep_status_idx"
             ),
+            *log_ticket_indexes("deployments_dep"),
         ]
 
     def get_absolute_url(self) -> str:
@@ -157,6 +159,7 @@ class Build(Job):
             models.Index(
                 fields=["status", "-created_at"], name="deployments_bld_status_idx"
             ),
+            *log_ticket_indexes("deployments_bld"),
         ]
 
     def get_absolute_url(self) -> str:
@@ -187,6 +190,7 @@ class JobTransition(models.Model):
     actor = models.CharField(max_length=255)
     detail = models.TextField(blank=True, default="")
     recorded_at = models.DateTimeField(default=timezone.now)
+    log_ticket = log_ticket_field()
 
     class Meta:
         constraints = [
@@ -196,6 +200,7 @@ class JobTransition(models.Model):
                 name="deployments_transition_one_target",
             ),
         ]
+        indexes = [*log_ticket_indexes("deployments_trans")]
 
     def __str__(self) -> str:
         return f"{self.from_status} -> {self.to_status}"
@@ -225,6 +230,7 @@ class StatusSync(BaseModel):
     detail = models.TextField(blank=True, default="")
     applied = models.BooleanField()
     resulting_status = models.CharField(max_length=16, choices=JobStatus.choices)
+    log_ticket = log_ticket_field()
 
     class Meta:
         constraints = [
@@ -241,6 +247,7 @@ class StatusSync(BaseModel):
             models.Index(
                 fields=["applied", "-created_at"], name="deployments_sync_applied_idx"
             ),
+            *log_ticket_indexes("deployments_sync"),
         ]
 
     def __str__(self) -> str:

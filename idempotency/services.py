@@ -30,6 +30,7 @@ from typing import Any
 from django.conf import settings
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import connection, models, transaction
+from django.db.models.expressions import DatabaseDefault
 from django.utils import timezone
 
 from core.canonical import canonical_json
@@ -152,8 +153,14 @@ def _record_insert(*, values: list) -> int | None:
 def _row_parts(row: models.Model) -> tuple[str, list]:
     """The columns and values of a new row as it was built: a value the builder set (its
     timestamps, which the response already shows) is written as it is; one left unset takes
-    its field's default."""
-    fields = [field for field in row._meta.concrete_fields if not field.primary_key]
+    its field's default, and a column with a database default of its own (a ledger's
+    ``log_ticket``) is left to the database."""
+    fields = [
+        field
+        for field in row._meta.concrete_fields
+        if not field.primary_key
+        and not isinstance(getattr(row, field.attname), DatabaseDefault)
+    ]
     values = []
     for field in fields:
         value = getattr(row, field.attname)

@@ -2,7 +2,12 @@
 
 from django.contrib import admin
 
-from core.admin_base import ReadOnlyAdminMixin, ReadOnlyInlineMixin
+from core.admin_base import (
+    EvidenceAdminMixin,
+    LogEntryAdminMixin,
+    ReadOnlyAdminMixin,
+    ReadOnlyInlineMixin,
+)
 
 from .models import Citation, DocumentRevision, ResearchDocument
 
@@ -13,16 +18,25 @@ class CitationInline(ReadOnlyInlineMixin, admin.TabularInline):
     readonly_fields = fields
 
 
-class RevisionInline(ReadOnlyInlineMixin, admin.TabularInline):
+class RevisionInline(LogEntryAdminMixin, ReadOnlyInlineMixin, admin.TabularInline):
     model = DocumentRevision
-    fields = ("kind", "source_version", "event_id", "content_hash", "applied_at")
+    fields = (
+        "kind",
+        "source_version",
+        "event_id",
+        "content_hash",
+        "applied_at",
+        "log_entry",
+    )
     readonly_fields = fields
     ordering = ("id",)
     show_change_link = True
 
 
 @admin.register(ResearchDocument)
-class ResearchDocumentAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+class ResearchDocumentAdmin(ReadOnlyAdminMixin, EvidenceAdminMixin, admin.ModelAdmin):
+    evidence_subject = "research_document"
+    readonly_fields = ("evidence",)
     list_display = (
         "entity_id",
         "title",
@@ -37,7 +51,7 @@ class ResearchDocumentAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
 
 
 @admin.register(DocumentRevision)
-class DocumentRevisionAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+class DocumentRevisionAdmin(ReadOnlyAdminMixin, LogEntryAdminMixin, admin.ModelAdmin):
     list_display = (
         "document",
         "kind",
@@ -45,7 +59,9 @@ class DocumentRevisionAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         "event_id",
         "content_hash",
         "applied_at",
+        "log_entry",
     )
+    readonly_fields = ("log_entry",)
     list_filter = ("kind",)
     list_select_related = ("document",)
     search_fields = ("=event_id", "=document__entity_id")

@@ -1,6 +1,8 @@
 from django.db import models
 from django.db.models import Q
 
+from core.models import log_ticket_field, log_ticket_indexes
+
 
 class ResearchDocument(models.Model):
     """The current state of one research document, as applied from its events.
@@ -90,6 +92,7 @@ class DocumentRevision(models.Model):
     content_hash = models.CharField(max_length=255, blank=True, default="")
     snapshot = models.JSONField(default=dict)
     applied_at = models.DateTimeField()
+    log_ticket = log_ticket_field()
 
     class Meta:
         constraints = [
@@ -101,6 +104,7 @@ class DocumentRevision(models.Model):
         indexes = [
             models.Index(fields=["document", "id"], name="research_revision_doc_idx"),
             models.Index(fields=["-applied_at"], name="research_revision_applied_idx"),
+            *log_ticket_indexes("research_revision"),
         ]
 
     def __str__(self) -> str:

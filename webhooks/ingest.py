@@ -33,7 +33,13 @@ from .models import (
     SignatureFailure,
     WebhookSource,
 )
-from .schemes import REASON_MISMATCH, scheme_get, schemes
+from .schemes import (
+    REASON_MISMATCH,
+    SignatureScheme,
+    scheme_get,
+    schemes,
+    secret_fingerprint,
+)
 from .selectors import webhook_secrets_valid
 
 logger = logging.getLogger(__name__)
@@ -152,6 +158,7 @@ _INBOX_COLUMNS = (
     "body_key",
     "raw_body",
     "headers",
+    "secret_fingerprint",
     "remote_addr",
     "received_at",
     "last_seen_at",
@@ -231,6 +238,26 @@ def _inbox_upsert_execute(*, params: list, by_body: bool) -> tuple | None:
         return _upsert_execute(_inbox_upsert_sql(vendor, on="event_id"), params)
 
 
+def _verifying_secret(
+    *,
+    scheme: SignatureScheme,
+    raw_body: bytes,
+    headers: Mapping[str, str],
+    secrets: Sequence[str],
+) -> str:
+    """The fingerprint of the secret that verified an accepted signature: the only valid one
+    (the common case: nothing more is computed), else the first of several (a rotation's
+    grace period) that verifies it alone. Evidence bundles name it; the secret itself is
+    never stored with the event (docs/security.md, "What the log holds")."""
+    if len(secrets) == 1:
+        return secret_fingerprint(secrets[0])
+    for secret in secrets:
+        with contextlib.suppress(InvalidSignature):
+            scheme.verify(raw_body=raw_body, headers=headers, secrets=[secret])
+            return secret_fingerprint(secret)
+    return ""
+
+
 # Every local of ingest, and of what it calls, is hidden from error reports and debug pages
 # (docs/security.md, "No secrets in error reports"): they hold the source's secrets.
 @sensitive_variables()
@@ -265,8 +292,9 @@ def inbox_event_record(
         except InvalidSignature as exc:
             if secrets_reload is None or exc.reason != REASON_MISMATCH:
                 raise
+            secrets = secrets_reload()
             verified = scheme.verify(
-                raw_body=raw_body, headers=headers, secrets=secrets_reload()
+                raw_body=raw_body, headers=headers, secrets=secrets
             )
         tolerance = source.timestamp_tolerance_seconds
         if tolerance is None:
@@ -288,6 +316,9 @@ def inbox_event_record(
         raw_body=raw_body,
         headers=headers,
         remote_addr=remote_addr,
+        verifying_secret=_verifying_secret(
+            scheme=scheme, raw_body=raw_body, headers=headers, secrets=secrets
+        ),
     )
 
 
@@ -356,6 +387,7 @@ def _inbox_upsert(
     raw_body: bytes,
     headers: Mapping[str, str],
     remote_addr: str | None,
+    verifying_secret: str,
 ) -> IngestResult:
     now = timezone.now()
     stored_headers = _stored_headers(headers)
@@ -376,6 +408,7 @@ def _inbox_upsert(
         "body_key": body_key,
         "raw_body": raw_body,
         "headers": stored_headers,
+        "secret_fingerprint": verifying_secret,
         "remote_addr": remote_addr,
         "received_at": now,
         "last_seen_at": now,

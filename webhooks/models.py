@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 from django.conf import settings
 from django.core.validators import MaxValueValidator, MinValueValidator
@@ -8,11 +9,11 @@ from django.db import models
 from django.db.models import F, Q
 from django.utils import timezone
 
-from core.models import AppendOnlyModel
+from core.models import AppendOnlyModel, log_ticket_field, log_ticket_indexes
 
 from .integrations import integration_choices
 from .pacing import finish_estimate, measured_rate, pace_for
-from .schemes import DEFAULT_SCHEME, scheme_choices
+from .schemes import DEFAULT_SCHEME, scheme_choices, secret_fingerprint
 
 # Below a minute is finer than metrics are scraped and alerts evaluated.
 MIN_EXPECTED_DELIVERY_INTERVAL_SECONDS = 60
@@ -149,6 +150,11 @@ class WebhookSecret(models.Model):
         WebhookSource, on_delete=models.CASCADE, related_name="secrets"
     )
     secret = models.CharField(max_length=255)
+    # Names the secret without revealing it (``schemes.secret_fingerprint``): what an inbox
+    # row records of the secret that verified it, and what evidence bundles show.
+    fingerprint = models.CharField(
+        max_length=16, blank=True, default="", editable=False
+    )
     created_at = models.DateTimeField(default=timezone.now)
     expires_at = models.DateTimeField(null=True, blank=True)
 
@@ -164,6 +170,10 @@ class WebhookSecret(models.Model):
 
     def __repr__(self) -> str:
         return f"<WebhookSecret {self.pk} source={self.source_id}>"
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        self.fingerprint = secret_fingerprint(self.secret)
+        super().save(*args, **kwargs)
 
 
 class ProcessingStatus(models.TextChoices):
@@ -232,6 +242,12 @@ class InboxEvent(models.Model):
     body_purged_at = models.DateTimeField(null=True, blank=True)
     headers = models.JSONField(default=dict)
     signature_valid = models.BooleanField(default=True)
+    # The fingerprint of the source's secret that verified the signature
+    # (``WebhookSecret.fingerprint``), never the secret; "" on rows stored before it was kept.
+    # A database default as well: the ingest upsert names its columns.
+    secret_fingerprint = models.CharField(
+        max_length=16, blank=True, default="", db_default=""
+    )
     remote_addr = models.GenericIPAddressField(null=True, blank=True)
     received_at = models.DateTimeField(default=timezone.now)
     processed_at = models.DateTimeField(null=True, blank=True)
@@ -260,6 +276,7 @@ class InboxEvent(models.Model):
     # "Pausing a source"): out of the outbox's partial indexes, so that a long pause never
     # makes a claim walk past its rows; cleared when the drain releases the row.
     held_at = models.DateTimeField(null=True, blank=True)
+    log_ticket = log_ticket_field()
 
     class Meta:
         constraints = [
@@ -329,6 +346,7 @@ class InboxEvent(models.Model):
             ),
             models.Index(fields=["entity_id"], name="webhooks_inbox_entity_idx"),
             models.Index(fields=["event_id"], name="webhooks_inbox_event_id_idx"),
+            *log_ticket_indexes("webhooks_inbox"),
         ]
         permissions = [("replay_inboxevent", "Can replay dead-lettered inbox events")]
 
@@ -360,10 +378,12 @@ class InboxAttempt(models.Model):
     resulting_status = models.CharField(max_length=32, blank=True, default="")
     error = models.TextField(blank=True, default="")
     worker = models.CharField(max_length=255, blank=True, default="")
+    log_ticket = log_ticket_field()
 
     class Meta:
         indexes = [
-            models.Index(fields=["event", "number"], name="webhooks_attempt_event_idx")
+            models.Index(fields=["event", "number"], name="webhooks_attempt_event_idx"),
+            *log_ticket_indexes("webhooks_attempt"),
         ]
 
     def __str__(self) -> str:
@@ -407,6 +427,7 @@ class FingerprintMismatch(models.Model):
         related_name="+",
     )
     investigation_note = models.TextField(blank=True, default="")
+    log_ticket = log_ticket_field()
 
     class Meta:
         constraints = [
@@ -424,6 +445,7 @@ class FingerprintMismatch(models.Model):
                 fields=["investigated_at", "-received_at"],
                 name="webhooks_mismatch_open_idx",
             ),
+            *log_ticket_indexes("webhooks_mismatch"),
         ]
         verbose_name_plural = "fingerprint mismatches"
         permissions = [
@@ -517,6 +539,7 @@ class OperatorAction(AppendOnlyModel):
         related_name="actions",
     )
     created_at = models.DateTimeField(auto_now_add=True)
+    log_ticket = log_ticket_field()
 
     class Meta:
         indexes = [
@@ -524,6 +547,7 @@ class OperatorAction(AppendOnlyModel):
             models.Index(
                 fields=["action", "-created_at"], name="webhooks_action_kind_idx"
             ),
+            *log_ticket_indexes("webhooks_action"),
         ]
 
     def __str__(self) -> str:

@@ -47,8 +47,9 @@ def inbox_bodies_purge(
     transaction; returns how many bodies were dropped.
 
     Each batch is recorded, in its own transaction, as a ``purge_bodies`` operator action that
-    names the rows and carries the stamp they got: ``audit_verify`` accepts a missing body only
-    where such a record (itself sealed) took it (docs/security.md, "Sealed audit trail")."""
+    names the rows and carries the stamp they got, and the audit app logs each body's purge with
+    it, in that transaction: ``audit_verify`` accepts a missing body only where the verifiable
+    log holds such a purge (docs/security.md, "What the log holds")."""
     purged = 0
     cutoff = purge_stamp(older_than)
     while True:

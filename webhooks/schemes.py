@@ -92,6 +92,16 @@ class SignatureScheme(Protocol):
     def secret_validate(self, secret: str) -> None: ...
 
 
+def secret_fingerprint(secret: str) -> str:
+    """A name for a secret that reveals nothing of it: the first 16 hex digits (64 bits) of
+    SHA-256 over a fixed prefix and the secret's UTF-8 bytes. Secrets carry at least 16 bytes
+    of key material, so the fingerprint cannot be searched back to one; the prefix keeps it
+    from being any other use's hash of the same secret (docs/security.md, "What the log
+    holds")."""
+    digest = hashlib.sha256(b"webhook-secret-fingerprint\n" + secret.encode())
+    return digest.hexdigest()[:16]
+
+
 def header_value(headers: Mapping[str, str], name: str) -> str:
     return (headers.get(name) or "").strip()
 

@@ -418,10 +418,11 @@ DEFAULT_EXCEPTION_REPORTER_FILTER = (
 )
 
 # --- Admin audit console -------------------------------------------------------------------
-# AUDIT_SEAL_KEY, the HMAC key of the sealed trail, is set by each environment's module:
-# production has no default for it.
-# Rows are sealed once they are older than the horizon; a row whose transaction commits later
-# still gets sealed by a later run, as long as it commits within the lookback.
+# AUDIT_SEAL_KEY, the HMAC key of the retired sealed trail (audit_verify still checks its
+# seals), is set by each environment's module: production has no default for it.
+# Every INTERVAL, ledger rows older than the HORIZON enter the verifiable log, BATCH_SIZE per
+# transaction, whatever their id (docs/architecture.md, "The verifiable log"); audit_verify
+# names an entry logged more than LOOKBACK after entries newer than the time it claims.
 AUDIT_SEAL_INTERVAL_SECONDS = env.float("AUDIT_SEAL_INTERVAL_SECONDS", default=60)
 AUDIT_SEAL_HORIZON_SECONDS = env.int("AUDIT_SEAL_HORIZON_SECONDS", default=60)
 AUDIT_SEAL_LOOKBACK_SECONDS = env.int("AUDIT_SEAL_LOOKBACK_SECONDS", default=86400)

@@ -58,7 +58,7 @@ DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = env.bool(
     "DISABLE_SERVER_SIDE_CURSORS", default=False
 )
 CELERY_BROKER_URL = env("CELERY_BROKER_URL")
-# The key of the sealed audit trail (docs/security.md, "Sealed audit trail"): kept out of the
+# The key of the sealed audit trail (docs/security.md, "The retired HMAC chain"): kept out of the
 # database, so that someone who can write to the database cannot recompute the chain.
 AUDIT_SEAL_KEY = env("AUDIT_SEAL_KEY")
 if len(AUDIT_SEAL_KEY) < 32:

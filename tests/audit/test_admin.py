@@ -9,7 +9,8 @@ from django.urls import reverse
 from django.utils import timezone
 
 from audit.roles import AUDITORS, OPERATORS, roles_bootstrap
-from audit.services import inbox_rows_seal
+from audit.sealer import ledger_rows_seal
+from tests.audit.hmac_chain import hmac_seal
 from tests.console import admin_action
 from tests.integrations.research.factories import research_event
 from tests.webhooks.factories import (
@@ -77,7 +78,8 @@ def trail(operator):
     SignatureFailure.objects.create(
         source=source, reason="mismatch", window_start=timezone.now(), count=3
     )
-    inbox_rows_seal(now=timezone.now() + timedelta(hours=1))
+    hmac_seal(now=timezone.now() + timedelta(hours=1))  # the chain's period
+    ledger_rows_seal(now=timezone.now() + timedelta(hours=1))
     OperatorAction.objects.create(
         action="replay", actor=operator, actor_name="operator", event_ids=[dead.pk]
     )

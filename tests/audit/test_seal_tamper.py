@@ -1,7 +1,13 @@
-"""What an attacker with database access can change behind the application's back, and how
+"""The retired HMAC chain keeps proving the period it covers: what an attacker with database
+access changes behind the application's back among the rows it sealed, and how
 ``audit_verify`` names it: sealed fields and bodies of inbox rows, purges that are not purges,
-operator actions, the chain itself (keyed, with a head kept elsewhere), and the ORM's refusal
-to bulk-change ledgers. Every edit here is raw SQL, as such an attacker would make it."""
+operator actions, the chain itself (keyed, with a head kept elsewhere, and its head recorded
+by the log when the log took it in), and the ORM's refusal to bulk-change ledgers. Every edit
+here is raw SQL, as such an attacker would make it.
+
+Each chain here is made as the retired sealer made it (``tests.audit.hmac_chain``), then taken
+into the log by the log's first sealing round, as an upgraded deployment's is: a sealed row
+changed since is named twice, by the chain (a line ending "(HMAC chain)") and by the log."""
 
 import hashlib
 from datetime import UTC, timedelta
@@ -11,10 +17,12 @@ from django.core.management import CommandError, call_command
 from django.utils import timezone
 
 from audit.models import AuditSeal, AuditSealEntry
-from audit.services import audit_trail_verify, inbox_rows_seal
+from audit.sealer import ledger_rows_seal
+from audit.services import audit_trail_verify
 from tests.webhooks.factories import InboxEventFactory, WebhookSourceFactory
 from webhooks.models import InboxEvent, OperatorAction
 
+from .hmac_chain import hmac_seal
 from .tampering import sql, verify_fails
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -28,9 +36,21 @@ def old_events(n, **kwargs):
     return InboxEventFactory.create_batch(n, **kwargs)
 
 
+def chain_extend():
+    """Seals every row and operator action there is into the chain, as the retired sealer
+    did (the horizon moved past them)."""
+    return hmac_seal(now=timezone.now() + timedelta(minutes=5))
+
+
+def chain_retire():
+    """The log's sealing round: takes the chain (and every row) into the log."""
+    return ledger_rows_seal(now=timezone.now() + timedelta(minutes=5))
+
+
 def seal_everything():
-    """Seals every row and operator action there is (the horizon moved past them)."""
-    return inbox_rows_seal(now=timezone.now() + timedelta(minutes=5))
+    seals = chain_extend()
+    chain_retire()
+    return seals
 
 
 # --- Sealed fields and bodies of inbox rows ---------------------------------------------------
@@ -65,8 +85,9 @@ def test_audit_verify_names_a_row_whose_sealed_field_was_changed(capsys, field):
 
     err = verify_fails(capsys)
 
-    assert f"ALTERED inbox event {victim.pk}" in err
-    assert err.count("ALTERED") == 1
+    assert f"ALTERED inbox event {victim.pk}: sealed fields changed (HMAC chain)" in err
+    assert f"ALTERED inbox event {victim.pk} (log index" in err
+    assert err.count("ALTERED") == 2  # by the chain and by the log
     assert "BROKEN" not in err
 
 
@@ -106,7 +127,8 @@ def test_audit_verify_names_a_row_whose_body_was_changed(capsys, size):
     assert (
         f"ALTERED inbox event {victim.pk}: body does not match its payload hash" in err
     )
-    assert err.count("ALTERED") == 1
+    assert err.count("body does not match its payload hash") == 2
+    assert err.count("ALTERED") == 2
 
 
 def test_a_changed_body_with_a_matching_payload_hash_is_named(capsys):
@@ -184,7 +206,8 @@ def test_a_fake_purge_that_copies_a_real_purge_is_named(capsys):
     )
     err = verify_fails(capsys)
     assert f"ALTERED inbox event {recent.pk}" in err
-    assert err.count("ALTERED") == 1
+    assert err.count("body missing outside any logged purge") == 2
+    assert err.count("ALTERED") == 2
 
 
 # --- Operator actions are part of the sealed trail --------------------------------------------
@@ -207,8 +230,9 @@ def test_audit_verify_names_an_altered_operator_action(capsys):
         [actions[1].pk],
     )
     err = verify_fails(capsys)
-    assert f"ALTERED operator action {actions[1].pk}" in err
-    assert err.count("ALTERED") == 1
+    assert f"ALTERED operator action {actions[1].pk} (HMAC chain)" in err
+    assert f"ALTERED operator action {actions[1].pk} (log index" in err
+    assert err.count("ALTERED") == 2
 
 
 def test_audit_verify_names_a_deleted_operator_action(capsys):
@@ -216,7 +240,8 @@ def test_audit_verify_names_a_deleted_operator_action(capsys):
     seal_everything()
     sql(f"DELETE FROM {ACTIONS} WHERE id = %s", [actions[2].pk])  # noqa: S608
     err = verify_fails(capsys)
-    assert f"DELETED operator action {actions[2].pk}" in err
+    assert f"DELETED operator action {actions[2].pk} (HMAC chain)" in err
+    assert f"DELETED operator action {actions[2].pk} (log index" in err
     assert "ALTERED" not in err
 
 
@@ -333,7 +358,7 @@ def head_of(out):
 
 def test_audit_verify_prints_the_head_and_checks_a_head_given_to_it(capsys):
     old_events(2)
-    seal_everything()
+    chain_extend()
     old_events(2)
     seal_everything()
     last = AuditSeal.objects.order_by("-sequence").first()
@@ -351,9 +376,9 @@ def test_audit_verify_prints_the_head_and_checks_a_head_given_to_it(capsys):
         call_command("audit_verify", "--expect-head", "not-a-head")
 
 
-def test_a_truncated_chain_is_caught_against_the_kept_head(capsys):
+def test_a_truncated_chain_is_caught_against_the_kept_head_and_by_the_log(capsys):
     old_events(2)
-    seal_everything()
+    chain_extend()
     events = old_events(2)
     seal_everything()
     call_command("audit_verify")
@@ -370,12 +395,19 @@ def test_a_truncated_chain_is_caught_against_the_kept_head(capsys):
     assert audit_trail_verify().ok  # the shorter chain is consistent in itself
     err = verify_fails(capsys, "--expect-head", head)
     assert "TRUNCATED" in err
+    # ... which the log names without a head kept elsewhere: it recorded the chain's head
+    # when it took the chain in, and it holds the altered row as it was.
+    err = verify_fails(capsys)
+    assert "ALTERED the retired HMAC chain (log index" in err
+    assert f"it ends at seal #{last.sequence - 1} (" in err
+    assert f"the log recorded #{last.sequence} (" in err
+    assert f"DELETED HMAC seal {last.pk} (log index" in err
+    assert f"ALTERED inbox event {events[0].pk} (log index" in err
+    assert "fields changed since it was logged: event_type" in err
 
-    # ... and the next sealing run seals the altered row again.
-    seal_everything()
-    assert audit_trail_verify().ok
-    err = verify_fails(capsys, "--expect-head", head)
-    assert f"HEAD MISMATCH seal #{last.sequence}" in err
+    # No sealing round seals the altered row again: the chain is retired.
+    chain_retire()
+    assert AuditSeal.objects.count() == last.sequence - 1
 
 
 # --- Ledgers refuse bulk changes through the ORM ----------------------------------------------

@@ -1,6 +1,7 @@
 """A deployment that sealed rows before the trail was keyed: its seals (version 1, plain SHA-256
 links) are re-keyed by the upgrade and keep verifying, their rows are still checked, the bodies
-it had purged get their record, and sealing goes on from its head.
+it had purged get their record, and the log's first sealing round takes the chain in, in its
+order, after which no seal is made and the log goes on.
 
 The database is taken back to before the upgrade, filled as the code of then left it (the old
 formulas are written out here), and migrated forward, as an existing deployment would be."""
@@ -13,8 +14,11 @@ from datetime import UTC, timedelta
 import pytest
 from django.utils import timezone
 
-from audit.models import AuditSeal
-from audit.services import audit_trail_verify, inbox_rows_seal
+from audit.leaves import leaf_decode
+from audit.models import AuditSeal, LogLeaf
+from audit.sealer import ledger_rows_seal
+from audit.services import audit_trail_verify
+from audit.verification import log_verify
 from tests.core.test_migrations import latest, migrate
 from tests.webhooks.factories import InboxEventFactory
 from webhooks.models import InboxEvent, OperatorAction
@@ -108,12 +112,14 @@ def fill_as_before_the_upgrade(old):
     return [e.pk for e in events]
 
 
-def test_seals_made_before_the_upgrade_keep_verifying_and_sealing_goes_on(
+def test_seals_made_before_the_upgrade_keep_verifying_and_enter_the_log_in_order(
     before_the_upgrade, capsys
 ):
     pks = fill_as_before_the_upgrade(before_the_upgrade)
 
     migrate(latest())
+    # The log's first round: the chain is verified and taken in, then what is due.
+    ledger_rows_seal(now=timezone.now() + timedelta(minutes=5))
 
     assert list(AuditSeal.objects.order_by("sequence").values_list("version")) == [
         (1,),
@@ -124,18 +130,40 @@ def test_seals_made_before_the_upgrade_keep_verifying_and_sealing_goes_on(
     report = audit_trail_verify()
     assert report.ok, report
     assert (report.legacy_seals, report.rows_checked) == (2, 5)
+    # The chain's rows in its order, each seal after its rows, then the purges it had made,
+    # then the entry that retires it; then what no seal held (the replay, the purges'
+    # records).
+    seals = list(AuditSeal.objects.order_by("sequence").values_list("pk", flat=True))
+    logged = list(LogLeaf.objects.order_by("index").values_list("kind", "record_id"))
+    assert logged[:10] == [
+        *[("inbox_event", pk) for pk in pks[:3]],
+        ("audit_seal", seals[0]),
+        *[("inbox_event", pk) for pk in pks[3:]],
+        ("audit_seal", seals[1]),
+        ("body_purge", pks[0]),
+        ("body_purge", pks[1]),
+        ("audit_chain_retired", 2),
+    ]
+    retired = leaf_decode(LogLeaf.objects.get(kind="audit_chain_retired").leaf)
+    assert (retired["seals"], retired["verified"], retired["rows_checked"]) == (
+        2,
+        True,
+        5,
+    )
+    assert retired["head_hash"] == AuditSeal.objects.get(sequence=2).seal_hash
+    assert sorted(kind for kind, _ in logged[10:]) == ["operator_action"] * 3
 
     newer = InboxEventFactory(received_at=timezone.now() - timedelta(minutes=10))
-    [seal] = inbox_rows_seal(now=timezone.now() + timedelta(minutes=5))
-    assert seal.version == 2
-    assert seal.previous_hash == AuditSeal.objects.get(sequence=2).seal_hash
-    assert (seal.row_count, seal.action_count) == (1, 3)  # one replay, two purges
+    appended = ledger_rows_seal(now=timezone.now() + timedelta(minutes=5))
+    assert appended.appended == {"inbox_event": 1}
+    assert AuditSeal.objects.count() == 2  # retired: no seal is made any more
+    assert LogLeaf.objects.filter(kind="inbox_event", record_id=newer.pk).exists()
     report = audit_trail_verify()
     assert report.ok, report
-    assert (report.rows_checked, report.actions_checked) == (6, 3)
+    assert log_verify().ok
 
     # Rows sealed before the upgrade are still checked: by their sealed payload hash and
-    # received time, and their bodies against the payload hash.
+    # received time, and their bodies against the payload hash; and by the log.
     sql(
         f"UPDATE {InboxEvent._meta.db_table} SET payload_hash = %s WHERE id = %s",  # noqa: S608
         ["f" * 64, pks[2]],
@@ -146,7 +174,11 @@ def test_seals_made_before_the_upgrade_keep_verifying_and_sealing_goes_on(
     )
     err = verify_fails(capsys)
     assert f"ALTERED inbox event {pks[2]}: sealed fields changed" in err
-    assert f"ALTERED inbox event {pks[3]}: body does not match its payload hash" in err
+    assert (
+        f"ALTERED inbox event {pks[3]}: body does not match its payload hash "
+        "(HMAC chain)"
+    ) in err
+    assert "fields changed since it was logged: payload_hash" in err
     assert newer.pk not in audit_trail_verify().altered_rows
 
 
@@ -155,6 +187,7 @@ def test_an_old_seal_recomputed_the_old_unkeyed_way_after_the_upgrade_is_caught(
 ):
     pks = fill_as_before_the_upgrade(before_the_upgrade)
     migrate(latest())
+    ledger_rows_seal()
     assert audit_trail_verify().ok
 
     # The attacker changes a row sealed in seal #2 and recomputes that seal as the old code
@@ -222,7 +255,12 @@ def test_an_old_chain_that_was_already_broken_stays_broken_after_the_upgrade(
     )
 
     migrate(latest())
+    ledger_rows_seal()
 
     report = audit_trail_verify()
     assert [b.split(":")[0] for b in report.broken_seals] == ["seal #1"]
     assert "AUDIT_SEAL_KEY" in report.broken_seals[0]
+    # The log took the chain in with what its verification found, once and for good.
+    retired = leaf_decode(LogLeaf.objects.get(kind="audit_chain_retired").leaf)
+    assert retired["verified"] is False
+    assert retired["problems"][0].startswith("BROKEN seal #1:")

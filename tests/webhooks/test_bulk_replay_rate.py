@@ -17,7 +17,7 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
-from audit.services import inbox_rows_seal
+from audit.sealer import ledger_rows_seal
 from core.actors import Actor
 from tests import processes
 from tests.audit.tampering import sql, verify_fails
@@ -626,7 +626,7 @@ def test_audit_verify_names_an_altered_start_cancel_or_resume(
     bulk_replay_job_resume(
         job_id=job.pk, resumed_by=Actor.of(operator), reason="go", rate=40
     )
-    inbox_rows_seal(now=timezone.now() + timedelta(minutes=5))
+    ledger_rows_seal(now=timezone.now() + timedelta(minutes=5))
     call_command("audit_verify")
     assert "audit trail OK" in capsys.readouterr().out
 

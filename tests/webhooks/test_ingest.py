@@ -352,6 +352,40 @@ def test_rotation_old_secret_valid_during_grace_then_refused(http, source):
     assert response.status_code == 202
 
 
+def test_each_event_records_which_secret_verified_it_never_the_secret(http, source):
+    """By its fingerprint (``WebhookSecret.fingerprint``), also during a rotation's grace
+    period, when two secrets verify: what an evidence bundle names."""
+    old = WebhookSecret.objects.get(source=source)
+    before = research_event(event_id="evt-before")
+    assert post_signed(http, before, event_id="evt-before").status_code == 202
+    webhook_source_rotate(
+        source=source,
+        secret="the-new-secret-of-the-source",
+        grace_seconds=3600,
+        actor=Actor.system(),
+    )
+    new = WebhookSecret.objects.get(source=source, expires_at__isnull=True)
+    by_old = research_event(event_id="evt-old")
+    by_new = research_event(event_id="evt-new")
+    assert post_signed(http, by_old, event_id="evt-old").status_code == 202
+    assert (
+        post_signed(
+            http, by_new, event_id="evt-new", secret="the-new-secret-of-the-source"
+        ).status_code
+        == 202
+    )
+
+    recorded = dict(InboxEvent.objects.values_list("event_id", "secret_fingerprint"))
+
+    assert recorded == {
+        "evt-before": old.fingerprint,
+        "evt-old": old.fingerprint,
+        "evt-new": new.fingerprint,
+    }
+    assert len(old.fingerprint) == 16 and old.fingerprint != new.fingerprint
+    assert HMAC_SECRET not in str(recorded) and HMAC_SECRET[:16] != old.fingerprint
+
+
 def test_rotation_with_zero_grace_refuses_the_old_secret_at_once(http, source):
     webhook_source_rotate(
         source=source,

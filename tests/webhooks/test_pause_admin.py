@@ -8,8 +8,8 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
+from audit.sealer import ledger_rows_seal
 from audit.selectors import dashboard_figures
-from audit.services import inbox_rows_seal
 from core.actors import Actor
 from tests.audit.tampering import sql, verify_fails
 from tests.console import admin_action
@@ -197,7 +197,7 @@ def test_audit_verify_names_an_altered_pause_or_resume_action(capsys, operator):
         source=source, reason="down", actor=Actor.of(operator)
     )
     resumed = webhook_source_resume(source=source, rate=3, actor=Actor.of(operator))
-    inbox_rows_seal(now=timezone.now() + timedelta(minutes=5))
+    ledger_rows_seal(now=timezone.now() + timedelta(minutes=5))
     table = OperatorAction._meta.db_table
     sql(
         f"UPDATE {table} SET details = jsonb_set(details, '{{source}}', '\"other\"')"  # noqa: S608

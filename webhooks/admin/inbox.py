@@ -12,6 +12,8 @@ from django.utils.safestring import mark_safe
 
 from core.actors import Actor
 from core.admin_base import (
+    EvidenceAdminMixin,
+    LogEntryAdminMixin,
     ReadOnlyAdminMixin,
     ReadOnlyInlineMixin,
     admin_link,
@@ -48,7 +50,7 @@ class EventTypeFilter(admin.SimpleListFilter):
         return queryset
 
 
-class InboxAttemptInline(ReadOnlyInlineMixin, admin.TabularInline):
+class InboxAttemptInline(LogEntryAdminMixin, ReadOnlyInlineMixin, admin.TabularInline):
     model = InboxAttempt
     fields = (
         "number",
@@ -58,6 +60,7 @@ class InboxAttemptInline(ReadOnlyInlineMixin, admin.TabularInline):
         "resulting_status",
         "error",
         "worker",
+        "log_entry",
     )
     readonly_fields = fields
     ordering = ("started_at", "pk")
@@ -65,7 +68,10 @@ class InboxAttemptInline(ReadOnlyInlineMixin, admin.TabularInline):
 
 
 @admin.register(InboxEvent)
-class InboxEventAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+class InboxEventAdmin(
+    ReadOnlyAdminMixin, LogEntryAdminMixin, EvidenceAdminMixin, admin.ModelAdmin
+):
+    evidence_subject = "inbox_event"
     list_display: tuple[str, ...] = (
         "event_id",
         "status",
@@ -78,6 +84,7 @@ class InboxEventAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         "received_at",
         "processed_at",
         "latency",
+        "log_entry",
     )
     list_filter: ClassVar[tuple[Any, ...]] = (
         "processing_status",
@@ -136,6 +143,7 @@ class InboxEventAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
                     "content_fingerprint",
                     "body_key",
                     "signature_valid",
+                    "secret_fingerprint",
                     "remote_addr",
                     "headers_pretty",
                     "body_purged_at",
@@ -143,6 +151,7 @@ class InboxEventAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
                 )
             },
         ),
+        ("Verifiable log", {"fields": ("log_entry", "evidence")}),
     )
     # Every field shown is read-only: the detail page is a record, not a form.
     readonly_fields = fieldset_fields(fieldsets)

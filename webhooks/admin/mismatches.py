@@ -9,6 +9,7 @@ from django.utils.safestring import mark_safe
 
 from core.actors import Actor
 from core.admin_base import (
+    LogEntryAdminMixin,
     ReadOnlyAdminMixin,
     admin_link,
     confirm_with_reason,
@@ -25,7 +26,9 @@ from ..selectors import inbox_event_body
 
 
 @admin.register(FingerprintMismatch)
-class FingerprintMismatchAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+class FingerprintMismatchAdmin(
+    ReadOnlyAdminMixin, LogEntryAdminMixin, admin.ModelAdmin
+):
     list_display = (
         "__str__",
         "event_link",
@@ -35,6 +38,7 @@ class FingerprintMismatchAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         "remote_addr",
         "investigated_at",
         "investigated_by",
+        "log_entry",
     )
     list_filter = (("investigated_at", admin.EmptyFieldListFilter), "received_at")
     list_select_related = ("event", "event__source", "investigated_by")
@@ -53,6 +57,7 @@ class FingerprintMismatchAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
                     "repeat_count",
                     "last_seen_at",
                     "body_purged_at",
+                    "log_entry",
                 )
             },
         ),

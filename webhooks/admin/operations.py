@@ -11,6 +11,7 @@ from django.utils.safestring import mark_safe
 from core.actors import Actor
 from core.admin_base import (
     BoundedCountPaginator,
+    LogEntryAdminMixin,
     ReadOnlyAdminMixin,
     ReasonForm,
     confirm_with_reason,
@@ -35,7 +36,7 @@ from ..selectors import inbox_events_by_pks
 
 
 @admin.register(OperatorAction)
-class OperatorActionAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+class OperatorActionAdmin(ReadOnlyAdminMixin, LogEntryAdminMixin, admin.ModelAdmin):
     list_display = (
         "created_at",
         "action",
@@ -44,6 +45,7 @@ class OperatorActionAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         "skipped_count",
         "reason_summary",
         "bulk_job",
+        "log_entry",
     )
     list_filter = ("action", "created_at")
     search_fields = ("actor_name",)
@@ -59,6 +61,7 @@ class OperatorActionAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         "bulk_job",
         "events",
         "details",
+        "log_entry",
     )
     readonly_fields = fields
 

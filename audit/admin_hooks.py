@@ -1,0 +1,73 @@
+"""What the ledgers' admins show of the verifiable log (``core.admin_base.LogEntryAdminMixin``,
+``EvidenceAdminMixin``): each row's log index and whether the latest signed checkpoint covers
+it, and the evidence bundle of a record (docs/security.md, "The log in the admin")."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db.models import Model, OuterRef, QuerySet, Subquery
+from django.utils.html import format_html
+
+from core.admin_base import log_admin_hooks_register
+
+from .ledgers import ledger_for_model
+from .models import LogCheckpoint, LogLeaf
+
+_UNSET = object()
+
+
+class LogAdmin:
+    def entries_annotate(self, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        """``log_index`` per row (a probe of the log's unique (kind, record_id) index) and
+        ``log_checkpoint_size``, the latest checkpoint's (computed once per query)."""
+        ledger = ledger_for_model(queryset.model)
+        if ledger is None:
+            return queryset
+        return queryset.annotate(
+            log_index=Subquery(
+                LogLeaf.objects.filter(
+                    kind=ledger.kind, record_id=OuterRef("pk")
+                ).values("index")[:1]
+            ),
+            log_checkpoint_size=Subquery(
+                LogCheckpoint.objects.order_by("-tree_size").values("tree_size")[:1]
+            ),
+        )
+
+    def entry_html(self, obj: Model) -> str:
+        index = getattr(obj, "log_index", _UNSET)
+        size = getattr(obj, "log_checkpoint_size", _UNSET)
+        if index is _UNSET or size is _UNSET:
+            ledger = ledger_for_model(type(obj))
+            if ledger is None:
+                return "-"
+            index = (
+                LogLeaf.objects.filter(kind=ledger.kind, record_id=obj.pk)
+                .values_list("index", flat=True)
+                .first()
+            )
+            size = (
+                LogCheckpoint.objects.order_by("-tree_size")
+                .values_list("tree_size", flat=True)
+                .first()
+            )
+        if index is None:
+            return "not in the log yet"
+        if isinstance(size, int) and isinstance(index, int) and index < size:
+            return format_html(
+                "#{} <span title='covered by the checkpoint of size {}'>"
+                "(in the latest checkpoint)</span>",
+                index,
+                size,
+            )
+        return format_html("#{} (not in a checkpoint yet)", index)
+
+    def evidence(self, *, subject: str, pk: int) -> dict[str, Any]:
+        from .stories import evidence_bundle
+
+        return evidence_bundle(subject=subject, pk=pk)
+
+
+def admin_hooks_register() -> None:
+    log_admin_hooks_register(LogAdmin())
