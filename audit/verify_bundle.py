@@ -16,11 +16,12 @@ What is checked, each failure named: the checkpoint's signature by the key given
 key the bundle names: that one must merely agree), every entry's leaf (canonical JSON with a
 kind and an id) and its inclusion proof against the checkpoint's root and size, every body
 against the hash it is filed under, and what the checks registered for an entry's kind
-(``LEAF_CHECKS``) say: an inbox event's body is in the bundle (or an entry says it was
-purged), a revision's event is the inbox event it names, with the same event id, entity and
-content hash as that event's body... Records of the story that the checkpoint does not cover
-yet are listed under ``"unproven"``: reported as such (``UNPROVEN``), never counted as
-verified. Exits 0 when everything given as proven holds, 1 otherwise."""
+(``LEAF_CHECKS``) say: an inbox event's body and a mismatch's conflicting body are in the
+bundle (or an entry says it was purged), a revision's event is the inbox event it names,
+with the same event id, entity and content hash as that event's body... Records of the
+story that the checkpoint does not cover yet are listed under ``"unproven"``: reported as
+such (``UNPROVEN``), never counted as verified. Exits 0 when everything given as proven
+holds, 1 otherwise."""
 
 from __future__ import annotations
 
@@ -153,26 +154,52 @@ def revision_check(leaf: Mapping[str, Any], context: BundleContext) -> list[str]
     return problems
 
 
-def purge_check(leaf: Mapping[str, Any], context: BundleContext) -> list[str]:
-    """A body's purge: of an inbox event of the bundle, and, when the purge's operator action
-    is in the bundle too, recorded there for this event with the same stamp."""
-    problems = refers_check("id", "inbox_event")(leaf, context)
-    if not isinstance(leaf.get("purged_at"), str):
-        problems.append("its purged_at is not a time")
-    action = context.entry("operator_action", leaf.get("operator_action_id"))
-    if action is not None:
-        details = action.get("details")
-        if (
-            action.get("action") != "purge_bodies"
-            or leaf["id"] not in (action.get("event_ids") or [])
-            or not isinstance(details, dict)
-            or details.get("purged_at") != leaf.get("purged_at")
-        ):
-            problems.append(
-                f"operator action {leaf.get('operator_action_id')} of the bundle is not "
-                "this purge"
-            )
-    return problems
+def purge_check_of(
+    *, kind: str, action_name: str, ids_of: Callable[[Mapping[str, Any]], Any]
+) -> LeafCheck:
+    """A body's purge: of a record of ``kind`` in the bundle, and, when the purge's operator
+    action is in the bundle too, an ``action_name`` action that names the record (through
+    ``ids_of``) with the same stamp."""
+
+    def check(leaf: Mapping[str, Any], context: BundleContext) -> list[str]:
+        problems = refers_check("id", kind)(leaf, context)
+        if not isinstance(leaf.get("purged_at"), str):
+            problems.append("its purged_at is not a time")
+        action = context.entry("operator_action", leaf.get("operator_action_id"))
+        if action is not None:
+            details = action.get("details")
+            if (
+                action.get("action") != action_name
+                or not isinstance(details, dict)
+                or not isinstance(ids_of(action), list)
+                or leaf["id"] not in ids_of(action)
+                or details.get("purged_at") != leaf.get("purged_at")
+            ):
+                problems.append(
+                    f"operator action {leaf.get('operator_action_id')} of the bundle is "
+                    "not this purge"
+                )
+        return problems
+
+    return check
+
+
+def _details(action: Mapping[str, Any]) -> Mapping[str, Any]:
+    details = action.get("details")
+    return details if isinstance(details, dict) else {}
+
+
+# An inbox body's purge, and an evidence body's.
+purge_check = purge_check_of(
+    kind="inbox_event",
+    action_name="purge_bodies",
+    ids_of=lambda action: action.get("event_ids"),
+)
+evidence_purge_check = purge_check_of(
+    kind="fingerprint_mismatch",
+    action_name="purge_evidence_bodies",
+    ids_of=lambda action: _details(action).get("mismatch_ids"),
+)
 
 
 def job_check(leaf: Mapping[str, Any], context: BundleContext) -> list[str]:
@@ -190,7 +217,9 @@ LEAF_CHECKS: dict[str, list[LeafCheck]] = {
         body_field_check("payload_hash", required=True, purge_kind="body_purge")
     ],
     "fingerprint_mismatch": [
-        body_field_check("conflicting_payload_hash", required=True),
+        body_field_check(
+            "conflicting_payload_hash", required=True, purge_kind="evidence_purge"
+        ),
         refers_check("inbox_event_id", "inbox_event"),
     ],
     "inbox_attempt": [refers_check("inbox_event_id", "inbox_event")],
@@ -199,6 +228,7 @@ LEAF_CHECKS: dict[str, list[LeafCheck]] = {
         revision_check,
     ],
     "body_purge": [purge_check],
+    "evidence_purge": [evidence_purge_check],
     "job_transition": [job_check],
     "status_sync": [job_check],
 }

@@ -21,7 +21,7 @@ from audit import verify_bundle
 from audit.checkpoints import checkpoint_make, log_verifier_key
 from audit.stories import evidence_bundle
 from core.actors import Actor
-from webhooks.models import InboxEvent, OperatorAction
+from webhooks.models import FingerprintMismatch, InboxEvent, OperatorAction
 from webhooks.replay import inbox_events_replay
 
 from .ledger_rows import every_ledger, seal_all
@@ -163,6 +163,37 @@ def test_a_purged_body_is_accounted_for_by_its_purge_entry(trail, capsys):
     failures = verified(without).failures
     assert any(
         "the body its payload_hash names is not in the bundle" in f for f in failures
+    )
+
+
+def test_a_purged_evidence_body_is_accounted_for_by_its_purge_entry(trail, capsys):
+    InboxEvent.objects.filter(pk=trail.event.pk).update(
+        received_at=timezone.now() - timedelta(days=40)
+    )
+    FingerprintMismatch.objects.filter(event=trail.event).update(
+        last_seen_at=timezone.now() - timedelta(days=40)
+    )
+    call_command("purge_inbox", "--older-than", "30")
+    seal_all()  # the purges' operator actions
+    checkpoint_make()
+    bundle = evidence_bundle(subject="inbox_event", pk=trail.event.pk)
+    assert kinds(bundle)["body_purge"] == 1
+    assert kinds(bundle)["evidence_purge"] == 1
+    actions = [
+        json.loads(e["leaf"])["action"]
+        for e in bundle["entries"]
+        if '"kind":"operator_action"' in e["leaf"]
+    ]
+    assert "purge_evidence_bodies" in actions
+    assert bundle["bodies"] == {}  # both bodies are gone, both purges say so
+    assert verified(bundle).ok, verified(bundle).failures
+
+    purge = next(e for e in bundle["entries"] if '"kind":"evidence_purge"' in e["leaf"])
+    without = copy.deepcopy(bundle)
+    without["entries"].remove(purge)
+    assert any(
+        "the body its conflicting_payload_hash names is not in the bundle" in f
+        for f in verified(without).failures
     )
 
 

@@ -19,7 +19,7 @@ from audit.models import LogLeaf
 from audit.note import checkpoint_text, key_generate, note_sign, signer_parse
 from audit.verification import KeptCheckpoint, log_verify
 from tests.webhooks.factories import InboxEventFactory
-from webhooks.models import InboxEvent
+from webhooks.models import FingerprintMismatch, InboxEvent
 
 from .ledger_rows import every_ledger, seal_all
 from .tampering import sql, verify_fails
@@ -133,6 +133,48 @@ def test_a_real_purge_passes_and_a_purge_entry_whose_records_changed_is_named(
         "action" in "\n".join(problems)
     )
     assert any("body missing outside any logged purge" in p for p in problems)
+
+
+def test_an_evidence_purge_excuses_the_missing_body_a_forged_one_does_not(trail):
+    mismatch = trail.event.mismatches.get()
+    FingerprintMismatch.objects.filter(pk=mismatch.pk).update(
+        last_seen_at=timezone.now() - timedelta(days=40)
+    )
+    call_command("purge_inbox", "--older-than", "30")
+    purge = LogLeaf.objects.get(kind="evidence_purge")
+    assert purge.record_id == mismatch.pk
+    mismatch.refresh_from_db()
+    assert mismatch.raw_body is None and mismatch.body_purged_at is not None
+    assert log_verify().problems == []
+
+    # A purge stamp rewritten afterwards is no longer the one the log holds.
+    sql(
+        "UPDATE webhooks_fingerprintmismatch SET body_purged_at = body_purged_at "
+        "- interval '1 day' WHERE id = %s",
+        [mismatch.pk],
+    )
+    problems = log_verify().problems
+    index = LogLeaf.objects.get(kind="fingerprint_mismatch").index
+    assert problems == [
+        f"ALTERED evidence purge {mismatch.pk} (log index {purge.index}): the row no "
+        "longer carries the stamp of the purge the log recorded",
+        f"ALTERED fingerprint mismatch {mismatch.pk} (log index {index}): "
+        "body missing outside any logged purge",
+    ]
+
+
+def test_evidence_dropped_without_a_purge_is_named(trail):
+    mismatch = trail.event.mismatches.get()
+    sql(
+        "UPDATE webhooks_fingerprintmismatch SET raw_body = NULL, body_purged_at = now() "
+        "WHERE id = %s",
+        [mismatch.pk],
+    )
+    index = LogLeaf.objects.get(kind="fingerprint_mismatch").index
+    assert log_verify().problems == [
+        f"ALTERED fingerprint mismatch {mismatch.pk} (log index {index}): "
+        "body missing outside any logged purge"
+    ]
 
 
 def test_rows_due_and_not_in_the_log_are_named_young_ones_are_not(trail, settings):
