@@ -119,11 +119,14 @@ def job_status_set(
     A job that is, or is reported, ``running`` holds a lease of
     ``DEPLOY_RUNNING_LEASE_SECONDS`` from now (each running report renews it; it never
     shrinks): if neither its worker nor its reporter says more by then, the sweep fails it.
-    Its key's progress deadline is that lease."""
+    Its key's progress deadline is that lease.
+
+    ``detail`` is the reason of the latest transition (``""`` when it gave none); a report
+    that changes nothing keeps the reason of the change it repeats unless it gives one."""
     previous = job.status
     job.status = status
     job.status_changed_at = at
-    if detail:
+    if detail or previous != status:
         job.detail = detail
     update_fields = ["status", "status_changed_at", "detail", "updated_at"]
     if status == JobStatus.RUNNING:

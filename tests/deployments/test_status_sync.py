@@ -179,3 +179,29 @@ def test_a_report_from_the_future_is_422(api, deployment):
     assert "reported_at" in response.json()["details"]
     deployment.refresh_from_db()
     assert deployment.status == "queued"
+
+
+def detail_of(api, deployment) -> str:
+    return api.get(f"/api/deployments/{deployment.public_id}/").json()["detail"]
+
+
+def test_the_job_answers_the_reason_of_its_latest_transition(api, deployment):
+    """``detail``: "" while nothing has happened, then the reason the latest transition
+    gave, "" again when the latest one gave none."""
+    assert detail_of(api, deployment) == ""
+    now = timezone.now()
+    failed = {
+        "deployment_id": deployment.public_id,
+        "status": "failed",
+        "reported_at": (now + timedelta(seconds=1)).isoformat(),
+        "detail": "smoke tests failed",
+    }
+    assert post(api, "/api/status-sync/", failed, "d1").status_code == 201
+    assert detail_of(api, deployment) == "smoke tests failed"
+    succeeded = {
+        "deployment_id": deployment.public_id,
+        "status": "succeeded",
+        "reported_at": (now + timedelta(seconds=2)).isoformat(),
+    }
+    assert post(api, "/api/status-sync/", succeeded, "d2").status_code == 201
+    assert detail_of(api, deployment) == ""
