@@ -721,6 +721,62 @@ class StatusReportOutcome:
     applied: bool
 
 
+FULL_SHA_LENGTH = 40
+
+
+def _status_target(
+    *,
+    repository: str,
+    environment: str,
+    sha: str,
+    github_deployment_id: int | None,
+    job_id_in_payload: str,
+    client_id: int | None,
+) -> Deployment | None:
+    """The deployment a GitHub status is about, locked (``deployment_status_report_apply``)."""
+    candidates = Deployment.objects.select_for_update()
+    if client_id is not None:
+        candidates = candidates.filter(client_id=client_id)
+    if github_deployment_id is not None:
+        exact = (
+            candidates.filter(
+                github_deployment_id=github_deployment_id, repository=repository
+            )
+            .order_by("-id")
+            .first()
+        )
+        if exact is not None:
+            return exact
+    if job_id_in_payload:
+        named = candidates.filter(
+            public_id=job_id_in_payload,
+            repository=repository,
+            environment=environment,
+        ).first()
+        if named is not None and named.github_deployment_id in (
+            None,
+            github_deployment_id,
+        ):
+            return named
+    # A deployment made elsewhere (not one of ours on GitHub): by repository, environment
+    # and commit. A short commit_sha matches a full sha it starts with only while no other
+    # full commit was matched to it (``github_commit_sha``).
+    elsewhere = candidates.filter(
+        repository=repository,
+        environment=environment,
+        github_deployment_id__isnull=True,
+    )
+    if len(sha) == FULL_SHA_LENGTH:
+        elsewhere = elsewhere.alias(
+            github_sha=Value(sha, output_field=CharField())
+        ).filter(
+            github_sha__startswith=F("commit_sha"), github_commit_sha__in=["", sha]
+        )
+    else:
+        elsewhere = elsewhere.filter(commit_sha=sha)
+    return elsewhere.order_by("-id").first()
+
+
 def deployment_status_report_apply(
     *,
     repository: str,
@@ -731,23 +787,49 @@ def deployment_status_report_apply(
     reported_at: datetime,
     actor: str,
     detail: str = "",
+    github_deployment_id: int | None = None,
+    job_id_in_payload: str = "",
+    client_id: int | None = None,
 ) -> StatusReportOutcome:
-    """A deployment status reported by GitHub: applies, under ``report_applies``, to the most
-    recent deployment of ``repository`` to ``environment`` whose commit ``sha`` starts with.
-    Locks that deployment until the caller's transaction ends."""
-    deployment = (
-        Deployment.objects.select_for_update()
-        .alias(github_sha=Value(sha, output_field=CharField()))
-        .filter(
-            repository=repository,
-            environment=environment,
-            github_sha__startswith=F("commit_sha"),
-        )
-        .order_by("-id")
-        .first()
+    """A deployment status reported by GitHub (docs/architecture.md, "GitHub"), applied under
+    ``report_applies`` to the deployment it is about, locked until the caller's transaction
+    ends:
+
+    1. the deployment that holds GitHub's deployment id (the ``github`` executor recorded
+       it), of the same repository;
+    2. else the deployment our id in the GitHub deployment's payload names (same repository
+       and environment), which then holds GitHub's id;
+    3. else, of the deployments holding no GitHub id (made elsewhere), the most recent of
+       ``repository`` to ``environment`` whose commit is ``sha``: a short ``commit_sha``
+       matches the first full commit that a status names, and that commit only.
+
+    ``client_id`` (the source's bound API client) limits all three to that client's
+    deployments; without it any client's may match (a single tenant). A ``reported_at``
+    further ahead than ``WEBHOOK_TIMESTAMP_TOLERANCE_SECONDS`` counts as now plus that, so
+    that a clock (or a payload) in the future cannot block the reports after it."""
+    horizon = timezone.now() + timedelta(
+        seconds=settings.WEBHOOK_TIMESTAMP_TOLERANCE_SECONDS
+    )
+    reported_at = min(reported_at, horizon)
+    deployment = _status_target(
+        repository=repository,
+        environment=environment,
+        sha=sha,
+        github_deployment_id=github_deployment_id,
+        job_id_in_payload=job_id_in_payload,
+        client_id=client_id,
     )
     if deployment is None:
         return StatusReportOutcome(deployment=None, applied=False)
+    fields = []
+    if github_deployment_id is not None and deployment.github_deployment_id is None:
+        deployment.github_deployment_id = github_deployment_id
+        fields.append("github_deployment_id")
+    if len(sha) == FULL_SHA_LENGTH and not deployment.github_commit_sha:
+        deployment.github_commit_sha = sha
+        fields.append("github_commit_sha")
+    if fields:
+        deployment.save(update_fields=fields)
     if not report_applies(
         job=deployment, status=status, at=reported_at, github_status_id=github_status_id
     ):

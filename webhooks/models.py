@@ -8,7 +8,7 @@ from django.db import models
 from django.db.models import F, Q
 from django.utils import timezone
 
-from core.models import AppendOnlyModel
+from core.models import ApiClient, AppendOnlyModel
 
 from .integrations import integration_choices
 from .pacing import finish_estimate, measured_rate, pace_for
@@ -47,6 +47,20 @@ class WebhookSource(models.Model):
         help_text=(
             "Alert when no new event arrived from this source for longer than this. "
             "Empty: never alert. At least 60."
+        ),
+    )
+    # A GitHub source bound to an API client moves that client's deployments only; unbound, it
+    # moves any client's (one tenant: docs/security.md, "GitHub statuses and API clients").
+    client = models.ForeignKey(
+        ApiClient,
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="+",
+        verbose_name="API client",
+        help_text=(
+            "GitHub sources: the API client whose deployments this source's statuses may "
+            "move. Empty: any client's (a single tenant)."
         ),
     )
     created_at = models.DateTimeField(auto_now_add=True)
@@ -457,6 +471,10 @@ class OperatorAction(AppendOnlyModel):
         RESUME_BULK_REPLAY = "resume_bulk_replay"
         PAUSE_SOURCE = "pause_source"
         RESUME_SOURCE = "resume_source"
+        SET_SOURCE_CLIENT = "set_source_client"
+        CREATE_DEPLOY_TARGET = "create_deploy_target"
+        CHANGE_DEPLOY_TARGET = "change_deploy_target"
+        TEST_DEPLOY_TARGET = "test_deploy_target"
 
     action = models.CharField(max_length=32, choices=Action.choices)
     actor = models.ForeignKey(

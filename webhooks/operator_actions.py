@@ -76,6 +76,34 @@ class ResumeSourceDetails(_HeldDetails):
     pause_reason: str
 
 
+class SetSourceClientDetails(TypedDict):
+    """The API client a GitHub source may move the deployments of (``None``: any)."""
+
+    source: str
+    source_id: int
+    client_before: str | None
+    client_after: str | None
+
+
+class DeployTargetDetails(TypedDict):
+    """``create_deploy_target`` and ``change_deploy_target``: the target's settings before
+    (``{}`` for a new one) and after, its secret as a fingerprint only."""
+
+    target: str
+    target_id: int
+    before: dict[str, Any]
+    after: dict[str, Any]
+
+
+class TestDeployTargetDetails(TypedDict):
+    """A test message sent to a target (recorded before it leaves)."""
+
+    target: str
+    target_id: int
+    executor: str
+    url: str
+
+
 Action = OperatorAction.Action
 
 DETAILS_SHAPES: dict[str, type] = {
@@ -89,6 +117,10 @@ DETAILS_SHAPES: dict[str, type] = {
     Action.RESUME_BULK_REPLAY: ResumeBulkReplayDetails,
     Action.PAUSE_SOURCE: PauseSourceDetails,
     Action.RESUME_SOURCE: ResumeSourceDetails,
+    Action.SET_SOURCE_CLIENT: SetSourceClientDetails,
+    Action.CREATE_DEPLOY_TARGET: DeployTargetDetails,
+    Action.CHANGE_DEPLOY_TARGET: DeployTargetDetails,
+    Action.TEST_DEPLOY_TARGET: TestDeployTargetDetails,
 }
 
 

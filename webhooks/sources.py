@@ -13,9 +13,14 @@ from django.utils import timezone
 from django.views.decorators.debug import sensitive_variables
 
 from core.actors import Actor
+from core.models import ApiClient
 
 from .models import OperatorAction, WebhookSecret, WebhookSource
-from .operator_actions import RotateSecretDetails, operator_action_record
+from .operator_actions import (
+    RotateSecretDetails,
+    SetSourceClientDetails,
+    operator_action_record,
+)
 from .schemes import scheme_get
 from .selectors import webhook_source_snapshot_forget
 
@@ -37,13 +42,19 @@ def _snapshot_forget(slug: str) -> None:
 @sensitive_variables()
 @transaction.atomic
 def webhook_source_create(
-    *, slug: str, scheme: str, handler: str, secret: str | None = None
+    *,
+    slug: str,
+    scheme: str,
+    handler: str,
+    secret: str | None = None,
+    client: ApiClient | None = None,
 ) -> tuple[WebhookSource, str]:
-    """Creates a source with one secret; returns the source and the secret (not shown again)."""
+    """Creates a source with one secret; returns the source and the secret (not shown again).
+    ``client`` binds a GitHub source to the API client whose deployments it may move."""
     signer = scheme_get(scheme)
     secret = secret or signer.secret_generate()
     signer.secret_validate(secret)
-    source = WebhookSource(slug=slug, scheme=scheme, handler=handler)
+    source = WebhookSource(slug=slug, scheme=scheme, handler=handler, client=client)
     source.full_clean(validate_constraints=False)
     source.save()
     WebhookSecret.objects.create(source=source, secret=secret)
@@ -118,3 +129,37 @@ def webhook_source_expected_interval_set(
         "webhook_source.expected_interval_set",
         extra={"source": source.slug, "expected_delivery_interval_seconds": seconds},
     )
+
+
+@transaction.atomic
+def webhook_source_client_set(
+    *, source: WebhookSource, client: ApiClient | None, actor: Actor, reason: str = ""
+) -> bool:
+    """Binds a source to the API client whose deployments its GitHub statuses may move
+    (``None``: any client's), as an operator action. Returns whether it changed (an
+    unchanged binding records nothing). Under the source's row lock: two changes at once
+    record what each found before."""
+    locked = WebhookSource.objects.select_for_update().get(pk=source.pk)
+    before = locked.client
+    if (before.pk if before else None) == (client.pk if client else None):
+        return False
+    WebhookSource.objects.filter(pk=source.pk).update(
+        client=client, updated_at=timezone.now()
+    )
+    source.client = client
+    operator_action_record(
+        action=OperatorAction.Action.SET_SOURCE_CLIENT,
+        actor=actor,
+        reason=reason,
+        details=SetSourceClientDetails(
+            source=source.slug,
+            source_id=source.pk,
+            client_before=before.name if before else None,
+            client_after=client.name if client else None,
+        ),
+    )
+    logger.info(
+        "webhook_source.client_set",
+        extra={"source": source.slug, "client": client.name if client else None},
+    )
+    return True

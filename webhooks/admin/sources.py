@@ -22,6 +22,7 @@ from ..pausing import webhook_source_pause, webhook_source_resume
 from ..selectors import webhook_source_held_count, webhook_source_list
 from ..sources import (
     DEFAULT_GRACE_SECONDS,
+    webhook_source_client_set,
     webhook_source_expected_interval_set,
     webhook_source_rotate,
 )
@@ -77,6 +78,9 @@ class PausedListFilter(admin.SimpleListFilter):
         return queryset
 
 
+_EDITABLE_FIELDS = ("expected_delivery_interval_seconds", "client")
+
+
 @admin.register(WebhookSource)
 class WebhookSourceAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     # The secrets are never listed, counted only.
@@ -103,6 +107,7 @@ class WebhookSourceAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         "timestamp_tolerance_seconds",
         "is_enabled",
         "expected_delivery_interval_seconds",
+        "client",
         "secret_count",
         "paused_since",
         "paused_by",
@@ -113,11 +118,10 @@ class WebhookSourceAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         "updated_at",
     )
     # The expected delivery interval (what the "no delivery" alert compares with, see
-    # docs/runbook.md) is the one field an operator edits here; the rest changes through
-    # manage.py webhook_source and the actions.
-    readonly_fields = tuple(
-        name for name in fields if name != "expected_delivery_interval_seconds"
-    )
+    # docs/runbook.md) and the API client a GitHub source is bound to are the fields an
+    # operator edits here; the rest changes through manage.py webhook_source and the
+    # actions.
+    readonly_fields = tuple(name for name in fields if name not in _EDITABLE_FIELDS)
     actions = ["rotate_secret", "pause_selected", "resume_selected"]
 
     def get_queryset(self, request):
@@ -131,6 +135,14 @@ class WebhookSourceAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
             source=obj,
             seconds=form.cleaned_data["expected_delivery_interval_seconds"],
         )
+        if "client" in form.changed_data:
+            # Which client's deployments the source may move: an operator action.
+            webhook_source_client_set(
+                source=obj,
+                client=form.cleaned_data["client"],
+                actor=Actor.of(request.user),
+                reason="changed in the admin",
+            )
 
     @admin.display(description="secrets", ordering="secret_count")
     def secret_count(self, obj):

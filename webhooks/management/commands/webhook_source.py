@@ -6,6 +6,7 @@ from django.db import IntegrityError
 
 from core.actors import Actor
 from core.errors import InvalidPayload, ServiceError
+from core.models import ApiClient
 from webhooks.errors import SourceAlreadyPaused
 from webhooks.integrations import integration_names
 from webhooks.models import WebhookSource
@@ -52,6 +53,11 @@ class Command(BaseCommand):
         create.add_argument("--handler", choices=integration_names(), required=True)
         create.add_argument(
             "--secret", help="use this secret instead of a generated one"
+        )
+        create.add_argument(
+            "--client",
+            help="a GitHub source: the API client whose deployments its statuses may "
+            "move (default: any client's)",
         )
         rotate = sub.add_parser(
             "rotate", help="add a new secret; the old one stays valid"
@@ -108,19 +114,29 @@ class Command(BaseCommand):
             raise CommandError(f"no webhook source {slug!r}")
         return source
 
-    def _create(self, *, slug, scheme, handler, secret, **options):
+    def _create(self, *, slug, scheme, handler, secret, client=None, **options):
         generated = secret is None
+        api_client = None
+        if client is not None:
+            api_client = ApiClient.objects.filter(name=client).first()
+            if api_client is None:
+                raise CommandError(f"no API client {client!r}")
         try:
             source, secret = webhook_source_create(
-                slug=slug, scheme=scheme, handler=handler, secret=secret
+                slug=slug,
+                scheme=scheme,
+                handler=handler,
+                secret=secret,
+                client=api_client,
             )
         except IntegrityError as exc:
             raise CommandError(f"a webhook source {slug!r} already exists") from exc
         except ValidationError as exc:
             raise CommandError(f"invalid: {exc.message_dict}") from exc
+        bound = f", client {api_client.name}" if api_client else ""
         self.stdout.write(
             f"created webhook source {source.slug!r} "
-            f"(scheme {source.scheme}, handler {source.handler})"
+            f"(scheme {source.scheme}, handler {source.handler}{bound})"
         )
         if generated:
             self.stdout.write("secret (shown once, store it now):")
