@@ -2,7 +2,8 @@ from django.contrib import admin
 
 from core.admin_base import ReadOnlyAdminMixin, ReadOnlyInlineMixin
 
-from .models import Build, Deployment, JobTransition, StatusSync
+from . import target_admin  # noqa: F401 - registers the deploy targets' admin
+from .models import Build, Deployment, JobTransition, StatusSync, TriggerAttempt
 
 
 class TransitionInline(ReadOnlyInlineMixin, admin.TabularInline):
@@ -12,12 +13,35 @@ class TransitionInline(ReadOnlyInlineMixin, admin.TabularInline):
     ordering = ["at", "id"]
 
 
+class TriggerAttemptInline(ReadOnlyInlineMixin, admin.TabularInline):
+    """Each attempt to trigger the job downstream, as the worker recorded it."""
+
+    model = TriggerAttempt
+    fields = [
+        "number",
+        "started_at",
+        "finished_at",
+        "outcome",
+        "status_code",
+        "error_class",
+        "error",
+        "duration_seconds",
+        "retry_at",
+        "target_name",
+        "url",
+        "worker",
+    ]
+    readonly_fields = fields
+    ordering = ["number"]
+    verbose_name_plural = "trigger attempts"
+
+
 class JobAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     list_select_related = ["client"]
     list_filter = ["status"]
     search_fields = ["=public_id", "=idempotency_key", "=commit_sha"]
     date_hierarchy = "created_at"
-    inlines = [TransitionInline]
+    inlines = [TransitionInline, TriggerAttemptInline]
 
 
 @admin.register(Deployment)

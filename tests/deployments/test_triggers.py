@@ -450,3 +450,16 @@ def test_the_default_executors_need_no_settings(settings):
     for name in ("simulated", "external"):
         settings.DEPLOY_EXECUTOR = name
         executor_settings_check()
+
+
+def test_the_jobs_admin_page_shows_its_attempts(api, receiver, admin_client):
+    job = create(api)
+    receiver.plan(job.public_id, Fault.status(503))
+    assert run(job) == "retry_scheduled"
+    assert run_when_due(job) == "triggered"
+    page = admin_client.get(f"/admin/deployments/deployment/{job.pk}/change/")
+    assert page.status_code == 200
+    text = page.content.decode()
+    assert "trigger attempts" in text.lower()
+    assert "transient" in text and "delivered" in text
+    assert receiver.secret not in text
