@@ -22,8 +22,10 @@ import socket
 import threading
 import time
 from datetime import UTC, datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from urllib.parse import parse_qs, urlencode, urlsplit
+
+from tests.deployments.receiver import QuietServer
 
 GITHUB_TOKEN = "ghp_test_token_0123456789abcdefABCDEF"
 
@@ -43,7 +45,7 @@ class FakeGitHub:
         self.plans: dict[str, list[str]] = {}
         self.lock = threading.Lock()
         self._next_id = 9000
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
+        self.server = QuietServer(("127.0.0.1", 0), self._handler_class())
         self.server.daemon_threads = True
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 

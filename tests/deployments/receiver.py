@@ -24,9 +24,11 @@ from __future__ import annotations
 import contextlib
 import json
 import socket
+import sys
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -35,6 +37,16 @@ from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
 # A test secret (Standard Webhooks' own format: 32 random bytes, base64).
 RECEIVER_SECRET = "whsec_0snSPuSyuVpC58vLvZHhJ9zhTQStWIA3kuIC6sLEFjk="
+
+
+class QuietServer(ThreadingHTTPServer):
+    """A caller that hangs up (timed out, killed, done with a connection) is no error."""
+
+    daemon_threads = True
+
+    def handle_error(self, request, client_address):
+        if not isinstance(sys.exc_info()[1], OSError):
+            super().handle_error(request, client_address)
 
 
 @dataclass(frozen=True)
@@ -98,10 +110,12 @@ class Receiver:
         self.lock = threading.Lock()
         self.released = threading.Event()
         self.holding = threading.Event()  # set once a request is held
-        self.on_acted = (
-            None  # called with the webhook id after an act (outside the lock)
-        )
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
+        # The fault of a request whose id has no plan (None: normal service): chaos.
+        self.fault_for: Callable[[str], Fault | None] | None = None
+        # Called with the id of every verified request it takes (acted on or a duplicate),
+        # outside the lock: a CD system that then reports the job's progress.
+        self.on_taken: Callable[[str], None] | None = None
+        self.server = QuietServer(("127.0.0.1", 0), self._handler_class())
         self.server.daemon_threads = True
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
@@ -146,6 +160,8 @@ class Receiver:
         with self.lock:
             plan = self.plans.get(webhook_id) or []
             fault = plan.pop(0) if plan else None
+            if fault is None and self.fault_for is not None:
+                fault = self.fault_for(webhook_id)
             acts = (
                 verified
                 and (fault is None or fault.kind != "status")
@@ -181,8 +197,6 @@ class Receiver:
                 )
                 with receiver.lock:
                     receiver.received.append(record)
-                if acted and receiver.on_acted is not None:
-                    receiver.on_acted(webhook_id)
                 if not verified:
                     return self._answer(record, 401, {"error": "unverified"})
                 if fault is not None and fault.kind == "status":
@@ -190,6 +204,8 @@ class Receiver:
                     if fault.retry_after is not None:
                         extra["Retry-After"] = f"{fault.retry_after:g}"
                     return self._answer(record, fault.code, {"error": "fault"}, extra)
+                if receiver.on_taken is not None:
+                    receiver.on_taken(webhook_id)
                 if acted and receiver.delay:
                     time.sleep(receiver.delay)
                 if fault is not None and fault.kind == "drop":
