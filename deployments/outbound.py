@@ -131,7 +131,9 @@ def destination_check(url: str) -> None:
             infos = socket.getaddrinfo(host, parts.port or 443, type=socket.SOCK_STREAM)
         except OSError:
             return
-        addresses = {ipaddress.ip_address(info[4][0].split("%")[0]) for info in infos}
+        addresses = {
+            ipaddress.ip_address(str(info[4][0]).split("%")[0]) for info in infos
+        }
     for address in addresses:
         for network in networks:
             if address.version == network.version and address in network:

@@ -25,7 +25,6 @@ from . import metrics
 from .executors import (
     ExecutionResult,
     Executor,
-    ExecutorMode,
     RunExecutor,
     TriggerCall,
     TriggerExecutor,
@@ -275,21 +274,21 @@ def job_run(*, kind: str, public_id: str, worker: str) -> str:
                     detail=f"executor_unknown: {exc}",
                 )
                 return "failed"
-            if executor.mode == ExecutorMode.EXTERNAL:
-                _external_wait(job=job, now=now)
-                return "external"
-            if executor.mode == ExecutorMode.RUN:
-                # Running: the job's lease starts, and its key's deadline moves to it.
-                job_status_set(job=job, status=JobStatus.RUNNING, at=now, actor=worker)
-            else:
+            if isinstance(executor, TriggerExecutor):
                 opened = _trigger_attempt_open(
                     job=job, kind=kind, executor=executor, now=now, worker=worker
                 )
+            elif isinstance(executor, RunExecutor):
+                # Running: the job's lease starts, and its key's deadline moves to it.
+                job_status_set(job=job, status=JobStatus.RUNNING, at=now, actor=worker)
+            else:
+                _external_wait(job=job, now=now)
+                return "external"
         else:
             claimed = _claimed_executor(job)
-            if claimed is None or claimed.mode == ExecutorMode.RUN:
+            if claimed is None or isinstance(claimed, RunExecutor):
                 return _run_redelivered(job=job, now=now, worker=worker)
-            if claimed.mode == ExecutorMode.EXTERNAL:
+            if not isinstance(claimed, TriggerExecutor):
                 return "external"
             executor = claimed
             step = _trigger_resume(
@@ -302,7 +301,7 @@ def job_run(*, kind: str, public_id: str, worker: str) -> str:
         return _job_execute(
             kind=kind, public_id=public_id, job=job, executor=executor, worker=worker
         )
-    assert isinstance(executor, TriggerExecutor)
+    assert isinstance(executor, TriggerExecutor)  # external ones returned above
     return _trigger_attempt_make(
         kind=kind, public_id=public_id, opened=opened, executor=executor, worker=worker
     )

@@ -71,7 +71,7 @@ class DeployTargetForm(forms.ModelForm):
 
     @sensitive_variables()
     def clean(self):
-        cleaned = super().clean()
+        cleaned = super().clean() or {}
         if self.errors:
             return cleaned
         secret = cleaned.get("secret") or ""
