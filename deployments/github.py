@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import re
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 from django.conf import settings
@@ -196,6 +197,14 @@ class GitHubExecutor(TriggerExecutor):
                 .links.get("next", {})
                 .get("url")
             )
+            if url is not None and urlsplit(url)[:2] != urlsplit(endpoint)[:2]:
+                # The token goes to the API's own host only, whatever a Link header says.
+                return TriggerResult(
+                    outcome=Outcome.AMBIGUOUS,
+                    status_code=answer.status_code,
+                    url=endpoint,
+                    error="the next page of the lookup is on another host",
+                )
         return None
 
 

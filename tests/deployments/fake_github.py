@@ -38,6 +38,7 @@ class FakeGitHub:
     def __init__(self, token: str = GITHUB_TOKEN, *, reset_in: float = 1.0) -> None:
         self.token = token
         self.reset_in = reset_in
+        self.link_base = ""  # where the next page's Link points (default: here)
         self.deployments: list[dict] = []
         self.statuses: list[dict] = []
         self.deliveries: list[tuple[str, bytes]] = []  # (event type, body)
@@ -203,7 +204,8 @@ class FakeGitHub:
                 headers = {}
                 if page * per_page < len(found):
                     following = urlencode({**one, "page": page + 1})
-                    headers["Link"] = f'<{fake.url}{path}?{following}>; rel="next"'
+                    base = fake.link_base or fake.url
+                    headers["Link"] = f'<{base}{path}?{following}>; rel="next"'
                 return self._reply(200, chunk, headers)
 
             def do_POST(self):

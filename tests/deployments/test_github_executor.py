@@ -15,6 +15,7 @@ from deployments.outbox import JOBS_OUTBOX
 from deployments.services import job_run
 from tests.deployments.factories import build_body, deployment_body, idempotent_post
 from tests.deployments.fake_github import GITHUB_TOKEN, FakeGitHub
+from tests.deployments.receiver import Receiver
 from tests.integrations.github.factories import github_headers, github_source_create
 from tests.webhooks.factories import webhook_post
 from webhooks.models import InboxEvent
@@ -118,6 +119,24 @@ def test_the_lookup_reads_every_page_before_it_creates_again(api, github):
     assert run_when_due(job) == "triggered"
     assert len(github.deployments_of(job.public_id)) == 1
     assert github.calls.count(("GET", "/repos/acme/shop/deployments")) == 2
+
+
+def test_the_token_never_follows_a_next_page_to_another_host(api, github):
+    job = create(api, commit_sha=SHA)
+    github.plan(job.public_id, "lose")
+    assert run(job) == "retry_scheduled"
+    for _ in range(150):
+        github.add_deployment("acme/shop", ref=SHA, environment="production")
+    with Receiver() as elsewhere:
+        github.link_base = elsewhere.url.removesuffix("/hooks/deploy")
+        assert run_when_due(job) == "retry_scheduled"
+        assert elsewhere.received == []
+    [_, lookup] = TriggerAttempt.objects.filter(deployment=job).order_by("number")
+    assert (lookup.outcome, lookup.error) == (
+        "ambiguous",
+        "the next page of the lookup is on another host",
+    )
+    assert len(github.deployments_of(job.public_id)) == 1  # and none created again
 
 
 def test_a_refused_create_is_looked_up_then_made_once(api, github):
