@@ -16,7 +16,8 @@ ran out."""
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+import functools
+from datetime import UTC, datetime, timedelta
 
 from django.conf import settings
 from django.db import connection
@@ -88,6 +89,28 @@ def _take(querysets: dict[str, QuerySet], limit: int) -> list[Publication]:
     return publications
 
 
+# Stands for "now" in the statement ``JobOutbox.has_waiting`` builds once.
+_NOW_MARKER = datetime(2000, 1, 1, tzinfo=UTC)
+
+
+@functools.cache
+def _has_waiting_statement() -> tuple[str, list, frozenset[int]]:
+    """The probe statement of ``JobOutbox.has_waiting``, compiled from the querysets that
+    define the waiting jobs (so that the two never disagree), with the positions of its
+    time parameters. Compiling it costs more than running it: a relay polls dozens of times
+    a second when idle."""
+    probes = []
+    params: list = []
+    for model in JOB_MODELS.values():
+        for queryset in (_waiting(model), _retries_due(model, _NOW_MARKER)):
+            sql, probe_params = queryset.values("id")[:1].query.sql_with_params()
+            probes.append(f"EXISTS({sql})")
+            params.extend(probe_params)
+    marker = connection.ops.adapt_datetimefield_value(_NOW_MARKER)
+    now_at = frozenset(i for i, value in enumerate(params) if value == marker)
+    return f"SELECT {' OR '.join(probes)}", params, now_at
+
+
 class JobOutbox(Outbox):
     """Deployments and builds: each queued job is one message of its own (no flow control),
     its idempotency key as correlation id; new jobs first, then due trigger retries. The
@@ -134,17 +157,15 @@ class JobOutbox(Outbox):
 
     def has_waiting(self) -> bool:
         """Four index probes (new jobs and due retries, of each kind) in one statement,
-        outside any transaction: an idle relay takes no lock."""
-        now = timezone.now()
-        probes = []
-        params: list = []
-        for model in JOB_MODELS.values():
-            for queryset in (_waiting(model), _retries_due(model, now)):
-                sql, probe_params = queryset.values("id")[:1].query.sql_with_params()
-                probes.append(f"EXISTS({sql})")
-                params.extend(probe_params)
+        outside any transaction: an idle relay takes no lock. The statement is built once
+        per process; only the time changes."""
+        sql, params, now_at = _has_waiting_statement()
+        now = connection.ops.adapt_datetimefield_value(timezone.now())
+        bound = [
+            now if index in now_at else value for index, value in enumerate(params)
+        ]
         with connection.cursor() as cursor:
-            cursor.execute(f"SELECT {' OR '.join(probes)}", params)
+            cursor.execute(sql, bound)
             return bool(cursor.fetchone()[0])
 
     def oldest_waiting(self) -> datetime | None:

@@ -463,3 +463,19 @@ def test_the_jobs_admin_page_shows_its_attempts(api, receiver, admin_client):
     assert "trigger attempts" in text.lower()
     assert "transient" in text and "delivered" in text
     assert receiver.secret not in text
+
+
+def test_the_relays_probe_sees_new_jobs_and_due_retries_only(api, receiver):
+    """``has_waiting``, the idle relay's one statement, agrees with the claim."""
+    assert JOBS_OUTBOX.has_waiting() is False
+    job = create(api)
+    assert JOBS_OUTBOX.has_waiting() is True
+    receiver.plan(job.public_id, Fault.status(503, retry_after=1))
+    assert claimed_ids() == [job.public_id]
+    assert JOBS_OUTBOX.has_waiting() is False  # published: nothing waits
+    assert run(job) == "retry_scheduled"
+    assert JOBS_OUTBOX.has_waiting() is False  # its retry is not due yet
+    time.sleep(1.05)
+    assert JOBS_OUTBOX.has_waiting() is True
+    assert claimed_ids() == [job.public_id]
+    assert JOBS_OUTBOX.has_waiting() is False
