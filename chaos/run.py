@@ -274,6 +274,7 @@ class ChaosReceiver:
         self.receiver.fault_for = self._fault
         self.receiver.on_taken = self._report_later
         self.reports = itertools.count()
+        self.turns = itertools.count()
 
     def __enter__(self) -> ChaosReceiver:
         self.receiver.__enter__()
@@ -283,8 +284,13 @@ class ChaosReceiver:
         self.receiver.__exit__(*exc)
 
     def _fault(self, webhook_id: str) -> Fault | None:
+        """The first requests meet each fault once, in turn (so that every kind happens in
+        any run); the rest, faults at random."""
         faults, weights = zip(*TRIGGER_FAULTS, strict=True)
         with self.rng_lock:
+            turn = next(self.turns)
+            if turn < len(faults) - 1:
+                return faults[turn + 1]
             return self.rng.choices(faults, weights)[0]
 
     def _report_later(self, webhook_id: str) -> None:
