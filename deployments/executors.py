@@ -24,7 +24,7 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, ClassVar
 
@@ -65,7 +65,7 @@ class TriggerCall:
     kind: str  # deployment | build
     attempt: int
     url: str
-    secret: str
+    secret: str = field(repr=False)  # never in a repr, a log line or an error report
     look_up_first: bool = False
 
 

@@ -479,3 +479,16 @@ def test_the_relays_probe_sees_new_jobs_and_due_retries_only(api, receiver):
     assert JOBS_OUTBOX.has_waiting() is True
     assert claimed_ids() == [job.public_id]
     assert JOBS_OUTBOX.has_waiting() is False
+
+
+def test_an_attempts_call_never_shows_its_secret():
+    from deployments.executors import TriggerCall
+
+    call = TriggerCall(
+        job=None,
+        kind="deployment",
+        attempt=1,
+        url="https://ci.example/",
+        secret="whsec_x",
+    )
+    assert "whsec_x" not in repr(call)
