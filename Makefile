@@ -34,6 +34,7 @@ test: setup system-tools test-alerts
 	$(PY) scripts/check_services.py
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports --no-cache
+	$(VENV)/bin/mypy
 	$(VENV)/bin/pytest $(PYTEST_ARGS)
 
 ## The alerting rules of deploy/prometheus/: promtool checks them and runs their unit tests
@@ -47,6 +48,7 @@ test-fast: setup
 	$(PY) scripts/check_services.py
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports --no-cache
+	$(VENV)/bin/mypy
 	$(VENV)/bin/pytest -m "not slow" -n 2 $(PYTEST_ARGS)
 	@if command -v promtool >/dev/null; then \
 	  promtool check rules deploy/prometheus/alerts.yml && \

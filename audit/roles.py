@@ -31,6 +31,7 @@ OPERATOR_EXTRA_PERMISSIONS = (
     "webhooks.investigate_fingerprintmismatch",
     "webhooks.rotate_secret",
     "webhooks.pause_source",  # pause and resume a source (its events wait, then drain)
+    "webhooks.enable_source",  # disable and enable a source (a disabled one answers 404)
     # Its admin lets them edit the expected delivery interval alone (webhooks/admin/sources.py).
     "webhooks.change_webhooksource",
     "webhooks.add_bulkreplayjob",  # a replay by filter starts as a new job with its dry-run count
@@ -56,7 +57,7 @@ def view_permissions() -> list[Permission]:
         create_permissions(config, verbosity=0)
         for model in config.get_models():
             wanted.append((app_label, f"view_{model._meta.model_name}"))
-    permissions = []
+    permissions: list[Permission] = []
     for app_label, codename in wanted:
         permissions.extend(
             Permission.objects.filter(

@@ -42,6 +42,7 @@ def _latency_percentiles(since: datetime) -> tuple[float | None, float | None]:
             processed_at__isnull=False,
             occurred_at__isnull=False,
         ).values_list("processed_at", "occurred_at")
+        if processed is not None and occurred is not None
     )
     if not latencies:
         return None, None
@@ -68,7 +69,7 @@ def paused_sources(*, now: datetime) -> list[dict]:
                 "slug": hold.source.slug,
                 "pk": hold.source_id,
                 "since": hold.paused_at,
-                "seconds": max((now - hold.paused_at).total_seconds(), 0.0),
+                "seconds": max((now - (hold.paused_at or now)).total_seconds(), 0.0),
                 "by": hold.paused_by_name,
                 "reason": hold.pause_reason,
                 "waiting": min(waiting, COUNT_CAP),

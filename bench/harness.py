@@ -30,7 +30,16 @@ BIN = Path(sys.executable).parent
 OUT_DIR = ROOT / "var" / "bench"
 sys.path.insert(0, str(ROOT))
 
-from tests.processes import Process, free_port, wait_http_ok, wait_until  # noqa: E402
+from tests.processes import (  # noqa: E402
+    Process,
+    celery_beat_command,
+    celery_worker_command,
+    free_port,
+    gunicorn_command,
+    relay_command,
+    wait_http_ok,
+    wait_until,
+)
 
 BENCH_DATABASE_URL = os.environ.get(
     "BENCH_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/bench"
@@ -174,77 +183,46 @@ class BenchContext:
             process.stop()
         self.processes.clear()
 
+    def _start(self, command: list[str], log: str, env: dict[str, str]) -> Process:
+        process = Process(command, stack_env(**env), self.tmp / log).start()
+        self.processes.append(process)
+        return process
+
     def gunicorn(self, *, workers: int = 2, **env: str) -> str:
         """Starts gunicorn (sync workers, as PERF-NOTES found stable); returns its base URL."""
         port = free_port()
-        args = [
-            str(BIN / "gunicorn"),
-            "config.wsgi",
-            "--bind",
-            f"127.0.0.1:{port}",
-            "--workers",
-            str(workers),
-            "--worker-class",
-            "sync",
-            "--log-level",
-            "warning",
-        ]
-        process = Process(
-            args, stack_env(**env), self.tmp / f"gunicorn-{port}.log"
-        ).start()
-        self.processes.append(process)
+        self._start(
+            [*gunicorn_command(port=port, workers=workers), "--log-level", "warning"],
+            f"gunicorn-{port}.log",
+            env,
+        )
         base = f"http://127.0.0.1:{port}"
         wait_http_ok(f"{base}/healthz", timeout=60)
         return base
 
     def celery_worker(
-        self, *, concurrency: int = 1, name: str = "bench", **env: str
+        self,
+        *,
+        concurrency: int = 1,
+        name: str = "bench",
+        include: tuple[str, ...] = (),
+        **env: str,
     ) -> Process:
-        args = [
-            str(BIN / "celery"),
-            "-A",
-            "config",
-            "worker",
-            "--loglevel",
-            "WARNING",
-            "--concurrency",
-            str(concurrency),
-            "--hostname",
-            f"{name}@%h",
-            "--without-gossip",
-            "--without-mingle",
-            "--without-heartbeat",
-        ]
-        process = Process(
-            args, stack_env(**env), self.tmp / f"worker-{name}.log"
-        ).start()
-        self.processes.append(process)
-        return process
+        """A worker (with its relay); ``include``: modules of tasks of the benchmarks' own
+        (their floors)."""
+        command = celery_worker_command(
+            concurrency=concurrency, name=name, loglevel="WARNING"
+        )
+        extra = ["--without-heartbeat", *(f"--include={m}" for m in include)]
+        return self._start([*command, *extra], f"worker-{name}.log", env)
 
     def relay(self, *, name: str = "relay", **env: str) -> Process:
         """``manage.py relay``: an outbox relay apart from the workers."""
-        process = Process(
-            [str(BIN / "python"), "manage.py", "relay"],
-            stack_env(**env),
-            self.tmp / f"{name}.log",
-        ).start()
-        self.processes.append(process)
-        return process
+        return self._start(relay_command(), f"{name}.log", env)
 
     def celery_beat(self, **env: str) -> Process:
-        args = [
-            str(BIN / "celery"),
-            "-A",
-            "config",
-            "beat",
-            "--loglevel",
-            "INFO",
-            "--schedule",
-            str(self.tmp / "celerybeat-schedule"),
-        ]
-        process = Process(args, stack_env(**env), self.tmp / "beat.log").start()
-        self.processes.append(process)
-        return process
+        command = celery_beat_command(schedule=self.tmp / "celerybeat-schedule")
+        return self._start(command, "beat.log", env)
 
     def stop(self, process: Process) -> None:
         process.stop()

@@ -22,7 +22,6 @@ import sys
 import time
 
 from bench.harness import (
-    BIN,
     BenchContext,
     Figure,
     Process,
@@ -70,28 +69,13 @@ def _workers(ctx: BenchContext, count: int, **env: str) -> list[Process]:
     relay), as production would scale them."""
     started = []
     for i in range(count):
-        args = [
-            str(BIN / "celery"),
-            "-A",
-            "config",
-            "worker",
-            "--loglevel",
-            "WARNING",
-            "--concurrency",
-            "1",
-            "--hostname",
-            f"bench{i}-{time.monotonic_ns()}@%h",
-            "--without-gossip",
-            "--without-mingle",
-            "--without-heartbeat",
-            "--include",
-            "bench.processing_floor",
-        ]
-        process = Process(
-            args, stack_env(**env), ctx.tmp / f"worker-{count}-{i}.log"
-        ).start()
-        ctx.processes.append(process)
-        started.append(process)
+        started.append(
+            ctx.celery_worker(
+                name=f"bench{i}-{time.monotonic_ns()}",
+                include=("bench.processing_floor",),
+                **env,
+            )
+        )
     return started
 
 

@@ -55,7 +55,7 @@ SIZES = {
 
 # Fast sweeps and retries, so that recovery is observed within the run.
 TUNABLES = {
-    "INBOX_SWEEP_INTERVAL_SECONDS": "2",
+    "RELAY_SWEEP_INTERVAL_SECONDS": "2",
     "INBOX_REDISPATCH_AFTER_SECONDS": "3",
     "INBOX_PROCESSING_LEASE_SECONDS": "8",
     "INBOX_RETRY_BASE_SECONDS": "0.5",

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from django.contrib.auth.models import AbstractBaseUser
+    from django.contrib.auth.models import User
 
 SYSTEM_NAME = "system"
 COMMAND_PREFIX = "os:"
@@ -40,10 +40,10 @@ class Actor:
     user is renamed or deleted; ``user`` is the admin user, when there is one."""
 
     name: str
-    user: AbstractBaseUser | None = None
+    user: User | None = None
 
     @classmethod
-    def of(cls, user: AbstractBaseUser) -> Actor:
+    def of(cls, user: User) -> Actor:
         """An admin user (``request.user``)."""
         return cls(name=user.get_username(), user=user)
 

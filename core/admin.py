@@ -1,6 +1,8 @@
 from django.contrib import admin
 
+from .actors import Actor
 from .models import ApiClient, WorkerHeartbeat
+from .services import api_client_set_active
 
 
 @admin.register(ApiClient)
@@ -14,6 +16,19 @@ class ApiClientAdmin(admin.ModelAdmin):
 
     def has_add_permission(self, request):
         return False
+
+    def save_model(self, request, obj, form, change):
+        # Only ``is_active`` is editable: its change is the service's, recorded as an
+        # operator action.
+        if "is_active" in form.changed_data:
+            api_client_set_active(
+                client=obj,
+                active=form.cleaned_data["is_active"],
+                actor=Actor.of(request.user),
+            )
+
+    def log_change(self, request, obj, message):
+        pass  # the operator action is the record
 
 
 @admin.register(WorkerHeartbeat)

@@ -4,18 +4,21 @@ display of stored payloads and headers."""
 
 from __future__ import annotations
 
-import difflib
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from django import forms
 from django.contrib import admin
 from django.contrib.admin import helpers
 from django.core.paginator import Paginator
+from django.db.models import QuerySet
+from django.db.models.functions import Left, Length
+from django.forms.models import BaseInlineFormSet
 from django.template.response import TemplateResponse
 from django.urls import NoReverseMatch, reverse
 from django.utils.functional import cached_property
 from django.utils.html import format_html, format_html_join
+from rapidfuzz.distance import Indel
 
 from .selectors import COUNT_CAP, capped_count
 
@@ -30,11 +33,20 @@ class BoundedCountPaginator(Paginator):
 
     @cached_property
     def count(self) -> int:
-        return capped_count(self.object_list, cap=self.cap)
+        return capped_count(cast(QuerySet, self.object_list), cap=self.cap)
 
     @property
     def is_capped(self) -> bool:
         return self.count > self.cap
+
+
+# The mixins below are combined with the admin's classes; the type checker sees them as what
+# they extend, so that their attributes and ``super()`` calls are checked against those.
+if TYPE_CHECKING:
+    _ModelAdmin = admin.ModelAdmin
+    _InlineAdmin = admin.options.InlineModelAdmin
+else:
+    _ModelAdmin = _InlineAdmin = object
 
 
 class _NoWritesMixin:
@@ -48,7 +60,7 @@ class _NoWritesMixin:
         return False
 
 
-class ReadOnlyAdminMixin(_NoWritesMixin):
+class ReadOnlyAdminMixin(_NoWritesMixin, _ModelAdmin):
     """Ledgers are browsable, never added, changed or deleted through the admin."""
 
     show_full_result_count = False
@@ -56,11 +68,87 @@ class ReadOnlyAdminMixin(_NoWritesMixin):
     change_list_template = "admin/bounded_change_list.html"
 
 
-class ReadOnlyInlineMixin(_NoWritesMixin):
+class ReadOnlyInlineMixin(_NoWritesMixin, _InlineAdmin):
     """An inline of a ledger: shown on its parent's page, never edited there."""
 
     extra = 0
     can_delete = False
+
+
+class PagedInlineFormSet(BaseInlineFormSet):
+    """The rows of one page of an inline: a parent with thousands of children renders
+    ``per_page`` of them (the page ``page_number`` names, the nearest one when it names
+    none)."""
+
+    per_page = 50
+    page_param = "page"
+    page_number: str | None = None
+
+    def get_queryset(self):
+        if not hasattr(self, "_page_rows"):
+            paginator = Paginator(super().get_queryset(), self.per_page)
+            self.page = paginator.get_page(self.page_number)
+            self._page_rows = self.page.object_list
+        return self._page_rows
+
+
+class PagedInlineMixin(_InlineAdmin):
+    """An inline shown a page at a time: ``?<page_param>=N`` on the parent's page picks the
+    page; the links under the table move between them."""
+
+    formset = PagedInlineFormSet
+    template = "admin/edit_inline/paged_tabular.html"
+    page_param = "page"
+    per_page = 50
+
+    def get_formset(self, request, obj=None, **kwargs):
+        formset = cast(
+            type[PagedInlineFormSet], super().get_formset(request, obj, **kwargs)
+        )
+        formset.page_param = self.page_param
+        formset.per_page = self.per_page
+        formset.page_number = request.GET.get(self.page_param)
+        return formset
+
+
+def fieldset_fields(fieldsets: Any) -> tuple[str, ...]:
+    """The names of the fields that ``fieldsets`` shows, in order (a detail page whose every
+    field is read-only declares them once, as its fieldsets)."""
+    names: list[str] = []
+    for _, options in fieldsets:
+        for entry in options["fields"]:
+            names.extend([entry] if isinstance(entry, str) else entry)
+    return tuple(names)
+
+
+# How much of a long text field (a job's detail, say) a page shows: the database sends the
+# page this much of it, and its length.
+TEXT_SHOWN_MAX = 1000
+
+
+def text_head_annotate(queryset, *, field: str):
+    """``queryset`` without ``field``'s text, with its first ``TEXT_SHOWN_MAX`` + 1
+    characters as ``<field>_head`` and its length as ``<field>_length``."""
+    return queryset.defer(field).annotate(
+        **{
+            f"{field}_head": Left(field, TEXT_SHOWN_MAX + 1),
+            f"{field}_length": Length(field),
+        }
+    )
+
+
+def text_head(obj, *, field: str) -> str:
+    """What ``text_head_annotate`` kept of ``field``, with a note of its full length when
+    it was cut. Escaped."""
+    head, length = getattr(obj, f"{field}_head"), getattr(obj, f"{field}_length")
+    if length is None or length <= TEXT_SHOWN_MAX:
+        return head or ""
+    return format_html(
+        "{}&hellip; <em>({} characters; the first {} are shown)</em>",
+        head[:TEXT_SHOWN_MAX],
+        str(length),
+        str(TEXT_SHOWN_MAX),
+    )
 
 
 class ReasonForm(forms.Form):
@@ -93,14 +181,20 @@ def confirm_with_reason(
             return form.cleaned_data["reason"]
         return form.cleaned_data
     selected = request.POST.getlist(helpers.ACTION_CHECKBOX_NAME)
+    # "Select all N" (``select_across``) is kept through the confirmation, so that the action
+    # acts on what was selected, not only on the rows ticked on the page.
+    select_across = request.POST.get("select_across") == "1"
     shown = list(queryset[:20])
+    total = capped_count(queryset) if select_across else len(selected)
     context = {
         **modeladmin.admin_site.each_context(request),
         "title": title,
         "intro": intro,
         "objects": shown,
-        "more": max(0, len(selected) - len(shown)),
+        "more": max(0, total - len(shown)),
+        "more_capped": total > COUNT_CAP,
         "selected": selected,
+        "select_across": select_across,
         "action": action,
         "form": form,
         "submit_label": submit_label,
@@ -148,24 +242,78 @@ def json_block(value: Any):
 DIFF_MAX_LINES = 2000
 
 
+def lines_align(left_ids: list[int], right_ids: list[int]):
+    """The opcodes of a longest common subsequence of two sequences of line ids (RapidFuzz's
+    bit-parallel LCS, compiled: about ``len(left) / 64 * len(right)`` word operations)."""
+    return Indel.opcodes(left_ids, right_ids)
+
+
+def _diff_blocks(
+    left: list[str], right: list[str], *, max_rows: int
+) -> tuple[list[tuple[str, int, int, int, int]], bool]:
+    """``(blocks, complete)``: ``(tag, i1, i2, j1, j2)`` blocks (``equal`` or ``changed``)
+    that cover at least the first ``max_rows`` rows of the side-by-side diff of ``left`` and
+    ``right``; ``complete`` when they cover all of it.
+
+    The work is linear in the lines plus one alignment of at most ``max_rows`` lines of each
+    side: the common head and tail are found by comparing lines in order, and of the middle
+    only what a page can show is aligned (every row shows at least one line of one side, so
+    the first ``max_rows`` rows never need the lines past them)."""
+    n, m = len(left), len(right)
+    head = 0
+    while head < min(n, m) and left[head] == right[head]:
+        head += 1
+    tail = 0
+    while tail < min(n, m) - head and left[n - 1 - tail] == right[m - 1 - tail]:
+        tail += 1
+    blocks = [("equal", 0, head, 0, head)] if head else []
+    room = max_rows - head
+    if room <= 0:
+        return blocks, head == n == m
+    middle_left, middle_right = left[head : n - tail], right[head : m - tail]
+    complete = len(middle_left) <= room and len(middle_right) <= room
+    middle_left, middle_right = middle_left[:room], middle_right[:room]
+    if middle_left and middle_right:
+        ids: dict[str, int] = {}
+        opcodes = lines_align(
+            [ids.setdefault(line, len(ids)) for line in middle_left],
+            [ids.setdefault(line, len(ids)) for line in middle_right],
+        )
+        for tag, i1, i2, j1, j2 in opcodes:
+            tag = "equal" if tag == "equal" else "changed"
+            if tag == "changed" and blocks and blocks[-1][0] == "changed":
+                # A deletion next to an insertion: one changed block, side by side.
+                _, i1, _, j1, _ = blocks.pop()
+                i1, j1 = i1 - head, j1 - head
+            blocks.append((tag, i1 + head, i2 + head, j1 + head, j2 + head))
+    elif middle_left or middle_right:
+        blocks.append(
+            ("changed", head, head + len(middle_left), head, head + len(middle_right))
+        )
+    if complete and tail:
+        blocks.append(("equal", n - tail, n, m - tail, m))
+    return blocks, complete
+
+
 def side_by_side_diff(
     left: str, right: str, *, max_lines: int = DIFF_MAX_LINES
 ) -> tuple[str, bool]:
     """Two texts side by side, line against line, changed lines marked; ``(html, truncated)``.
 
-    Bounded whatever the texts: lines are matched with ``SequenceMatcher`` over whole lines
-    only (no character-level pass inside changed blocks, which is what makes ``HtmlDiff``
-    take minutes on two long, similar, reordered bodies), and at most ``max_lines`` rows are
-    rendered. Every text is escaped."""
+    Bounded whatever the texts, in work and in output: whole lines are compared (no
+    character-level pass), the work is linear in the lines plus one alignment of at most
+    ``max_lines`` lines of each text (``_diff_blocks``), and at most ``max_lines`` rows are
+    rendered. ``difflib.SequenceMatcher`` over all lines, which this replaced, was quadratic
+    on a body that interleaves a new line after every original one. Every text is escaped."""
     left_lines, right_lines = left.splitlines(), right.splitlines()
-    matcher = difflib.SequenceMatcher(None, left_lines, right_lines)
+    blocks, complete = _diff_blocks(left_lines, right_lines, max_rows=max_lines)
     rows: list[tuple[str, str, str, str, str]] = []
-    truncated = False
-    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+    full = False
+    for tag, i1, i2, j1, j2 in blocks:
         css = "diff-same" if tag == "equal" else "diff-changed"
         for k in range(max(i2 - i1, j2 - j1)):
             if len(rows) >= max_lines:
-                truncated = True
+                full = True
                 break
             i, j = i1 + k, j1 + k
             rows.append(
@@ -177,8 +325,9 @@ def side_by_side_diff(
                     right_lines[j] if j < j2 else "",
                 )
             )
-        if truncated:
+        if full:
             break
+    truncated = full or not complete
     body = format_html_join(
         "\n",
         '<tr class="{}"><td class="diff-no">{}</td><td><pre>{}</pre></td>'

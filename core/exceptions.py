@@ -53,9 +53,10 @@ def api_exception_handler(exc, context):
         exc = InvalidJson()
         return Response(exc.body(), status=exc.status_code)
 
-    response = exception_handler(exc, context)
-    if response is None:
+    handled: Response | None = exception_handler(exc, context)
+    if handled is None:
         return None
+    response = handled
     if isinstance(
         exc, (drf_exceptions.NotAuthenticated, drf_exceptions.AuthenticationFailed)
     ):

@@ -9,21 +9,31 @@ from __future__ import annotations
 
 import contextvars
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 
 correlation_id_var: contextvars.ContextVar[str] = contextvars.ContextVar(
     "correlation_id", default=""
 )
 
-# Headers that name the operation a request is about, in order of preference.
-CORRELATION_HEADERS = (
-    "X-Webhook-Id",
-    "webhook-id",
-    "X-GitHub-Delivery",
-    "Idempotency-Key",
-    "X-Request-Id",
-)
+# Headers that name the operation a request is about, in order of preference: those the apps
+# register (a webhook's event id header, one per signature scheme), then these.
+GENERIC_CORRELATION_HEADERS = ("Idempotency-Key", "X-Request-Id")
+_registered_headers: list[str] = []
+
+
+def correlation_headers_register(names: Iterable[str]) -> None:
+    """Adds headers whose value is a request's correlation id, before the generic ones; called
+    by the apps from their ``AppConfig.ready``."""
+    for name in names:
+        if name not in _registered_headers:
+            _registered_headers.append(name)
+
+
+def correlation_headers() -> tuple[str, ...]:
+    return (*_registered_headers, *GENERIC_CORRELATION_HEADERS)
+
+
 # Not "correlation_id": Celery already uses that name for the task id.
 CELERY_HEADER = "x_correlation_id"
 _MAX_LENGTH = 255
@@ -60,7 +70,11 @@ class CorrelationIdMiddleware:
 
     def __call__(self, request):
         value = next(
-            (request.headers[h] for h in CORRELATION_HEADERS if request.headers.get(h)),
+            (
+                request.headers[h]
+                for h in correlation_headers()
+                if request.headers.get(h)
+            ),
             "",
         )
         if not value.isprintable():

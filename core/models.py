@@ -20,12 +20,16 @@ class AppendOnlyQuerySet(models.QuerySet):
         raise AppendOnlyError(f"{self.model.__name__} rows are append-only")
 
 
+class AppendOnlyManager(models.Manager.from_queryset(AppendOnlyQuerySet)):  # type: ignore[misc]
+    pass
+
+
 class AppendOnlyModel(models.Model):
     """A ledger row is written once: ``save`` of an existing row, ``delete``, and bulk
     ``update()``/``delete()`` through the ORM refuse. (The database itself is the audit
     trail's business: ``audit_verify`` detects what raw SQL changed.)"""
 
-    objects = AppendOnlyQuerySet.as_manager()
+    objects = AppendOnlyManager()
 
     class Meta:
         abstract = True

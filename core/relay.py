@@ -17,7 +17,7 @@ stopped. It loops:
   a publish that fails rolls the stamp back, so the rows wait for the next round; a relay
   killed between publish and commit leaves rows that are published twice, which the workers'
   idempotent claim makes harmless;
-- sweep, in its first round and then every ``INBOX_SWEEP_INTERVAL_SECONDS``: rows whose
+- sweep, in its first round and then every ``RELAY_SWEEP_INTERVAL_SECONDS``: rows whose
   message may be lost (published long ago and never claimed, retries that came due, leases
   that expired) are published again; a relay killed after commit and before publishing loses
   nothing, its rows come back here. A sweep whose batch comes back full goes on in the next
@@ -52,6 +52,7 @@ import time
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any, Generic, TypeVar
 
 from celery import bootsteps, current_app
 from django.conf import settings
@@ -66,6 +67,10 @@ logger = logging.getLogger(__name__)
 IN_FLIGHT_FORGET_SECONDS = 60.0
 
 
+# What identifies a group of rows an outbox holds back (the inbox: a source's id).
+Group = TypeVar("Group", bound=Hashable)
+
+
 @dataclass(frozen=True)
 class Publication:
     """One message: the task to run and its arguments, with the correlation id it carries."""
@@ -77,7 +82,7 @@ class Publication:
     rows: tuple[int, ...] = ()
 
 
-class Outbox:
+class Outbox(Generic[Group]):
     """How the relay serves one kind of outbox row: a subclass per kind, in the app that owns
     the rows (``webhooks.outbox.InboxOutbox``, ``deployments.outbox.JobOutbox``), registered
     from its ``AppConfig.ready`` (``outbox_register``). As with Django's ``ModelAdmin``, a
@@ -121,24 +126,24 @@ class Outbox:
     def has_waiting(self) -> bool:
         return True
 
-    def held(self) -> list[Hashable]:
+    def held(self) -> list[Group]:
         return []
 
-    def held_claim(self, group: Hashable, limit: int) -> tuple[int, list[Publication]]:
+    def held_claim(self, group: Group, limit: int) -> tuple[int, list[Publication]]:
         return 0, []
 
     def unfinished(self, rows: list[int]) -> set[int]:
         raise NotImplementedError(f"{type(self).__name__} has no flow control")
 
 
-_outboxes: dict[str, Outbox] = {}
+_outboxes: dict[str, Outbox[Any]] = {}
 
 
-def outbox_register(outbox: Outbox) -> None:
+def outbox_register(outbox: Outbox[Any]) -> None:
     _outboxes[outbox.name] = outbox
 
 
-def outboxes() -> list[Outbox]:
+def outboxes() -> list[Outbox[Any]]:
     return list(_outboxes.values())
 
 
@@ -225,7 +230,7 @@ class Relay:
         self.sweep_interval_seconds = (
             sweep_interval_seconds
             if sweep_interval_seconds is not None
-            else settings.INBOX_SWEEP_INTERVAL_SECONDS
+            else settings.RELAY_SWEEP_INTERVAL_SECONDS
         )
         self.stop = threading.Event()
         self.stats = RelayStats()

@@ -1,23 +1,44 @@
 from django.contrib import admin
 
-from core.admin_base import ReadOnlyAdminMixin, ReadOnlyInlineMixin
+from core.admin_base import (
+    PagedInlineMixin,
+    ReadOnlyAdminMixin,
+    ReadOnlyInlineMixin,
+    text_head,
+    text_head_annotate,
+)
 
 from . import target_admin  # noqa: F401 - registers the deploy targets' admin
 from .models import Build, Deployment, JobTransition, StatusSync, TriggerAttempt
 
 
-class TransitionInline(ReadOnlyInlineMixin, admin.TabularInline):
+class TransitionInline(PagedInlineMixin, ReadOnlyInlineMixin, admin.TabularInline):
+    # A job may have any number of transitions (every applied report is one): the page
+    # shows them 50 at a time, and each detail cut to its first characters.
     model = JobTransition
-    fields = ["from_status", "to_status", "at", "actor", "detail"]
-    readonly_fields = fields
+    fields = readonly_fields = (
+        "from_status",
+        "to_status",
+        "at",
+        "actor",
+        "detail_shown",
+    )
     ordering = ["at", "id"]
+    page_param = "transitions_page"
+
+    def get_queryset(self, request):
+        return text_head_annotate(super().get_queryset(request), field="detail")
+
+    @admin.display(description="detail")
+    def detail_shown(self, obj):
+        return text_head(obj, field="detail")
 
 
 class TriggerAttemptInline(ReadOnlyInlineMixin, admin.TabularInline):
     """Each attempt to trigger the job downstream, as the worker recorded it."""
 
     model = TriggerAttempt
-    fields = [
+    fields = readonly_fields = (
         "number",
         "started_at",
         "finished_at",
@@ -30,8 +51,7 @@ class TriggerAttemptInline(ReadOnlyInlineMixin, admin.TabularInline):
         "target_name",
         "url",
         "worker",
-    ]
-    readonly_fields = fields
+    )
     ordering = ["number"]
     verbose_name_plural = "trigger attempts"
 
@@ -42,6 +62,15 @@ class JobAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     search_fields = ["=public_id", "=idempotency_key", "=commit_sha"]
     date_hierarchy = "created_at"
     inlines = [TransitionInline, TriggerAttemptInline]
+    exclude = ["detail"]
+    readonly_fields = ["detail_shown"]
+
+    def get_queryset(self, request):
+        return text_head_annotate(super().get_queryset(request), field="detail")
+
+    @admin.display(description="detail")
+    def detail_shown(self, obj):
+        return text_head(obj, field="detail")
 
 
 @admin.register(Deployment)

@@ -12,12 +12,13 @@ from rest_framework.views import APIView
 
 from core.errors import NotFound
 from core.pagination import CursorPage
-from idempotency.apis import IDEMPOTENCY_KEY_HEADER, IdempotentPostMixin
+from idempotency.apis import IdempotentPostMixin
 from idempotency.models import IdempotencyStatus
+from idempotency.schema import idempotent_post_schema
 from idempotency.services import OperationResult
 
 from . import selectors, services
-from .models import Build, Deployment, Job, JobStatus
+from .models import REPORTED_DETAIL_MAX_LENGTH, Build, Deployment, Job, JobStatus
 from .representations import (
     BUILD_OUTPUT,
     DEPLOYMENT_OUTPUT,
@@ -66,13 +67,18 @@ class BuildCreateInputSerializer(_JobCreateInputSerializer):
     )
 
 
-class _JobCreateApi(IdempotentPostMixin, APIView):
-    """POST of a new deployment or build, under the Idempotency-Key contract: the job is one
-    new row, built here and written with the key's record (``perform_returns_unsaved_row``);
-    a relay then publishes it. Each kind names its operation, fingerprint, serializers."""
+class _JobCollectionApi(IdempotentPostMixin, APIView):
+    """A kind of job's collection. POST creates one under the Idempotency-Key contract: the
+    job is one new row, built here and written with the key's record
+    (``perform_returns_unsaved_row``); a relay then publishes it. GET lists the client's jobs
+    of the kind, a cursor page (``?idempotency_key=`` narrows it to the latest job made with
+    that key). Each kind names its operation, fingerprint, model and serializers."""
 
     kind: str
-    output: serializers.Serializer
+    model: type[Job]
+    output_serializer_class: type[serializers.Serializer]
+    output: serializers.Serializer  # one instance, for the first responses
+    pagination_class = CursorPage
     perform_returns_unsaved_row = True
 
     def perform(self, *, client, key, data) -> OperationResult:
@@ -89,37 +95,16 @@ class _JobCreateApi(IdempotentPostMixin, APIView):
             progress_deadline=services.job_pickup_deadline(job=job),
         )
 
-
-class DeploymentCreateApi(_JobCreateApi):
-    kind = "deployment"
-    operation_type = services.OPERATION_TYPES[kind]
-    fingerprint_fields = ("repository", "commit_sha", "environment", "workflow")
-    input_serializer_class = DeploymentCreateInputSerializer
-    output = DEPLOYMENT_OUTPUT
-
-    @extend_schema(
-        request=DeploymentCreateInputSerializer,
-        responses={202: DeploymentOutputSerializer},
-        parameters=[IDEMPOTENCY_KEY_HEADER],
-    )
-    def post(self, request, *args, **kwargs):
-        return super().post(request, *args, **kwargs)
-
-
-class BuildCreateApi(_JobCreateApi):
-    kind = "build"
-    operation_type = services.OPERATION_TYPES[kind]
-    fingerprint_fields = ("repository", "commit_sha", "ref", "workflow")
-    input_serializer_class = BuildCreateInputSerializer
-    output = BUILD_OUTPUT
-
-    @extend_schema(
-        request=BuildCreateInputSerializer,
-        responses={202: BuildOutputSerializer},
-        parameters=[IDEMPOTENCY_KEY_HEADER],
-    )
-    def post(self, request, *args, **kwargs):
-        return super().post(request, *args, **kwargs)
+    def get(self, request):
+        jobs = selectors.job_list_by_key(
+            model=self.model,
+            client=request.user,
+            idempotency_key=request.query_params.get("idempotency_key"),
+        )
+        paginator = self.pagination_class()
+        page = paginator.paginate_queryset(jobs, request, view=self)
+        data = self.output_serializer_class(page, many=True).data
+        return paginator.get_paginated_response(data)
 
 
 def _repository_validate(value: str) -> str:
@@ -132,26 +117,6 @@ def _commit_sha_validate(value: str) -> str:
     if not re.fullmatch(COMMIT_SHA_REGEX, value):
         raise serializers.ValidationError("Expected 7 to 40 hexadecimal characters.")
     return value
-
-
-class _JobListMixin:
-    """GET: the client's jobs of one kind, a cursor page (``?idempotency_key=`` narrows it to
-    the latest job made with that key)."""
-
-    pagination_class = CursorPage
-    output_serializer_class: type[serializers.Serializer]
-    model: type[Job]
-
-    def get(self, request):
-        jobs = selectors.job_list_by_key(
-            model=self.model,
-            client=request.user,
-            idempotency_key=request.query_params.get("idempotency_key"),
-        )
-        paginator = self.pagination_class()
-        page = paginator.paginate_queryset(jobs, request, view=self)
-        data = self.output_serializer_class(page, many=True).data
-        return paginator.get_paginated_response(data)
 
 
 class _JobDetailApi(APIView):
@@ -174,16 +139,29 @@ class _JobDetailApi(APIView):
 
 
 @extend_schema_view(
+    post=extend_schema(
+        **idempotent_post_schema(
+            request=DeploymentCreateInputSerializer,
+            output=DeploymentOutputSerializer,
+            created=202,
+            location=True,
+        )
+    ),
     get=extend_schema(
         responses=DeploymentOutputSerializer(many=True),
         parameters=[IDEMPOTENCY_KEY_QUERY],
-    )
+    ),
 )
-class DeploymentCollectionApi(_JobListMixin, DeploymentCreateApi):
+class DeploymentCollectionApi(_JobCollectionApi):
     """POST creates (idempotent), GET lists the client's deployments (``?idempotency_key=``)."""
 
+    kind = "deployment"
+    operation_type = services.OPERATION_TYPES[kind]
+    fingerprint_fields = ("repository", "commit_sha", "environment", "workflow")
+    input_serializer_class = DeploymentCreateInputSerializer
     model = Deployment
     output_serializer_class = DeploymentOutputSerializer
+    output = DEPLOYMENT_OUTPUT
 
 
 @extend_schema_view(get=extend_schema(responses=DeploymentOutputSerializer))
@@ -194,16 +172,29 @@ class DeploymentDetailApi(_JobDetailApi):
 
 
 @extend_schema_view(
+    post=extend_schema(
+        **idempotent_post_schema(
+            request=BuildCreateInputSerializer,
+            output=BuildOutputSerializer,
+            created=202,
+            location=True,
+        )
+    ),
     get=extend_schema(
         responses=BuildOutputSerializer(many=True),
         parameters=[IDEMPOTENCY_KEY_QUERY],
-    )
+    ),
 )
-class BuildCollectionApi(_JobListMixin, BuildCreateApi):
+class BuildCollectionApi(_JobCollectionApi):
     """POST creates (idempotent), GET lists the client's builds (``?idempotency_key=``)."""
 
+    kind = "build"
+    operation_type = services.OPERATION_TYPES[kind]
+    fingerprint_fields = ("repository", "commit_sha", "ref", "workflow")
+    input_serializer_class = BuildCreateInputSerializer
     model = Build
     output_serializer_class = BuildOutputSerializer
+    output = BUILD_OUTPUT
 
 
 @extend_schema_view(get=extend_schema(responses=BuildOutputSerializer))
@@ -225,7 +216,12 @@ class StatusSyncApi(IdempotentPostMixin, APIView):
         build_id = serializers.CharField(max_length=32, required=False)
         status = serializers.ChoiceField(choices=JobStatus.choices)
         reported_at = serializers.DateTimeField()
-        detail = serializers.CharField(required=False, allow_blank=True, default="")
+        detail = serializers.CharField(
+            max_length=REPORTED_DETAIL_MAX_LENGTH,
+            required=False,
+            allow_blank=True,
+            default="",
+        )
 
         def validate_reported_at(self, value):
             # A report from the future would outrank every later one (and the worker's own
@@ -275,9 +271,14 @@ class StatusSyncApi(IdempotentPostMixin, APIView):
         )
 
     @extend_schema(
-        request=StatusSyncInputSerializer,
-        responses={201: StatusSyncOutputSerializer},
-        parameters=[IDEMPOTENCY_KEY_HEADER],
+        **idempotent_post_schema(
+            request=StatusSyncInputSerializer,
+            output=StatusSyncOutputSerializer,
+            created=201,
+            location=False,
+            not_found="`not_found`: the target is not one of the client's deployments "
+            "or builds; nothing is recorded.",
+        )
     )
     def post(self, request, *args, **kwargs):
         return super().post(request, *args, **kwargs)

@@ -22,6 +22,10 @@ class JobStatus(models.TextChoices):
 
 TERMINAL_JOB_STATUSES = frozenset({JobStatus.SUCCEEDED, JobStatus.FAILED})
 
+# The longest ``detail`` a status report may carry (docs/http-api.md, "Status sync"); GitHub's
+# deployment status descriptions are cut to the same length.
+REPORTED_DETAIL_MAX_LENGTH = 1000
+
 
 class TriggerPhase(models.TextChoices):
     """Where a job run by a trigger executor (``http``, ``github``) stands, so that recovery
@@ -184,6 +188,9 @@ class Job(BaseModel):
     # When the next trigger attempt is due (RETRY_WAIT).
     next_attempt_at = models.DateTimeField(null=True, blank=True)
 
+    # Declared on the abstract model, so that code written for any kind of job can query it.
+    objects = models.Manager()
+
     class Meta:
         abstract = True
 
@@ -194,6 +201,9 @@ class Job(BaseModel):
         if not self.public_id:
             self.public_id = public_id_generate(self.public_id_prefix)
         super().save(*args, **kwargs)
+
+    def get_absolute_url(self) -> str:
+        raise NotImplementedError
 
 
 class Deployment(Job):
@@ -221,6 +231,9 @@ class Deployment(Job):
                 fields=["client", "idempotency_key"],
                 name="deployments_dep_client_key_idx",
             ),
+            # A client's list, newest first, reads its own rows only (no walk over other
+            # clients' newer rows), on every page.
+            models.Index(fields=["client", "id"], name="deployments_dep_client_id_idx"),
             models.Index(
                 fields=["status", "last_dispatched_at"],
                 name="deployments_dep_sweep_idx",
@@ -279,6 +292,9 @@ class Build(Job):
                 fields=["client", "idempotency_key"],
                 name="deployments_bld_client_key_idx",
             ),
+            # A client's list, newest first, reads its own rows only (no walk over other
+            # clients' newer rows), on every page.
+            models.Index(fields=["client", "id"], name="deployments_bld_client_id_idx"),
             models.Index(
                 fields=["status", "last_dispatched_at"],
                 name="deployments_bld_sweep_idx",

@@ -73,13 +73,13 @@ def _take(querysets: dict[str, QuerySet], limit: int) -> list[Publication]:
             break
         jobs = list(
             queryset.select_for_update(skip_locked=True)
-            .order_by("id")
-            .values_list("id", "public_id", "idempotency_key")[
+            .order_by("pk")
+            .values_list("pk", "public_id", "idempotency_key")[
                 : limit - len(publications)
             ]
         )
         if jobs:
-            JOB_MODELS[kind].objects.filter(id__in=[pk for pk, _, _ in jobs]).update(
+            JOB_MODELS[kind].objects.filter(pk__in=[pk for pk, _, _ in jobs]).update(
                 last_dispatched_at=now
             )
         publications += [
@@ -111,7 +111,7 @@ def _has_waiting_statement() -> tuple[str, list, frozenset[int]]:
     return f"SELECT {' OR '.join(probes)}", params, now_at
 
 
-class JobOutbox(Outbox):
+class JobOutbox(Outbox[None]):
     """Deployments and builds: each queued job is one message of its own (no flow control),
     its idempotency key as correlation id; new jobs first, then due trigger retries. The
     sweep also fails running jobs whose lease ran out."""
@@ -170,7 +170,7 @@ class JobOutbox(Outbox):
 
     def oldest_waiting(self) -> datetime | None:
         oldest = [
-            _waiting(model).order_by("id").values_list("created_at", flat=True).first()
+            _waiting(model).order_by("pk").values_list("created_at", flat=True).first()
             for model in JOB_MODELS.values()
         ]
         return min((moment for moment in oldest if moment), default=None)

@@ -29,10 +29,10 @@ def job_list_by_key(
         return jobs.none()  # no operation can have such a key
     latest = (
         model.objects.filter(client=OuterRef("client"), idempotency_key=idempotency_key)
-        .order_by("-id")
-        .values("id")[:1]
+        .order_by("-pk")
+        .values("pk")[:1]
     )
-    return jobs.filter(idempotency_key=idempotency_key, id=Subquery(latest))
+    return jobs.filter(idempotency_key=idempotency_key, pk=Subquery(latest))
 
 
 def deploy_target_for(

@@ -67,10 +67,10 @@ def job_kind(job: Job) -> str:
 def job_pickup_deadline(*, job: Job) -> datetime:
     """When a new job's key counts as stuck if no worker has picked the job up: the sweep
     re-dispatches it after ``DEPLOY_REDISPATCH_AFTER_SECONDS`` and runs every
-    ``INBOX_SWEEP_INTERVAL_SECONDS``, so by then it has been published twice."""
+    ``RELAY_SWEEP_INTERVAL_SECONDS``, so by then it has been published twice."""
     return job.created_at + timedelta(
         seconds=settings.DEPLOY_REDISPATCH_AFTER_SECONDS
-        + settings.INBOX_SWEEP_INTERVAL_SECONDS
+        + settings.RELAY_SWEEP_INTERVAL_SECONDS
     )
 
 
@@ -169,7 +169,7 @@ def job_status_set(
             resource_id=job.public_id,
             succeeded=status == JobStatus.SUCCEEDED,
         )
-    elif status == JobStatus.RUNNING:
+    elif status == JobStatus.RUNNING and job.lease_expires_at is not None:
         idempotency_record_progress_deadline_set(
             operation_type=OPERATION_TYPES[job_kind(job)],
             resource_id=job.public_id,
@@ -362,7 +362,8 @@ def _job_execute(
     status = JobStatus.SUCCEEDED if result.succeeded else JobStatus.FAILED
     with transaction.atomic():
         locked = _job_locked(kind=kind, public_id=public_id)
-        assert locked is not None
+        if locked is None:  # gone while the executor ran
+            return "missing"
         locked.executor_finished_at = finished
         locked.save(update_fields=["executor_finished_at"])
         if not report_applies(job=locked, status=status, at=finished):

@@ -4,6 +4,7 @@ key lookup endpoint."""
 from __future__ import annotations
 
 import hashlib
+from typing import TYPE_CHECKING
 
 from django.core.exceptions import RequestDataTooBig
 from django.db import InterfaceError, OperationalError
@@ -38,7 +39,14 @@ IDEMPOTENCY_KEY_HEADER = OpenApiParameter(
 )
 
 
-class IdempotentPostMixin:
+# The type checker sees the mixin as the view it is combined with.
+if TYPE_CHECKING:
+    _View = APIView
+else:
+    _View = object
+
+
+class IdempotentPostMixin(_View):
     """Opts a DRF ``APIView`` POST into the Idempotency-Key contract.
 
     A view declares ``operation_type``, ``fingerprint_fields`` and ``input_serializer_class``

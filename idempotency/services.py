@@ -25,6 +25,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.conf import settings
 from django.core.serializers.json import DjangoJSONEncoder
@@ -321,7 +322,7 @@ def idempotent_execute(
     its one new row (``resource_row``, unsaved), so it may run before any transaction.
     """
     fingerprint = fingerprint_compute(fields=fingerprint_fields)
-    replay_args = {
+    replay_args: dict[str, Any] = {
         "client": client,
         "operation_type": operation_type,
         "key": key,

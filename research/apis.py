@@ -3,6 +3,7 @@ cursor pages."""
 
 from drf_spectacular.utils import (
     OpenApiParameter,
+    OpenApiResponse,
     extend_schema,
     extend_schema_serializer,
 )
@@ -12,6 +13,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from core.pagination import CursorPage
+from core.schema import ERROR_REF
 
 from .selectors import (
     document_revision_list,
@@ -56,7 +58,14 @@ class DocumentListApi(ListAPIView):
         parameters=[
             OpenApiParameter("is_deleted", bool),
             OpenApiParameter("updated_since", str, description="RFC 3339 date-time"),
-        ]
+        ],
+        responses={
+            200: DocumentOutputSerializer(many=True),
+            422: OpenApiResponse(
+                response=ERROR_REF,
+                description="`invalid_payload`: a filter is not valid (`details`).",
+            ),
+        },
     )
     def get(self, request, *args, **kwargs):
         return super().get(request, *args, **kwargs)

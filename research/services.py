@@ -221,7 +221,7 @@ class LockedDocument:
 def _document_lock(*, entity_id: str) -> LockedDocument:
     """The document's row, locked until the transaction ends (see ``_DOCUMENT_LOCK_SQL``).
     Waiting for the lock gives up after the session's ``lock_timeout`` (the processing batch
-    sets it to ``RESEARCH_DOCUMENT_LOCK_TIMEOUT_MS``) with a transient error. On the embedded
+    sets it to ``INBOX_LOCK_TIMEOUT_MS``) with a transient error. On the embedded
     SQLite default, transactions take the database's one write lock when they begin
     (``IMMEDIATE``), so the same statement is already alone."""
     now = _datetime_field.get_db_prep_save(timezone.now(), connection)
@@ -235,7 +235,7 @@ def _document_lock(*, entity_id: str) -> LockedDocument:
             raise
         raise TransientProcessingError(
             f"document {entity_id!r} stayed locked by another transaction for more "
-            f"than {settings.RESEARCH_DOCUMENT_LOCK_TIMEOUT_MS} ms (lock timeout)"
+            f"than {settings.INBOX_LOCK_TIMEOUT_MS} ms (lock timeout)"
         ) from exc
     return LockedDocument(
         pk=pk,

@@ -2,7 +2,10 @@ import subprocess
 
 import pytest
 
+from audit.roles import AUDITORS, OPERATORS, roles_bootstrap
+from core.actors import Actor
 from core.services import api_client_create
+from tests.console import make_user
 from tests.core.factories import bearer_http
 from tests.integrations.github.factories import github_source_create
 from tests.webhooks.factories import research_source
@@ -11,7 +14,9 @@ from tests.webhooks.factories import research_source
 @pytest.fixture
 def api_client_token(db):
     """An API client and its clear token."""
-    client, token = api_client_create(name="ci", token="test-token-ci-0123456789abcdef")
+    client, token = api_client_create(
+        name="ci", token="test-token-ci-0123456789abcdef", actor=Actor.system()
+    )
     return client, token
 
 
@@ -25,7 +30,9 @@ def api(api_client_token):
 @pytest.fixture
 def other_api(db):
     """A second API client, to prove that keys and resources are scoped per client."""
-    _, token = api_client_create(name="other", token="test-token-other-0123456789abcd")
+    _, token = api_client_create(
+        name="other", token="test-token-other-0123456789abcd", actor=Actor.system()
+    )
     return bearer_http(token)
 
 
@@ -98,3 +105,44 @@ def _tables_emptied_by_delete():
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(DatabaseOperations, "sql_flush", sql_flush)
         yield
+
+
+# --- the console's users ------------------------------------------------------------------
+
+
+@pytest.fixture
+def roles(db):
+    roles_bootstrap()
+
+
+@pytest.fixture
+def operator(roles):
+    return make_user("operator", OPERATORS)
+
+
+@pytest.fixture
+def auditor(roles):
+    return make_user("auditor", AUDITORS)
+
+
+@pytest.fixture
+def operator_client(client, operator):
+    client.force_login(operator)
+    return client
+
+
+@pytest.fixture
+def auditor_client(client, auditor):
+    client.force_login(auditor)
+    return client
+
+
+@pytest.fixture
+def empty_broker():
+    """The test broker emptied before and after the test, unacked messages of killed workers
+    included."""
+    from tests.broker import broker_reset
+
+    broker_reset()
+    yield
+    broker_reset()

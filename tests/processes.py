@@ -141,16 +141,20 @@ def embedded_env(tmp_path: Path, port: int) -> dict[str, str]:
     return env
 
 
-def celery_worker(
-    tmp_path: Path, *, concurrency: int = 1, name: str = "w1", env: dict | None = None
-) -> Process:
-    args = [
+# The commands of the product's processes, as README.md ("Processes") starts them: every test
+# and benchmark that starts one starts it with these.
+
+
+def celery_worker_command(
+    *, concurrency: int = 1, name: str = "w1", loglevel: str = "INFO"
+) -> list[str]:
+    return [
         str(BIN / "celery"),
         "-A",
         "config",
         "worker",
         "--loglevel",
-        "INFO",
+        loglevel,
         "--concurrency",
         str(concurrency),
         "--hostname",
@@ -158,27 +162,23 @@ def celery_worker(
         "--without-gossip",
         "--without-mingle",
     ]
-    return Process(args, child_env(**(env or {})), tmp_path / f"worker-{name}.log")
 
 
-def celery_beat(tmp_path: Path, *, env: dict | None = None) -> Process:
-    args = [
+def celery_beat_command(*, schedule: Path, loglevel: str = "INFO") -> list[str]:
+    return [
         str(BIN / "celery"),
         "-A",
         "config",
         "beat",
         "--loglevel",
-        "INFO",
+        loglevel,
         "--schedule",
-        str(tmp_path / "celerybeat-schedule"),
+        str(schedule),
     ]
-    return Process(args, child_env(**(env or {})), tmp_path / "beat.log")
 
 
-def gunicorn(
-    tmp_path: Path, *, port: int, workers: int = 2, env: dict | None = None
-) -> Process:
-    args = [
+def gunicorn_command(*, port: int, workers: int = 2) -> list[str]:
+    return [
         str(BIN / "gunicorn"),
         "config.wsgi",
         "--bind",
@@ -186,7 +186,38 @@ def gunicorn(
         "--workers",
         str(workers),
     ]
-    return Process(args, child_env(**(env or {})), tmp_path / "gunicorn.log")
+
+
+def relay_command() -> list[str]:
+    return [str(BIN / "python"), "manage.py", "relay"]
+
+
+def celery_worker(
+    tmp_path: Path, *, concurrency: int = 1, name: str = "w1", env: dict | None = None
+) -> Process:
+    return Process(
+        celery_worker_command(concurrency=concurrency, name=name),
+        child_env(**(env or {})),
+        tmp_path / f"worker-{name}.log",
+    )
+
+
+def celery_beat(tmp_path: Path, *, env: dict | None = None) -> Process:
+    return Process(
+        celery_beat_command(schedule=tmp_path / "celerybeat-schedule"),
+        child_env(**(env or {})),
+        tmp_path / "beat.log",
+    )
+
+
+def gunicorn(
+    tmp_path: Path, *, port: int, workers: int = 2, env: dict | None = None
+) -> Process:
+    return Process(
+        gunicorn_command(port=port, workers=workers),
+        child_env(**(env or {})),
+        tmp_path / "gunicorn.log",
+    )
 
 
 def wait_until(

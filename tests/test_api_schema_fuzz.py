@@ -5,6 +5,7 @@ import subprocess
 
 import pytest
 
+from core.actors import Actor
 from core.services import api_client_create
 from tests import processes
 
@@ -23,7 +24,7 @@ CHECKS = ",".join(
 
 def test_schemathesis_finds_no_server_error_and_no_schema_violation(tmp_path):
     _, token = api_client_create(
-        name="schemathesis", token="schemathesis-token-0123456789"
+        name="schemathesis", token="schemathesis-token-0123456789", actor=Actor.system()
     )
     port = processes.free_port()
     server = processes.gunicorn(

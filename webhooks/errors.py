@@ -1,7 +1,11 @@
-"""Typed errors of the ingest path. Their HTTP status and ``error`` code are class attributes;
-``core.exceptions.error_json_response`` is the one place that turns them into responses."""
+"""The inbox's typed errors, every one a ``core.errors.ServiceError``: those of ingest (an
+unknown source, a signature or timestamp refused, an inconsistent duplicate), and those of the
+operators' services (pausing and resuming a source, replay and bulk replay jobs). Each carries
+its HTTP status and stable ``error`` code as class attributes: ``core.exceptions`` turns them
+into API answers in one place, and the admin and the commands catch ``ServiceError`` once and
+show its message."""
 
-from core.errors import ServiceError
+from core.errors import InvalidPayload, NotFound, ServiceError
 
 
 class UnknownSource(ServiceError):
@@ -51,3 +55,52 @@ class SourceNotPaused(ServiceError):
 
     status_code = 409
     code = "source_not_paused"
+
+
+class NothingToReplay(ServiceError):
+    """No selected row was in a replayable status."""
+
+    status_code = 409
+    code = "nothing_to_replay"
+
+
+class ReplaySelectionTooLarge(ServiceError):
+    """More rows were selected than one replay takes (``replay.REPLAY_SELECTED_MAX``): the
+    work of a bulk replay job."""
+
+    status_code = 422
+    code = "replay_selection_too_large"
+
+    def __init__(self, limit: int):
+        super().__init__(f"more than {limit} events selected")
+        self.limit = limit
+
+
+class BulkReplayJobNotFound(NotFound):
+    code = "bulk_replay_job_not_found"
+
+
+class BulkReplayJobNotStartable(ServiceError):
+    """The job is not waiting to start (already started or finished)."""
+
+    status_code = 409
+    code = "bulk_replay_job_not_startable"
+
+
+class BulkReplayJobNotResumable(ServiceError):
+    """The job is neither failed, cancelled nor interrupted: still running (its lease holds),
+    waiting to start, or finished."""
+
+    status_code = 409
+    code = "bulk_replay_job_not_resumable"
+
+
+class BulkReplayJobNotCancellable(ServiceError):
+    """The job is neither queued nor running: waiting to start, or already over."""
+
+    status_code = 409
+    code = "bulk_replay_job_not_cancellable"
+
+
+class InvalidBulkReplayRate(InvalidPayload):
+    """A rate that is not a number of events per second within the accepted range."""

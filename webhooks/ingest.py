@@ -10,14 +10,15 @@ import hashlib
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any, cast
 
 from django.conf import settings
-from django.db import IntegrityError, connection, transaction
+from django.db import IntegrityError, connection, models, transaction
 from django.utils import timezone
 
 from .envelopes import Envelope, body_parse
 from .errors import InconsistentDuplicate, InvalidSignature, StaleTimestamp
-from .integrations import integration_get
+from .integrations import integration_get, integration_names
 from .metrics import (
     WEBHOOK_DUPLICATES,
     WEBHOOK_INCONSISTENT_DUPLICATES,
@@ -30,27 +31,32 @@ from .models import (
     SignatureFailure,
     WebhookSource,
 )
-from .schemes import REASON_MISMATCH, scheme_get
+from .schemes import REASON_MISMATCH, scheme_get, schemes
 from .selectors import webhook_secrets_valid
 
 logger = logging.getLogger(__name__)
 
 SIGNATURE_PREFIX_LENGTH = 12
-# Headers kept on the inbox row (lower-case). Signatures are shortened to a prefix.
-STORED_HEADERS = (
-    "content-type",
-    "user-agent",
-    "x-webhook-id",
-    "x-webhook-timestamp",
-    "webhook-id",
-    "webhook-timestamp",
-    "x-github-delivery",
-    "x-github-event",
-    "x-github-hook-id",
-    "x-github-hook-installation-target-type",
-    "x-github-hook-installation-target-id",
-)
-SIGNATURE_HEADERS = ("x-webhook-signature", "webhook-signature", "x-hub-signature-256")
+# Kept on the inbox row (lower-case) whatever the source, beside the headers its scheme and
+# integration declare (``stored_header_names``).
+GENERIC_STORED_HEADERS = ("content-type", "user-agent")
+
+
+@functools.cache
+def stored_header_names() -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The headers kept on the inbox row (lower-case): the generic ones, every registered
+    scheme's id and timestamp headers and every integration's own; and the signature headers,
+    kept shortened to a prefix. Derived from the registries (``WEBHOOK_SCHEMES``,
+    ``WEBHOOK_INTEGRATIONS``) once per process."""
+    names = list(GENERIC_STORED_HEADERS)
+    signatures = []
+    for scheme in schemes().values():
+        names += [scheme.id_header, scheme.timestamp_header or ""]
+        signatures.append(scheme.signature_header)
+    for name in integration_names():
+        names += list(integration_get(name).headers)
+    kept = tuple(dict.fromkeys(n.lower() for n in names if n))
+    return kept, tuple(dict.fromkeys(n.lower() for n in signatures))
 
 
 @dataclass(frozen=True)
@@ -63,15 +69,23 @@ class IngestResult:
 
 def _stored_headers(headers: Mapping[str, str]) -> dict[str, str]:
     stored = {}
-    for name in STORED_HEADERS:
+    kept, signatures = stored_header_names()
+    for name in kept:
         value = headers.get(name)
         if value:
             stored[name] = value[:255].replace("\x00", "")
-    for name in SIGNATURE_HEADERS:
+    for name in signatures:
         value = headers.get(name)
         if value:
             stored[name] = value[:SIGNATURE_PREFIX_LENGTH].replace("\x00", "") + "..."
     return stored
+
+
+def _db_value(model: type[models.Model], name: str, value: Any) -> Any:
+    """``value`` as the field ``name`` of ``model`` hands it to the database driver (instants
+    on SQLite, JSON): for the statements written by hand."""
+    field = cast(models.Field, model._meta.get_field(name))
+    return field.get_db_prep_save(value, connection)
 
 
 def signature_failure_record(
@@ -87,14 +101,13 @@ def signature_failure_record(
     now = timezone.now()
     table = connection.ops.quote_name(SignatureFailure._meta.db_table)
     window = now.replace(second=0, microsecond=0)
-    field = SignatureFailure._meta.get_field
     params = [
         source.pk,
         reason,
-        field("window_start").get_db_prep_save(window, connection),
+        _db_value(SignatureFailure, "window_start", window),
         1,
-        field("last_remote_addr").get_db_prep_save(remote_addr, connection),
-        field("last_seen_at").get_db_prep_save(now, connection),
+        _db_value(SignatureFailure, "last_remote_addr", remote_addr),
+        _db_value(SignatureFailure, "last_seen_at", now),
     ]
     sql = (
         f"INSERT INTO {table} (source_id, reason, window_start, count, last_remote_addr,"  # noqa: S608
@@ -108,7 +121,7 @@ def signature_failure_record(
 
 
 def _timestamp_check(*, timestamp: str | None, tolerance: int) -> None:
-    if timestamp is None:  # the scheme has no timestamp (github)
+    if timestamp is None:  # the scheme has no timestamp
         return
     try:
         value = int(timestamp)
@@ -304,9 +317,8 @@ def _inbox_upsert(
         "received_at": now,
         "last_seen_at": now,
     }
-    field = InboxEvent._meta.get_field
     for name in _ADAPTED_COLUMNS:
-        values[name] = field(name).get_db_prep_save(values[name], connection)
+        values[name] = _db_value(InboxEvent, name, values[name])
     params = [values[name] for name in _INBOX_COLUMNS]
     log_extra = {"source": source.slug, "event_id": envelope.event_id}
     # One statement in autocommit is its own transaction: when execute() returns, the row is

@@ -9,7 +9,9 @@ An integration is one package under ``integrations/`` that knows one producer's 
   commit together. It raises ``core.errors.PermanentProcessingError`` when the data is
   rejected (dead letter at once) and anything else when a retry may help;
 - ``sample``: a body (and the headers beside the signature) that ``send_test_webhook`` signs
-  and sends.
+  and sends;
+- ``headers``: the producer's own headers it reads (beyond the scheme's), each with what it
+  means: kept on the inbox row and described in the endpoint's OpenAPI description.
 
 The registry is the ``WEBHOOK_INTEGRATIONS`` setting, from a name to the integration object's
 dotted path, so that the inbox names none of the apps its integrations write to. Adding an
@@ -48,6 +50,7 @@ class SampleEvent:
 class Integration(Protocol):
     name: str
     label: str
+    headers: Mapping[str, str]
 
     def envelope(
         self,

@@ -82,6 +82,7 @@ class WebhookSource(models.Model):
         permissions = [
             ("rotate_secret", "Can rotate webhook source secrets"),
             ("pause_source", "Can pause and resume webhook sources"),
+            ("enable_source", "Can enable and disable webhook sources"),
         ]
 
     def __str__(self) -> str:
@@ -196,6 +197,8 @@ class DeadLetterCause(models.TextChoices):
 
     REJECTED = "rejected", "the event's data was rejected"
     EXHAUSTED = "exhausted", "processing failed on every attempt"
+    # Rows dead-lettered before causes were recorded (migration 0014 names them so).
+    UNRECORDED = "unrecorded", "the cause was not recorded"
 
 
 # What an operator may replay: back to ``received`` with a fresh round of attempts.
@@ -471,6 +474,13 @@ class OperatorAction(AppendOnlyModel):
         RESUME_BULK_REPLAY = "resume_bulk_replay"
         PAUSE_SOURCE = "pause_source"
         RESUME_SOURCE = "resume_source"
+        CREATE_SOURCE = "create_source"
+        ENABLE_SOURCE = "enable_source"
+        DISABLE_SOURCE = "disable_source"
+        SET_EXPECTED_INTERVAL = "set_expected_interval"
+        CREATE_API_CLIENT = "create_api_client"
+        ACTIVATE_API_CLIENT = "activate_api_client"
+        DEACTIVATE_API_CLIENT = "deactivate_api_client"
         SET_SOURCE_CLIENT = "set_source_client"
         CREATE_DEPLOY_TARGET = "create_deploy_target"
         CHANGE_DEPLOY_TARGET = "change_deploy_target"
@@ -663,9 +673,7 @@ class BulkReplayJob(models.Model):
             return None
         pace = None
         if self.rate is not None:
-            pace = pace_for(
-                rate=self.rate, tick=settings.AUDIT_BULK_REPLAY_RATE_TICK_SECONDS
-            )
+            pace = pace_for(rate=self.rate, tick=settings.BULK_REPLAY_RATE_TICK_SECONDS)
         return finish_estimate(
             now=now or timezone.now(),
             remaining=max((self.total or self.dry_run_count) - self.processed, 0),

@@ -58,29 +58,65 @@ class ResumeBulkReplayDetails(_BulkReplayControlDetails):
     rate_changed: bool
 
 
-class _HeldDetails(TypedDict):
+class HeldDetails(TypedDict):
+    """A source and how many of its events waited (a capped count)."""
+
     source: str
     source_id: int
     held_events: int
     held_events_capped: bool
 
 
-class PauseSourceDetails(_HeldDetails, total=False):
+class PauseSourceDetails(HeldDetails, total=False):
     drain_interrupted: bool
 
 
-class ResumeSourceDetails(_HeldDetails):
+class ResumeSourceDetails(HeldDetails):
     rate: float | None
     paused_at: str
     paused_by: str
     pause_reason: str
 
 
-class SetSourceClientDetails(TypedDict):
-    """The API client a GitHub source may move the deployments of (``None``: any)."""
-
+class _SourceDetails(TypedDict):
     source: str
     source_id: int
+
+
+class CreateSourceDetails(_SourceDetails):
+    scheme: str
+    handler: str
+    client: str | None  # the API client a GitHub source is bound to
+
+
+class SourceEnabledDetails(_SourceDetails):
+    before: bool
+    after: bool
+
+
+class ExpectedIntervalDetails(_SourceDetails):
+    before: int | None
+    after: int | None
+
+
+class CreateApiClientDetails(TypedDict):
+    """A new API client: its name and the first characters of its token (never the token)."""
+
+    client: str
+    client_id: int
+    token_prefix: str
+
+
+class ApiClientActiveDetails(TypedDict):
+    client: str
+    client_id: int
+    before: bool
+    after: bool
+
+
+class SetSourceClientDetails(_SourceDetails):
+    """The API client a GitHub source may move the deployments of (``None``: any)."""
+
     client_before: str | None
     client_after: str | None
 
@@ -117,6 +153,13 @@ DETAILS_SHAPES: dict[str, type] = {
     Action.RESUME_BULK_REPLAY: ResumeBulkReplayDetails,
     Action.PAUSE_SOURCE: PauseSourceDetails,
     Action.RESUME_SOURCE: ResumeSourceDetails,
+    Action.CREATE_SOURCE: CreateSourceDetails,
+    Action.ENABLE_SOURCE: SourceEnabledDetails,
+    Action.DISABLE_SOURCE: SourceEnabledDetails,
+    Action.SET_EXPECTED_INTERVAL: ExpectedIntervalDetails,
+    Action.CREATE_API_CLIENT: CreateApiClientDetails,
+    Action.ACTIVATE_API_CLIENT: ApiClientActiveDetails,
+    Action.DEACTIVATE_API_CLIENT: ApiClientActiveDetails,
     Action.SET_SOURCE_CLIENT: SetSourceClientDetails,
     Action.CREATE_DEPLOY_TARGET: DeployTargetDetails,
     Action.CHANGE_DEPLOY_TARGET: DeployTargetDetails,
@@ -125,7 +168,9 @@ DETAILS_SHAPES: dict[str, type] = {
 
 
 def _details_check(action: str, details: Mapping[str, Any]) -> None:
-    shape = DETAILS_SHAPES[action]
+    shape = DETAILS_SHAPES.get(action)
+    if shape is None:
+        raise TypeError(f"no operator action {str(action)!r}")
     required = shape.__required_keys__  # type: ignore[attr-defined]
     allowed = required | shape.__optional_keys__  # type: ignore[attr-defined]
     missing = sorted(required - details.keys())

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.conf import settings
 from django.db import connection
@@ -42,7 +43,7 @@ from .pausing import drain_budget, drain_end
 logger = logging.getLogger(__name__)
 
 
-def _held_source_ids() -> QuerySet[SourceHold]:
+def _held_source_ids() -> QuerySet[SourceHold, Any]:
     """The sources whose events are held back (paused, or draining after a resume): a
     handful of rows at most, read once per statement."""
     return SourceHold.objects.values("source_id")
@@ -165,7 +166,7 @@ def _rows_set_aside(*, source_id: int, limit: int, now: datetime) -> int:
     return len(ids)
 
 
-class InboxOutbox(Outbox):
+class InboxOutbox(Outbox[int]):
     """The inbox's outbox (module docstring): new rows and due retries, the sweep, held
     sources set aside and drained, and flow control."""
 
@@ -247,7 +248,7 @@ class InboxOutbox(Outbox):
             drain_end(hold)
             return 0, []
         InboxEvent.objects.filter(id__in=[pk for pk, _ in rows]).update(
-            dispatched_at=max(now, hold.drain_started_at), held_at=None
+            dispatched_at=max(now, hold.drain_started_at or now), held_at=None
         )
         SourceHold.objects.filter(pk=source_id).update(
             drain_released=F("drain_released") + len(rows),

@@ -2,7 +2,7 @@
 rate"): pure functions of the job's numbers and a time, no database, no clock of their own.
 
 A job at ``rate`` events per second replays in slices of ``size`` events, one slice every
-``size / rate`` seconds; ``size`` is about ``AUDIT_BULK_REPLAY_RATE_TICK_SECONDS`` worth of
+``size / rate`` seconds; ``size`` is about ``BULK_REPLAY_RATE_TICK_SECONDS`` worth of
 events (at least one), so nothing goes out in a burst at the start.
 
 Each slice's due time follows from the previous slice's due time and what that slice
@@ -89,6 +89,6 @@ def finish_estimate(
     start = max(now, next_due) if next_due is not None else now
     slices = math.ceil(remaining / pace.size)
     by_schedule = start + timedelta(seconds=(slices - 1) * pace.interval)
-    if by_measure is not None and measured < pace.rate * KEEPS_UP:
+    if by_measure is not None and measured and measured < pace.rate * KEEPS_UP:
         return max(by_schedule, by_measure)
     return by_schedule

@@ -26,6 +26,7 @@ from core.selectors import COUNT_CAP
 from .errors import SourceAlreadyPaused, SourceNotPaused
 from .models import InboxEvent, OperatorAction, SourceHold, WebhookSource
 from .operator_actions import (
+    HeldDetails,
     PauseSourceDetails,
     ResumeSourceDetails,
     operator_action_record,
@@ -39,14 +40,14 @@ logger = logging.getLogger(__name__)
 DRAIN_BURST_SECONDS = 1.0
 
 
-def _held_counts(source: WebhookSource) -> dict:
+def _held_counts(source: WebhookSource) -> HeldDetails:
     held = webhook_source_held_count(source_id=source.pk)
-    return {
-        "source": source.slug,
-        "source_id": source.pk,
-        "held_events": min(held, COUNT_CAP),
-        "held_events_capped": held > COUNT_CAP,
-    }
+    return HeldDetails(
+        source=source.slug,
+        source_id=source.pk,
+        held_events=min(held, COUNT_CAP),
+        held_events_capped=held > COUNT_CAP,
+    )
 
 
 def _hold_locked(source: WebhookSource) -> SourceHold | None:

@@ -562,7 +562,9 @@ def _outcome_record(event: InboxEvent, outcome: ProcessingOutcome) -> None:
             extra=_log_extra(
                 event,
                 attempts=event.attempts,
-                next_attempt_at=outcome.retry_at.isoformat(),
+                next_attempt_at=outcome.retry_at.isoformat()
+                if outcome.retry_at
+                else None,
                 error=event.error_message[:500],
             ),
         )
@@ -582,7 +584,7 @@ def _outcome_record(event: InboxEvent, outcome: ProcessingOutcome) -> None:
 @contextlib.contextmanager
 def _lock_timeout() -> Iterator[None]:
     """The handlers' row locks (a research document's) give up after
-    ``RESEARCH_DOCUMENT_LOCK_TIMEOUT_MS`` (a transient error, retried): set for the session
+    ``INBOX_LOCK_TIMEOUT_MS`` (a transient error, retried): set for the session
     once per batch rather than once per event."""
     if connection.vendor != "postgresql":
         yield
@@ -591,7 +593,7 @@ def _lock_timeout() -> Iterator[None]:
         cursor.execute(
             # set_config, not SET: a parameter bound by the server cannot stand in SET.
             "SELECT set_config('lock_timeout', %s, false)",
-            [f"{int(settings.RESEARCH_DOCUMENT_LOCK_TIMEOUT_MS)}ms"],
+            [f"{int(settings.INBOX_LOCK_TIMEOUT_MS)}ms"],
         )
     try:
         yield

@@ -24,6 +24,15 @@ from django.utils import timezone
 from core.actors import Actor
 
 from .dispatch import bulk_replay_job_publish
+from .errors import (
+    BulkReplayJobNotCancellable,
+    BulkReplayJobNotFound,
+    BulkReplayJobNotResumable,
+    BulkReplayJobNotStartable,
+    InvalidBulkReplayRate,
+    NothingToReplay,
+    ReplaySelectionTooLarge,
+)
 from .models import (
     BULK_REPLAY_RATE_MAX,
     BULK_REPLAY_RATE_MIN,
@@ -40,8 +49,18 @@ from .pacing import Pace, next_slice_due, pace_for, slice_start
 logger = logging.getLogger(__name__)
 
 
-class NothingToReplay(Exception):
-    """No selected row was in a replayable status."""
+# A replay of selected rows is one transaction in one request (the admin's "Replay selected"):
+# at most this many rows, far below the database's 65,535 parameters per statement and well
+# inside a request's time. More is the work of a bulk replay job (chunks, progress, resumable).
+REPLAY_SELECTED_MAX = 10_000
+
+
+def replay_selection_check(*, events_queryset: QuerySet[InboxEvent]) -> None:
+    """Raises ``ReplaySelectionTooLarge`` when ``events_queryset`` holds more rows than one
+    replay takes; reads at most ``REPLAY_SELECTED_MAX + 1`` of them."""
+    limit = REPLAY_SELECTED_MAX
+    if events_queryset.order_by().values("pk")[: limit + 1].count() > limit:
+        raise ReplaySelectionTooLarge(limit)
 
 
 def replay_queryset_build(
@@ -79,8 +98,15 @@ def inbox_events_replay(
 
     Rows are locked (``select_for_update(skip_locked=True)``) and re-checked under the lock, so
     two operators replaying the same rows at once replay each row once; rows in any other status
-    are skipped and counted. Raises ``NothingToReplay`` when no row was replayable."""
-    selected = list(events_queryset.order_by().values_list("pk", flat=True))
+    are skipped and counted. Raises ``NothingToReplay`` when no row was replayable, and
+    ``ReplaySelectionTooLarge`` (changing nothing) for more than ``REPLAY_SELECTED_MAX``
+    rows."""
+    limit = REPLAY_SELECTED_MAX
+    selected = list(
+        events_queryset.order_by().values_list("pk", flat=True)[: limit + 1]
+    )
+    if len(selected) > limit:
+        raise ReplaySelectionTooLarge(limit)
     with transaction.atomic():
         rows = list(
             InboxEvent.objects.filter(
@@ -132,23 +158,6 @@ def inbox_events_replay(
 # --- Bulk replay by filter -----------------------------------------------------------------
 
 
-class BulkReplayJobNotStartable(Exception):
-    """The job is not waiting to start (already started or finished)."""
-
-
-class BulkReplayJobNotResumable(Exception):
-    """The job is neither failed, cancelled nor interrupted: still running (its lease holds),
-    waiting to start, or finished."""
-
-
-class BulkReplayJobNotCancellable(Exception):
-    """The job is neither queued nor running: waiting to start, or already over."""
-
-
-class InvalidBulkReplayRate(ValueError):
-    """A rate that is not a number of events per second within the accepted range."""
-
-
 ACTIVE_STATES = (BulkReplayJob.State.QUEUED, BulkReplayJob.State.RUNNING)
 
 
@@ -158,7 +167,7 @@ def bulk_replay_rate_parse(value: object) -> float | None:
     ``BULK_REPLAY_RATE_MIN`` to ``BULK_REPLAY_RATE_MAX``."""
     if value is None or (isinstance(value, str) and not value.strip()):
         return None
-    if isinstance(value, bool):
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
         raise InvalidBulkReplayRate("rate must be a number of events per second")
     try:
         rate = float(value.strip() if isinstance(value, str) else value)
@@ -178,7 +187,7 @@ def bulk_replay_rate_parse(value: object) -> float | None:
 
 def _job_queryset(job: BulkReplayJob) -> QuerySet[InboxEvent]:
     return replay_queryset_build(
-        source_slug=job.source.slug if job.source_id else None,
+        source_slug=job.source.slug if job.source is not None else None,
         status=job.status,
         since=job.since,
         event_ids=job.event_ids or None,
@@ -186,7 +195,7 @@ def _job_queryset(job: BulkReplayJob) -> QuerySet[InboxEvent]:
 
 
 def _lease_end(now: datetime) -> datetime:
-    return now + timedelta(seconds=settings.AUDIT_BULK_REPLAY_LEASE_SECONDS)
+    return now + timedelta(seconds=settings.BULK_REPLAY_LEASE_SECONDS)
 
 
 def _resumable(now: datetime) -> Q:
@@ -196,6 +205,20 @@ def _resumable(now: datetime) -> Q:
     expired = Q(lease_expires_at__lt=now) | Q(lease_expires_at__isnull=True)
     stopped = Q(state__in=[BulkReplayJob.State.FAILED, BulkReplayJob.State.CANCELLED])
     return stopped | (active & expired)
+
+
+def bulk_replay_job_controls(*, job: BulkReplayJob) -> list[str]:
+    """What an operator may do with the job now: ``cancel`` (queued or running) and
+    ``resume`` (failed, cancelled, or its lease ran out), by the rules the services apply."""
+    controls = []
+    if job.state in ACTIVE_STATES:
+        controls.append("cancel")
+    resumable = BulkReplayJob.objects.filter(pk=job.pk).filter(
+        _resumable(timezone.now())
+    )
+    if resumable.exists():
+        controls.append("resume")
+    return controls
 
 
 def _control_action_record(
@@ -242,7 +265,7 @@ def bulk_replay_job_create(
     job.dry_run_count = _job_queryset(job).count()
     job.save()
     logger.info(
-        "audit.bulk_replay_counted",
+        "bulk_replay.counted",
         extra={
             "bulk_job_id": job.pk,
             "dry_run_count": job.dry_run_count,
@@ -292,7 +315,7 @@ def bulk_replay_job_start(
         if publish:
             _run_publish_after_commit(job)
     logger.info(
-        "audit.bulk_replay_started",
+        "bulk_replay.started",
         extra={
             "bulk_job_id": job.pk,
             "actor": started_by.name,
@@ -313,10 +336,12 @@ def bulk_replay_job_cancel(
     it got. The job's row lock is taken first: a chunk at work commits before (its rows stay
     replayed) and every later task of the run finds the job cancelled and does nothing, so
     the job stops after at most its current chunk. Raises ``BulkReplayJobNotCancellable`` for
-    a job in any other state, ``BulkReplayJob.DoesNotExist`` for an unknown id. A cancelled
+    a job in any other state, ``BulkReplayJobNotFound`` for an unknown id. A cancelled
     job may be resumed (``bulk_replay_job_resume``)."""
     with transaction.atomic():
-        job = BulkReplayJob.objects.select_for_update().get(pk=job_id)
+        job = BulkReplayJob.objects.select_for_update().filter(pk=job_id).first()
+        if job is None:
+            raise BulkReplayJobNotFound(f"no bulk replay #{job_id}")
         if job.state not in ACTIVE_STATES:
             raise BulkReplayJobNotCancellable(
                 f"bulk replay #{job_id} is {job.state}: only a queued or running job "
@@ -338,7 +363,7 @@ def bulk_replay_job_cancel(
             state_before=state_before,
         )
     logger.info(
-        "audit.bulk_replay_cancelled",
+        "bulk_replay.cancelled",
         extra={
             "bulk_job_id": job.pk,
             "actor": cancelled_by.name,
@@ -362,7 +387,7 @@ def bulk_replay_job_resume(
     The chunks of the new run name ``resumed_by``; an operator action records the resume.
     One conditional UPDATE decides between concurrent resumes (and a chunk still at work,
     which holds the job's row lock and renews the lease): exactly one wins, the others raise
-    ``BulkReplayJobNotResumable``. Raises ``BulkReplayJob.DoesNotExist`` for an unknown id and
+    ``BulkReplayJobNotResumable``. Raises ``BulkReplayJobNotFound`` for an unknown id and
     ``InvalidBulkReplayRate`` (changing nothing) for a rate out of range."""
     new_rate = bulk_replay_rate_parse(rate)
     now = timezone.now()
@@ -387,7 +412,9 @@ def bulk_replay_job_resume(
             .filter(_resumable(now))
             .update(**changes)
         )
-        job = BulkReplayJob.objects.get(pk=job_id)
+        job = BulkReplayJob.objects.filter(pk=job_id).first()
+        if job is None:
+            raise BulkReplayJobNotFound(f"no bulk replay #{job_id}")
         if not updated:
             raise BulkReplayJobNotResumable(
                 f"bulk replay #{job_id} is not resumable: it is {job.state}"
@@ -407,7 +434,7 @@ def bulk_replay_job_resume(
         if publish:
             _run_publish_after_commit(job)
     logger.info(
-        "audit.bulk_replay_resumed",
+        "bulk_replay.resumed",
         extra={
             "bulk_job_id": job.pk,
             "actor": resumed_by.name,
@@ -449,6 +476,12 @@ class _Slice:
     def full(self) -> bool:
         return self.pace is not None and self.taken >= self.pace.size
 
+    def next_due(self) -> datetime:
+        """When the next slice is due (``webhooks.pacing``); a slice with a pace only."""
+        if self.pace is None or self.start is None:
+            raise RuntimeError("a slice without a rate has no schedule")
+        return next_slice_due(start=self.start, replayed=self.replayed, pace=self.pace)
+
 
 def _chunk_run(
     *, job_id: int, run: int, slice_: _Slice, claim_step: int | None
@@ -459,7 +492,7 @@ def _chunk_run(
     job and whether rows may remain; does nothing for a job that is finished or cancelled,
     was resumed since (a task of an earlier run), or whose task ``claim_step`` already ran
     (a message delivered twice)."""
-    chunk_size = settings.AUDIT_BULK_REPLAY_CHUNK_SIZE
+    chunk_size = settings.BULK_REPLAY_CHUNK_SIZE
     now = timezone.now()
     fields = [
         "state",
@@ -481,7 +514,7 @@ def _chunk_run(
         if claim_step is not None:
             if job.task_seq != claim_step:
                 logger.info(
-                    "audit.bulk_replay_task_skipped",
+                    "bulk_replay.task_skipped",
                     extra={"bulk_job_id": job_id, "run": run, "step": claim_step},
                 )
                 return job, False
@@ -494,7 +527,7 @@ def _chunk_run(
             job.total = job.processed + remaining.count()
         if job.rate is not None and slice_.pace is None:
             slice_.pace = pace_for(
-                rate=job.rate, tick=settings.AUDIT_BULK_REPLAY_RATE_TICK_SECONDS
+                rate=job.rate, tick=settings.BULK_REPLAY_RATE_TICK_SECONDS
             )
             slice_.start = slice_start(due=job.next_chunk_at, now=now, pace=slice_.pace)
         limit = slice_.room(chunk_size)
@@ -531,9 +564,7 @@ def _chunk_run(
         if more:
             lease_from = done
             if slice_.full():
-                job.next_chunk_at = next_slice_due(
-                    start=slice_.start, replayed=slice_.replayed, pace=slice_.pace
-                )
+                job.next_chunk_at = slice_.next_due()
                 lease_from = max(done, job.next_chunk_at)
             job.lease_expires_at = _lease_end(lease_from)
         else:
@@ -560,9 +591,7 @@ def _run_fail(*, job_id: int, run: int, error: str) -> None:
             next_chunk_at=None,
         )
     except Exception:
-        logger.exception(
-            "audit.bulk_replay_fail_unrecorded", extra={"bulk_job_id": job_id}
-        )
+        logger.exception("bulk_replay.fail_unrecorded", extra={"bulk_job_id": job_id})
 
 
 def bulk_replay_job_run(
@@ -615,7 +644,8 @@ def bulk_replay_job_run(
                         eta=job.next_chunk_at,
                     )
                     return job
-                wait = (job.next_chunk_at - timezone.now()).total_seconds()
+                due = job.next_chunk_at or timezone.now()
+                wait = (due - timezone.now()).total_seconds()
                 if wait > 0:
                     sleep(wait)
                 continue
@@ -625,13 +655,13 @@ def bulk_replay_job_run(
                 return job
     except BaseException as exc:  # re-raised; an interrupted command fails the job too
         logger.exception(
-            "audit.bulk_replay_failed", extra={"bulk_job_id": job_id, "run": run}
+            "bulk_replay.failed", extra={"bulk_job_id": job_id, "run": run}
         )
         _run_fail(job_id=job_id, run=run, error=str(exc) or type(exc).__name__)
         raise
     if job.state == BulkReplayJob.State.SUCCEEDED:
         logger.info(
-            "audit.bulk_replay_finished",
+            "bulk_replay.finished",
             extra={"bulk_job_id": job.pk, "processed": job.processed},
         )
     return job

@@ -8,13 +8,19 @@ one against any valid secret passes) and skips entries of an unknown version (``
 A header present with no parsable entry of a known version is ``malformed``; a parsable entry
 that matches no secret is ``mismatch``; a missing or empty header is ``missing``.
 
-Adding a scheme is one class and one entry in ``SCHEMES``.
+The registry is the ``WEBHOOK_SCHEMES`` setting, from a scheme's name to the dotted path of its
+class: a producer's own scheme lives in its integration's package (GitHub's in
+``integrations.github.scheme``), the generic ones here. Each declares the headers it reads, so
+that what the inbox keeps of a delivery, the headers a request's correlation id comes from and
+the endpoint's OpenAPI description all follow from the registry. Adding a scheme is one class
+and one entry.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import hashlib
 import hmac
 import re
@@ -22,6 +28,9 @@ import secrets as random_secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
+
+from django.conf import settings
+from django.utils.module_loading import import_string
 
 from core.errors import InvalidPayload
 
@@ -50,11 +59,20 @@ class Verified:
 
 
 class SignatureScheme(Protocol):
-    """What a scheme does. ``verify`` raises ``InvalidSignature`` with its reason."""
+    """What a scheme does. ``verify`` raises ``InvalidSignature`` with its reason.
+
+    Its headers: ``id_header`` (the event id, kept on the inbox row and the request's
+    correlation id), ``timestamp_header`` (kept; ``None`` for a scheme without one),
+    ``signature_header`` (kept as a short prefix only), and ``header_descriptions`` (each
+    header's meaning, for the endpoint's OpenAPI description)."""
 
     name: str
     label: str
     signs_event_id: bool
+    id_header: str
+    timestamp_header: str | None
+    signature_header: str
+    header_descriptions: Mapping[str, str]
 
     def verify(
         self, *, raw_body: bytes, headers: Mapping[str, str], secrets: Sequence[str]
@@ -69,7 +87,7 @@ class SignatureScheme(Protocol):
     def secret_validate(self, secret: str) -> None: ...
 
 
-def _header(headers: Mapping[str, str], name: str) -> str:
+def header_value(headers: Mapping[str, str], name: str) -> str:
     return (headers.get(name) or "").strip()
 
 
@@ -77,18 +95,18 @@ def _signature_and_timestamp(
     headers: Mapping[str, str], signature_header: str, timestamp_header: str
 ) -> tuple[str, str]:
     """Both headers of a timestamped scheme; ``missing`` when either is absent or empty."""
-    signature = _header(headers, signature_header)
-    timestamp = _header(headers, timestamp_header)
+    signature = header_value(headers, signature_header)
+    timestamp = header_value(headers, timestamp_header)
     if not signature or not timestamp:
         raise InvalidSignature(REASON_MISSING)
     return signature, timestamp
 
 
-def _hmac_sha256(key: bytes, message: bytes) -> bytes:
+def hmac_sha256(key: bytes, message: bytes) -> bytes:
     return hmac.new(key, message, hashlib.sha256).digest()
 
 
-def _any_match(candidates: Sequence[bytes], expected: Sequence[bytes]) -> bool:
+def any_match(candidates: Sequence[bytes], expected: Sequence[bytes]) -> bool:
     # Every comparison runs: no early exit that would tell which secret or entry matched.
     matched = False
     for candidate in candidates:
@@ -97,7 +115,7 @@ def _any_match(candidates: Sequence[bytes], expected: Sequence[bytes]) -> bool:
     return matched
 
 
-def _hex_entries(header: str, prefix: str) -> list[bytes]:
+def hex_entries(header: str, prefix: str) -> list[bytes]:
     """Digests of the ``<prefix><hex>`` entries of a header; other versions are skipped."""
     digests = []
     for entry in _SEPARATORS.split(header):
@@ -108,9 +126,30 @@ def _hex_entries(header: str, prefix: str) -> list[bytes]:
     return digests
 
 
-def _secret_length_check(secret: str) -> None:
+# The least key material a secret may hold (docs/security.md, "Secrets"): below it a secret can
+# be guessed. Generated secrets hold 32 bytes.
+SECRET_MIN_BYTES = 16
+# Standard Webhooks' own range for the decoded key of a ``whsec_`` secret.
+WHSEC_MIN_BYTES, WHSEC_MAX_BYTES = 24, 64
+
+
+def secret_length_check(secret: str, *, key: bytes | None = None) -> None:
+    """A secret as the ``secret`` column holds it (1-255 characters, no NUL) whose key
+    material (``key``: the secret's UTF-8 bytes unless given) is at least
+    ``SECRET_MIN_BYTES``; ``InvalidPayload`` naming the rule otherwise."""
     if not secret or len(secret) > 255 or "\x00" in secret:
         raise InvalidPayload(details={"secret": ["1-255 characters, no NUL."]})
+    material = secret.encode() if key is None else key
+    if len(material) < SECRET_MIN_BYTES:
+        raise InvalidPayload(
+            f"a secret holds at least {SECRET_MIN_BYTES} bytes of key material",
+            details={
+                "secret": [
+                    f"At least {SECRET_MIN_BYTES} bytes of key material "
+                    f"(this one has {len(material)})."
+                ]
+            },
+        )
 
 
 class HmacSha256Scheme:
@@ -123,6 +162,12 @@ class HmacSha256Scheme:
     id_header = "X-Webhook-Id"
     timestamp_header = "X-Webhook-Timestamp"
     signature_header = "X-Webhook-Signature"
+    header_descriptions = {
+        id_header: "hmac-sha256: the event id (must equal the body's `event_id`).",
+        timestamp_header: "hmac-sha256: unix seconds; outside the tolerance is a 400.",
+        signature_header: "hmac-sha256: `v1=<hex>` entries, space or comma separated, "
+        "HMAC-SHA256 of `<timestamp>.` + the raw body.",
+    }
 
     def verify(
         self, *, raw_body: bytes, headers: Mapping[str, str], secrets: Sequence[str]
@@ -130,15 +175,15 @@ class HmacSha256Scheme:
         signature, timestamp = _signature_and_timestamp(
             headers, self.signature_header, self.timestamp_header
         )
-        candidates = _hex_entries(signature, "v1=")
+        candidates = hex_entries(signature, "v1=")
         if not candidates:
             raise InvalidSignature(REASON_MALFORMED)
         message = timestamp.encode("latin-1", "replace") + b"." + raw_body
-        expected = [_hmac_sha256(secret.encode(), message) for secret in secrets]
-        if not _any_match(candidates, expected):
+        expected = [hmac_sha256(secret.encode(), message) for secret in secrets]
+        if not any_match(candidates, expected):
             raise InvalidSignature(REASON_MISMATCH)
         return Verified(
-            event_id=_header(headers, self.id_header),
+            event_id=header_value(headers, self.id_header),
             timestamp=timestamp,
             event_id_signed=self.signs_event_id,
         )
@@ -146,7 +191,7 @@ class HmacSha256Scheme:
     def sign(
         self, *, raw_body: bytes, secret: str, event_id: str, timestamp: int
     ) -> dict[str, str]:
-        digest = _hmac_sha256(secret.encode(), f"{timestamp}.".encode() + raw_body)
+        digest = hmac_sha256(secret.encode(), f"{timestamp}.".encode() + raw_body)
         return {
             self.id_header: event_id,
             self.timestamp_header: str(timestamp),
@@ -157,7 +202,7 @@ class HmacSha256Scheme:
         return random_secrets.token_urlsafe(32)
 
     def secret_validate(self, secret: str) -> None:
-        _secret_length_check(secret)
+        secret_length_check(secret)
 
 
 def standard_webhooks_key(secret: str) -> bytes:
@@ -175,6 +220,13 @@ class StandardWebhooksScheme:
     id_header = "webhook-id"
     timestamp_header = "webhook-timestamp"
     signature_header = "webhook-signature"
+    header_descriptions = {
+        id_header: "standard-webhooks: the event id.",
+        timestamp_header: "standard-webhooks: unix seconds.",
+        signature_header: "standard-webhooks: `v1,<base64>` entries, space separated, "
+        "over `<id>.<timestamp>.` + the raw body, keyed by the base64 part of "
+        "`whsec_...`.",
+    }
 
     def verify(
         self, *, raw_body: bytes, headers: Mapping[str, str], secrets: Sequence[str]
@@ -195,12 +247,12 @@ class StandardWebhooksScheme:
                 candidates.append(digest)
         if not candidates:
             raise InvalidSignature(REASON_MALFORMED)
-        event_id = _header(headers, self.id_header)
+        event_id = header_value(headers, self.id_header)
         message = f"{event_id}.{timestamp}.".encode("latin-1", "replace") + raw_body
         expected = [
-            _hmac_sha256(standard_webhooks_key(secret), message) for secret in secrets
+            hmac_sha256(standard_webhooks_key(secret), message) for secret in secrets
         ]
-        if not _any_match(candidates, expected):
+        if not any_match(candidates, expected):
             raise InvalidSignature(REASON_MISMATCH)
         return Verified(
             event_id=event_id, timestamp=timestamp, event_id_signed=self.signs_event_id
@@ -209,7 +261,7 @@ class StandardWebhooksScheme:
     def sign(
         self, *, raw_body: bytes, secret: str, event_id: str, timestamp: int
     ) -> dict[str, str]:
-        digest = _hmac_sha256(
+        digest = hmac_sha256(
             standard_webhooks_key(secret),
             f"{event_id}.{timestamp}.".encode() + raw_body,
         )
@@ -223,78 +275,51 @@ class StandardWebhooksScheme:
         return "whsec_" + base64.b64encode(random_secrets.token_bytes(32)).decode()
 
     def secret_validate(self, secret: str) -> None:
-        _secret_length_check(secret)
         try:
-            if not secret.startswith("whsec_") or not standard_webhooks_key(secret):
+            if not secret.startswith("whsec_"):
                 raise ValueError(secret)
+            key = base64.b64decode(secret.removeprefix("whsec_"), validate=True)
         except ValueError as exc:
             raise InvalidPayload(
-                details={"secret": ["A standard-webhooks secret is whsec_<base64>."]}
+                "a standard-webhooks secret is whsec_<base64>",
+                details={"secret": ["A standard-webhooks secret is whsec_<base64>."]},
             ) from exc
+        if not WHSEC_MIN_BYTES <= len(key) <= WHSEC_MAX_BYTES:
+            raise InvalidPayload(
+                f"a whsec_ secret holds {WHSEC_MIN_BYTES} to {WHSEC_MAX_BYTES} bytes of "
+                "key material",
+                details={
+                    "secret": [
+                        f"{WHSEC_MIN_BYTES} to {WHSEC_MAX_BYTES} bytes of key material, "
+                        f"decoded (this one has {len(key)})."
+                    ]
+                },
+            )
+        secret_length_check(secret, key=key)
 
 
-class GitHubScheme:
-    """GitHub: ``X-Hub-Signature-256: sha256=<hex>`` over the raw body; no timestamp."""
-
-    name = "github"
-    label = "GitHub (X-Hub-Signature-256)"
-    signs_event_id = False  # GitHub signs the body only: X-GitHub-Delivery is not in it
-    id_header = "X-GitHub-Delivery"
-    timestamp_header = None
-    signature_header = "X-Hub-Signature-256"
-
-    def verify(
-        self, *, raw_body: bytes, headers: Mapping[str, str], secrets: Sequence[str]
-    ) -> Verified:
-        signature = _header(headers, self.signature_header)
-        if not signature:
-            raise InvalidSignature(REASON_MISSING)
-        candidates = _hex_entries(signature, "sha256=")
-        if not candidates:
-            raise InvalidSignature(REASON_MALFORMED)
-        expected = [_hmac_sha256(secret.encode(), raw_body) for secret in secrets]
-        if not _any_match(candidates, expected):
-            raise InvalidSignature(REASON_MISMATCH)
-        return Verified(
-            event_id=_header(headers, self.id_header),
-            timestamp=None,
-            event_id_signed=self.signs_event_id,
-        )
-
-    def sign(
-        self, *, raw_body: bytes, secret: str, event_id: str, timestamp: int
-    ) -> dict[str, str]:
-        digest = _hmac_sha256(secret.encode(), raw_body)
-        return {
-            self.id_header: event_id,
-            self.signature_header: f"sha256={digest.hex()}",
-        }
-
-    def secret_generate(self) -> str:
-        return random_secrets.token_urlsafe(32)
-
-    def secret_validate(self, secret: str) -> None:
-        _secret_length_check(secret)
-
-
-SCHEMES: dict[str, SignatureScheme] = {
-    scheme.name: scheme
-    for scheme in (
-        HmacSha256Scheme(),
-        StandardWebhooksScheme(),
-        GitHubScheme(),
-    )
-}
 DEFAULT_SCHEME = HmacSha256Scheme.name
 
 
+@functools.cache
+def schemes() -> dict[str, SignatureScheme]:
+    """The registered schemes by name (``WEBHOOK_SCHEMES``), one instance each."""
+    return {
+        name: import_string(path)() for name, path in settings.WEBHOOK_SCHEMES.items()
+    }
+
+
+def scheme_names() -> list[str]:
+    return list(settings.WEBHOOK_SCHEMES)
+
+
 def scheme_get(name: str) -> SignatureScheme:
-    return SCHEMES[name]
+    return schemes()[name]
 
 
 def scheme_choices() -> list[tuple[str, str]]:
     """The ``WebhookSource.scheme`` choices: the registry's schemes."""
-    return [(name, scheme.label) for name, scheme in SCHEMES.items()]
+    return [(name, scheme.label) for name, scheme in schemes().items()]
 
 
 def signature_headers(

@@ -6,6 +6,7 @@ import functools
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING, TypedDict
 
 from django.conf import settings
 from django.db import DataError, connection, models
@@ -14,6 +15,9 @@ from django.db.models.functions import Cast
 from django.utils import timezone
 
 from core.selectors import COUNT_CAP, capped_count
+
+if TYPE_CHECKING:
+    from django_stubs_ext import WithAnnotations
 
 from .models import (
     DeadLetterCause,
@@ -127,7 +131,12 @@ def webhook_source_secrets_now(*, slug: str) -> list[str]:
     return snapshot.secrets_valid() if snapshot is not None else []
 
 
-def webhook_source_list() -> QuerySet[WebhookSource]:
+class _SecretCount(TypedDict):
+    secret_count: int
+
+
+def webhook_source_list() -> QuerySet[WithAnnotations[WebhookSource, _SecretCount]]:
+    """Every source by slug, with how many secrets it has (never a secret) and its hold."""
     from django.db.models import Count
 
     return (
@@ -265,7 +274,7 @@ def webhook_sources_paused() -> QuerySet[SourceHold]:
     )
 
 
-_STATUS_MESSAGES = {
+_STATUS_MESSAGES: dict[str, str] = {
     ProcessingStatus.IGNORED_OUT_OF_ORDER: "ignored: a newer event was already applied",
     ProcessingStatus.IGNORED_DUPLICATE_VERSION: (
         "ignored: this version was already applied"
@@ -280,9 +289,10 @@ def inbox_event_status_message(*, event: InboxEvent) -> str:
     (docs/security.md, "Error text"). Never ``error_message``, which holds whatever an
     exception said (SQL included) and is for the admin only."""
     if event.processing_status == ProcessingStatus.DEAD_LETTERED:
-        if not event.dead_letter_cause:  # dead-lettered before causes were recorded
-            return "dead-lettered"
-        return f"dead-lettered: {DeadLetterCause(event.dead_letter_cause).label}"
+        cause = event.dead_letter_cause
+        if cause not in DeadLetterCause.values:  # one this release does not know
+            cause = DeadLetterCause.UNRECORDED
+        return f"dead-lettered: {DeadLetterCause(cause).label}"
     return _STATUS_MESSAGES.get(event.processing_status, "")
 
 
@@ -348,6 +358,8 @@ def inbox_event_products(*, event: InboxEvent, limit: int = 10) -> list[models.M
     found: list[models.Model] = []
     for relation in InboxEvent._meta.related_objects:
         model = relation.related_model
+        if isinstance(model, str):  # "self": the inbox's own
+            continue
         if model._meta.app_label == InboxEvent._meta.app_label or relation.many_to_many:
             continue
         related = model._base_manager.filter(**{relation.field.name: event})

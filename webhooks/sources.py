@@ -1,24 +1,35 @@
 """Sources and their secrets: create, rotate, enable and disable, the expected delivery
-interval. A change reaches this process's snapshot at once and every other web process within
-``WEBHOOK_SOURCE_CACHE_SECONDS`` (``webhooks.selectors.webhook_source_snapshot``)."""
+interval. Each change is an operator action (who, before, after; never a secret).
+
+Web processes read a source through a snapshot kept for ``WEBHOOK_SOURCE_CACHE_SECONDS``
+(``webhooks.selectors.webhook_source_snapshot``). This process forgets its own at once; every
+other process's snapshot is at most that old, so a change that narrows what a source accepts
+(a disable, a secret that ends) is in effect everywhere once that long has passed since it
+committed. Those services return only then (docs/http-api.md, "Sources")."""
 
 from __future__ import annotations
 
 import logging
+import time
 from datetime import timedelta
 
-from django.db import transaction
+from django.conf import settings
+from django.db import connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 from django.views.decorators.debug import sensitive_variables
 
 from core.actors import Actor
+from core.errors import InvalidPayload
 from core.models import ApiClient
 
 from .models import OperatorAction, WebhookSecret, WebhookSource
 from .operator_actions import (
+    CreateSourceDetails,
+    ExpectedIntervalDetails,
     RotateSecretDetails,
     SetSourceClientDetails,
+    SourceEnabledDetails,
     operator_action_record,
 )
 from .schemes import scheme_get
@@ -27,14 +38,30 @@ from .selectors import webhook_source_snapshot_forget
 logger = logging.getLogger(__name__)
 
 DEFAULT_GRACE_SECONDS = 86400
+# The longest a rotated-out secret stays valid (docs/http-api.md, "Secrets and rotation").
+MAX_GRACE_SECONDS = 30 * 86400
 
 
 def _snapshot_forget(slug: str) -> None:
     """This process stops using its snapshot of the source at once, and again once the
-    change has committed (a request in between may have read the old state). Other processes
-    see the change within ``WEBHOOK_SOURCE_CACHE_SECONDS``."""
+    change has committed (a request in between may have read the old state)."""
     webhook_source_snapshot_forget(slug=slug)
     transaction.on_commit(lambda: webhook_source_snapshot_forget(slug=slug))
+
+
+def _in_effect_everywhere(*, committed_at: float, within: float | None = None) -> None:
+    """Returns once every web process's snapshot was read after the change committed at
+    ``committed_at`` (``time.monotonic()``), or after ``within`` seconds if that is sooner
+    (a secret that ends only then). Inside a caller's transaction there is nothing to wait
+    for yet: the caller, whose commit it is, does the waiting."""
+    if connection.in_atomic_block:
+        return
+    wait = float(settings.WEBHOOK_SOURCE_CACHE_SECONDS)
+    if within is not None:
+        wait = min(wait, within)
+    remaining = committed_at + wait - time.monotonic()
+    if remaining > 0:
+        time.sleep(remaining)
 
 
 # Every local of these services and of what they call is hidden from error reports and debug
@@ -46,11 +73,14 @@ def webhook_source_create(
     slug: str,
     scheme: str,
     handler: str,
+    actor: Actor,
     secret: str | None = None,
     client: ApiClient | None = None,
 ) -> tuple[WebhookSource, str]:
-    """Creates a source with one secret; returns the source and the secret (not shown again).
-    ``client`` binds a GitHub source to the API client whose deployments it may move."""
+    """Creates a source with one secret (generated unless given; a weak one is refused,
+    ``InvalidPayload``) and records the operator action; returns the source and the secret,
+    which is not shown again. ``client`` binds a GitHub source to the API client whose
+    deployments its statuses may move (none: any client's)."""
     signer = scheme_get(scheme)
     secret = secret or signer.secret_generate()
     signer.secret_validate(secret)
@@ -58,6 +88,17 @@ def webhook_source_create(
     source.full_clean(validate_constraints=False)
     source.save()
     WebhookSecret.objects.create(source=source, secret=secret)
+    operator_action_record(
+        action=OperatorAction.Action.CREATE_SOURCE,
+        actor=actor,
+        details=CreateSourceDetails(
+            source=slug,
+            source_id=source.pk,
+            scheme=scheme,
+            handler=handler,
+            client=client.name if client is not None else None,
+        ),
+    )
     logger.info(
         "webhook_source.created",
         extra={"source": slug, "scheme": scheme, "handler": handler},
@@ -65,39 +106,56 @@ def webhook_source_create(
     return source, secret
 
 
+def grace_seconds_check(grace_seconds: int) -> None:
+    """A rotation's grace period: 0 to ``MAX_GRACE_SECONDS``, else ``InvalidPayload``."""
+    if not 0 <= grace_seconds <= MAX_GRACE_SECONDS:
+        raise InvalidPayload(
+            f"the grace period is 0 to {MAX_GRACE_SECONDS} seconds (30 days)",
+            details={"grace_seconds": [f"0 to {MAX_GRACE_SECONDS} seconds."]},
+        )
+
+
 @sensitive_variables()
-@transaction.atomic
 def webhook_source_rotate(
     *,
     source: WebhookSource,
+    actor: Actor,
     secret: str | None = None,
     grace_seconds: int = DEFAULT_GRACE_SECONDS,
-    actor: Actor,
     reason: str = "",
 ) -> str:
     """Adds a new secret that signs from now on; the secrets valid until now stay valid for
-    ``grace_seconds`` more (an earlier expiry is kept). Records who rotated and why as an
-    operator action, never the secret. Returns the new secret.
+    ``grace_seconds`` more (0 to ``MAX_GRACE_SECONDS``; an earlier expiry is kept). Records
+    who rotated and why as an operator action, never the secret. Returns the new secret,
+    once the old ones' end is in effect in every web process (at once with a grace of 0).
 
-    The source's row is locked for the rotation: two rotations at once run one after the
+    The source's row is locked for the rotation (``FOR NO KEY UPDATE``: deliveries, whose
+    foreign key check reads it, never wait for it): two rotations at once run one after the
     other, so the second one limits the first one's new secret to its grace period too."""
+    grace_seconds_check(grace_seconds)
     signer = scheme_get(source.scheme)
     secret = secret or signer.secret_generate()
     signer.secret_validate(secret)
-    WebhookSource.objects.select_for_update().filter(pk=source.pk).first()
-    now = timezone.now()
-    grace_end = now + timedelta(seconds=max(grace_seconds, 0))
-    WebhookSecret.objects.filter(source=source).filter(
-        Q(expires_at__isnull=True) | Q(expires_at__gt=grace_end)
-    ).update(expires_at=grace_end)
-    WebhookSecret.objects.create(source=source, secret=secret, created_at=now)
-    operator_action_record(
-        action=OperatorAction.Action.ROTATE_SECRET,
-        actor=actor,
-        reason=reason,
-        details=RotateSecretDetails(source=source.slug, grace_seconds=grace_seconds),
-    )
-    _snapshot_forget(source.slug)
+    with transaction.atomic():
+        WebhookSource.objects.select_for_update(no_key=True).filter(
+            pk=source.pk
+        ).first()
+        now = timezone.now()
+        grace_end = now + timedelta(seconds=grace_seconds)
+        WebhookSecret.objects.filter(source=source).filter(
+            Q(expires_at__isnull=True) | Q(expires_at__gt=grace_end)
+        ).update(expires_at=grace_end)
+        WebhookSecret.objects.create(source=source, secret=secret, created_at=now)
+        operator_action_record(
+            action=OperatorAction.Action.ROTATE_SECRET,
+            actor=actor,
+            reason=reason,
+            details=RotateSecretDetails(
+                source=source.slug, grace_seconds=grace_seconds
+            ),
+        )
+        _snapshot_forget(source.slug)
+    _in_effect_everywhere(committed_at=time.monotonic(), within=grace_seconds)
     logger.info(
         "webhook_source.rotated",
         extra={"source": source.slug, "grace_seconds": grace_seconds},
@@ -105,49 +163,88 @@ def webhook_source_rotate(
     return secret
 
 
-def webhook_source_set_enabled(*, source: WebhookSource, enabled: bool) -> None:
-    WebhookSource.objects.filter(pk=source.pk).update(
-        is_enabled=enabled, updated_at=timezone.now()
-    )
-    _snapshot_forget(source.slug)
+def webhook_source_set_enabled(
+    *, source: WebhookSource, enabled: bool, actor: Actor, reason: str = ""
+) -> OperatorAction | None:
+    """Enables or disables ``source`` (a disabled source answers 404) and records the
+    operator action with the state before and after; a source already in that state is left
+    as it is and nothing is recorded (``None``). A disable returns once it is in effect in
+    every web process."""
+    with transaction.atomic():
+        locked = WebhookSource.objects.select_for_update(no_key=True).get(pk=source.pk)
+        before = locked.is_enabled
+        if before == enabled:
+            return None
+        WebhookSource.objects.filter(pk=source.pk).update(
+            is_enabled=enabled, updated_at=timezone.now()
+        )
+        source.is_enabled = enabled
+        action = operator_action_record(
+            action=OperatorAction.Action.ENABLE_SOURCE
+            if enabled
+            else OperatorAction.Action.DISABLE_SOURCE,
+            actor=actor,
+            reason=reason,
+            details=SourceEnabledDetails(
+                source=source.slug, source_id=source.pk, before=before, after=enabled
+            ),
+        )
+        _snapshot_forget(source.slug)
+    if not enabled:
+        _in_effect_everywhere(committed_at=time.monotonic())
     logger.info(
         "webhook_source.enabled" if enabled else "webhook_source.disabled",
         extra={"source": source.slug},
     )
+    return action
 
 
+@transaction.atomic
 def webhook_source_expected_interval_set(
-    *, source: WebhookSource, seconds: int | None
-) -> None:
+    *, source: WebhookSource, seconds: int | None, actor: Actor
+) -> OperatorAction | None:
     """Sets how long the source normally goes without a new event (``None``: no
-    expectation). Only the "no delivery" alert reads it, through /metrics."""
+    expectation), recording the operator action with the value before and after (nothing
+    when it does not change). Only the "no delivery" alert reads it, through /metrics."""
+    locked = WebhookSource.objects.select_for_update(no_key=True).get(pk=source.pk)
+    before = locked.expected_delivery_interval_seconds
+    source.expected_delivery_interval_seconds = seconds
+    if before == seconds:
+        return None
     WebhookSource.objects.filter(pk=source.pk).update(
         expected_delivery_interval_seconds=seconds, updated_at=timezone.now()
     )
-    source.expected_delivery_interval_seconds = seconds
+    action = operator_action_record(
+        action=OperatorAction.Action.SET_EXPECTED_INTERVAL,
+        actor=actor,
+        details=ExpectedIntervalDetails(
+            source=source.slug, source_id=source.pk, before=before, after=seconds
+        ),
+    )
     logger.info(
         "webhook_source.expected_interval_set",
         extra={"source": source.slug, "expected_delivery_interval_seconds": seconds},
     )
+    return action
 
 
 @transaction.atomic
 def webhook_source_client_set(
     *, source: WebhookSource, client: ApiClient | None, actor: Actor, reason: str = ""
-) -> bool:
+) -> OperatorAction | None:
     """Binds a source to the API client whose deployments its GitHub statuses may move
-    (``None``: any client's), as an operator action. Returns whether it changed (an
-    unchanged binding records nothing). Under the source's row lock: two changes at once
-    record what each found before."""
-    locked = WebhookSource.objects.select_for_update().get(pk=source.pk)
+    (``None``: any client's), recording the operator action with the client before and
+    after (nothing when it does not change). Under the source's row lock: two changes at
+    once each record what they found."""
+    locked = WebhookSource.objects.select_for_update(no_key=True).get(pk=source.pk)
     before = locked.client
+    source.client = client
     if (before.pk if before else None) == (client.pk if client else None):
-        return False
+        return None
     WebhookSource.objects.filter(pk=source.pk).update(
         client=client, updated_at=timezone.now()
     )
-    source.client = client
-    operator_action_record(
+    action = operator_action_record(
         action=OperatorAction.Action.SET_SOURCE_CLIENT,
         actor=actor,
         reason=reason,
@@ -162,4 +259,4 @@ def webhook_source_client_set(
         "webhook_source.client_set",
         extra={"source": source.slug, "client": client.name if client else None},
     )
-    return True
+    return action

@@ -43,20 +43,17 @@ def process_inbox_event_task(self, inbox_event_id: int) -> str:
 
 
 @shared_task(name=BULK_REPLAY_TASK)
-def bulk_replay_job_run_task(
-    bulk_replay_job_id: int, run: int = 0, step: int | None = None
-) -> int:
-    """One slice of a bulk replay job's run: chunks for at most
-    AUDIT_BULK_REPLAY_SLICE_SECONDS (with a rate: one slice of its schedule), then the next
-    slice is published. A job of any size stays far from the task time limits; a message of
-    an earlier run (the job was resumed since), of a cancelled job, or delivered a second time
-    (its ``step`` ran already) does nothing. (``run`` 0, no ``step``: a message published
-    before runs, or steps, were counted.)"""
+def bulk_replay_job_run_task(bulk_replay_job_id: int, run: int, step: int) -> int:
+    """One slice of a bulk replay job's run: chunks for at most BULK_REPLAY_SLICE_SECONDS
+    (with a rate: one slice of its schedule), then the next slice is published. A job of any
+    size stays far from the task time limits; a message of an earlier run (the job was
+    resumed since), of a cancelled job, or delivered a second time (its ``step`` ran already)
+    does nothing."""
     job = bulk_replay_job_run(
         job_id=bulk_replay_job_id,
         run=run,
         step=step,
-        seconds=settings.AUDIT_BULK_REPLAY_SLICE_SECONDS,
+        seconds=settings.BULK_REPLAY_SLICE_SECONDS,
         publish_next=True,
     )
     return job.processed if job is not None else 0

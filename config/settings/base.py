@@ -8,15 +8,26 @@ from datetime import timedelta
 from pathlib import Path
 
 import environ
+from django.core.exceptions import ImproperlyConfigured
 
 BASE_DIR = Path(__file__).resolve().parent.parent.parent
 env = environ.Env()
+
+
+def env_renamed(cast: str, name: str, *, former: str, default):
+    """A variable renamed to say what it configures: ``name`` if set, else its former name
+    (still read, documented as an alias in the README), else ``default``."""
+    read = getattr(env, cast)
+    if name not in env.ENVIRON and former in env.ENVIRON:
+        return read(former, default=default)
+    return read(name, default=default)
+
 
 DEBUG = env.bool("DJANGO_DEBUG", default=False)
 ALLOWED_HOSTS = env.list("DJANGO_ALLOWED_HOSTS", default=["localhost", "127.0.0.1"])
 
 INSTALLED_APPS = [
-    "django.contrib.admin",
+    "core.admin_config.AuditAdminConfig",  # django.contrib.admin, on the console's own site
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",
@@ -27,6 +38,8 @@ INSTALLED_APPS = [
     "drf_spectacular_sidecar",
     "django_celery_results",
     "axes",
+    "django_otp",
+    "django_otp.plugins.otp_totp",
     "core",
     "webhooks",
     "idempotency",
@@ -45,6 +58,7 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django_otp.middleware.OTPMiddleware",  # request.user.is_verified()
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     # Last, as its documentation asks: turns a locked-out login into a 429.
@@ -101,17 +115,42 @@ database_binding_apply(DATABASES["default"])
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # Admin logins are throttled (django-axes): after AXES_FAILURE_LIMIT failures for one username
-# from one address, that pair is locked out for AXES_COOLOFF_TIME. Attempts are stored in the
-# database, so the limit holds across every web process.
+# from one address (an IPv6 address counts as its /64), that pair is locked out for
+# AXES_COOLOFF_TIME. core.login_throttle adds progressive lockouts of a username from any
+# address and of an address for any username, after ADMIN_LOGIN_WIDE_FAILURE_LIMIT failures.
+# Attempts are stored in the database, so the limits hold across every web process.
 AUTHENTICATION_BACKENDS = [
     "axes.backends.AxesStandaloneBackend",
     "django.contrib.auth.backends.ModelBackend",
 ]
+AXES_HANDLER = "core.login_throttle.LoginThrottleHandler"
 AXES_FAILURE_LIMIT = env.int("AXES_FAILURE_LIMIT", default=5)
 AXES_COOLOFF_TIME = timedelta(minutes=env.int("AXES_COOLOFF_MINUTES", default=15))
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True
+# A refused attempt during a lockout is not recorded: the lockout ends on time, so guessing on
+# cannot keep a username locked out.
+AXES_RESET_COOL_OFF_ON_FAILURE_DURING_LOCKOUT = False
 AXES_VERBOSE = False
+ADMIN_LOGIN_WIDE_FAILURE_LIMIT = env.int("ADMIN_LOGIN_WIDE_FAILURE_LIMIT", default=20)
+ADMIN_LOGIN_WIDE_COOLOFF_SECONDS = env.int(
+    "ADMIN_LOGIN_WIDE_COOLOFF_SECONDS", default=60
+)
+# A second factor for the admin (core/admin_site.py): off, offered (staff who enrolled a TOTP
+# device must use it), superusers (superusers must have one; production's default) or staff.
+ADMIN_TWO_FACTOR = env.str("ADMIN_TWO_FACTOR", default="offered")
+
+
+def two_factor_mode_check(mode: str) -> str:
+    if mode not in ("off", "offered", "superusers", "staff"):
+        raise ImproperlyConfigured(
+            f"ADMIN_TWO_FACTOR={mode!r}: expected off, offered, superusers or staff"
+        )
+    return mode
+
+
+two_factor_mode_check(ADMIN_TWO_FACTOR)
+OTP_TOTP_ISSUER = env.str("OTP_TOTP_ISSUER", default="Webhook inbox audit console")
 # Behind TRUSTED_PROXY_COUNT reverse proxies that each append to X-Forwarded-For, the client is
 # the entry the first of them appended; with none, only the peer address counts, so that a forged
 # X-Forwarded-For can neither dodge a lockout nor lock someone else out.
@@ -163,6 +202,7 @@ SPECTACULAR_SETTINGS = {
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
         "core.schema.error_responses_postprocess",
+        "webhooks.schema.webhook_receive_postprocess",
     ],
 }
 
@@ -206,7 +246,15 @@ CELERY_TASK_PUBLISH_RETRY = False
 CELERY_DB_REUSE_MAX = env.int("CELERY_DB_REUSE_MAX", default=1000)
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 
-# --- Webhook integrations -------------------------------------------------------------------
+# --- Webhook schemes and integrations -------------------------------------------------------
+# What a source's ``scheme`` may name: a signature scheme's class, a generic one of the inbox or
+# a producer's own in its integration's package (docs/architecture.md, "Integrations").
+# Adding one is one class and one line here.
+WEBHOOK_SCHEMES = {
+    "hmac-sha256": "webhooks.schemes.HmacSha256Scheme",
+    "standard-webhooks": "webhooks.schemes.StandardWebhooksScheme",
+    "github": "integrations.github.scheme.GitHubScheme",
+}
 # What a source's ``handler`` may name: each integration is a package under integrations/ that
 # reads its producer's envelope at ingest and applies its events at processing
 # (docs/architecture.md, "Integrations"). Adding one is its package and one line here.
@@ -233,7 +281,6 @@ IDEMPOTENCY_KEY_TTL_SECONDS = env.int("IDEMPOTENCY_KEY_TTL_SECONDS", default=864
 INBOX_MAX_ATTEMPTS = env.int("INBOX_MAX_ATTEMPTS", default=8)
 INBOX_RETRY_BASE_SECONDS = env.float("INBOX_RETRY_BASE_SECONDS", default=2)
 INBOX_RETRY_MAX_SECONDS = env.float("INBOX_RETRY_MAX_SECONDS", default=3600)
-INBOX_SWEEP_INTERVAL_SECONDS = env.float("INBOX_SWEEP_INTERVAL_SECONDS", default=30)
 INBOX_PROCESSING_LEASE_SECONDS = env.int("INBOX_PROCESSING_LEASE_SECONDS", default=300)
 INBOX_REDISPATCH_AFTER_SECONDS = env.int("INBOX_REDISPATCH_AFTER_SECONDS", default=60)
 DEPLOY_REDISPATCH_AFTER_SECONDS = env.int("DEPLOY_REDISPATCH_AFTER_SECONDS", default=60)
@@ -244,6 +291,14 @@ DEPLOY_SIMULATED_SECONDS = env.float("DEPLOY_SIMULATED_SECONDS", default=1)
 # new jobs) to the broker. It polls the database: at once while there is work, up to
 # RELAY_IDLE_POLL_SECONDS when idle.
 RELAY_ENABLED = env.bool("RELAY_ENABLED", default=True)
+# How often each relay sweeps every outbox (publishes again what a lost message left behind).
+# INBOX_SWEEP_INTERVAL_SECONDS, its name when the inbox was the only outbox, is still read.
+RELAY_SWEEP_INTERVAL_SECONDS = env_renamed(
+    "float",
+    "RELAY_SWEEP_INTERVAL_SECONDS",
+    former="INBOX_SWEEP_INTERVAL_SECONDS",
+    default=30,
+)
 RELAY_BATCH_LIMIT = env.int("RELAY_BATCH_LIMIT", default=500)  # rows per claim
 RELAY_IDLE_POLL_SECONDS = env.float("RELAY_IDLE_POLL_SECONDS", default=0.025)
 RELAY_HEARTBEAT_SECONDS = env.float("RELAY_HEARTBEAT_SECONDS", default=5)
@@ -313,22 +368,33 @@ AUDIT_SEAL_INTERVAL_SECONDS = env.float("AUDIT_SEAL_INTERVAL_SECONDS", default=6
 AUDIT_SEAL_HORIZON_SECONDS = env.int("AUDIT_SEAL_HORIZON_SECONDS", default=60)
 AUDIT_SEAL_LOOKBACK_SECONDS = env.int("AUDIT_SEAL_LOOKBACK_SECONDS", default=86400)
 AUDIT_SEAL_BATCH_SIZE = env.int("AUDIT_SEAL_BATCH_SIZE", default=5000)
-# A bulk replay job runs as a chain of tasks: each replays chunks of CHUNK_SIZE rows (one
-# transaction each, with the job's progress) for at most SLICE_SECONDS, well inside the task
-# time limits, then queues the next. A job whose lease (renewed by every chunk) has run out
-# was interrupted and may be resumed.
-AUDIT_BULK_REPLAY_CHUNK_SIZE = env.int("AUDIT_BULK_REPLAY_CHUNK_SIZE", default=200)
-AUDIT_BULK_REPLAY_SLICE_SECONDS = env.float(
-    "AUDIT_BULK_REPLAY_SLICE_SECONDS", default=30
+# A bulk replay job (webhooks/replay.py) runs as a chain of tasks: each replays chunks of
+# CHUNK_SIZE rows (one transaction each, with the job's progress) for at most SLICE_SECONDS,
+# well inside the task time limits, then queues the next. A job whose lease (renewed by every
+# chunk) has run out was interrupted and may be resumed. A job given a rate replays a slice of
+# about RATE_TICK_SECONDS worth of events at a time, each task queueing the next for when the
+# schedule says (docs/architecture.md, "A bulk replay job"). Their former names
+# (AUDIT_BULK_REPLAY_*) are still read.
+BULK_REPLAY_CHUNK_SIZE = env_renamed(
+    "int", "BULK_REPLAY_CHUNK_SIZE", former="AUDIT_BULK_REPLAY_CHUNK_SIZE", default=200
 )
-AUDIT_BULK_REPLAY_LEASE_SECONDS = env.int(
-    "AUDIT_BULK_REPLAY_LEASE_SECONDS", default=CELERY_TASK_TIME_LIMIT + 300
+BULK_REPLAY_SLICE_SECONDS = env_renamed(
+    "float",
+    "BULK_REPLAY_SLICE_SECONDS",
+    former="AUDIT_BULK_REPLAY_SLICE_SECONDS",
+    default=30,
 )
-# A job given a rate replays a slice of about TICK_SECONDS worth of events at a time, each
-# task queueing the next for when the schedule says (docs/architecture.md, "Bulk replay at a
-# rate").
-AUDIT_BULK_REPLAY_RATE_TICK_SECONDS = env.float(
-    "AUDIT_BULK_REPLAY_RATE_TICK_SECONDS", default=0.5
+BULK_REPLAY_LEASE_SECONDS = env_renamed(
+    "int",
+    "BULK_REPLAY_LEASE_SECONDS",
+    former="AUDIT_BULK_REPLAY_LEASE_SECONDS",
+    default=CELERY_TASK_TIME_LIMIT + 300,
+)
+BULK_REPLAY_RATE_TICK_SECONDS = env_renamed(
+    "float",
+    "BULK_REPLAY_RATE_TICK_SECONDS",
+    former="AUDIT_BULK_REPLAY_RATE_TICK_SECONDS",
+    default=0.5,
 )
 
 # --- The verifiable log (docs/security.md, "Verifiable log") -------------------------------
@@ -405,9 +471,14 @@ IDEMPOTENCY_CLEANUP_INTERVAL_SECONDS = env.float(
     "IDEMPOTENCY_CLEANUP_INTERVAL_SECONDS", default=3600
 )
 
-# --- Research processing -------------------------------------------------------------------
-# How long the research handler waits for a document's row lock before giving up with a
-# transient error (retried with backoff): normal contention lasts milliseconds.
-RESEARCH_DOCUMENT_LOCK_TIMEOUT_MS = env.int(
-    "RESEARCH_DOCUMENT_LOCK_TIMEOUT_MS", default=2000
+# --- Inbox processing ----------------------------------------------------------------------
+# How long a handler waits for a row lock of its domain (a research document's, a deployment's)
+# before giving up with a transient error (retried with backoff): normal contention lasts
+# milliseconds. Set once per batch by the inbox for every handler. RESEARCH_DOCUMENT_LOCK_
+# TIMEOUT_MS, its name when the research handler was the only one waiting, is still read.
+INBOX_LOCK_TIMEOUT_MS = env_renamed(
+    "int",
+    "INBOX_LOCK_TIMEOUT_MS",
+    former="RESEARCH_DOCUMENT_LOCK_TIMEOUT_MS",
+    default=2000,
 )

@@ -8,6 +8,7 @@ from .base import (
     audit_signing_configure,
     database_binding_apply,
     env,
+    two_factor_mode_check,
 )
 
 # The floor endpoints under /_bench/ answer without authentication and write to a table of
@@ -61,4 +62,9 @@ SECURE_CONTENT_TYPE_NOSNIFF = True
 SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$", r"^metrics$"]
 CSRF_TRUSTED_ORIGINS = env.list("DJANGO_CSRF_TRUSTED_ORIGINS", default=[])
 SESSION_COOKIE_HTTPONLY = True
+# Superusers can do everything the console allows: their login needs a second factor
+# (docs/security.md, "Second factor"; enrol with manage.py admin_2fa enrol USERNAME).
+ADMIN_TWO_FACTOR = two_factor_mode_check(
+    env.str("ADMIN_TWO_FACTOR", default="superusers")
+)
 X_FRAME_OPTIONS = "DENY"

@@ -14,7 +14,7 @@ def deadlines_backfill(apps, schema_editor):
     record = apps.get_model("idempotency", "IdempotencyRecord")
     grace = timedelta(
         seconds=settings.DEPLOY_REDISPATCH_AFTER_SECONDS
-        + settings.INBOX_SWEEP_INTERVAL_SECONDS
+        + settings.RELAY_SWEEP_INTERVAL_SECONDS
     )
     record.objects.using(schema_editor.connection.alias).filter(
         status="processing", progress_deadline__isnull=True

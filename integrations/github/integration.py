@@ -9,8 +9,9 @@ from typing import TYPE_CHECKING
 from django.utils import timezone
 
 from core.errors import InvalidPayload, PermanentProcessingError
-from deployments.models import JobStatus
+from deployments.models import REPORTED_DETAIL_MAX_LENGTH, JobStatus
 from deployments.services import deployment_status_report_apply
+from integrations.github.scheme import DELIVERY_HEADER
 from webhooks.envelopes import (
     MAX_ID_LENGTH,
     Envelope,
@@ -26,7 +27,6 @@ if TYPE_CHECKING:
     from webhooks.schemes import Verified
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
-DELIVERY_HEADER = "X-GitHub-Delivery"
 EVENT_HEADER = "X-GitHub-Event"
 GITHUB_STATES: dict[str, str] = {
     "success": JobStatus.SUCCEEDED,
@@ -41,6 +41,13 @@ GITHUB_STATES: dict[str, str] = {
 class GitHubIntegration:
     name = "github"
     label = "GitHub events"
+    headers = {
+        EVENT_HEADER: "github: the event type.",
+        "X-GitHub-Hook-Id": "github: the id of the webhook that sent it.",
+        "X-GitHub-Hook-Installation-Target-Type": "github: what the webhook belongs to "
+        "(repository, organization, ...).",
+        "X-GitHub-Hook-Installation-Target-Id": "github: that target's id.",
+    }
 
     def envelope(
         self,
@@ -99,6 +106,8 @@ class GitHubIntegration:
 
 
 def _payload(event: InboxEvent) -> dict:
+    if event.raw_body is None:
+        raise PermanentProcessingError("the body was purged")
     try:
         payload = json.loads(bytes(event.raw_body))
     except (TypeError, ValueError) as exc:
@@ -135,7 +144,9 @@ def _deployment_status_handle(event: InboxEvent) -> HandlerResult:
         status=status,
         reported_at=_reported_at(deployment_status),
         actor=f"github:{event.event_id}",
-        detail=str(deployment_status.get("description") or "")[:1000],
+        detail=str(deployment_status.get("description") or "")[
+            :REPORTED_DETAIL_MAX_LENGTH
+        ],
         github_deployment_id=_github_deployment_id(payload["deployment"]),
         job_id_in_payload=_job_id_in_payload(payload["deployment"]),
         client_id=_bound_client_id(event),

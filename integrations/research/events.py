@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 from core.errors import InvalidPayload
 from webhooks.envelopes import (
@@ -121,10 +121,11 @@ def research_event_parse(body: dict) -> ResearchEvent:
     source = _source_parse(body.get("source"), event_type, errors)
     if errors:
         raise InvalidPayload(details=dict(errors))
+    # Checked above: the ids are text, the time is there.
     return ResearchEvent(
-        event_id=event_id,
-        event_type=event_type,
-        occurred_at=occurred_at,
+        event_id=cast(str, event_id),
+        event_type=cast(str, event_type),
+        occurred_at=cast(datetime, occurred_at),
         entity_id=entity_id,
         entity_type=entity_type,
         source_version=source_version,

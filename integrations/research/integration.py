@@ -41,6 +41,7 @@ _STATUS_BY_DECISION = {
 class ResearchIntegration:
     name = "research"
     label = "Research documents"
+    headers: dict[str, str] = {}  # everything is in the signed body
 
     def envelope(
         self,
@@ -155,9 +156,10 @@ def _stored_event(event: InboxEvent) -> ResearchEvent:
 
 def _document_change(event: ResearchEvent, *, kind: str) -> DocumentChange:
     deleted = kind == DocumentRevision.Kind.DELETED
-    if deleted:
-        summary, authors, citations = "", [], []
-    else:
+    summary: str = ""
+    authors: list[str] = []
+    citations: list[dict[str, str]] = []
+    if not deleted:
         summary, authors, citations = document_data_validate(event.data)
     source = event.source
     return DocumentChange(

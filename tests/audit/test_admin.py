@@ -10,7 +10,7 @@ from django.utils import timezone
 
 from audit.roles import AUDITORS, OPERATORS, roles_bootstrap
 from audit.services import inbox_rows_seal
-from tests.audit.conftest import admin_action
+from tests.console import admin_action
 from tests.integrations.research.factories import research_event
 from tests.webhooks.factories import (
     DeadLetteredEventFactory,
@@ -166,6 +166,7 @@ def test_bootstrap_roles_is_idempotent_and_gives_auditors_only_view_permissions(
         "investigate_fingerprintmismatch",
         "rotate_secret",
         "pause_source",
+        "enable_source",
         "add_bulkreplayjob",
         "change_webhooksource",  # the expected delivery interval and the bound client
         "add_deploytarget",

@@ -7,7 +7,8 @@ from playwright.sync_api import expect, sync_playwright
 
 from audit.roles import AUDITORS, OPERATORS
 from core.relay import Relay
-from tests.broker import queued_inbox_event_ids
+from tests.broker import broker_messages, queued_inbox_event_ids
+from tests.console import PASSWORD, make_user
 from tests.webhooks.factories import (
     DeadLetteredEventFactory,
     InboxEventFactory,
@@ -15,8 +16,6 @@ from tests.webhooks.factories import (
     paused_at_of,
 )
 from webhooks.models import OperatorAction, ProcessingStatus
-
-from .conftest import PASSWORD, broker_messages, make_user
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 

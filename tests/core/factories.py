@@ -7,6 +7,7 @@ import itertools
 
 from rest_framework.test import APIClient
 
+from core.actors import Actor
 from core.models import ApiClient
 from core.services import api_client_create
 
@@ -17,7 +18,9 @@ def api_client_make(
     *, name: str | None = None, token: str | None = None
 ) -> tuple[ApiClient, str]:
     """A new API client (a unique name unless given) and its clear token."""
-    return api_client_create(name=name or f"client-{next(_names)}", token=token)
+    return api_client_create(
+        name=name or f"client-{next(_names)}", token=token, actor=Actor.system()
+    )
 
 
 def bearer_http(token: str) -> APIClient:

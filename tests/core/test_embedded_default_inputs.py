@@ -34,7 +34,7 @@ CASE_MODULES = [
     "tests/webhooks/test_deep_bodies.py",
     "tests/webhooks/test_event_api_errors.py",
     "tests/core/test_api_bodies.py",
-    "tests/audit/test_mismatch_evidence.py",
+    "tests/webhooks/test_mismatch_evidence.py",
 ]
 
 

@@ -101,3 +101,18 @@ def test_the_bench_harness_runs_its_stack_on_the_bench_settings():
     env = stack_env()
     assert env["DJANGO_SETTINGS_MODULE"] == "config.settings.bench"
     assert "BENCH_ENDPOINTS" not in env
+
+
+def test_a_renamed_variable_is_still_read_under_its_former_name(monkeypatch):
+    from config.settings.base import env_renamed
+
+    read = {"cast": "int", "name": "BULK_REPLAY_CHUNK_SIZE"}
+    monkeypatch.delenv("BULK_REPLAY_CHUNK_SIZE", raising=False)
+    monkeypatch.delenv("AUDIT_BULK_REPLAY_CHUNK_SIZE", raising=False)
+    assert (
+        env_renamed(**read, former="AUDIT_BULK_REPLAY_CHUNK_SIZE", default=200) == 200
+    )
+    monkeypatch.setenv("AUDIT_BULK_REPLAY_CHUNK_SIZE", "7")
+    assert env_renamed(**read, former="AUDIT_BULK_REPLAY_CHUNK_SIZE", default=200) == 7
+    monkeypatch.setenv("BULK_REPLAY_CHUNK_SIZE", "9")  # the new name wins
+    assert env_renamed(**read, former="AUDIT_BULK_REPLAY_CHUNK_SIZE", default=200) == 9

@@ -1,5 +1,6 @@
 """The read-only admin of the deployments app (and of the idempotency records it shows)."""
 
+import re
 from datetime import timedelta
 
 import pytest
@@ -92,3 +93,61 @@ def test_filters_render(admin_http, rows):
         ).status_code
         == 200
     )
+
+
+def transitions_make(deployment, count: int, *, detail: str = "") -> None:
+    start = timezone.now() - timedelta(hours=1)
+    JobTransition.objects.bulk_create(
+        JobTransition(
+            deployment=deployment,
+            from_status="running",
+            to_status="running",
+            at=start + timedelta(seconds=n),
+            actor=f"actor-{n:04d}",
+            detail=detail,
+        )
+        for n in range(count)
+    )
+
+
+def actors_shown(response) -> list[int]:
+    return [int(found) for found in re.findall(rb"actor-(\d{4})", response.content)]
+
+
+def test_a_jobs_transitions_are_paged_on_its_admin_page(admin_http):
+    deployment = DeploymentFactory()
+    transitions_make(deployment, 120)
+    url = f"/admin/deployments/deployment/{deployment.pk}/change/"
+
+    first = admin_http.get(url)
+    assert first.status_code == 200
+    assert actors_shown(first) == list(range(50))  # oldest first
+    assert b"120 job transitions" in first.content
+    assert b"?transitions_page=2" in first.content
+
+    last = admin_http.get(url, {"transitions_page": 3})
+    assert actors_shown(last) == list(range(100, 120))
+    assert b"?transitions_page=2" in last.content
+
+    # A page out of range or not a number is the nearest page, never an error.
+    assert actors_shown(admin_http.get(url, {"transitions_page": 99})) == list(
+        range(100, 120)
+    )
+    assert actors_shown(admin_http.get(url, {"transitions_page": "x"})) == list(
+        range(50)
+    )
+
+
+def test_long_details_stored_before_the_limit_do_not_swell_the_page(admin_http):
+    # Ten reports of 2 MB each made one deployment's page 22 MB.
+    deployment = DeploymentFactory(detail="d" * 2_000_000)
+    transitions_make(deployment, 10, detail="t" * 2_000_000)
+    response = admin_http.get(f"/admin/deployments/deployment/{deployment.pk}/change/")
+    assert response.status_code == 200
+    assert len(response.content) < 200_000
+    assert actors_shown(response) == list(range(10))
+    assert b"t" * 1000 in response.content
+    assert b"t" * 1001 not in response.content
+    assert b"d" * 1000 in response.content
+    assert b"d" * 1001 not in response.content
+    assert b"2000000 characters" in response.content

@@ -8,6 +8,7 @@ import json
 import pytest
 import requests
 
+from core.actors import Actor
 from core.logging import CELERY_HEADER
 from core.relay import Relay
 from core.services import api_client_create
@@ -25,7 +26,7 @@ TOKEN = "test-token-race-0123456789abcdef"
 
 @pytest.fixture
 def server(tmp_path):
-    api_client_create(name="race", token=TOKEN)
+    api_client_create(name="race", token=TOKEN, actor=Actor.system())
     processes.purge_broker()
     port = processes.free_port()
     # Threaded workers: up to 2 x 16 requests inside the view at the same moment.

@@ -75,7 +75,7 @@ def test_a_new_key_has_a_deadline_for_its_job_to_be_picked_up(api, settings):
     record = record_of(deployment)
     grace = timedelta(
         seconds=settings.DEPLOY_REDISPATCH_AFTER_SECONDS
-        + settings.INBOX_SWEEP_INTERVAL_SECONDS
+        + settings.RELAY_SWEEP_INTERVAL_SECONDS
     )
     assert record.status == "processing"
     assert before + grace <= record.progress_deadline <= after + grace

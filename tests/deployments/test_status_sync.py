@@ -181,6 +181,39 @@ def test_a_report_from_the_future_is_422(api, deployment):
     assert deployment.status == "queued"
 
 
+def report(deployment, detail) -> dict:
+    return {
+        "deployment_id": deployment.public_id,
+        "status": "running",
+        "reported_at": timezone.now().isoformat(),
+        "detail": detail,
+    }
+
+
+def test_a_detail_of_the_documented_length_is_recorded(api, deployment):
+    detail = "é" * 1000  # characters, not bytes
+    response = post(api, "/api/status-sync/", report(deployment, detail), "d1")
+    assert response.status_code == 201
+    assert StatusSync.objects.get().detail == detail
+    assert JobTransition.objects.get(deployment=deployment).detail == detail
+
+
+@pytest.mark.parametrize("length", [1001, 2_000_000])
+def test_a_detail_over_the_limit_is_422_and_nothing_is_recorded(
+    api, deployment, length
+):
+    response = post(api, "/api/status-sync/", report(deployment, "x" * length), "d1")
+    assert response.status_code == 422
+    body = response.json()
+    assert body["error"] == "invalid_payload"
+    assert list(body["details"]) == ["detail"]
+    assert not StatusSync.objects.exists()
+    assert not JobTransition.objects.filter(deployment=deployment).exists()
+    assert not IdempotencyRecord.objects.filter(operation_type="status.sync").exists()
+    deployment.refresh_from_db()
+    assert (deployment.status, deployment.detail) == ("queued", "")
+
+
 def detail_of(api, deployment) -> str:
     return api.get(f"/api/deployments/{deployment.public_id}/").json()["detail"]
 

@@ -16,6 +16,7 @@ import pytest
 import requests
 from django.utils import timezone
 
+from core.actors import Actor
 from core.services import api_client_create
 from deployments.models import Deployment, JobTransition, TriggerAttempt
 from tests import processes
@@ -38,7 +39,7 @@ FAST = {
     "DEPLOY_TRIGGER_RETRY_BASE_SECONDS": "0.2",
     "DEPLOY_TRIGGER_RETRY_MAX_SECONDS": "1",
     "DEPLOY_REDISPATCH_AFTER_SECONDS": "1",
-    "INBOX_SWEEP_INTERVAL_SECONDS": "1",
+    "RELAY_SWEEP_INTERVAL_SECONDS": "1",
     "CELERY_METRICS_PORT": "0",
 }
 
@@ -239,7 +240,7 @@ TOKEN = "test-token-race-trigger-0123456789"
 
 @pytest.fixture
 def server(tmp_path):
-    api_client_create(name="race", token=TOKEN)
+    api_client_create(actor=Actor.system(), name="race", token=TOKEN)
     port = processes.free_port()
     args = [
         str(processes.BIN / "gunicorn"),

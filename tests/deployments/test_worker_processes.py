@@ -114,7 +114,7 @@ def test_a_worker_killed_mid_run_never_runs_the_executor_twice(tmp_path, api_htt
     restart_env = {
         "DEPLOY_SIMULATED_SECONDS": "0.2",
         "CELERY_BROKER_VISIBILITY_TIMEOUT": "2",
-        "INBOX_SWEEP_INTERVAL_SECONDS": "1",
+        "RELAY_SWEEP_INTERVAL_SECONDS": "1",
     }
     worker = processes.celery_worker(tmp_path, name="again", env=restart_env).start()
     try:
@@ -152,7 +152,7 @@ def test_a_job_whose_message_was_lost_is_redispatched_by_the_sweep(tmp_path, api
     env = {
         "DEPLOY_SIMULATED_SECONDS": "0.1",
         "DEPLOY_REDISPATCH_AFTER_SECONDS": "1",
-        "INBOX_SWEEP_INTERVAL_SECONDS": "1",
+        "RELAY_SWEEP_INTERVAL_SECONDS": "1",
     }
     worker = processes.celery_worker(tmp_path, env=env).start()
     try:

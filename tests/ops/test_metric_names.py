@@ -10,6 +10,7 @@ import json
 import pytest
 import requests
 
+from core.actors import Actor
 from tests import processes
 from tests.deployments.factories import deployment_body, idempotent_post
 from tests.integrations.research.factories import research_event
@@ -80,7 +81,9 @@ def exposition(db, client, source, api) -> str:
     assert (
         idempotent_post(api, "/api/deployments/", deployment_body()).status_code == 200
     )
-    webhook_source_expected_interval_set(source=source, seconds=3600)
+    webhook_source_expected_interval_set(
+        source=source, seconds=3600, actor=Actor.system()
+    )
     response = client.get("/metrics")
     assert response.status_code == 200
     return response.content.decode()
@@ -249,8 +252,12 @@ def test_a_gunicorn_server_exports_every_metric_and_label_used(tmp_path):
     from tests.webhooks.factories import research_source
 
     source = research_source()
-    webhook_source_expected_interval_set(source=source, seconds=3600)
-    _, token = api_client_create(name="ci", token="test-token-ci-0123456789abcdef")
+    webhook_source_expected_interval_set(
+        source=source, seconds=3600, actor=Actor.system()
+    )
+    _, token = api_client_create(
+        name="ci", token="test-token-ci-0123456789abcdef", actor=Actor.system()
+    )
     port = processes.free_port()
     env = processes.child_env(
         GUNICORN_CMD_ARGS=f"--bind 127.0.0.1:{port}",

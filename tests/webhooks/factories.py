@@ -20,6 +20,7 @@ from django.utils import timezone
 from tests.integrations.research.factories import research_event
 from webhooks.envelopes import content_fingerprint, instant_parse, raw_fingerprint
 from webhooks.models import (
+    DeadLetterCause,
     FingerprintMismatch,
     InboxAttempt,
     InboxEvent,
@@ -201,6 +202,7 @@ class DeadLetteredEventFactory(InboxEventFactory):
     processing_status = ProcessingStatus.DEAD_LETTERED
     attempts = 8
     error_message = "handler exploded: ValueError"
+    dead_letter_cause = DeadLetterCause.EXHAUSTED
 
 
 def inbox_events_bulk_create(bodies: list[dict], **columns: Any) -> list[InboxEvent]:

@@ -1,3 +1,4 @@
+import base64
 import io
 import json
 import os
@@ -17,6 +18,10 @@ from tests.webhooks.factories import hold_of, paused_at_of
 from webhooks.models import InboxEvent, WebhookSecret, WebhookSource
 
 pytestmark = pytest.mark.django_db
+
+
+SECRET_A = "first-secret-0123456789abcdef"
+SECRET_B = "second-secret-0123456789abcdef"
 
 
 def run(*args) -> list[str]:
@@ -59,9 +64,9 @@ def test_create_standard_webhooks_secret_works_with_the_reference_library():
         "webhook-signature": signature,
     }
     Webhook(secret).verify("{}", headers)  # the library accepts its own format
-    from webhooks.schemes import SCHEMES
+    from webhooks.schemes import scheme_get
 
-    SCHEMES["standard-webhooks"].verify(
+    scheme_get("standard-webhooks").verify(
         raw_body=b"{}", headers=headers, secrets=[secret]
     )
 
@@ -105,21 +110,144 @@ def test_create_refuses_a_duplicate_slug_and_a_bad_slug():
 
 
 def test_list_shows_sources_and_secret_counts_never_secrets():
-    run("webhook_source", "create", "lab", "--handler", "research", "--secret", "s1-x")
-    run("webhook_source", "rotate", "lab", "--secret", "s2-y")
+    run(
+        "webhook_source", "create", "lab", "--handler", "research", "--secret", SECRET_A
+    )
+    run("webhook_source", "rotate", "lab", "--secret", SECRET_B)
     output = "\n".join(run("webhook_source", "list"))
     assert "lab\thmac-sha256\tresearch\t2\tyes" in output
-    assert "s1-x" not in output and "s2-y" not in output
+    assert SECRET_A not in output and SECRET_B not in output
 
 
 def test_rotate_keeps_the_old_secret_for_the_grace_period():
-    run("webhook_source", "create", "lab", "--handler", "research", "--secret", "old")
+    run(
+        "webhook_source", "create", "lab", "--handler", "research", "--secret", SECRET_A
+    )
     lines = run("webhook_source", "rotate", "lab", "--grace-seconds", "600")
     new = lines[-1]
-    old_row = WebhookSecret.objects.get(secret="old")
+    old_row = WebhookSecret.objects.get(secret=SECRET_A)
     remaining = (old_row.expires_at - datetime.now(tz=UTC)).total_seconds()
     assert 590 < remaining <= 600
     assert WebhookSecret.objects.get(secret=new).expires_at is None
+
+
+@pytest.mark.parametrize(
+    ("scheme", "secret"),
+    [
+        ("hmac-sha256", "a"),
+        ("hmac-sha256", "fifteen-bytes!!"),  # 15 bytes of key material
+        ("hmac-sha256", "ééééééé"),  # 7 characters, 14 bytes
+        ("github", "short"),
+        ("standard-webhooks", "whsec_AAAA"),  # 3 decoded bytes
+    ],
+)
+def test_a_weak_secret_is_refused_at_create_and_at_rotate(scheme, secret):
+    with pytest.raises(CommandError, match="key material"):
+        run(
+            "webhook_source",
+            "create",
+            "lab",
+            "--scheme",
+            scheme,
+            "--handler",
+            "research",
+            "--secret",
+            secret,
+        )
+    assert not WebhookSource.objects.exists()
+    strong = (
+        "whsec_" + base64.b64encode(b"k" * 32).decode()
+        if scheme == "standard-webhooks"
+        else SECRET_A
+    )
+    run(
+        "webhook_source",
+        "create",
+        "lab",
+        "--scheme",
+        scheme,
+        "--handler",
+        "research",
+        "--secret",
+        strong,
+    )
+    with pytest.raises(CommandError, match="key material"):
+        run("webhook_source", "rotate", "lab", "--secret", secret)
+    assert WebhookSecret.objects.count() == 1
+
+
+@pytest.mark.parametrize(
+    ("decoded", "accepted"), [(23, False), (24, True), (64, True), (65, False)]
+)
+def test_a_standard_webhooks_secret_holds_24_to_64_bytes(decoded, accepted):
+    secret = "whsec_" + base64.b64encode(b"k" * decoded).decode()
+    args = (
+        "webhook_source",
+        "create",
+        "sw",
+        "--scheme",
+        "standard-webhooks",
+        "--handler",
+        "research",
+        "--secret",
+        secret,
+    )
+    if accepted:
+        run(*args)
+        assert WebhookSecret.objects.get().secret == secret
+    else:
+        with pytest.raises(CommandError, match="24 to 64"):
+            run(*args)
+
+
+def test_a_secret_may_come_from_a_file_or_standard_input(tmp_path, monkeypatch):
+    secret_file = tmp_path / "secret"
+    secret_file.write_text(SECRET_A + "\n")
+    lines = run(
+        "webhook_source",
+        "create",
+        "lab",
+        "--handler",
+        "research",
+        "--secret-file",
+        str(secret_file),
+    )
+    assert WebhookSecret.objects.get().secret == SECRET_A
+    assert SECRET_A not in "\n".join(lines)  # given, not generated: never printed
+    monkeypatch.setattr("sys.stdin", io.StringIO(SECRET_B + "\n"))
+    run("webhook_source", "rotate", "lab", "--secret-file", "-")
+    assert set(WebhookSecret.objects.values_list("secret", flat=True)) == {
+        SECRET_A,
+        SECRET_B,
+    }
+    with pytest.raises(CommandError, match="not both"):
+        run(
+            "webhook_source",
+            "rotate",
+            "lab",
+            "--secret",
+            SECRET_A,
+            "--secret-file",
+            str(secret_file),
+        )
+
+
+@pytest.mark.parametrize("grace", ["-1", str(30 * 86400 + 1), str(10**30)])
+def test_a_grace_period_beyond_30_days_is_refused(grace):
+    run(
+        "webhook_source", "create", "lab", "--handler", "research", "--secret", SECRET_A
+    )
+    with pytest.raises(CommandError, match="grace"):
+        run("webhook_source", "rotate", "lab", "--grace-seconds", grace)
+    assert WebhookSecret.objects.count() == 1
+
+
+def test_a_grace_period_of_30_days_is_accepted():
+    run(
+        "webhook_source", "create", "lab", "--handler", "research", "--secret", SECRET_A
+    )
+    run("webhook_source", "rotate", "lab", "--grace-seconds", str(30 * 86400))
+    assert WebhookSecret.objects.count() == 2
 
 
 def test_rotate_unknown_source_fails():
@@ -128,7 +256,9 @@ def test_rotate_unknown_source_fails():
 
 
 def test_disable_and_enable(client):
-    run("webhook_source", "create", "lab", "--handler", "research", "--secret", "s")
+    run(
+        "webhook_source", "create", "lab", "--handler", "research", "--secret", SECRET_A
+    )
     run("webhook_source", "disable", "lab")
     assert (
         client.post("/webhooks/lab/", data=b"{}", content_type="x").status_code == 404
@@ -194,7 +324,9 @@ def test_pause_and_resume_are_operator_actions_of_the_os_user(monkeypatch):
     monkeypatch.setenv("LOGNAME", "mallory")
     monkeypatch.setenv("USER", "mallory")
     oncall = f"os:{pwd.getpwuid(os.getuid()).pw_name}"
-    run("webhook_source", "create", "lab", "--handler", "research", "--secret", "s")
+    run(
+        "webhook_source", "create", "lab", "--handler", "research", "--secret", SECRET_A
+    )
     (line,) = run("webhook_source", "pause", "lab", "--reason", "downstream down")
     assert line.startswith("paused webhook source 'lab'")
     source = WebhookSource.objects.get(slug="lab")
@@ -212,7 +344,9 @@ def test_pause_and_resume_are_operator_actions_of_the_os_user(monkeypatch):
     assert "no (draining held events, 12.5/s)" in "\n".join(
         run("webhook_source", "list")
     )
-    pause_action, resume_action = OperatorAction.objects.order_by("pk")
+    pause_action, resume_action = OperatorAction.objects.filter(
+        action__in=["pause_source", "resume_source"]
+    ).order_by("pk")
     assert (pause_action.action, pause_action.actor_name, pause_action.reason) == (
         "pause_source",
         oncall,
@@ -231,14 +365,16 @@ def test_pause_and_resume_are_operator_actions_of_the_os_user(monkeypatch):
 def test_pausing_twice_or_resuming_an_unpaused_source_fails_and_records_nothing():
     from webhooks.models import OperatorAction
 
-    run("webhook_source", "create", "lab", "--handler", "research", "--secret", "s")
+    run(
+        "webhook_source", "create", "lab", "--handler", "research", "--secret", SECRET_A
+    )
     with pytest.raises(CommandError, match="not paused"):
         run("webhook_source", "resume", "lab")
     run("webhook_source", "pause", "lab", "--reason", "first")
     with pytest.raises(CommandError, match="already paused"):
         run("webhook_source", "pause", "lab", "--reason", "second")
     assert hold_of(WebhookSource.objects.get(slug="lab")).pause_reason == "first"
-    assert OperatorAction.objects.count() == 1
+    assert OperatorAction.objects.filter(action="pause_source").count() == 1
 
 
 @pytest.mark.parametrize(
@@ -268,7 +404,9 @@ def test_pause_and_resume_of_an_unknown_source_fail_as_the_other_subcommands(arg
 def test_pause_needs_a_reason_and_resume_a_rate_above_zero(args):
     from webhooks.models import OperatorAction
 
-    run("webhook_source", "create", "lab", "--handler", "research", "--secret", "s")
+    run(
+        "webhook_source", "create", "lab", "--handler", "research", "--secret", SECRET_A
+    )
     if args[0] == "resume":
         run("webhook_source", "pause", "lab", "--reason", "down")
     with pytest.raises(CommandError):

@@ -107,7 +107,10 @@ def test_a_row_the_database_cannot_give_back_is_named_as_rejected_without_its_er
         ("ignored_out_of_order", "ignored: a newer event was already applied"),
         ("ignored_duplicate_version", "ignored: this version was already applied"),
         ("ignored_unsupported", "ignored: the event type is not supported"),
-        ("dead_lettered", "dead-lettered"),  # before causes were recorded
+        (
+            "dead_lettered",
+            "dead-lettered: the cause was not recorded",
+        ),  # migration 0014
     ],
 )
 def test_each_other_status_has_its_one_message_whatever_the_stored_note(
@@ -116,5 +119,6 @@ def test_each_other_status_has_its_one_message_whatever_the_stored_note(
     event = InboxEventFactory(
         processing_status=status,
         error_message="OperationalError: could not connect to server at 10.0.0.5",
+        dead_letter_cause="unrecorded" if status == "dead_lettered" else "",
     )
     assert status_of(api, "research-sync", event.event_id)["error_message"] == message

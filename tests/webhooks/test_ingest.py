@@ -326,7 +326,7 @@ def test_rotation_old_secret_valid_during_grace_then_refused(http, source):
     old_signed = research_event(event_id="evt-old-1")
     webhook_source_rotate(
         source=source,
-        secret="the-new-secret",
+        secret="the-new-secret-0123456789",
         grace_seconds=3600,
         actor=Actor.system(),
     )
@@ -334,7 +334,7 @@ def test_rotation_old_secret_valid_during_grace_then_refused(http, source):
     new_signed = research_event(event_id="evt-new-1")
     assert (
         post_signed(
-            http, new_signed, event_id="evt-new-1", secret="the-new-secret"
+            http, new_signed, event_id="evt-new-1", secret="the-new-secret-0123456789"
         ).status_code
         == 202
     )
@@ -347,7 +347,7 @@ def test_rotation_old_secret_valid_during_grace_then_refused(http, source):
     assert failures("mismatch") == 1
     still_good = research_event(event_id="evt-new-2")
     response = post_signed(
-        http, still_good, event_id="evt-new-2", secret="the-new-secret"
+        http, still_good, event_id="evt-new-2", secret="the-new-secret-0123456789"
     )
     assert response.status_code == 202
 
@@ -355,7 +355,7 @@ def test_rotation_old_secret_valid_during_grace_then_refused(http, source):
 def test_rotation_with_zero_grace_refuses_the_old_secret_at_once(http, source):
     webhook_source_rotate(
         source=source,
-        secret="the-new-secret",
+        secret="the-new-secret-0123456789",
         grace_seconds=0,
         actor=Actor.system(),
     )

@@ -393,7 +393,7 @@ def test_a_batch_processes_the_rows_of_other_sources_and_skips_the_held_ones(
 @threads
 def test_a_row_already_processing_when_the_pause_lands_finishes(settings, paused):
     """The claim committed before the pause: the run goes on and its outcome is written."""
-    settings.RESEARCH_DOCUMENT_LOCK_TIMEOUT_MS = 20_000
+    settings.INBOX_LOCK_TIMEOUT_MS = 20_000
     entity = "doc_pause_running"
     first = InboxEventFactory(
         source=paused, body=research_event(entity_id=entity, source_version=1)

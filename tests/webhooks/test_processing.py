@@ -300,7 +300,7 @@ def test_transient_failures_back_off_then_dead_letter_after_max_attempts(setting
     settings.INBOX_MAX_ATTEMPTS = 3
     settings.INBOX_RETRY_BASE_SECONDS = 10
     settings.INBOX_RETRY_MAX_SECONDS = 15
-    settings.RESEARCH_DOCUMENT_LOCK_TIMEOUT_MS = 50
+    settings.INBOX_LOCK_TIMEOUT_MS = 50
     inbox_event_process(
         inbox_event_id=InboxEventFactory(
             body=research_event(entity_id="doc_p", source_version=1)

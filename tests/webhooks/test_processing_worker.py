@@ -23,7 +23,7 @@ from webhooks.processing import WORKER_LOST_ERROR, inbox_event_process
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
 FAST_SWEEP = {
-    "INBOX_SWEEP_INTERVAL_SECONDS": "1",
+    "RELAY_SWEEP_INTERVAL_SECONDS": "1",
     "INBOX_REDISPATCH_AFTER_SECONDS": "2",
     "INBOX_PROCESSING_LEASE_SECONDS": "4",
 }
@@ -207,7 +207,7 @@ def test_poison_event_dead_letters_after_exactly_max_attempts(tmp_path, running)
         "INBOX_MAX_ATTEMPTS": "4",
         "INBOX_RETRY_BASE_SECONDS": "0.2",
         "INBOX_RETRY_MAX_SECONDS": "0.8",
-        "RESEARCH_DOCUMENT_LOCK_TIMEOUT_MS": "200",
+        "INBOX_LOCK_TIMEOUT_MS": "200",
     }
     seed = InboxEventFactory(
         body=research_event(entity_id="doc_poison", source_version=1)

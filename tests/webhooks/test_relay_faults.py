@@ -27,7 +27,7 @@ from webhooks.models import TERMINAL_STATUSES, InboxEvent
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
 FAST_SWEEP = {
-    "INBOX_SWEEP_INTERVAL_SECONDS": "1",
+    "RELAY_SWEEP_INTERVAL_SECONDS": "1",
     "INBOX_REDISPATCH_AFTER_SECONDS": "2",
     "INBOX_PROCESSING_LEASE_SECONDS": "6",
 }
@@ -50,7 +50,7 @@ def running():
 def relay_process(tmp_path, name: str, env: dict) -> processes.Process:
     """``manage.py relay``: a relay apart from the workers."""
     return processes.Process(
-        [str(processes.BIN / "python"), "manage.py", "relay"],
+        processes.relay_command(),
         processes.child_env(**env),
         tmp_path / f"relay-{name}.log",
     )

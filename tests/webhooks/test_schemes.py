@@ -7,7 +7,7 @@ import pytest
 from standardwebhooks.webhooks import Webhook
 
 from webhooks.errors import InvalidSignature
-from webhooks.schemes import SCHEMES, signature_headers
+from webhooks.schemes import scheme_get, signature_headers
 
 SW_SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 SW_ID = "msg_p5jXN8AQM9LWM0D4loKWxJek"
@@ -33,7 +33,7 @@ def test_standard_webhooks_published_vector_is_what_the_reference_library_signs(
 
 
 def test_standard_webhooks_verifies_the_published_vector():
-    verified = SCHEMES["standard-webhooks"].verify(
+    verified = scheme_get("standard-webhooks").verify(
         raw_body=SW_BODY, headers=sw_headers(SW_SIGNATURE), secrets=[SW_SECRET]
     )
     assert verified.event_id == SW_ID
@@ -52,7 +52,7 @@ def test_standard_webhooks_headers_we_produce_match_the_reference_library():
 
 
 def test_github_published_vector():
-    verified = SCHEMES["github"].verify(
+    verified = scheme_get("github").verify(
         raw_body=GH_BODY,
         headers={"X-Hub-Signature-256": GH_SIGNATURE, "X-GitHub-Delivery": "d-1"},
         secrets=[GH_SECRET],
@@ -72,14 +72,14 @@ def test_github_published_vector():
 def test_standard_webhooks_any_valid_entry_passes_and_unknown_versions_are_skipped(
     signature,
 ):
-    SCHEMES["standard-webhooks"].verify(
+    scheme_get("standard-webhooks").verify(
         raw_body=SW_BODY, headers=sw_headers(signature), secrets=[SW_SECRET]
     )
 
 
 def test_the_raw_bytes_are_signed_not_reserialised_json():
     with pytest.raises(InvalidSignature) as excinfo:
-        SCHEMES["standard-webhooks"].verify(
+        scheme_get("standard-webhooks").verify(
             raw_body=b'{"test":2432232314}',
             headers=sw_headers(SW_SIGNATURE),
             secrets=[SW_SECRET],
@@ -123,7 +123,7 @@ def test_the_raw_bytes_are_signed_not_reserialised_json():
 def test_failure_reasons(scheme, headers, reason):
     secret = SW_SECRET if scheme == "standard-webhooks" else GH_SECRET
     with pytest.raises(InvalidSignature) as excinfo:
-        SCHEMES[scheme].verify(raw_body=SW_BODY, headers=headers, secrets=[secret])
+        scheme_get(scheme).verify(raw_body=SW_BODY, headers=headers, secrets=[secret])
     assert excinfo.value.reason == reason
 
 
@@ -132,7 +132,7 @@ def test_hmac_sha256_accepts_comma_or_space_separated_signatures_and_any_secret(
         scheme="hmac-sha256", secret="new", raw_body=b"{}", event_id="e", timestamp=5
     )["X-Webhook-Signature"]
     for joined in (f"v1={'b' * 64},{good}", f"v0=zz {good}", f"{good}, v1={'c' * 64}"):
-        SCHEMES["hmac-sha256"].verify(
+        scheme_get("hmac-sha256").verify(
             raw_body=b"{}",
             headers={"X-Webhook-Signature": joined, "X-Webhook-Timestamp": "5"},
             secrets=["old", "new"],

@@ -75,7 +75,7 @@ def test_a_secret_rotated_in_another_process_verifies_at_once(cached, source):
 def test_a_source_disabled_here_answers_404_at_once(cached, source):
     http = Client()
     assert signed_post(http, "snap", research_event()).status_code == 202
-    webhook_source_set_enabled(source=source, enabled=False)
+    webhook_source_set_enabled(source=source, enabled=False, actor=Actor.system())
     assert signed_post(http, "snap", research_event()).status_code == 404
 
 

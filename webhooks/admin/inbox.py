@@ -1,9 +1,12 @@
 from __future__ import annotations
 
+from typing import Any, ClassVar
+
 from django.contrib import admin, messages
 from django.contrib.admin.utils import display_for_value
 from django.db.models import DurationField, ExpressionWrapper, F, Q
 from django.http import HttpResponse
+from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import mark_safe
 
@@ -13,12 +16,15 @@ from core.admin_base import (
     ReadOnlyInlineMixin,
     admin_link,
     confirm_with_reason,
+    fieldset_fields,
     json_block,
     pretty_body,
 )
+from core.errors import ServiceError
 
+from ..errors import ReplaySelectionTooLarge
 from ..models import DeadLetteredEvent, InboxAttempt, InboxEvent, ProcessingStatus
-from ..replay import NothingToReplay, inbox_events_replay
+from ..replay import inbox_events_replay, replay_selection_check
 from ..selectors import (
     inbox_event_held_reason,
     inbox_event_occurred_at,
@@ -60,7 +66,7 @@ class InboxAttemptInline(ReadOnlyInlineMixin, admin.TabularInline):
 
 @admin.register(InboxEvent)
 class InboxEventAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
-    list_display = (
+    list_display: tuple[str, ...] = (
         "event_id",
         "status",
         "source",
@@ -73,7 +79,7 @@ class InboxEventAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         "processed_at",
         "latency",
     )
-    list_filter = (
+    list_filter: ClassVar[tuple[Any, ...]] = (
         "processing_status",
         "source",
         EventTypeFilter,
@@ -139,7 +145,7 @@ class InboxEventAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         ),
     )
     # Every field shown is read-only: the detail page is a record, not a form.
-    readonly_fields = tuple(f for _, opts in fieldsets for f in opts["fields"])
+    readonly_fields = fieldset_fields(fieldsets)
 
     def get_queryset(self, request):
         # The raw body is read only on the detail page. ``occurred_at`` is never loaded into
@@ -245,6 +251,20 @@ class DeadLetteredEventAdmin(InboxEventAdmin):
     def has_replay_permission(self, request):
         return request.user.has_perm("webhooks.replay_inboxevent")
 
+    def _selection_too_large(self, request, exc: ReplaySelectionTooLarge) -> None:
+        self.message_user(
+            request,
+            format_html(
+                "More than {} events are selected: nothing was replayed. A replay of "
+                "more is a bulk replay, in chunks with its progress shown: "
+                '<a href="{}">create a bulk replay job</a> with the same filter (or run '
+                "<code>manage.py replay_events</code>).",
+                exc.limit,
+                reverse("admin:webhooks_bulkreplayjob_add"),
+            ),
+            messages.ERROR,
+        )
+
     @admin.display(description="last error")
     def error_summary(self, obj):
         text = obj.error_message or ""
@@ -252,6 +272,12 @@ class DeadLetteredEventAdmin(InboxEventAdmin):
 
     @admin.action(permissions=["replay"], description="Replay selected")
     def replay_selected(self, request, queryset):
+        # "Select all" can name millions of rows: above the bound, refused before the
+        # operator is asked for a reason.
+        try:
+            replay_selection_check(events_queryset=queryset)
+        except ReplaySelectionTooLarge as exc:
+            return self._selection_too_large(request, exc)
         reason = confirm_with_reason(
             self,
             request,
@@ -270,7 +296,9 @@ class DeadLetteredEventAdmin(InboxEventAdmin):
             action = inbox_events_replay(
                 events_queryset=queryset, actor=Actor.of(request.user), reason=reason
             )
-        except NothingToReplay:
+        except ReplaySelectionTooLarge as exc:
+            return self._selection_too_large(request, exc)
+        except ServiceError:  # nothing to replay
             self.message_user(
                 request,
                 "None of the selected events is dead-lettered.",

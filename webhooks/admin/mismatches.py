@@ -12,6 +12,7 @@ from core.admin_base import (
     ReadOnlyAdminMixin,
     admin_link,
     confirm_with_reason,
+    fieldset_fields,
     json_block,
     pretty_body,
     side_by_side_diff,
@@ -59,7 +60,7 @@ class FingerprintMismatchAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
             {"fields": ("investigated_at", "investigated_by", "investigation_note")},
         ),
     )
-    readonly_fields = tuple(f for _, opts in fieldsets for f in opts["fields"])
+    readonly_fields = fieldset_fields(fieldsets)
 
     class Media:
         css = {"all": ["core/admin.css"]}

@@ -15,6 +15,7 @@ from core.admin_base import (
     ReasonForm,
     confirm_with_reason,
 )
+from core.errors import ServiceError
 
 from ..models import (
     BULK_REPLAY_RATE_MAX,
@@ -23,11 +24,8 @@ from ..models import (
     OperatorAction,
 )
 from ..replay import (
-    BulkReplayJobNotCancellable,
-    BulkReplayJobNotResumable,
-    BulkReplayJobNotStartable,
-    InvalidBulkReplayRate,
     bulk_replay_job_cancel,
+    bulk_replay_job_controls,
     bulk_replay_job_create,
     bulk_replay_job_resume,
     bulk_replay_job_start,
@@ -91,7 +89,7 @@ class OperatorActionAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
 def _rate_clean(value):
     try:
         return bulk_replay_rate_parse(value)
-    except InvalidBulkReplayRate as exc:
+    except ServiceError as exc:
         raise forms.ValidationError(str(exc)) from None
 
 
@@ -111,7 +109,7 @@ class BulkReplayJobForm(forms.ModelForm):
         return _rate_clean(self.cleaned_data.get("rate"))
 
 
-class ResumeForm(ReasonForm):
+class BulkReplayResumeForm(ReasonForm):
     rate = forms.FloatField(
         label="New rate (events/s)",
         required=False,
@@ -196,6 +194,21 @@ class BulkReplayJobAdmin(admin.ModelAdmin):
 
     def has_replay_permission(self, request):
         return request.user.has_perm("webhooks.replay_inboxevent")
+
+    def change_view(self, request, object_id, form_url="", extra_context=None):
+        """The job's page offers what the list's actions do for it now (Cancel, Resume),
+        to operators: each posts the list's action for this one job, which asks for a
+        reason."""
+        job = self.get_object(request, object_id)
+        controls = []
+        if job is not None and self.has_replay_permission(request):
+            labels = {"cancel": "Cancel this job", "resume": "Resume this job"}
+            controls = [
+                (f"{name}_selected", labels[name])
+                for name in bulk_replay_job_controls(job=job)
+            ]
+        context = {**(extra_context or {}), "job_controls": controls}
+        return super().change_view(request, object_id, form_url, context)
 
     def save_model(self, request, obj, form, change):
         created = bulk_replay_job_create(
@@ -292,7 +305,7 @@ class BulkReplayJobAdmin(admin.ModelAdmin):
             try:
                 bulk_replay_job_start(job=job, started_by=Actor.of(request.user))
                 started += 1
-            except BulkReplayJobNotStartable:
+            except ServiceError:  # started meanwhile
                 continue
         level = messages.SUCCESS if started else messages.WARNING
         self.message_user(request, f"Started {started} bulk replay job(s).", level)
@@ -320,7 +333,7 @@ class BulkReplayJobAdmin(admin.ModelAdmin):
                     job_id=pk, reason=reason, cancelled_by=Actor.of(request.user)
                 )
                 cancelled += 1
-            except (BulkReplayJobNotCancellable, BulkReplayJob.DoesNotExist):
+            except ServiceError:
                 refused += 1
         text = f"Cancelled {cancelled} bulk replay job(s)."
         if refused:
@@ -343,7 +356,7 @@ class BulkReplayJobAdmin(admin.ModelAdmin):
                 "point that still match their filter: nothing is replayed twice."
             ),
             submit_label="Resume",
-            form_class=ResumeForm,
+            form_class=BulkReplayResumeForm,
         )
         if isinstance(data, HttpResponse):
             return data
@@ -357,7 +370,7 @@ class BulkReplayJobAdmin(admin.ModelAdmin):
                     rate=data["rate"],
                 )
                 resumed += 1
-            except (BulkReplayJobNotResumable, BulkReplayJob.DoesNotExist):
+            except ServiceError:
                 refused += 1
         text = f"Resumed {resumed} bulk replay job(s)."
         if refused:

@@ -19,12 +19,15 @@ from core.selectors import COUNT_CAP
 
 from ..models import SignatureFailure, SourceHold, WebhookSource
 from ..pausing import webhook_source_pause, webhook_source_resume
+from ..schemes import scheme_get
 from ..selectors import webhook_source_held_count, webhook_source_list
 from ..sources import (
     DEFAULT_GRACE_SECONDS,
+    MAX_GRACE_SECONDS,
     webhook_source_client_set,
     webhook_source_expected_interval_set,
     webhook_source_rotate,
+    webhook_source_set_enabled,
 )
 
 
@@ -41,12 +44,28 @@ class SecretRotationForm(ReasonForm):
     grace_seconds = forms.IntegerField(
         label="Grace period (seconds)",
         min_value=0,
+        max_value=MAX_GRACE_SECONDS,
         initial=DEFAULT_GRACE_SECONDS,
-        help_text="How long the current secrets stay valid.",
+        help_text="How long the current secrets stay valid (at most 30 days).",
     )
 
+    # The source's scheme, whose rules the secret must meet (``for_scheme``).
+    scheme = ""
 
-class ResumeForm(ReasonForm):
+    @classmethod
+    def for_scheme(cls, scheme: str) -> type[SecretRotationForm]:
+        return type(cls.__name__, (cls,), {"scheme": scheme})
+
+    def clean_secret(self):
+        secret = self.cleaned_data["secret"]
+        try:
+            scheme_get(self.scheme).secret_validate(secret)
+        except ServiceError as exc:
+            raise forms.ValidationError(str(exc)) from None
+        return secret
+
+
+class SourceResumeForm(ReasonForm):
     rate = forms.FloatField(
         label="Rate (events per second)",
         required=False,
@@ -122,7 +141,13 @@ class WebhookSourceAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     # operator edits here; the rest changes through manage.py webhook_source and the
     # actions.
     readonly_fields = tuple(name for name in fields if name not in _EDITABLE_FIELDS)
-    actions = ["rotate_secret", "pause_selected", "resume_selected"]
+    actions = [
+        "rotate_secret",
+        "pause_selected",
+        "resume_selected",
+        "disable_selected",
+        "enable_selected",
+    ]
 
     def get_queryset(self, request):
         return webhook_source_list()
@@ -134,6 +159,7 @@ class WebhookSourceAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         webhook_source_expected_interval_set(
             source=obj,
             seconds=form.cleaned_data["expected_delivery_interval_seconds"],
+            actor=Actor.of(request.user),
         )
         if "client" in form.changed_data:
             # Which client's deployments the source may move: an operator action.
@@ -143,6 +169,9 @@ class WebhookSourceAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
                 actor=Actor.of(request.user),
                 reason="changed in the admin",
             )
+
+    def log_change(self, request, obj, message):
+        pass  # the operator action of the service is the record
 
     @admin.display(description="secrets", ordering="secret_count")
     def secret_count(self, obj):
@@ -203,6 +232,56 @@ class WebhookSourceAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     def has_pause_source_permission(self, request):
         return request.user.has_perm("webhooks.pause_source")
 
+    def has_enable_source_permission(self, request):
+        return request.user.has_perm("webhooks.enable_source")
+
+    def _set_enabled(self, request, queryset, *, enabled: bool):
+        if not self.has_enable_source_permission(request):
+            raise PermissionDenied
+        verb = "Enable" if enabled else "Disable"
+        reason = confirm_with_reason(
+            self,
+            request,
+            queryset,
+            action=f"{verb.lower()}_selected",
+            title=f"{verb} webhook sources",
+            intro=(
+                "These sources accept deliveries again."
+                if enabled
+                else "These sources answer 404 to every delivery, in every web process "
+                "by the time this returns; producers notice. To hold their events while "
+                "still accepting them, pause the sources instead."
+            ),
+            submit_label=verb,
+        )
+        if isinstance(reason, HttpResponse):
+            return reason
+        changed = [
+            source.slug
+            for source in queryset.order_by("slug")
+            if webhook_source_set_enabled(
+                source=source,
+                enabled=enabled,
+                actor=Actor.of(request.user),
+                reason=reason,
+            )
+        ]
+        done = "Enabled" if enabled else "Disabled"
+        self.message_user(
+            request,
+            f"{done} {', '.join(changed)}." if changed else "Nothing to change.",
+            messages.SUCCESS if changed else messages.WARNING,
+        )
+        return None
+
+    @admin.action(description="Disable selected sources", permissions=["enable_source"])
+    def disable_selected(self, request, queryset):
+        return self._set_enabled(request, queryset, enabled=False)
+
+    @admin.action(description="Enable selected sources", permissions=["enable_source"])
+    def enable_selected(self, request, queryset):
+        return self._set_enabled(request, queryset, enabled=True)
+
     @admin.action(description="Pause selected sources", permissions=["pause_source"])
     def pause_selected(self, request, queryset):
         if not self.has_pause_source_permission(request):
@@ -257,7 +336,7 @@ class WebhookSourceAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
                 "received, at the rate given if any; new deliveries queue behind them."
             ),
             submit_label="Resume",
-            form_class=ResumeForm,
+            form_class=SourceResumeForm,
         )
         if isinstance(data, HttpResponse):
             return data
@@ -311,7 +390,7 @@ class WebhookSourceAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
                 "period. It is stored for verification and never shown again here."
             ),
             submit_label="Rotate",
-            form_class=SecretRotationForm,
+            form_class=SecretRotationForm.for_scheme(source.scheme),
         )
         if isinstance(data, HttpResponse):
             return data

@@ -3,6 +3,7 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
 from audit.roles import AUDITORS, OPERATORS, roles_bootstrap
+from core.actors import Actor
 from core.models import ApiClient, token_hash
 from core.services import api_client_create
 from webhooks.models import WebhookSource
@@ -36,7 +37,7 @@ class Command(BaseCommand):
         if not user_model.objects.filter(username=username).exists():
             user_model.objects.create_superuser(username, "admin@example.com", password)
         if not ApiClient.objects.filter(token_hash=token_hash(DEMO_API_TOKEN)).exists():
-            api_client_create(name="demo", token=DEMO_API_TOKEN)
+            api_client_create(name="demo", token=DEMO_API_TOKEN, actor=Actor.system())
         self.stdout.write(
             f"demo admin: http://127.0.0.1:8000/admin/ user {username!r} password {password!r}"
         )
@@ -51,6 +52,7 @@ class Command(BaseCommand):
                 scheme="hmac-sha256",
                 handler="research",
                 secret=DEMO_WEBHOOK_SECRET,
+                actor=Actor.system(),
             )
         self.stdout.write(
             "demo webhook source: http://127.0.0.1:8000/webhooks/demo/ (hmac-sha256, "

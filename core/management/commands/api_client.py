@@ -1,28 +1,47 @@
 from django.core.management.base import BaseCommand, CommandError
 from django.db import IntegrityError
 
+from core.actors import Actor
+from core.cli import secret_option_read
 from core.services import api_client_create
 
 
 class Command(BaseCommand):
-    help = "Manage API clients. `create NAME [--token T]` prints the token once, as the last line."
+    help = (
+        "Manage API clients. `create NAME [--token T | --token-file PATH]` prints the token "
+        "once, as the last line. Recorded as an operator "
+        "action under the invoking OS user."
+    )
 
     def add_arguments(self, parser):
         sub = parser.add_subparsers(dest="action", required=True)
         create = sub.add_parser("create", help="create an API client")
         create.add_argument("name")
-        create.add_argument("--token", help="use this token instead of a generated one")
+        create.add_argument(
+            "--token",
+            help="use this token instead of a generated one (it stays in the shell's "
+            "history: prefer --token-file)",
+        )
+        create.add_argument(
+            "--token-file",
+            metavar="PATH",
+            help="read the token from this file, or from standard input with -",
+        )
 
     def handle(self, *args, action, **options):
         if action == "create":
-            token = options.get("token")
+            token = secret_option_read(
+                options.get("token"), options.get("token_file"), name="token"
+            )
             if token is not None and not token.strip():
                 raise CommandError("the token must not be empty")
             if token is not None and len(token) < 32:
                 # Accepted (scripts and tests choose their own), but say it is guessable.
                 self.stderr.write("warning: a token shorter than 32 characters is weak")
             try:
-                client, token = api_client_create(name=options["name"], token=token)
+                client, token = api_client_create(
+                    name=options["name"], token=token, actor=Actor.command()
+                )
             except IntegrityError as exc:
                 raise CommandError(
                     "an API client with that name or token already exists"

@@ -15,6 +15,7 @@ from django.core.management import CommandError, call_command
 from django.db import transaction
 from django.utils import timezone
 
+from core.actors import Actor
 from core.services import api_client_create
 from deployments.models import Deployment
 from integrations.github import integration as github_integration
@@ -36,10 +37,10 @@ OTHER_COMMIT = "abc1234" + "f" * 33  # the same 7-character prefix, another comm
 @pytest.fixture
 def clients():
     a, token_a = api_client_create(
-        name="client-a", token="test-token-a-0123456789abcdef"
+        actor=Actor.system(), name="client-a", token="test-token-a-0123456789abcdef"
     )
     b, token_b = api_client_create(
-        name="client-b", token="test-token-b-0123456789abcdef"
+        actor=Actor.system(), name="client-b", token="test-token-b-0123456789abcdef"
     )
     return {"a": (a, bearer_http(token_a)), "b": (b, bearer_http(token_b))}
 
@@ -90,6 +91,7 @@ def handle(source: WebhookSource, payload: dict):
 
 def source_for(client=None, slug: str = "github-shop") -> WebhookSource:
     source, _ = webhook_source_create(
+        actor=Actor.system(),
         slug=slug,
         scheme="github",
         handler="github",

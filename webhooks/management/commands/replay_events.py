@@ -5,6 +5,7 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from core.actors import Actor
+from core.errors import ServiceError
 from webhooks.models import (
     REPLAYABLE_STATUSES,
     BulkReplayJob,
@@ -12,9 +13,6 @@ from webhooks.models import (
     WebhookSource,
 )
 from webhooks.replay import (
-    BulkReplayJobNotCancellable,
-    BulkReplayJobNotResumable,
-    InvalidBulkReplayRate,
     bulk_replay_job_cancel,
     bulk_replay_job_create,
     bulk_replay_job_resume,
@@ -94,7 +92,7 @@ class Command(BaseCommand):
         user = Actor.command()
         try:
             rate = bulk_replay_rate_parse(rate)
-        except InvalidBulkReplayRate as exc:
+        except ServiceError as exc:
             raise CommandError(f"--rate: {exc}") from None
         if cancel is not None:
             self._cancel(
@@ -118,9 +116,7 @@ class Command(BaseCommand):
                     rate=rate,
                     publish=False,
                 )
-            except BulkReplayJob.DoesNotExist:
-                raise CommandError(f"no bulk replay #{resume}") from None
-            except BulkReplayJobNotResumable as exc:
+            except ServiceError as exc:
                 raise CommandError(str(exc)) from None
             self._run(job)
             return
@@ -160,9 +156,7 @@ class Command(BaseCommand):
             job = bulk_replay_job_cancel(
                 job_id=job_id, reason=reason, cancelled_by=user
             )
-        except BulkReplayJob.DoesNotExist:
-            raise CommandError(f"no bulk replay #{job_id}") from None
-        except BulkReplayJobNotCancellable as exc:
+        except ServiceError as exc:
             raise CommandError(str(exc)) from None
         self.stdout.write(
             f"cancelled bulk replay #{job.pk} after {job.processed}/"
@@ -174,7 +168,10 @@ class Command(BaseCommand):
         """Runs the job's chunks here rather than on a worker (at its rate, if it has one);
         interrupted (Ctrl-C), the job fails and ``--resume`` goes on with it. Cancelled from
         elsewhere, it stops after its current chunk and the command fails."""
-        job = bulk_replay_job_run(job_id=job.pk, run=job.run, progress=self._progress)
+        ran = bulk_replay_job_run(job_id=job.pk, run=job.run, progress=self._progress)
+        if ran is None:
+            raise CommandError(f"bulk replay #{job.pk} is gone")
+        job = ran
         self.stdout.write("")
         if job.state == BulkReplayJob.State.CANCELLED:
             raise CommandError(

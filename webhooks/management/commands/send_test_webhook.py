@@ -7,7 +7,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from webhooks.integrations import integration_get
 from webhooks.models import WebhookSource
-from webhooks.schemes import SCHEMES, scheme_get
+from webhooks.schemes import scheme_get, scheme_names
 
 
 class Command(BaseCommand):
@@ -22,7 +22,7 @@ class Command(BaseCommand):
         parser.add_argument("--secret", required=True)
         parser.add_argument(
             "--scheme",
-            choices=list(SCHEMES),
+            choices=scheme_names(),
             help="default: the source's own (read from the database)",
         )
         parser.add_argument(

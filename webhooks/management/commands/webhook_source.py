@@ -5,16 +5,18 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import IntegrityError
 
 from core.actors import Actor
+from core.cli import secret_option_read
 from core.errors import InvalidPayload, ServiceError
 from core.models import ApiClient
 from webhooks.errors import SourceAlreadyPaused
 from webhooks.integrations import integration_names
 from webhooks.models import WebhookSource
 from webhooks.pausing import webhook_source_pause, webhook_source_resume
-from webhooks.schemes import DEFAULT_SCHEME, SCHEMES
+from webhooks.schemes import DEFAULT_SCHEME, scheme_names
 from webhooks.selectors import webhook_source_list
 from webhooks.sources import (
     DEFAULT_GRACE_SECONDS,
+    MAX_GRACE_SECONDS,
     webhook_source_create,
     webhook_source_rotate,
     webhook_source_set_enabled,
@@ -30,6 +32,21 @@ def _rate(text: str) -> float:
     if not 0 < value < 1e9:  # also refuses nan and inf
         raise argparse.ArgumentTypeError(f"must be a number above 0, not {text!r}")
     return value
+
+
+def _secret_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--secret",
+        help=(
+            "use this secret instead of a generated one (it stays in the shell's "
+            "history: prefer --secret-file)"
+        ),
+    )
+    parser.add_argument(
+        "--secret-file",
+        metavar="PATH",
+        help="read the secret from this file, or from standard input with -",
+    )
 
 
 def _reason(text: str) -> str:
@@ -49,11 +66,9 @@ class Command(BaseCommand):
         sub = parser.add_subparsers(dest="action", required=True)
         create = sub.add_parser("create", help="create a source")
         create.add_argument("slug")
-        create.add_argument("--scheme", choices=list(SCHEMES), default=DEFAULT_SCHEME)
+        create.add_argument("--scheme", choices=scheme_names(), default=DEFAULT_SCHEME)
         create.add_argument("--handler", choices=integration_names(), required=True)
-        create.add_argument(
-            "--secret", help="use this secret instead of a generated one"
-        )
+        _secret_arguments(create)
         create.add_argument(
             "--client",
             help="a GitHub source: the API client whose deployments its statuses may "
@@ -63,14 +78,15 @@ class Command(BaseCommand):
             "rotate", help="add a new secret; the old one stays valid"
         )
         rotate.add_argument("slug")
-        rotate.add_argument(
-            "--secret", help="use this secret instead of a generated one"
-        )
+        _secret_arguments(rotate)
         rotate.add_argument(
             "--grace-seconds",
             type=int,
             default=DEFAULT_GRACE_SECONDS,
-            help="how long the previous secrets stay valid (default 86400)",
+            help=(
+                "how long the previous secrets stay valid (default 86400, at most "
+                f"{MAX_GRACE_SECONDS}: 30 days)"
+            ),
         )
         rotate.add_argument(
             "--reason",
@@ -79,7 +95,13 @@ class Command(BaseCommand):
         )
         sub.add_parser("list", help="list sources (never secrets)")
         for action in ("disable", "enable"):
-            sub.add_parser(action, help=f"{action} a source").add_argument("slug")
+            toggle = sub.add_parser(action, help=f"{action} a source")
+            toggle.add_argument("slug")
+            toggle.add_argument(
+                "--reason",
+                default=f"webhook_source {action}",
+                help="recorded with the operator action",
+            )
         pause = sub.add_parser(
             "pause",
             help="hold a source's events: deliveries are still verified and stored",
@@ -106,7 +128,7 @@ class Command(BaseCommand):
         try:
             getattr(self, f"_{action}")(**options)
         except InvalidPayload as exc:
-            raise CommandError(f"invalid: {exc.details}") from exc
+            raise CommandError(f"invalid: {exc}: {exc.details}") from exc
 
     def _source(self, slug: str) -> WebhookSource:
         source = WebhookSource.objects.filter(slug=slug).first()
@@ -114,7 +136,10 @@ class Command(BaseCommand):
             raise CommandError(f"no webhook source {slug!r}")
         return source
 
-    def _create(self, *, slug, scheme, handler, secret, client=None, **options):
+    def _create(
+        self, *, slug, scheme, handler, secret, secret_file, client=None, **options
+    ):
+        secret = secret_option_read(secret, secret_file, name="secret")
         generated = secret is None
         api_client = None
         if client is not None:
@@ -127,6 +152,7 @@ class Command(BaseCommand):
                 scheme=scheme,
                 handler=handler,
                 secret=secret,
+                actor=Actor.command(),
                 client=api_client,
             )
         except IntegrityError as exc:
@@ -142,9 +168,13 @@ class Command(BaseCommand):
             self.stdout.write("secret (shown once, store it now):")
             self.stdout.write(secret)
 
-    def _rotate(self, *, slug, secret, grace_seconds, reason, **options):
-        if grace_seconds < 0:
-            raise CommandError("--grace-seconds must be >= 0")
+    def _rotate(self, *, slug, secret, secret_file, grace_seconds, reason, **options):
+        if not 0 <= grace_seconds <= MAX_GRACE_SECONDS:
+            raise CommandError(
+                f"--grace-seconds: the grace period is 0 to {MAX_GRACE_SECONDS} seconds "
+                "(30 days)"
+            )
+        secret = secret_option_read(secret, secret_file, name="secret")
         generated = secret is None
         # Recorded as an operator action under the invoking OS user, as replay_events is.
         secret = webhook_source_rotate(
@@ -185,13 +215,26 @@ class Command(BaseCommand):
         rate = f"{hold.drain_rate:g}/s" if hold.drain_rate else "no limit"
         return f"no (draining held events, {rate})"
 
-    def _disable(self, *, slug, **options):
-        webhook_source_set_enabled(source=self._source(slug), enabled=False)
-        self.stdout.write(f"disabled webhook source {slug!r}")
+    def _disable(self, *, slug, reason, **options):
+        # Returns once every web process answers 404 for it.
+        changed = webhook_source_set_enabled(
+            source=self._source(slug),
+            enabled=False,
+            actor=Actor.command(),
+            reason=reason,
+        )
+        state = "disabled" if changed else "already disabled:"
+        self.stdout.write(f"{state} webhook source {slug!r}")
 
-    def _enable(self, *, slug, **options):
-        webhook_source_set_enabled(source=self._source(slug), enabled=True)
-        self.stdout.write(f"enabled webhook source {slug!r}")
+    def _enable(self, *, slug, reason, **options):
+        changed = webhook_source_set_enabled(
+            source=self._source(slug),
+            enabled=True,
+            actor=Actor.command(),
+            reason=reason,
+        )
+        state = "enabled" if changed else "already enabled:"
+        self.stdout.write(f"{state} webhook source {slug!r}")
 
     def _pause(self, *, slug, reason, **options):
         source = self._source(slug)

@@ -7,17 +7,16 @@ from audit.services import audit_trail_verify, inbox_rows_seal
 from core.actors import Actor
 from core.relay import Relay
 from tests import processes
-from tests.broker import queued_inbox_event_ids
+from tests.broker import broker_messages, queued_inbox_event_ids
 from tests.threads import run_together
 from tests.webhooks.factories import (
     DeadLetteredEventFactory,
     InboxEventFactory,
     WebhookSourceFactory,
 )
+from webhooks.errors import NothingToReplay
 from webhooks.models import BulkReplayJob, InboxEvent, OperatorAction
-from webhooks.replay import NothingToReplay, bulk_replay_job_create, inbox_events_replay
-
-from .conftest import broker_messages
+from webhooks.replay import bulk_replay_job_create, inbox_events_replay
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -92,7 +91,7 @@ def test_bulk_replay_job_runs_on_a_real_worker_with_visible_progress(
     )
     assert job.dry_run_count == 12
     worker = processes.celery_worker(
-        tmp_path, env={"AUDIT_BULK_REPLAY_CHUNK_SIZE": "5"}
+        tmp_path, env={"BULK_REPLAY_CHUNK_SIZE": "5"}
     ).start()
     try:
         from webhooks.replay import bulk_replay_job_start

@@ -9,63 +9,23 @@ import pytest
 
 from core.actors import Actor
 from tests import processes
-from tests.broker import broker_reset
-from tests.webhooks.factories import DeadLetteredEventFactory, WebhookSourceFactory
+from tests.console import make_user
+from tests.webhooks.bulk_replay import dead_job, finished, replayed_ids
 from webhooks.dispatch import BULK_REPLAY_TASK
 from webhooks.models import BulkReplayJob, OperatorAction
 from webhooks.replay import (
-    bulk_replay_job_create,
     bulk_replay_job_resume,
     bulk_replay_job_start,
 )
 
-from .conftest import make_user
-
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
 WORKER_ENV = {
-    "AUDIT_BULK_REPLAY_CHUNK_SIZE": "10",
-    "AUDIT_BULK_REPLAY_SLICE_SECONDS": "0",
-    "AUDIT_BULK_REPLAY_LEASE_SECONDS": "2",
+    "BULK_REPLAY_CHUNK_SIZE": "10",
+    "BULK_REPLAY_SLICE_SECONDS": "0",
+    "BULK_REPLAY_LEASE_SECONDS": "2",
     "INBOX_MAX_ATTEMPTS": "1",
 }
-
-
-@pytest.fixture
-def clean_broker():
-    broker_reset()
-    yield
-    broker_reset()
-
-
-def job_for(n, *, creator):
-    source = WebhookSourceFactory()
-    dead = DeadLetteredEventFactory.create_batch(n, source=source)
-    job = bulk_replay_job_create(
-        source=source,
-        status="dead_lettered",
-        since=None,
-        event_ids=[],
-        reason="provider outage",
-        created_by=Actor.of(creator),
-    )
-    assert job.dry_run_count == n
-    return job, dead
-
-
-def finished(job):
-    return BulkReplayJob.objects.get(pk=job.pk).state in (
-        BulkReplayJob.State.SUCCEEDED,
-        BulkReplayJob.State.FAILED,
-    )
-
-
-def replayed_ids(job):
-    return [
-        pk
-        for action in OperatorAction.objects.filter(bulk_job=job)
-        for pk in action.event_ids
-    ]
 
 
 def chunk_tasks_run(worker):
@@ -77,10 +37,10 @@ def chunk_tasks_run(worker):
 
 
 def test_a_job_many_chunks_long_runs_as_a_chain_of_tasks_on_a_real_worker(
-    tmp_path, operator, roles, clean_broker
+    tmp_path, operator, roles, empty_broker
 ):
     creator = make_user("creator", "Operators")
-    job, dead = job_for(120, creator=creator)
+    job, dead = dead_job(120, creator=creator)
     worker = processes.celery_worker(tmp_path, env=WORKER_ENV).start()
     try:
         bulk_replay_job_start(job=job, started_by=Actor.of(operator))
@@ -103,9 +63,9 @@ def test_a_job_many_chunks_long_runs_as_a_chain_of_tasks_on_a_real_worker(
 
 
 def test_a_job_whose_worker_is_killed_mid_way_resumes_and_replays_every_row_once(
-    tmp_path, operator, roles, clean_broker
+    tmp_path, operator, roles, empty_broker
 ):
-    job, dead = job_for(200, creator=operator)
+    job, dead = dead_job(200, creator=operator)
     worker = processes.celery_worker(tmp_path, env=WORKER_ENV).start()
     try:
         bulk_replay_job_start(job=job, started_by=Actor.of(operator))

@@ -5,33 +5,41 @@ the command. With real workers: test_bulk_replay_rate_worker.py."""
 
 import getpass
 import itertools
+import re
 import threading
 import time
-from datetime import datetime, timedelta
+from datetime import timedelta
 
 import pytest
 from django.core.management import CommandError, call_command
 from django.db import connections
+from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
 from audit.services import inbox_rows_seal
 from core.actors import Actor
 from tests import processes
+from tests.audit.tampering import sql, verify_fails
+from tests.console import admin_action, make_user
+from tests.webhooks.bulk_replay import (
+    chunk_actions,
+    dead_job,
+    queued_tasks,
+    replayed_ids,
+)
 from tests.webhooks.factories import DeadLetteredEventFactory, WebhookSourceFactory
-from webhooks.dispatch import BULK_REPLAY_TASK
+from webhooks.errors import (
+    BulkReplayJobNotCancellable,
+    BulkReplayJobNotFound,
+    InvalidBulkReplayRate,
+)
 from webhooks.models import BulkReplayJob, InboxEvent, OperatorAction
 from webhooks.replay import (
-    BulkReplayJobNotCancellable,
-    InvalidBulkReplayRate,
     bulk_replay_job_cancel,
-    bulk_replay_job_create,
     bulk_replay_job_resume,
     bulk_replay_job_start,
 )
-
-from .conftest import admin_action, broker_messages, make_user
-from .tampering import sql, verify_fails
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -42,35 +50,10 @@ BAD_RATES = ["0", "-5", "abc", "1e400", "inf", "nan", "100000", "0.001", "1,5"]
 
 @pytest.fixture
 def paced(settings):
-    settings.AUDIT_BULK_REPLAY_CHUNK_SIZE = 200
-    settings.AUDIT_BULK_REPLAY_SLICE_SECONDS = 0
-    settings.AUDIT_BULK_REPLAY_LEASE_SECONDS = 600
-    settings.AUDIT_BULK_REPLAY_RATE_TICK_SECONDS = 0.5
-
-
-def dead_job(n, *, rate=None, creator=None, reason="provider outage"):
-    source = WebhookSourceFactory()
-    dead = DeadLetteredEventFactory.create_batch(n, source=source)
-    job = bulk_replay_job_create(
-        source=source,
-        status="dead_lettered",
-        since=None,
-        event_ids=[],
-        reason=reason,
-        rate=rate,
-        created_by=Actor.of(creator) if creator else Actor.system(),
-    )
-    return job, dead
-
-
-def queued_tasks():
-    """The chunk tasks waiting in the broker: (args, eta or None)."""
-    found = []
-    for message in broker_messages():
-        if message["task"] == BULK_REPLAY_TASK:
-            eta = message["headers"].get("eta")
-            found.append((message["args"], eta and datetime.fromisoformat(eta)))
-    return found
+    settings.BULK_REPLAY_CHUNK_SIZE = 200
+    settings.BULK_REPLAY_SLICE_SECONDS = 0
+    settings.BULK_REPLAY_LEASE_SECONDS = 600
+    settings.BULK_REPLAY_RATE_TICK_SECONDS = 0.5
 
 
 def run_next_task():
@@ -84,20 +67,10 @@ def run_next_task():
     return args, eta
 
 
-def chunk_actions(job):
-    return OperatorAction.objects.filter(
-        bulk_job=job, action=OperatorAction.Action.BULK_REPLAY
-    ).order_by("pk")
-
-
 def control_actions(job):
     return OperatorAction.objects.filter(bulk_job=job).exclude(
         action=OperatorAction.Action.BULK_REPLAY
     )
-
-
-def replayed_ids(job):
-    return [pk for action in chunk_actions(job) for pk in action.event_ids]
 
 
 def changelist(http):
@@ -134,7 +107,7 @@ def test_each_slice_is_queued_for_its_due_time_half_a_second_apart_at_20_per_sec
 def test_a_slice_larger_than_a_chunk_is_several_chunks_of_one_task(
     paced, settings, operator, empty_broker
 ):
-    settings.AUDIT_BULK_REPLAY_CHUNK_SIZE = 4
+    settings.BULK_REPLAY_CHUNK_SIZE = 4
     job, dead = dead_job(25, rate=20)  # slices of 10: chunks of 4, 4, 2
     bulk_replay_job_start(job=job, started_by=Actor.of(operator))
     tasks = 0
@@ -266,8 +239,8 @@ def test_a_resume_may_give_a_new_rate(paced, operator, empty_broker):
 def test_an_unpaced_job_is_cancelled_between_its_tasks(
     settings, operator, empty_broker
 ):
-    settings.AUDIT_BULK_REPLAY_CHUNK_SIZE = 4
-    settings.AUDIT_BULK_REPLAY_SLICE_SECONDS = 0
+    settings.BULK_REPLAY_CHUNK_SIZE = 4
+    settings.BULK_REPLAY_SLICE_SECONDS = 0
     job, _ = dead_job(10)
     bulk_replay_job_start(job=job, started_by=Actor.of(operator))
     run_next_task()
@@ -289,7 +262,7 @@ def test_only_a_queued_or_running_job_is_cancelled(state, paced, operator):
         )
     assert BulkReplayJob.objects.get(pk=job.pk).state == state
     assert not control_actions(job).exists()
-    with pytest.raises(BulkReplayJob.DoesNotExist):
+    with pytest.raises(BulkReplayJobNotFound):
         bulk_replay_job_cancel(
             job_id=999999, reason="x", cancelled_by=Actor.of(operator)
         )
@@ -303,9 +276,9 @@ def test_a_cancel_waits_for_the_chunk_at_work_and_nothing_runs_after_it(
     from webhooks import replay
     from webhooks.tasks import bulk_replay_job_run_task
 
-    settings.AUDIT_BULK_REPLAY_CHUNK_SIZE = 5
+    settings.BULK_REPLAY_CHUNK_SIZE = 5
     job, _ = dead_job(30)  # no rate: a task would go on chunk after chunk
-    settings.AUDIT_BULK_REPLAY_SLICE_SECONDS = 60
+    settings.BULK_REPLAY_SLICE_SECONDS = 60
     bulk_replay_job_start(job=job, started_by=Actor.of(operator))
     [(args, _)] = queued_tasks()
     processes.purge_broker()
@@ -423,6 +396,40 @@ def test_an_operator_cancels_and_resumes_from_the_admin_with_a_reason(
     ]
 
 
+def job_page_controls(http, job) -> list[str]:
+    """The job controls its admin page offers: the list's actions, each for this job."""
+    page = http.get(reverse(f"admin:{JOBS}_change", args=[job.pk]))
+    assert page.status_code == 200
+    return re.findall(r'name="action" value="(\w+)"', page.content.decode())
+
+
+def test_a_jobs_own_page_cancels_it_and_resumes_it(
+    paced, operator, operator_client, auditor, empty_broker
+):
+    auditor_client = Client()
+    auditor_client.force_login(auditor)
+    job, _ = dead_job(30, rate=20)
+    assert (
+        job_page_controls(operator_client, job) == []
+    )  # counted: start it from the list
+    bulk_replay_job_start(job=job, started_by=Actor.of(operator))
+    run_next_task()
+    assert job_page_controls(operator_client, job) == ["cancel_selected"]
+    assert job_page_controls(auditor_client, job) == []
+
+    # The page's button posts the list's action for this job: it asks why, then cancels.
+    changelist = reverse(f"admin:{JOBS}_changelist")
+    form = {"action": "cancel_selected", "_selected_action": str(job.pk), "index": "0"}
+    page = operator_client.post(changelist, form)
+    assert b'name="reason"' in page.content
+    response = operator_client.post(
+        changelist, {**form, "post": "yes", "reason": "from its page"}, follow=True
+    )
+    assert b"Cancelled 1 bulk replay job" in response.content
+    assert job_page_controls(operator_client, job) == ["resume_selected"]
+    assert job_page_controls(auditor_client, job) == []
+
+
 @pytest.mark.parametrize("rate", BAD_RATES)
 def test_a_bad_rate_at_resume_is_a_form_error_and_changes_nothing(
     rate, paced, operator, operator_client, empty_broker
@@ -496,7 +503,7 @@ def test_an_auditor_sees_jobs_rates_and_ends_but_cannot_start_cancel_or_resume(
 def test_replay_events_at_a_rate_never_goes_faster_and_shows_its_progress(
     paced, settings, capsys
 ):
-    settings.AUDIT_BULK_REPLAY_RATE_TICK_SECONDS = 0.1
+    settings.BULK_REPLAY_RATE_TICK_SECONDS = 0.1
     source = WebhookSourceFactory(slug="papers")
     DeadLetteredEventFactory.create_batch(8, source=source)
 

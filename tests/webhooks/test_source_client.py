@@ -4,6 +4,7 @@ clients"): an admin field, and a change of it an operator action."""
 import pytest
 from django.urls import reverse
 
+from core.actors import Actor
 from core.services import api_client_create
 from tests.integrations.github.factories import github_source_create
 from webhooks.models import OperatorAction
@@ -14,7 +15,7 @@ pytestmark = pytest.mark.django_db
 def test_an_operator_binds_a_source_to_a_client_and_the_trail_says_so(
     operator_client,
 ):
-    client, _ = api_client_create(name="shop-ci")
+    client, _ = api_client_create(actor=Actor.system(), name="shop-ci")
     source = github_source_create("github-shop")
     url = reverse("admin:webhooks_webhooksource_change", args=[source.pk])
 
@@ -45,7 +46,7 @@ def test_an_operator_binds_a_source_to_a_client_and_the_trail_says_so(
 
 
 def test_auditors_see_the_binding_and_cannot_change_it(auditor_client):
-    client, _ = api_client_create(name="shop-ci")
+    client, _ = api_client_create(actor=Actor.system(), name="shop-ci")
     source = github_source_create("github-shop")
     url = reverse("admin:webhooks_webhooksource_change", args=[source.pk])
     assert auditor_client.post(url, {"client": str(client.pk)}).status_code == 403

@@ -1,11 +1,12 @@
-import pytest
+"""The admin console as its users reach it: staff users in the role groups, and admin actions
+posted as the changelist's form posts them."""
+
+from __future__ import annotations
+
 from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.urls import reverse
-
-from audit.roles import AUDITORS, OPERATORS, roles_bootstrap
-from tests.broker import broker_messages  # noqa: F401 - used by the audit tests
 
 PASSWORD = "correct-horse-battery"
 
@@ -29,39 +30,3 @@ def admin_action(http, changelist: str, action: str, *objects, follow=False, **f
         **fields,
     }
     return http.post(reverse(f"admin:{changelist}_changelist"), data, follow=follow)
-
-
-@pytest.fixture
-def roles(db):
-    roles_bootstrap()
-
-
-@pytest.fixture
-def operator(roles):
-    return make_user("operator", OPERATORS)
-
-
-@pytest.fixture
-def auditor(roles):
-    return make_user("auditor", AUDITORS)
-
-
-@pytest.fixture
-def operator_client(client, operator):
-    client.force_login(operator)
-    return client
-
-
-@pytest.fixture
-def auditor_client(client, auditor):
-    client.force_login(auditor)
-    return client
-
-
-@pytest.fixture
-def empty_broker():
-    from tests import processes
-
-    processes.purge_broker()
-    yield
-    processes.purge_broker()

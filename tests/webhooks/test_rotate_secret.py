@@ -8,7 +8,7 @@ from django.test import Client
 from django.urls import reverse
 from django.views.debug import ExceptionReporter
 
-from tests.audit.conftest import admin_action
+from tests.console import admin_action
 from tests.webhooks.factories import WebhookSourceFactory, signed_post
 from webhooks.models import OperatorAction, WebhookSecret
 

@@ -9,63 +9,24 @@ import pytest
 
 from core.actors import Actor
 from tests import processes
-from tests.broker import broker_reset
-from tests.webhooks.factories import DeadLetteredEventFactory, WebhookSourceFactory
+from tests.console import make_user
+from tests.webhooks.bulk_replay import chunk_actions, dead_job, finished
+from tests.webhooks.factories import DeadLetteredEventFactory
 from webhooks.dispatch import BULK_REPLAY_TASK
 from webhooks.models import BulkReplayJob, InboxEvent, OperatorAction
 from webhooks.replay import (
     bulk_replay_job_cancel,
-    bulk_replay_job_create,
     bulk_replay_job_resume,
     bulk_replay_job_start,
 )
 
-from .conftest import make_user
-
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
 WORKER_ENV = {
-    "AUDIT_BULK_REPLAY_CHUNK_SIZE": "200",
-    "AUDIT_BULK_REPLAY_RATE_TICK_SECONDS": "0.5",
+    "BULK_REPLAY_CHUNK_SIZE": "200",
+    "BULK_REPLAY_RATE_TICK_SECONDS": "0.5",
     "INBOX_MAX_ATTEMPTS": "1",
 }
-
-
-@pytest.fixture
-def clean_broker():
-    broker_reset()
-    yield
-    broker_reset()
-
-
-def job_for(n, *, rate):
-    source = WebhookSourceFactory()
-    dead = DeadLetteredEventFactory.create_batch(n, source=source)
-    job = bulk_replay_job_create(
-        source=source,
-        status="dead_lettered",
-        since=None,
-        event_ids=[],
-        reason="provider outage",
-        rate=rate,
-        created_by=Actor.system(),
-    )
-    return job, dead
-
-
-def chunk_actions(job):
-    return list(
-        OperatorAction.objects.filter(
-            bulk_job=job, action=OperatorAction.Action.BULK_REPLAY
-        ).order_by("pk")
-    )
-
-
-def finished(job):
-    return BulkReplayJob.objects.get(pk=job.pk).state in (
-        BulkReplayJob.State.SUCCEEDED,
-        BulkReplayJob.State.FAILED,
-    )
 
 
 def rate_of(actions):
@@ -92,7 +53,7 @@ def test_a_job_at_a_rate_replays_at_that_rate_on_a_real_worker(
 ):
     from config.celery_app import app
 
-    job, dead = job_for(60, rate=rate)
+    job, dead = dead_job(60, rate=rate)
     worker = processes.celery_worker(
         tmp_path, concurrency=2, env={**WORKER_ENV, "CELERY_BROKER_URL": broker_url}
     ).start()
@@ -127,9 +88,9 @@ def test_a_job_at_a_rate_replays_at_that_rate_on_a_real_worker(
 
 
 def test_a_job_cancelled_mid_run_stops_and_its_resume_replays_exactly_the_rest(
-    tmp_path, operator, roles, clean_broker
+    tmp_path, operator, roles, empty_broker
 ):
-    job, dead = job_for(200, rate=40)
+    job, dead = dead_job(200, rate=40)
     before = {
         row["pk"]: row
         for row in InboxEvent.objects.values(

@@ -10,13 +10,14 @@ from django.utils import timezone
 
 from core.actors import Actor
 from core.relay import Relay
-from tests.broker import queued_inbox_event_ids
+from tests.broker import broker_messages, queued_inbox_event_ids
 from tests.webhooks.factories import (
     DeadLetteredEventFactory,
     InboxAttemptFactory,
     InboxEventFactory,
     WebhookSourceFactory,
 )
+from webhooks.errors import NothingToReplay
 from webhooks.models import (
     BulkReplayJob,
     InboxAttempt,
@@ -25,15 +26,12 @@ from webhooks.models import (
     ProcessingStatus,
 )
 from webhooks.replay import (
-    NothingToReplay,
     bulk_replay_job_create,
     bulk_replay_job_run,
     bulk_replay_job_start,
     inbox_events_replay,
     replay_queryset_build,
 )
-
-from .conftest import broker_messages
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -164,7 +162,7 @@ def test_replay_events_command_by_event_id_and_dry_run(empty_broker, capsys):
 
 
 def test_bulk_replay_job_counts_first_then_replays_in_chunks(operator, settings):
-    settings.AUDIT_BULK_REPLAY_CHUNK_SIZE = 4
+    settings.BULK_REPLAY_CHUNK_SIZE = 4
     source = WebhookSourceFactory()
     DeadLetteredEventFactory.create_batch(10, source=source)
     DeadLetteredEventFactory.create_batch(2)  # another source: not part of the job

@@ -3,8 +3,8 @@ start, by every process."""
 
 import pytest
 
-from research.apps import batch_fits_in_a_task
 from tests import processes
+from webhooks.apps import batch_fits_in_a_task
 
 
 def test_the_default_batch_fits_in_its_task():
@@ -13,9 +13,9 @@ def test_the_default_batch_fits_in_its_task():
 
 def test_a_batch_whose_lock_waits_could_outlast_the_task_is_reported(settings):
     settings.INBOX_BATCH_SIZE = 200
-    settings.RESEARCH_DOCUMENT_LOCK_TIMEOUT_MS = 2000
+    settings.INBOX_LOCK_TIMEOUT_MS = 2000
     [error] = batch_fits_in_a_task()
-    assert error.id == "research.E001"
+    assert error.id == "webhooks.E001"
     assert "400 s" in error.msg
 
 

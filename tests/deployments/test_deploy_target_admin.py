@@ -10,7 +10,7 @@ from django.urls import reverse
 from core.actors import Actor
 from deployments.models import DeployTarget, secret_fingerprint
 from deployments.targets import deploy_target_save
-from tests.audit.conftest import admin_action
+from tests.console import admin_action
 from tests.deployments.receiver import RECEIVER_SECRET, Receiver
 from webhooks.models import OperatorAction
 

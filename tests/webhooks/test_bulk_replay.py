@@ -13,40 +13,30 @@ from django.utils import timezone
 
 from core.actors import Actor
 from tests import processes
+from tests.broker import broker_messages
+from tests.console import make_user
 from tests.threads import run_together
-from tests.webhooks.factories import DeadLetteredEventFactory, WebhookSourceFactory
+from tests.webhooks.bulk_replay import dead_job, replayed_ids
+from tests.webhooks.factories import DeadLetteredEventFactory
 from webhooks.dispatch import BULK_REPLAY_TASK
 from webhooks.models import BulkReplayJob, InboxEvent, OperatorAction
-from webhooks.replay import bulk_replay_job_create
-
-from .conftest import broker_messages, make_user
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
 @pytest.fixture
 def small_chunks(settings):
-    settings.AUDIT_BULK_REPLAY_CHUNK_SIZE = 4
-    settings.AUDIT_BULK_REPLAY_SLICE_SECONDS = 0  # one chunk per task
-    settings.AUDIT_BULK_REPLAY_LEASE_SECONDS = 600
+    settings.BULK_REPLAY_CHUNK_SIZE = 4
+    settings.BULK_REPLAY_SLICE_SECONDS = 0  # one chunk per task
+    settings.BULK_REPLAY_LEASE_SECONDS = 600
 
 
 @pytest.fixture
 def job_of_ten(operator, roles):
     """Ten dead letters of one source (two of another), in a job created by someone else
     than the operator who starts it."""
-    source = WebhookSourceFactory()
-    dead = DeadLetteredEventFactory.create_batch(10, source=source)
+    job, dead = dead_job(10, creator=make_user("creator", "Operators"))
     DeadLetteredEventFactory.create_batch(2)
-    creator = make_user("creator", "Operators")
-    job = bulk_replay_job_create(
-        source=source,
-        status="dead_lettered",
-        since=None,
-        event_ids=[],
-        reason="provider outage",
-        created_by=Actor.of(creator),
-    )
     return job, dead
 
 
@@ -93,14 +83,6 @@ def resume_from_admin(client, job, **fields):
         },
         follow=True,
     )
-
-
-def replayed_ids(job):
-    return [
-        pk
-        for action in OperatorAction.objects.filter(bulk_job=job)
-        for pk in action.event_ids
-    ]
 
 
 def test_a_job_runs_as_a_chain_of_bounded_tasks_named_after_its_starter(
@@ -208,7 +190,8 @@ def test_a_failed_job_resumes_where_it_stopped_and_replays_nothing_twice(
 def test_a_running_job_is_resumable_only_once_its_lease_expired(
     small_chunks, job_of_ten, operator, operator_client, empty_broker
 ):
-    from webhooks.replay import BulkReplayJobNotResumable, bulk_replay_job_resume
+    from webhooks.errors import BulkReplayJobNotResumable
+    from webhooks.replay import bulk_replay_job_resume
 
     job, dead = job_of_ten
     start_from_admin(operator_client, job)
@@ -235,7 +218,8 @@ def test_a_running_job_is_resumable_only_once_its_lease_expired(
 def test_two_resumes_at_once_run_the_job_once(
     small_chunks, job_of_ten, operator, empty_broker
 ):
-    from webhooks.replay import BulkReplayJobNotResumable, bulk_replay_job_resume
+    from webhooks.errors import BulkReplayJobNotResumable
+    from webhooks.replay import bulk_replay_job_resume
 
     job, dead = job_of_ten
     BulkReplayJob.objects.filter(pk=job.pk).update(state="failed", run=1)

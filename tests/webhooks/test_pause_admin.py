@@ -11,7 +11,8 @@ from django.utils import timezone
 from audit.selectors import dashboard_figures
 from audit.services import inbox_rows_seal
 from core.actors import Actor
-from tests.audit.conftest import admin_action
+from tests.audit.tampering import sql, verify_fails
+from tests.console import admin_action
 from tests.webhooks.factories import (
     InboxEventFactory,
     WebhookSourceFactory,
@@ -20,8 +21,6 @@ from tests.webhooks.factories import (
 )
 from webhooks.models import OperatorAction, SourceHold
 from webhooks.pausing import webhook_source_pause, webhook_source_resume
-
-from .tampering import sql, verify_fails
 
 pytestmark = pytest.mark.django_db
 

@@ -1,0 +1,83 @@
+"""Cursor pages (docs/http-api.md, "Read APIs"): a cursor the server did not issue is 404
+``not_found``, whatever it holds."""
+
+from base64 import b64encode
+from urllib.parse import quote
+
+import pytest
+
+from tests.deployments.factories import build_body, deployment_body
+from tests.deployments.factories import idempotent_post as post
+from tests.integrations.research.factories import research_event
+from tests.research.factories import document_event_apply
+
+pytestmark = pytest.mark.django_db
+
+LISTS = [
+    "/api/deployments/",
+    "/api/builds/",
+    "/api/research/documents/",
+    "/api/research/documents/doc_c/revisions/",
+]
+
+
+def cursor(querystring: str) -> str:
+    return quote(b64encode(querystring.encode()).decode())
+
+
+@pytest.fixture
+def rows(api):
+    """A row on every list, so that a cursor's position is compared with real ids."""
+    post(api, "/api/deployments/", deployment_body())
+    post(api, "/api/builds/", build_body())
+    document_event_apply(research_event(entity_id="doc_c", source_version=1))
+
+
+@pytest.mark.parametrize("url", LISTS)
+@pytest.mark.parametrize(
+    "querystring",
+    [
+        "p=abc",  # the forged cursor of the report: cD1hYmM=
+        "p=",
+        "p=1.5",
+        "p=0x10",
+        "p=99999999999999999999999",  # beyond a bigint
+        "p=-99999999999999999999999",
+        "r=1&p=abc",
+        "o=1&p=abc",
+        "p=\u0661",  # an Arabic-Indic digit: int() would take it, the column would not
+    ],
+)
+def test_a_forged_cursor_position_is_404_not_found(api, rows, url, querystring):
+    response = api.get(f"{url}?cursor={cursor(querystring)}")
+    assert response.status_code == 404
+    assert response["Content-Type"] == "application/json"
+    assert response.json() == {"error": "not_found"}
+
+
+@pytest.mark.parametrize("url", LISTS)
+@pytest.mark.parametrize(
+    "raw", ["%%%", "bm90IGEgcXVlcnk=", cursor("o=x"), cursor("r=2")]
+)
+def test_a_cursor_that_does_not_decode_is_404_not_found(api, rows, url, raw):
+    response = api.get(f"{url}?cursor={raw}")
+    assert response.status_code == 404
+    assert response.json() == {"error": "not_found"}
+
+
+@pytest.mark.parametrize("url", LISTS)
+def test_an_issued_cursor_still_pages(api, rows, url):
+    # A second row on each list, and pages of one: the first page's next link is a real cursor.
+    post(api, "/api/deployments/", deployment_body(), key="key-2")
+    post(api, "/api/builds/", build_body(), key="key-2")
+    document_event_apply(research_event(entity_id="doc_d", source_version=1))
+    document_event_apply(research_event(entity_id="doc_c", source_version=2))
+    first = api.get(f"{url}?page_size=1").json()
+    assert first["next"]
+    second = api.get(first["next"])
+    assert second.status_code == 200
+    assert len(second.json()["results"]) == 1
+    assert second.json()["results"] != first["results"]
+    back = api.get(second.json()["previous"])  # a reversed cursor
+    assert back.status_code == 200
+    assert back.json()["results"] == first["results"]

@@ -1,0 +1,103 @@
+"""The inbox's migrations carry existing state over, as an existing deployment would be
+migrated: a paused or draining source keeps its hold (0013), a row dead-lettered before causes
+were recorded gets one (0014)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.db import connection
+from django.db.migrations.executor import MigrationExecutor
+from django.utils import timezone
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+
+
+def migrate(targets):
+    executor = MigrationExecutor(connection)
+    executor.migrate(targets)
+    executor.loader.build_graph()
+    return executor.loader.project_state(targets).apps
+
+
+@pytest.fixture
+def migrated_back():
+    """The inbox as it was at the migration asked for; the database ends where it started."""
+    yield lambda name: migrate([("webhooks", name)])
+    migrate(MigrationExecutor(connection).loader.graph.leaf_nodes())
+
+
+def test_a_paused_and_a_draining_source_keep_their_state_as_holds(migrated_back):
+    old = migrated_back("0012_source_pause")
+    source = old.get_model("webhooks", "WebhookSource")
+    now = timezone.now()
+    source.objects.create(slug="normal", handler="research")
+    source.objects.create(
+        slug="paused",
+        handler="research",
+        paused_at=now - timedelta(minutes=5),
+        paused_by_name="os:oncall",
+        pause_reason="indexer down",
+    )
+    source.objects.create(
+        slug="draining",
+        handler="research",
+        drain_started_at=now,
+        drain_rate=2.5,
+        drain_released=7,
+        drain_tokens=0.5,
+        drain_tokens_at=now,
+    )
+
+    new = migrate([("webhooks", "0013_source_hold")])
+    holds = {
+        h.source.slug: h
+        for h in new.get_model("webhooks", "SourceHold").objects.select_related(
+            "source"
+        )
+    }
+    assert set(holds) == {"paused", "draining"}
+    paused, draining = holds["paused"], holds["draining"]
+    assert (paused.paused_by_name, paused.pause_reason) == ("os:oncall", "indexer down")
+    assert paused.drain_started_at is None
+    assert (draining.paused_at, draining.drain_rate, draining.drain_released) == (
+        None,
+        2.5,
+        7,
+    )
+
+    # And back: the source's own columns again.
+    old = migrate([("webhooks", "0012_source_pause")])
+    restored = old.get_model("webhooks", "WebhookSource").objects.get(slug="paused")
+    assert restored.pause_reason == "indexer down"
+
+
+def test_a_row_dead_lettered_before_causes_were_recorded_gets_one(migrated_back):
+    old = migrated_back("0013_source_hold")
+    source = old.get_model("webhooks", "WebhookSource").objects.create(
+        slug="lab", handler="research"
+    )
+    inbox = old.get_model("webhooks", "InboxEvent")
+    for event_id, status, cause in [
+        ("old-dead", "dead_lettered", ""),
+        ("new-dead", "dead_lettered", "rejected"),
+        ("done", "processed", ""),
+    ]:
+        inbox.objects.create(
+            source=source,
+            event_id=event_id,
+            event_type="t",
+            payload_hash="0" * 64,
+            content_fingerprint="0" * 64,
+            processing_status=status,
+            dead_letter_cause=cause,
+        )
+
+    new = migrate([("webhooks", "0014_dead_letter_cause_unrecorded")])
+    causes = dict(
+        new.get_model("webhooks", "InboxEvent").objects.values_list(
+            "event_id", "dead_letter_cause"
+        )
+    )
+    assert causes == {"old-dead": "unrecorded", "new-dead": "rejected", "done": ""}
