@@ -14,18 +14,19 @@ $(INSTALLED): requirements/base.txt requirements/local.txt requirements/producti
 
 setup: $(INSTALLED)
 
-## System packages the tests drive (Debian's chromium, promtool from its prometheus package),
-## installed when missing.
+## System packages the tests drive (Debian's chromium, promtool from its prometheus package,
+## nginx), installed when missing.
 system-tools:
 	bash scripts/ensure_system_tools.sh
 
 ## Run web + worker + beat on the embedded default (SQLite, filesystem broker); Ctrl-C stops all.
+## The local settings are named: config.wsgi and the Celery app default to production.
+run: export DJANGO_SETTINGS_MODULE = config.settings.local
 run: setup
 	mkdir -p var
 	$(PY) manage.py migrate --noinput
 	$(PY) manage.py collectstatic --noinput --verbosity 0
 	$(PY) manage.py demo_setup
-	rm -rf var/prometheus && mkdir -p var/prometheus
 	$(VENV)/bin/honcho start -f Procfile
 
 ## Run the whole test suite against PostgreSQL (127.0.0.1:5432), Redis (127.0.0.1:6379) and
@@ -38,10 +39,12 @@ test: setup system-tools test-alerts
 	$(VENV)/bin/pytest $(PYTEST_ARGS)
 
 ## The alerting rules of deploy/prometheus/: promtool checks them and runs their unit tests
-## (deploy/prometheus/tests/); promtool is installed first when missing.
+## (deploy/prometheus/tests/), and checks the shipped Prometheus configuration; promtool is
+## installed first when missing.
 test-alerts: system-tools
 	promtool check rules deploy/prometheus/alerts.yml
 	promtool test rules deploy/prometheus/tests/*.yml
+	promtool check config deploy/prometheus/prometheus.yml
 
 ## While working: the suite without the tests that start processes, a browser or the chaos run.
 test-fast: setup
@@ -52,7 +55,8 @@ test-fast: setup
 	$(VENV)/bin/pytest -m "not slow" -n 2 $(PYTEST_ARGS)
 	@if command -v promtool >/dev/null; then \
 	  promtool check rules deploy/prometheus/alerts.yml && \
-	  promtool test rules deploy/prometheus/tests/*.yml; \
+	  promtool test rules deploy/prometheus/tests/*.yml && \
+	  promtool check config deploy/prometheus/prometheus.yml; \
 	else \
 	  echo "test-fast: alerting rule tests skipped: promtool is missing (make test installs it)"; \
 	fi

@@ -30,7 +30,12 @@ graceful_timeout = 30
 max_requests = int(os.environ.get("GUNICORN_MAX_REQUESTS", "10000"))
 max_requests_jitter = 1000
 accesslog = os.environ.get("GUNICORN_ACCESSLOG") or None
-forwarded_allow_ips = os.environ.get("FORWARDED_ALLOW_IPS", "127.0.0.1")
+# gunicorn believes X-Forwarded-Proto (and sets wsgi.url_scheme from it) only from the proxies
+# an operator names here; by default from none, not even 127.0.0.1, where any local process or
+# a proxy that passes the client's header would be believed. Whether the application trusts
+# the header is DJANGO_TRUST_X_FORWARDED_PROTO's to say (docs/security.md, "Deployment
+# settings"). A unix socket's peer has no address: gunicorn always believes it.
+forwarded_allow_ips = os.environ.get("FORWARDED_ALLOW_IPS", "")
 
 
 def child_exit(server, worker):

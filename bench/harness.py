@@ -141,6 +141,9 @@ def stack_env(**overrides: str) -> dict[str, str]:
             "CELERY_BROKER_URL": BENCH_BROKER_URL,
             "LOG_LEVEL": "WARNING",
             "PYTHONUNBUFFERED": "1",
+            # The stack's workers (several per machine) serve no metrics port; nothing here
+            # scrapes them.
+            "CELERY_METRICS_PORT": "0",
         }
     )
     env.update(overrides)

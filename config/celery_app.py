@@ -3,7 +3,9 @@ import os
 from celery import Celery
 from kombu.utils.objects import cached_property
 
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.local")
+# A forgotten DJANGO_SETTINGS_MODULE means production (DEBUG off, no published key), as
+# cookiecutter-django does: only manage.py and `make run` default to the local settings.
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.production")
 
 
 class App(Celery):

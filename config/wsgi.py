@@ -3,7 +3,12 @@ import os
 from django.core.exceptions import ImproperlyConfigured
 from django.core.wsgi import get_wsgi_application
 
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.local")
+# A forgotten DJANGO_SETTINGS_MODULE means production (DEBUG off, no published key), as
+# cookiecutter-django does: only manage.py and `make run` default to the local settings.
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.production")
+# A process that serves this application is a web process: its waits for the database are
+# bounded (config/settings/base.py, database_timeouts_apply).
+os.environ.setdefault("APP_PROCESS", "web")
 
 application = get_wsgi_application()
 

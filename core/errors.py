@@ -38,6 +38,14 @@ class InvalidJson(ServiceError):
     code = "invalid_json"
 
 
+class UnreadableBody(ServiceError):
+    """The request's body could not be read to its end: a malformed chunked encoding, or a
+    connection that ended before the body did."""
+
+    status_code = 400
+    code = "invalid_body"
+
+
 class InvalidPayload(ServiceError):
     status_code = 422
     code = "invalid_payload"
@@ -46,6 +54,11 @@ class InvalidPayload(ServiceError):
 class PayloadTooLarge(ServiceError):
     status_code = 413
     code = "payload_too_large"
+
+
+class UnsupportedMediaType(ServiceError):
+    status_code = 415
+    code = "unsupported_media_type"
 
 
 class TemporarilyUnavailable(ServiceError):

@@ -111,14 +111,74 @@ def celery_signals_connect() -> None:
     def _shutdown(pid=None, **kwargs):
         process_mark_dead(pid or os.getpid())
 
-    @signals.worker_ready.connect(weak=False)
+    @signals.worker_init.connect(weak=False)
     def _serve_metrics(**kwargs):
-        # Counters a worker increments (dead letters, stale events, latency) live in its own
-        # processes: on a machine without a web process, the worker serves them itself.
-        port = os.environ.get("CELERY_METRICS_PORT")
-        if port:
-            start_http_server(
-                int(port),
-                addr=os.environ.get("CELERY_METRICS_ADDR", "0.0.0.0"),  # noqa: S104
-                registry=_exposition_registry(),
-            )
+        # Counters a worker's processes increment (dead letters, stale events, latency,
+        # triggers) are served by the worker itself: bound here, before the pool forks, so
+        # that a port already taken stops the start.
+        worker_metrics_serve()
+
+    @signals.worker_process_init.connect(weak=False)
+    def _pool_process_leaves_the_port(**kwargs):
+        # A pool process inherits the listening socket when it forks: it closes its copy,
+        # so that the port is the worker's alone (and free again once the worker exits).
+        if _worker_metrics_server is not None:
+            _worker_metrics_server.socket.close()
+
+
+# --- a worker's own /metrics (docs/architecture.md, "Metrics") ------------------------------
+WORKER_METRICS_PORT_VARIABLE = "CELERY_METRICS_PORT"
+WORKER_METRICS_ADDR_VARIABLE = "CELERY_METRICS_ADDR"
+WORKER_METRICS_PORT_DEFAULT = 9808
+# Loopback unless an operator names another address: a scraper on the same machine, or the
+# address a container's network gives it (docs/security.md, "Who may scrape").
+WORKER_METRICS_ADDR_DEFAULT = "127.0.0.1"
+
+_worker_metrics_server = None
+
+
+def worker_metrics_address() -> tuple[str, int] | None:
+    """Where this worker serves its metrics (``CELERY_METRICS_ADDR``, ``CELERY_METRICS_PORT``),
+    or None with the port ``0``."""
+    raw = os.environ.get(WORKER_METRICS_PORT_VARIABLE, "").strip()
+    try:
+        port = int(raw) if raw else WORKER_METRICS_PORT_DEFAULT
+    except ValueError:
+        port = -1
+    if not 0 <= port <= 65535:
+        raise SystemExit(
+            f"Refusing to start: {WORKER_METRICS_PORT_VARIABLE}={raw!r} is not a port "
+            "number (0 serves no metrics)."
+        )
+    if port == 0:
+        return None
+    addr = os.environ.get(WORKER_METRICS_ADDR_VARIABLE, "").strip()
+    return addr or WORKER_METRICS_ADDR_DEFAULT, port
+
+
+def worker_metrics_serve() -> None:
+    """Starts the worker's /metrics server (in a thread of the worker's main process); a port
+    already taken stops the start with a message naming ``CELERY_METRICS_PORT``."""
+    global _worker_metrics_server
+    address = worker_metrics_address()
+    if address is None or _worker_metrics_server is not None:
+        return
+    addr, port = address
+    try:
+        _worker_metrics_server, _ = start_http_server(
+            port, addr=addr, registry=_exposition_registry()
+        )
+    except OSError as exc:
+        message = (
+            f"{WORKER_METRICS_PORT_VARIABLE}={port}: cannot serve the worker's metrics on "
+            f"{addr}:{port} ({exc.strerror or exc}); another process holds the port. Give "
+            f"each worker of a machine its own {WORKER_METRICS_PORT_VARIABLE}, or 0 to "
+            "serve none."
+        )
+        logging.getLogger(__name__).critical(
+            "metrics.port_taken", extra={"detail": message}
+        )
+        raise SystemExit(f"Refusing to start: {message}") from None
+    logging.getLogger(__name__).info(
+        "metrics.serving", extra={"address": addr, "port": port}
+    )

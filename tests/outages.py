@@ -1,8 +1,10 @@
-"""Outages for tests, made real: a connection attempt to a closed port, not a mocked failure."""
+"""Outages for tests, made real: a connection attempt to a closed port, a TCP proxy that cuts
+the link (``TcpProxy``), not a mocked failure."""
 
 from __future__ import annotations
 
 import contextlib
+import socket
 from collections.abc import Iterator
 
 from django.db import connection
@@ -49,3 +51,130 @@ def broker_unreachable() -> Iterator[None]:
             os.environ.pop("CELERY_BROKER_URL", None)
         else:
             os.environ["CELERY_BROKER_URL"] = environment
+
+
+class TcpProxy:
+    """A TCP proxy between the product's processes and a real server (PostgreSQL, Redis), to
+    cut the link in the ways a network does, with the server itself untouched:
+
+    - ``hold()``: a partition. Every byte sent either way is taken in (so the sender's TCP
+      sees it acknowledged, as through a router that drops what follows) and held; new
+      connections are accepted and held too. ``heal()`` delivers what was held, in order.
+    - ``reset()``: every connection through the proxy is reset (RST both ways), as by a
+      restart of the server or a firewall; new ones go through.
+    - ``slow(seconds)``: each piece of data waits that long before it is passed on.
+
+    Runs in threads of the test process; ``close()`` stops it."""
+
+    def __init__(self, target_host: str, target_port: int):
+        import threading
+
+        self.target = (target_host, target_port)
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self._listener.getsockname()[1]
+        self._flowing = threading.Event()
+        self._flowing.set()
+        self._delay = 0.0
+        self._lock = threading.Lock()
+        self._pairs: list[tuple[socket.socket, socket.socket]] = []
+        self._closed = False
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    # --- faults -------------------------------------------------------------------------
+
+    def hold(self) -> None:
+        self._flowing.clear()
+
+    def heal(self) -> None:
+        self._delay = 0.0
+        self._flowing.set()
+
+    def slow(self, seconds: float) -> None:
+        self._delay = seconds
+
+    def reset(self) -> None:
+        with self._lock:
+            pairs, self._pairs = self._pairs, []
+        for pair in pairs:
+            for sock in pair:
+                _reset(sock)
+
+    def connections(self) -> int:
+        with self._lock:
+            return len(self._pairs)
+
+    def close(self) -> None:
+        self._closed = True
+        self._flowing.set()
+        self._listener.close()
+        self.reset()
+
+    # --- forwarding ---------------------------------------------------------------------
+
+    def _accept(self) -> None:
+        import threading
+
+        while not self._closed:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            try:
+                server = socket.create_connection(self.target, timeout=10)
+                server.settimeout(None)
+            except OSError:
+                _reset(client)
+                continue
+            pair = (client, server)
+            with self._lock:
+                self._pairs.append(pair)
+            done = threading.Barrier(2, action=lambda pair=pair: self._forget(pair))
+            for source, sink in (pair, pair[::-1]):
+                threading.Thread(
+                    target=self._pump, args=(source, sink, done), daemon=True
+                ).start()
+
+    def _forget(self, pair: tuple[socket.socket, socket.socket]) -> None:
+        """Both directions ended: the pair is closed and no longer counted."""
+        with self._lock:
+            if pair in self._pairs:
+                self._pairs.remove(pair)
+        for sock in pair:
+            with contextlib.suppress(OSError):
+                sock.close()
+
+    def _pump(self, source: socket.socket, sink: socket.socket, done) -> None:
+        import time
+
+        try:
+            while True:
+                try:
+                    data = source.recv(65536)
+                except OSError:
+                    data = b""
+                self._flowing.wait()  # held: data, and the end of the stream too
+                if data and self._delay:
+                    time.sleep(self._delay)
+                try:
+                    if not data:
+                        sink.shutdown(socket.SHUT_WR)
+                        return
+                    sink.sendall(data)
+                except OSError:
+                    return
+        finally:
+            with contextlib.suppress(Exception):
+                done.wait()
+
+
+def _reset(sock: socket.socket) -> None:
+    """Closes ``sock`` abortively (SO_LINGER 0: an RST after the FIN). ``shutdown`` first: a
+    thread blocked reading the socket would otherwise keep it open past ``close``."""
+    import struct
+
+    with contextlib.suppress(OSError):
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    with contextlib.suppress(OSError):
+        sock.shutdown(socket.SHUT_RDWR)
+    with contextlib.suppress(OSError):
+        sock.close()

@@ -37,6 +37,9 @@ def test_database_url() -> str:
 
 def child_env(**overrides: str) -> dict[str, str]:
     env = dict(os.environ)
+    # The broker URL below is this process's, already chosen for its pytest-xdist worker: a
+    # child that saw the variable would count its Redis database down a second time.
+    env.pop("PYTEST_XDIST_WORKER", None)
     env.update(
         {
             "DJANGO_SETTINGS_MODULE": "config.settings.test",
@@ -127,6 +130,11 @@ def manage(
     return result
 
 
+# What `make run` (its Procfile) gives web, worker and beat: config.wsgi and the Celery app
+# default to the production settings, manage.py to these.
+LOCAL_SETTINGS = {"DJANGO_SETTINGS_MODULE": "config.settings.local"}
+
+
 def embedded_env(tmp_path: Path, port: int) -> dict[str, str]:
     """The environment of a newcomer's first run: none of the test run's database, broker or
     settings, the embedded default (SQLite, filesystem broker) under ``tmp_path``."""
@@ -195,9 +203,12 @@ def relay_command() -> list[str]:
 def celery_worker(
     tmp_path: Path, *, concurrency: int = 1, name: str = "w1", env: dict | None = None
 ) -> Process:
+    # Several workers run on this machine at once (other tests, other runs): none serves its
+    # metrics on the default port unless a test gives it one.
+    env = {"CELERY_METRICS_PORT": "0", **(env or {})}
     return Process(
         celery_worker_command(concurrency=concurrency, name=name),
-        child_env(**(env or {})),
+        child_env(**env),
         tmp_path / f"worker-{name}.log",
     )
 
@@ -217,6 +228,68 @@ def gunicorn(
         gunicorn_command(port=port, workers=workers),
         child_env(**(env or {})),
         tmp_path / "gunicorn.log",
+    )
+
+
+NGINX = Path("/usr/sbin/nginx")
+NGINX_TEMPLATE = ROOT / "deploy" / "nginx" / "retrysafe.conf.template"
+
+
+def nginx(
+    tmp_path: Path, *, port: int, upstream_port: int, **variables: str
+) -> Process:
+    """Debian's nginx with ``deploy/nginx/retrysafe.conf.template``, its variables
+    substituted as the nginx image's envsubst does (``variables`` override the defaults), in
+    a main configuration of the test's own (files under ``tmp_path``)."""
+    import re
+
+    if not NGINX.exists():
+        raise AssertionError(
+            "nginx is missing: `make test` installs it (Debian's nginx package, "
+            "scripts/ensure_system_tools.sh)"
+        )
+    values = {
+        "RETRYSAFE_LISTEN": f"127.0.0.1:{port}",
+        "RETRYSAFE_UPSTREAM": f"127.0.0.1:{upstream_port}",
+        "WEBHOOK_MAX_BODY_BYTES": str(settings.WEBHOOK_MAX_BODY_BYTES),
+        "DATA_UPLOAD_MAX_MEMORY_SIZE": str(settings.DATA_UPLOAD_MAX_MEMORY_SIZE),
+        **variables,
+    }
+    folder = tmp_path / f"nginx-{port}"
+    for temp in ("body", "proxy", "fastcgi", "uwsgi", "scgi"):
+        (folder / temp).mkdir(parents=True)
+    site = folder / "retrysafe.conf"
+    # ${NAME} only, as the template writes its own variables; nginx's ($host) stay.
+    site.write_text(
+        re.sub(
+            r"\$\{(\w+)\}",
+            lambda match: values[match.group(1)],
+            NGINX_TEMPLATE.read_text(),
+        )
+    )
+    temp_paths = "\n".join(
+        f"    {kind}_temp_path {folder / name};"
+        for kind, name in (
+            ("client_body", "body"),
+            ("proxy", "proxy"),
+            ("fastcgi", "fastcgi"),
+            ("uwsgi", "uwsgi"),
+            ("scgi", "scgi"),
+        )
+    )
+    main = folder / "nginx.conf"
+    main.write_text(
+        ("user root;\n" if os.geteuid() == 0 else "")
+        + f"daemon off;\nworker_processes 1;\npid {folder / 'nginx.pid'};\n"
+        + f"error_log {folder / 'error.log'} info;\n"
+        + "events { worker_connections 512; }\n"
+        + f"http {{\n    access_log {folder / 'access.log'};\n{temp_paths}\n"
+        + f"    include {site};\n}}\n"
+    )
+    return Process(
+        [str(NGINX), "-e", str(folder / "error.log"), "-c", str(main)],
+        dict(os.environ),
+        tmp_path / f"nginx-{port}.log",
     )
 
 

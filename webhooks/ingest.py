@@ -15,6 +15,7 @@ from typing import Any, cast
 from django.conf import settings
 from django.db import IntegrityError, connection, models, transaction
 from django.utils import timezone
+from django.views.decorators.debug import sensitive_variables
 
 from .envelopes import Envelope, body_parse
 from .errors import InconsistentDuplicate, InvalidSignature, StaleTimestamp
@@ -229,6 +230,9 @@ def _inbox_upsert_execute(*, params: list, by_body: bool) -> tuple | None:
         return _upsert_execute(_inbox_upsert_sql(vendor, on="event_id"), params)
 
 
+# Every local of ingest, and of what it calls, is hidden from error reports and debug pages
+# (docs/security.md, "No secrets in error reports"): they hold the source's secrets.
+@sensitive_variables()
 def inbox_event_record(
     *,
     source: WebhookSource,

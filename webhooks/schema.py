@@ -77,7 +77,10 @@ def webhook_receive_operation() -> dict:
                 "description": "The same event id with the same content: a duplicate.",
                 "content": {"application/json": {"schema": duplicate}},
             },
-            "400": error_response("`timestamp_out_of_window` or `invalid_json`."),
+            "400": error_response(
+                "`timestamp_out_of_window`, `invalid_json`, or `invalid_body` (a body that "
+                "cannot be read to its end)."
+            ),
             "401": error_response(
                 "`unauthorized`: signature or timestamp missing or not valid."
             ),

@@ -14,6 +14,10 @@ class: a producer's own scheme lives in its integration's package (GitHub's in
 that what the inbox keeps of a delivery, the headers a request's correlation id comes from and
 the endpoint's OpenAPI description all follow from the registry. Adding a scheme is one class
 and one entry.
+
+Every ``verify`` is ``sensitive_variables``: an error page or report shows none of the values
+of its frame or of the frames it calls (the secrets, the keys derived from them, the expected
+digests), with ``DEBUG`` on too (``core/reporting.py``).
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from typing import Protocol
 
 from django.conf import settings
 from django.utils.module_loading import import_string
+from django.views.decorators.debug import sensitive_variables
 
 from core.errors import InvalidPayload
 
@@ -169,6 +174,7 @@ class HmacSha256Scheme:
         "HMAC-SHA256 of `<timestamp>.` + the raw body.",
     }
 
+    @sensitive_variables()
     def verify(
         self, *, raw_body: bytes, headers: Mapping[str, str], secrets: Sequence[str]
     ) -> Verified:
@@ -228,6 +234,7 @@ class StandardWebhooksScheme:
         "`whsec_...`.",
     }
 
+    @sensitive_variables()
     def verify(
         self, *, raw_body: bytes, headers: Mapping[str, str], secrets: Sequence[str]
     ) -> Verified:

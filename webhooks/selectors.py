@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, TypedDict
 
@@ -48,10 +48,10 @@ def _source_with_secrets_sql(vendor: str) -> str:
 @dataclass(frozen=True)
 class SourceSnapshot:
     """An enabled source and its secrets with their expiry, as read at ``loaded_at``
-    (``time.monotonic``)."""
+    (``time.monotonic``). Its ``repr`` (what an error page shows of it) names no secret."""
 
     source: WebhookSource
-    secrets: tuple[tuple[str, datetime | None], ...]
+    secrets: tuple[tuple[str, datetime | None], ...] = field(repr=False)
     loaded_at: float
 
     def secrets_valid(self, now: datetime | None = None) -> list[str]:

@@ -13,9 +13,16 @@ from django.conf import settings
 from django.db import InterfaceError, OperationalError
 from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed
 from django.views.decorators.csrf import csrf_exempt
+from django.views.decorators.debug import sensitive_variables
 
-from core.errors import PayloadTooLarge, ServiceError, TemporarilyUnavailable
+from core.errors import (
+    PayloadTooLarge,
+    ServiceError,
+    TemporarilyUnavailable,
+    UnreadableBody,
+)
 from core.exceptions import error_json_response
+from core.security import client_ip
 
 from .errors import UnknownSource
 from .ingest import inbox_event_record
@@ -33,7 +40,8 @@ def raw_body_read(request: HttpRequest, *, limit: int) -> bytes:
     A declared length above the limit is refused without reading. With chunked transfer there is
     no ``Content-Length`` and Django sees an empty body, so the server's own input stream is
     read: the WSGI server delimits the body (gunicorn decodes the chunks). With neither, the
-    request has no body (RFC 9112, 6.3)."""
+    request has no body (RFC 9112, 6.3). A body the server cannot read to its end is
+    ``UnreadableBody`` (400 ``invalid_body``)."""
     declared = request.META.get("CONTENT_LENGTH")
     try:
         length = int(declared) if declared else None
@@ -50,19 +58,29 @@ def raw_body_read(request: HttpRequest, *, limit: int) -> bytes:
     chunks = []
     size = 0
     while size <= limit:
-        chunk = stream.read(min(_READ_CHUNK, limit + 1 - size))
+        try:
+            chunk = stream.read(min(_READ_CHUNK, limit + 1 - size))
+        except Exception as exc:
+            # Whatever the server's input stream raises while it delimits the body (gunicorn:
+            # a chunk size that is not hex, a chunk without its CRLF, a connection that ended
+            # mid-body; Django: UnreadablePostError) means the body cannot be read.
+            raise UnreadableBody() from exc
         if not chunk:
             break
         chunks.append(chunk)
         size += len(chunk)
     if size > limit:
         raise PayloadTooLarge()
+    if length is not None and size < length:
+        raise UnreadableBody()  # the connection ended before the declared length
     return b"".join(chunks)
 
 
 def _remote_addr(request: HttpRequest) -> str | None:
-    """The peer's address, or None when the server gives none that is an IP (a unix socket)."""
-    value = request.META.get("REMOTE_ADDR") or ""
+    """The client's address: the peer's, or behind TRUSTED_PROXY_COUNT proxies the one the
+    first of them saw (``core.security.client_ip``); None when it is not an IP (a unix
+    socket)."""
+    value = client_ip(request) or ""
     try:
         return str(ipaddress.ip_address(value))
     except ValueError:
@@ -75,7 +93,11 @@ def _respond(slug: str, response: HttpResponse) -> HttpResponse:
 
 
 @csrf_exempt
+@sensitive_variables()
 def webhook_receive(request: HttpRequest, slug: str) -> HttpResponse:
+    # Every local here, and in the frames below that mark nothing narrower, is hidden from
+    # error pages and reports: the source's secrets pass through (docs/security.md,
+    # "Secrets").
     # Unknown slugs are counted under one label, so that probing cannot grow the metrics.
     label = "unknown"
     try:

@@ -53,6 +53,9 @@ MIDDLEWARE = [
     "core.logging.CorrelationIdMiddleware",
     # POST /webhooks/<slug>/ leaves here: none of the middleware below has work for it.
     "webhooks.middleware.WebhookFastLaneMiddleware",
+    # Bodies declared over the limit, and multipart bodies outside the admin's forms (no view
+    # takes uploads), are refused here, before the sessions, CSRF or a view read them.
+    "core.middleware.RequestBodyBoundMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -112,6 +115,62 @@ def database_binding_apply(database: dict) -> None:
 
 
 database_binding_apply(DATABASES["default"])
+
+# --- Bounded waits for the database (docs/scaling.md, "Database timeouts") -----------------
+# Every process: libpq gives up connecting after DATABASE_CONNECT_TIMEOUT_SECONDS, and TCP
+# keepalives (and TCP_USER_TIMEOUT, for data sent and never acknowledged) find a link that
+# died under an idle or a busy connection.
+DATABASE_CONNECT_TIMEOUT_SECONDS = env.int(
+    "DATABASE_CONNECT_TIMEOUT_SECONDS", default=3
+)
+DATABASE_KEEPALIVES_IDLE_SECONDS = env.int(
+    "DATABASE_KEEPALIVES_IDLE_SECONDS", default=10
+)
+DATABASE_KEEPALIVES_INTERVAL_SECONDS = env.int(
+    "DATABASE_KEEPALIVES_INTERVAL_SECONDS", default=3
+)
+DATABASE_KEEPALIVES_COUNT = env.int("DATABASE_KEEPALIVES_COUNT", default=3)
+# Web processes only (config/wsgi.py says a process is one: APP_PROCESS=web): a statement
+# is ended by the server after WEB_STATEMENT_TIMEOUT_SECONDS, and any wait for an answer by
+# the client one second later (core/pgbackend/), so that a request never waits for a
+# database that stopped answering until gunicorn kills its worker: it is a 503. Workers,
+# beat, the relay, migrations and manage.py have no such bound (their batches set their
+# own lock timeouts). 0 turns it off. Behind a pooler that refuses startup options
+# (PgBouncer), WEB_STATEMENT_TIMEOUT_ON_SERVER=false leaves the server's part to the pooler.
+APP_PROCESS = env("APP_PROCESS", default="")
+WEB_STATEMENT_TIMEOUT_SECONDS = env.float("WEB_STATEMENT_TIMEOUT_SECONDS", default=5)
+WEB_STATEMENT_TIMEOUT_ON_SERVER = env.bool(
+    "WEB_STATEMENT_TIMEOUT_ON_SERVER", default=True
+)
+WEB_ANSWER_MARGIN_SECONDS = 1.0
+
+
+def database_timeouts_apply(database: dict) -> None:
+    """The bounds above, on a PostgreSQL database's settings (after
+    ``database_binding_apply``)."""
+    if database["ENGINE"] != "django.db.backends.postgresql":
+        return
+    options = database.setdefault("OPTIONS", {})
+    idle = DATABASE_KEEPALIVES_IDLE_SECONDS
+    probes = DATABASE_KEEPALIVES_INTERVAL_SECONDS * DATABASE_KEEPALIVES_COUNT
+    options.setdefault("connect_timeout", DATABASE_CONNECT_TIMEOUT_SECONDS)
+    options.setdefault("keepalives", 1)
+    options.setdefault("keepalives_idle", idle)
+    options.setdefault("keepalives_interval", DATABASE_KEEPALIVES_INTERVAL_SECONDS)
+    options.setdefault("keepalives_count", DATABASE_KEEPALIVES_COUNT)
+    options.setdefault("tcp_user_timeout", (idle + probes) * 1000)
+    if APP_PROCESS != "web" or WEB_STATEMENT_TIMEOUT_SECONDS <= 0:
+        return
+    database["ENGINE"] = "core.pgbackend"
+    options["answer_timeout"] = (
+        WEB_STATEMENT_TIMEOUT_SECONDS + WEB_ANSWER_MARGIN_SECONDS
+    )
+    if WEB_STATEMENT_TIMEOUT_ON_SERVER:
+        statement = f"-c statement_timeout={int(WEB_STATEMENT_TIMEOUT_SECONDS * 1000)}"
+        options["options"] = f"{options.get('options', '')} {statement}".strip()
+
+
+database_timeouts_apply(DATABASES["default"])
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # Admin logins are throttled (django-axes): after AXES_FAILURE_LIMIT failures for one username
@@ -315,9 +374,12 @@ RELAY_IN_FLIGHT_LIMIT = env.int("RELAY_IN_FLIGHT_LIMIT", default=2 * INBOX_BATCH
 # Floor endpoints under /_bench/ for the benchmarks; never on in production.
 BENCH_ENDPOINTS = env.bool("BENCH_ENDPOINTS", default=False)
 
-# Django's own cap on in-memory request bodies; the webhook view enforces its own limit on the
-# raw body before anything is parsed.
+# Django's own cap on in-memory request bodies, and the declared length over which any body
+# but a webhook's is refused before it is read (core/middleware.py); the webhook view enforces
+# its own limit on the raw body before anything is parsed.
 DATA_UPLOAD_MAX_MEMORY_SIZE = max(WEBHOOK_MAX_BODY_BYTES, 2621440)
+# No view takes uploads: a multipart body's files are skipped, never stored (core/uploads.py).
+FILE_UPLOAD_HANDLERS = ["core.uploads.FilesSkippedUploadHandler"]
 
 # --- Logging: structured JSON, one line per record -----------------------------------------
 LOG_LEVEL = env("LOG_LEVEL", default="INFO")

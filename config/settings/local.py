@@ -1,10 +1,21 @@
 """The embedded default: runs with no environment at all.
 
 SQLite in ``var/`` and kombu's filesystem transport as the Celery broker, so that web, worker
-and beat run together on a fresh machine with no database or broker server.
+and beat run together on a fresh machine with no database or broker server. Only
+``manage.py`` and ``make run`` (its ``Procfile``) use these settings by default; ``config.wsgi``
+and the Celery app default to ``config.settings.production``.
+
+``DEBUG`` is on by default here and the keys below are published: with a database server in
+``DATABASE_URL``, or a host other than loopback in ``DJANGO_ALLOWED_HOSTS``, these settings
+refuse to load unless ``DJANGO_DEBUG`` is set, to true or false, on purpose
+(docs/security.md, "Deployment settings").
 """
 
+import ipaddress
+import os
 from pathlib import Path
+
+from django.core.exceptions import ImproperlyConfigured
 
 from .base import *  # noqa: F403
 from .base import BASE_DIR, DATABASES, audit_signing_configure, env
@@ -57,3 +68,32 @@ if CELERY_BROKER_URL.startswith("filesystem://"):
     for _folder in ("queue", "control", "processed"):
         (_broker_dir / _folder).mkdir(parents=True, exist_ok=True)
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
+
+
+def _loopback(host: str) -> bool:
+    """Whether an ``ALLOWED_HOSTS`` entry names this machine only."""
+    name = host.strip("[]").lower()
+    if name in {"localhost", ".localhost"} or name.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
+
+
+if "DJANGO_DEBUG" not in os.environ:
+    _production_like = []
+    if DATABASES["default"]["ENGINE"] != "django.db.backends.sqlite3":
+        _production_like.append("DATABASE_URL names a database server")
+    _public = [host for host in ALLOWED_HOSTS if not _loopback(host)]
+    if _public:
+        _production_like.append(
+            f"DJANGO_ALLOWED_HOSTS names {', '.join(_public)}, not only loopback"
+        )
+    if _production_like:
+        raise ImproperlyConfigured(
+            "config.settings.local (DEBUG on, published keys) is the embedded default of a "
+            f"developer's machine, but {' and '.join(_production_like)}. Run a deployment "
+            "with DJANGO_SETTINGS_MODULE=config.settings.production; to run the local "
+            "settings here on purpose, set DJANGO_DEBUG (true or false)."
+        )

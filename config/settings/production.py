@@ -1,5 +1,10 @@
 """Production: PostgreSQL and Redis or RabbitMQ from the environment, no defaults for secrets."""
 
+from django.core.checks.security.base import (
+    SECRET_KEY_INSECURE_PREFIX,
+    SECRET_KEY_MIN_LENGTH,
+    SECRET_KEY_MIN_UNIQUE_CHARACTERS,
+)
 from django.core.exceptions import ImproperlyConfigured
 
 from .base import *  # noqa: F403
@@ -7,6 +12,7 @@ from .base import (
     BENCH_ENDPOINTS,
     audit_signing_configure,
     database_binding_apply,
+    database_timeouts_apply,
     env,
     two_factor_mode_check,
 )
@@ -20,14 +26,33 @@ if BENCH_ENDPOINTS:
     )
 
 SECRET_KEY = env("DJANGO_SECRET_KEY")
+# What `check --deploy` only warns about (security.W009) stops the start: a key that is
+# short, made of few characters, or one of Django's startproject keys.
+if (
+    len(SECRET_KEY) < SECRET_KEY_MIN_LENGTH
+    or len(set(SECRET_KEY)) < SECRET_KEY_MIN_UNIQUE_CHARACTERS
+    or SECRET_KEY.startswith(SECRET_KEY_INSECURE_PREFIX)
+):
+    raise ImproperlyConfigured(
+        f"DJANGO_SECRET_KEY must be at least {SECRET_KEY_MIN_LENGTH} characters long, with "
+        f"at least {SECRET_KEY_MIN_UNIQUE_CHARACTERS} different ones, and not start with "
+        f"{SECRET_KEY_INSECURE_PREFIX!r}: generate one, e.g. with "
+        "python -c 'import secrets; print(secrets.token_urlsafe(50))'"
+    )
 DEBUG = env.bool("DJANGO_DEBUG", default=False)
 ALLOWED_HOSTS = env.list("DJANGO_ALLOWED_HOSTS")
+# "*" accepts any Host header: links in mails and redirects could name an attacker's host.
+if "*" in ALLOWED_HOSTS:
+    raise ImproperlyConfigured(
+        "DJANGO_ALLOWED_HOSTS must name the hosts this deployment answers for, not '*'"
+    )
 DATABASES = {"default": env.db("DATABASE_URL")}
 DATABASES["default"]["CONN_MAX_AGE"] = env.int("DATABASE_CONN_MAX_AGE", default=60)
 DATABASES["default"]["CONN_HEALTH_CHECKS"] = env.bool(
     "DATABASE_CONN_HEALTH_CHECKS", default=True
 )
 database_binding_apply(DATABASES["default"])
+database_timeouts_apply(DATABASES["default"])
 # Behind PgBouncer in transaction mode, server-side cursors cannot be used.
 DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = env.bool(
     "DISABLE_SERVER_SIDE_CURSORS", default=False

@@ -7,6 +7,8 @@ from __future__ import annotations
 import secrets as random_secrets
 from collections.abc import Mapping, Sequence
 
+from django.views.decorators.debug import sensitive_variables
+
 from webhooks.errors import InvalidSignature
 from webhooks.schemes import (
     REASON_MALFORMED,
@@ -36,6 +38,7 @@ class GitHubScheme:
         SIGNATURE_HEADER: "github: `sha256=<hex>` of the raw body.",
     }
 
+    @sensitive_variables()
     def verify(
         self, *, raw_body: bytes, headers: Mapping[str, str], secrets: Sequence[str]
     ) -> Verified:

@@ -214,4 +214,4 @@ def test_equal_sizes_have_an_empty_consistency_proof(leaves):
 
 def test_only_get_is_answered():
     for path in ("/audit/checkpoint", "/audit/public-key", "/audit/proof/inclusion"):
-        assert Client().post(path).status_code == 405
+        assert Client().post(path, b"", content_type="text/plain").status_code == 405

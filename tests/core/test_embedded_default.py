@@ -17,6 +17,10 @@ pytestmark = pytest.mark.slow
 def test_procfile_runs_web_worker_and_beat_on_sqlite_and_a_filesystem_broker(tmp_path):
     port = free_port()
     env = embedded_env(tmp_path, port)
+    # The worker serves its metrics, on 9808 unless told otherwise: here on a port of the
+    # test's own, since other workers may run on this machine.
+    metrics_port = free_port()
+    env["CELERY_METRICS_PORT"] = str(metrics_port)
     python = sys.executable
     manage("migrate", "--noinput", env=env, check=True)
     log = open(tmp_path / "honcho.log", "wb")  # noqa: SIM115
@@ -44,6 +48,11 @@ def test_procfile_runs_web_worker_and_beat_on_sqlite_and_a_filesystem_broker(tmp
 
         ping = manage("worker_ping", "--timeout", "60", env=env, check=True)
         assert "answered" in ping.stdout
+        worker_metrics = requests.get(
+            f"http://127.0.0.1:{metrics_port}/metrics", timeout=5
+        )
+        assert worker_metrics.status_code == 200
+        assert "dead_letter_total" in worker_metrics.text
         assert (tmp_path / "db.sqlite3").exists()
         assert (tmp_path / "broker" / "queue").is_dir()
     finally:

@@ -7,6 +7,7 @@ import requests
 
 from tests.processes import (
     BIN,
+    LOCAL_SETTINGS,
     Process,
     embedded_env,
     free_port,
@@ -26,14 +27,15 @@ def test_a_signed_demo_event_is_processed_on_sqlite(tmp_path):
     env = embedded_env(tmp_path, port)
     manage("migrate", "--noinput", env=env, check=True)
     manage("demo_setup", env=env, check=True)
+    # The web and worker processes of the Procfile, each started alone.
     web = Process(
         [str(BIN / "gunicorn"), "config.wsgi", "--bind", f"127.0.0.1:{port}"],
-        env,
+        env | LOCAL_SETTINGS,
         tmp_path / "web.log",
     ).start()
     worker = Process(
         [str(BIN / "celery"), "-A", "config", "worker", "--concurrency", "1"],
-        env,
+        env | LOCAL_SETTINGS | {"CELERY_METRICS_PORT": "0"},
         tmp_path / "worker.log",
     ).start()
     url = f"http://127.0.0.1:{port}"

@@ -15,6 +15,7 @@ from tests.integrations.github.factories import github_headers
 from tests.integrations.research.factories import research_event
 from tests.processes import (
     BIN,
+    LOCAL_SETTINGS,
     ROOT,
     Process,
     embedded_env,
@@ -85,7 +86,7 @@ def embedded(tmp_path_factory):
             "-w",
             "2",
         ],
-        env,
+        env | LOCAL_SETTINGS,
         tmp_path / "web.log",
     ).start()
     url = f"http://127.0.0.1:{port}"

@@ -1,8 +1,12 @@
 """The settings modules as a user runs them: separate processes, real environments."""
 
+import json
+import subprocess
+import sys
+
 import pytest
 
-from tests.processes import manage
+from tests.processes import ROOT, manage
 
 pytestmark = pytest.mark.slow
 
@@ -56,6 +60,30 @@ def test_local_settings_need_no_environment_at_all(tmp_path):
     env = {"PATH": "/usr/bin:/bin", "APP_VAR_DIR": str(tmp_path)}
     result = manage("check", env=env)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        "short-key",
+        "a" * 64,  # long, but fewer than five different characters
+        "django-insecure-" + "7f1e2d3c4b5a69788796a5b4c3d2e1f0a9b8c7d6e5f4",
+    ],
+    ids=["short", "repetitive", "django-insecure"],
+)
+def test_production_refuses_a_weak_secret_key(key):
+    """What ``check --deploy`` only warns about (security.W009) stops the start."""
+    result = manage("check", env={**PRODUCTION_ENV, "DJANGO_SECRET_KEY": key})
+    assert result.returncode != 0
+    assert "DJANGO_SECRET_KEY" in result.stderr
+    assert key not in result.stderr
+
+
+@pytest.mark.parametrize("hosts", ["*", "inbox.example.com,*"])
+def test_production_refuses_any_host(hosts):
+    result = manage("check", env={**PRODUCTION_ENV, "DJANGO_ALLOWED_HOSTS": hosts})
+    assert result.returncode != 0
+    assert "DJANGO_ALLOWED_HOSTS" in result.stderr
 
 
 def test_production_refuses_to_start_with_the_bench_endpoints_on():
@@ -116,3 +144,135 @@ def test_a_renamed_variable_is_still_read_under_its_former_name(monkeypatch):
     assert env_renamed(**read, former="AUDIT_BULK_REPLAY_CHUNK_SIZE", default=200) == 7
     monkeypatch.setenv("BULK_REPLAY_CHUNK_SIZE", "9")  # the new name wins
     assert env_renamed(**read, former="AUDIT_BULK_REPLAY_CHUNK_SIZE", default=200) == 9
+
+
+SETTINGS_IN_USE = (
+    "from django.conf import settings; print(settings.SETTINGS_MODULE, settings.DEBUG)"
+)
+
+
+def python(program: str, *, env: dict[str, str]) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-c", program],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+@pytest.mark.parametrize("entry_point", ["config.wsgi", "config.celery_app"])
+def test_the_web_and_celery_entry_points_default_to_production_settings(entry_point):
+    """``gunicorn config.wsgi`` and ``celery -A config`` with DJANGO_SETTINGS_MODULE
+    forgotten: production settings (DEBUG off), never the local ones."""
+    env = {k: v for k, v in PRODUCTION_ENV.items() if k != "DJANGO_SETTINGS_MODULE"}
+    result = python(f"import {entry_point}; {SETTINGS_IN_USE}", env=env)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["config.settings.production", "False"]
+    # With none of production's variables either, they refuse to start.
+    result = python(
+        f"import {entry_point}; {SETTINGS_IN_USE}", env={"PATH": "/usr/bin"}
+    )
+    assert result.returncode != 0
+    assert "DJANGO_SECRET_KEY" in result.stderr
+
+
+def test_manage_py_defaults_to_the_local_settings(tmp_path):
+    env = {"PATH": "/usr/bin:/bin", "APP_VAR_DIR": str(tmp_path)}
+    result = manage("shell", "-c", SETTINGS_IN_USE, env=env)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split()[-2:] == ["config.settings.local", "True"]
+
+
+@pytest.mark.parametrize(
+    "variable",
+    [
+        {"DATABASE_URL": "postgres://postgres@127.0.0.1:5432/postgres"},
+        {"DJANGO_ALLOWED_HOSTS": "inbox.example.com"},
+        {"DJANGO_ALLOWED_HOSTS": "localhost,*"},
+    ],
+    ids=["server-database", "public-host", "any-host"],
+)
+def test_local_settings_refuse_a_production_like_environment_unless_debug_is_chosen(
+    tmp_path, variable
+):
+    """The local settings turn DEBUG on by default: with a database server or a host other
+    than loopback they refuse to start, unless DJANGO_DEBUG says what is wanted."""
+    env = {"PATH": "/usr/bin:/bin", "APP_VAR_DIR": str(tmp_path), **variable}
+    refused = manage("check", env=env)
+    assert refused.returncode != 0
+    assert "DJANGO_DEBUG" in refused.stderr
+    assert "config.settings.production" in refused.stderr
+    for chosen in ("true", "false"):
+        result = manage(
+            "shell", "-c", SETTINGS_IN_USE, env={**env, "DJANGO_DEBUG": chosen}
+        )
+        assert result.returncode == 0, result.stderr
+        assert result.stdout.split()[-1] == str(chosen == "true")
+
+
+def test_local_settings_accept_the_loopback_hosts(tmp_path):
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "APP_VAR_DIR": str(tmp_path),
+        "DJANGO_ALLOWED_HOSTS": "localhost,127.0.0.1,[::1]",
+        "DATABASE_URL": f"sqlite:///{tmp_path / 'other.sqlite3'}",
+    }
+    result = manage("check", env=env)
+    assert result.returncode == 0, result.stderr
+
+
+DATABASE_IN_USE = (
+    "import json; from django.conf import settings; d = settings.DATABASES['default']; "
+    "print(json.dumps([d['ENGINE'], d['OPTIONS']]))"
+)
+
+
+def database_settings(prelude: str, **env: str) -> tuple[str, dict]:
+    environment = {**PRODUCTION_ENV, **env}
+    result = python(f"{prelude}; {DATABASE_IN_USE}", env=environment)
+    assert result.returncode == 0, result.stderr
+    engine, options = json.loads(result.stdout.strip().splitlines()[-1])
+    return engine, options
+
+
+def test_every_process_bounds_its_connect_and_finds_a_dead_link():
+    for prelude in ("import config.wsgi", "import config.celery_app"):
+        _, options = database_settings(prelude)
+        assert options["connect_timeout"] == 3
+        assert options["keepalives"] == 1
+        assert options["keepalives_idle"] == 10
+        assert options["tcp_user_timeout"] == 19000
+
+
+def test_only_web_processes_get_the_statement_timeout_and_bounded_waits():
+    """The WSGI application's processes, not the workers (nor beat, the relay, migrations
+    or manage.py, which load the Celery app or the settings alone)."""
+    engine, options = database_settings("import config.wsgi")
+    assert engine == "core.pgbackend"
+    assert options["options"] == "-c statement_timeout=5000"
+    assert options["answer_timeout"] == 6
+    for prelude in ("import config.celery_app", "import django; django.setup()"):
+        engine, options = database_settings(prelude)
+        assert engine == "django.db.backends.postgresql"
+        assert "options" not in options
+        assert "answer_timeout" not in options
+    # Tunable, and off with 0; behind PgBouncer the server's part is the pooler's.
+    _, options = database_settings(
+        "import config.wsgi", WEB_STATEMENT_TIMEOUT_SECONDS="2.5"
+    )
+    assert (options["options"], options["answer_timeout"]) == (
+        "-c statement_timeout=2500",
+        3.5,
+    )
+    engine, options = database_settings(
+        "import config.wsgi", WEB_STATEMENT_TIMEOUT_ON_SERVER="false"
+    )
+    assert engine == "core.pgbackend"
+    assert "options" not in options
+    engine, options = database_settings(
+        "import config.wsgi", WEB_STATEMENT_TIMEOUT_SECONDS="0"
+    )
+    assert engine == "django.db.backends.postgresql"
+    assert "options" not in options

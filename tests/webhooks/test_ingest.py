@@ -524,3 +524,40 @@ def test_unknown_slugs_share_one_metrics_label(http, db):
         metric("webhook_requests_total", source="unknown", status="404") == before + 3
     )
     assert metric("webhook_requests_total", source="probe-1", status="404") == 0
+
+
+def test_a_host_outside_allowed_hosts_is_400_on_the_fast_lane_too(
+    http, source, settings
+):
+    """The webhook lane skips CommonMiddleware, which checks the Host header for every other
+    request: it checks it itself, before anything is read or stored."""
+    settings.ALLOWED_HOSTS = ["inbox.example.com"]
+    body = research_event()
+    raw = encode(body)
+    headers = signed_headers(raw_body=raw, event_id=body["event_id"])
+    refused = post(http, raw, headers, HTTP_HOST="attacker.example")
+    assert refused.status_code == 400
+    assert not InboxEvent.objects.exists()
+    assert http.get("/healthz", HTTP_HOST="attacker.example").status_code == 400
+    accepted = post(http, raw, headers, HTTP_HOST="inbox.example.com")
+    assert accepted.status_code == 202
+
+
+def test_behind_a_trusted_proxy_the_stored_address_is_the_clients(
+    http, source, settings
+):
+    """Behind deploy/nginx/ (TRUSTED_PROXY_COUNT=1) the peer is the proxy: the address kept
+    with the event (and with a mismatch's evidence) is the one the proxy saw."""
+    settings.TRUSTED_PROXY_COUNT = 1
+    body = research_event()
+    raw = encode(body)
+    headers = signed_headers(raw_body=raw, event_id=body["event_id"])
+    response = post(
+        http,
+        raw,
+        headers,
+        REMOTE_ADDR="127.0.0.1",
+        HTTP_X_FORWARDED_FOR="203.0.113.66, 198.51.100.7",
+    )
+    assert response.status_code == 202
+    assert InboxEvent.objects.get().remote_addr == "198.51.100.7"

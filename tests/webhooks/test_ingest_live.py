@@ -6,6 +6,8 @@ the ``celery`` list of the test broker."""
 
 import functools
 import http.client
+import json
+import socket
 
 import pytest
 import redis
@@ -201,6 +203,66 @@ def test_chunked_body_over_the_limit_is_413(server, broker):
     status, content = chunked_post(server, body)
     assert status == 413
     assert b"payload_too_large" in content
+    assert not InboxEvent.objects.exists()
+
+
+def raw_exchange(
+    base_url: str, request: bytes, *, close_after: bool = False
+) -> tuple[int, bytes]:
+    """``request`` as bytes on one connection (``close_after``: the client then closes its
+    side, as one that went away mid-body); the server's status and body."""
+    host, port = base_url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=30) as sock:
+        sock.sendall(request)
+        if close_after:
+            sock.shutdown(socket.SHUT_WR)
+        response = http.client.HTTPResponse(sock)
+        response.begin()
+        return response.status, response.read()
+
+
+def chunked_request(slug: str, chunks: bytes) -> bytes:
+    return (
+        f"POST /webhooks/{slug}/ HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        "Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n"
+        "Connection: close\r\n\r\n"
+    ).encode() + chunks
+
+
+@pytest.mark.parametrize(
+    ("chunks", "close_after"),
+    [
+        (b"zz\r\nhello\r\n0\r\n\r\n", False),  # a chunk size that is not hex
+        (b"5\r\nhelloXX0\r\n\r\n", False),  # a chunk without its CRLF
+        (b"10\r\nhello", True),  # the client went away in the middle of a chunk
+        (b"5\r\nhello\r\n", True),  # ... or before the last chunk
+    ],
+    ids=["bad-chunk-size", "missing-terminator", "ended-mid-chunk", "ended-early"],
+)
+def test_an_unreadable_chunked_body_is_400_and_stores_nothing(
+    server, broker, chunks, close_after
+):
+    WebhookSourceFactory(slug="unreadable")
+    status, body = raw_exchange(
+        server, chunked_request("unreadable", chunks), close_after=close_after
+    )
+    assert status == 400, body
+    assert json.loads(body) == {"error": "invalid_body"}
+    assert not InboxEvent.objects.exists()
+
+
+def test_a_body_shorter_than_its_declared_length_is_400_and_stores_nothing(
+    server, broker
+):
+    """The client sends part of the ``Content-Length`` it declared, then goes away."""
+    WebhookSourceFactory(slug="unreadable")
+    request = (
+        b"POST /webhooks/unreadable/ HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        b"Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{}"
+    )
+    status, body = raw_exchange(server, request, close_after=True)
+    assert status == 400, body
+    assert json.loads(body) == {"error": "invalid_body"}
     assert not InboxEvent.objects.exists()
 
 

@@ -1,10 +1,14 @@
-"""Webhook secrets and signatures are never shown: not by /metrics, not by the API; and every
-signature check compares every candidate with every secret in constant time."""
+"""Webhook secrets and signatures are never shown: not by /metrics, not by the API, not in the
+frames of an error page or report; and every signature check compares every candidate with
+every secret in constant time."""
 
 import base64
 import hmac
+import logging
 
 import pytest
+from django.test import Client
+from django.views.debug import ExceptionReporter
 
 from tests.integrations.research.factories import research_event
 from tests.webhooks.factories import (
@@ -15,7 +19,8 @@ from tests.webhooks.factories import (
     signed_headers,
     webhook_post,
 )
-from webhooks.schemes import scheme_get, scheme_names
+from webhooks.schemes import scheme_get, scheme_names, standard_webhooks_key
+from webhooks.selectors import webhook_source_snapshot
 
 pytestmark = pytest.mark.django_db
 
@@ -80,3 +85,66 @@ def test_every_entry_is_compared_with_every_secret_in_constant_time(
 
     assert verified.event_id == "evt_ct"
     assert len(calls) == 4
+
+
+@pytest.fixture
+def error_records():
+    """What ``django.request`` logs for a 500: the record an error report is built from."""
+    records: list[logging.LogRecord] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            records.append(record)
+
+    handler = Keep(level=logging.ERROR)
+    logger = logging.getLogger("django.request")
+    logger.addHandler(handler)
+    yield records
+    logger.removeHandler(handler)
+
+
+@pytest.mark.parametrize("scheme", scheme_names())
+def test_an_error_while_verifying_shows_no_secret_in_the_view_or_the_scheme(
+    monkeypatch, settings, error_records, scheme
+):
+    """An unexpected error inside a signature check, with DEBUG on (a forgotten variable):
+    the debug page, and the frames of the webhook view, of the scheme's ``verify`` and of
+    what it calls in an error report, show their variables' names, never the source's
+    secrets."""
+    settings.DEBUG = True
+
+    def unavailable(candidates, expected):
+        raise RuntimeError("digest comparison unavailable")
+
+    # Every scheme compares through the helper of webhooks.schemes (GitHub's imports it).
+    monkeypatch.setattr("webhooks.schemes.any_match", unavailable)
+    monkeypatch.setattr("integrations.github.scheme.any_match", unavailable)
+    WebhookSourceFactory(slug="debugged", scheme=scheme)
+    raw = encode(research_event(event_id="evt_debugged"))
+    headers = signed_headers(scheme=scheme, raw_body=raw, event_id="evt_debugged")
+    http = Client(raise_request_exception=False)
+    response = webhook_post(http, "debugged", raw, headers, HTTP_ACCEPT="text/html")
+    assert response.status_code == 500
+    assert b"digest comparison unavailable" in response.content
+    secret = SECRETS[scheme]
+    assert secret not in response.content.decode()
+    [record] = error_records
+    reporter = ExceptionReporter(record.request, *record.exc_info)
+    frames = {
+        frame["function"]: dict(frame["vars"])
+        for frame in reporter.get_traceback_frames()
+    }
+    key = standard_webhooks_key(secret) if scheme == "standard-webhooks" else b""
+    for function in ("webhook_receive", "verify", "unavailable"):
+        assert function in frames
+        shown = repr(frames[function])
+        assert secret not in shown, (function, shown)
+        assert not key or repr(key)[2:-1] not in shown
+
+
+def test_a_source_snapshot_names_no_secret():
+    WebhookSourceFactory(slug="snapshot-repr")
+    snapshot = webhook_source_snapshot(slug="snapshot-repr", fresh=True)
+    assert snapshot.secrets_valid() == [HMAC_SECRET]
+    assert HMAC_SECRET not in repr(snapshot)
+    assert HMAC_SECRET not in str(snapshot)
