@@ -35,6 +35,10 @@ OPERATOR_EXTRA_PERMISSIONS = (
     # Its admin lets them edit the expected delivery interval alone (webhooks/admin/sources.py).
     "webhooks.change_webhooksource",
     "webhooks.add_bulkreplayjob",  # a replay by filter starts as a new job with its dry-run count
+    # Deploy targets: where jobs go; each create and change is an operator action.
+    "deployments.add_deploytarget",
+    "deployments.change_deploytarget",
+    "deployments.test_deploytarget",  # "Send test trigger"
 )
 
 

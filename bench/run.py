@@ -13,6 +13,7 @@ MODULES = [
     "floors",
     "ingest",
     "deployments",
+    "triggers",
     "processing",
     "endtoend",
     "admin",

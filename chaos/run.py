@@ -3,7 +3,11 @@ beat stops and two sweeps run at once; then every invariant the product promises
 
 Runs on a private PostgreSQL and Redis (chaos.services), with the product's real processes:
 gunicorn, two Celery workers (each with its relay), a relay apart (``manage.py relay``) and
-beat. Prints the figures and exits non-zero on any violation.
+beat. Half the deployments are routed by a deploy target to a CI/CD receiver in this process
+(tests/deployments/receiver.py) that fails at random (503, 500, 429, a dropped connection, an
+answer after the timeout) and reports each job it takes through ``/api/status-sync/``; it
+counts, per ``webhook-id``, the requests it acted on. Prints the figures and exits non-zero on
+any violation.
 
     python -m chaos.run [--size small|medium|large]
 """
@@ -11,6 +15,7 @@ beat. Prints the figures and exits non-zero on any violation.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import itertools
 import json
@@ -33,6 +38,7 @@ import requests
 
 from bench.harness import ROOT, BenchContext, manage, stack_env
 from chaos.services import PrivatePostgres, PrivateRedis
+from tests.deployments.receiver import Fault, Receiver
 from tests.integrations.research.factories import instant, research_event
 from webhooks.schemes import signature_headers
 
@@ -58,14 +64,34 @@ TUNABLES = {
     "DEPLOY_REDISPATCH_AFTER_SECONDS": "3",
     "DEPLOY_SIMULATED_SECONDS": "0.3",
     "DEPLOY_RUNNING_LEASE_SECONDS": "10",
+    "DEPLOY_HTTP_TIMEOUT_SECONDS": "1",
+    "DEPLOY_TRIGGER_RETRY_BASE_SECONDS": "0.2",
+    "DEPLOY_TRIGGER_RETRY_MAX_SECONDS": "2",
+    "DEPLOY_TRIGGER_MAX_ATTEMPTS": "40",
+    # Each worker's metrics on a port of its own (two workers run on one machine).
+    "CELERY_METRICS_PORT": "0",
     "CELERY_BROKER_CONNECTION_TIMEOUT": "1",
     "LOG_LEVEL": "WARNING",
 }
 
 
+# The deployments of this repository go to the failing receiver (a deploy target); the others
+# run the default executor (simulated).
+TRIGGERED_REPOSITORY = "acme/chaos-http"
+# What a request meets, at random: (fault, weight). None: served normally.
+TRIGGER_FAULTS = [
+    (None, 50),
+    (Fault.status(503), 15),
+    (Fault.status(500), 10),
+    (Fault.status(429, retry_after=1), 5),
+    (Fault.drop(), 10),  # acted on, then no answer
+    (Fault.slow(1.5), 10),  # acted on, answered after DEPLOY_HTTP_TIMEOUT_SECONDS
+]
+
+
 @dataclass
 class Outcome:
-    kind: str  # event | duplicate | inconsistent | invalid | deployment
+    kind: str  # event | duplicate | inconsistent | invalid | deployment | status_sync
     key: str
     status: int | None  # None: no HTTP answer at all (connection refused/reset)
     at: float
@@ -187,7 +213,7 @@ def send_event(producer: Producer, kind: str, event: dict) -> None:
 
 def send_deployment(producer: Producer, key: str, n: int) -> None:
     payload = {
-        "repository": "acme/chaos",
+        "repository": TRIGGERED_REPOSITORY if n % 2 else "acme/chaos",
         "commit_sha": hashlib.sha1(key.encode()).hexdigest()[:12],  # noqa: S324 - an id
         "environment": "staging",
         "workflow": "deploy.yml",
@@ -233,6 +259,77 @@ def load(base: str, run: Run, size: dict, rng: random.Random, threads: int = 4) 
     for thread in pool:
         thread.join()
     return {"deliveries": len(deliveries), "deployment_keys": keys}
+
+
+class ChaosReceiver:
+    """The CI/CD system of the triggered deployments: fails at random, and reports each job
+    it takes (acted on, or a duplicate it answered) as succeeded a moment later, through the
+    product's API, as a CD system that deduplicates on ``webhook-id`` would."""
+
+    def __init__(self, producer: Producer, rng: random.Random) -> None:
+        self.producer = producer
+        self.rng = rng
+        self.rng_lock = threading.Lock()
+        self.receiver = Receiver()
+        self.receiver.fault_for = self._fault
+        self.receiver.on_taken = self._report_later
+        self.reports = itertools.count()
+        self.turns = itertools.count()
+
+    def __enter__(self) -> ChaosReceiver:
+        self.receiver.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.receiver.__exit__(*exc)
+
+    def _fault(self, webhook_id: str) -> Fault | None:
+        """The first requests meet each fault once, in turn (so that every kind happens in
+        any run); the rest, faults at random."""
+        faults, weights = zip(*TRIGGER_FAULTS, strict=True)
+        with self.rng_lock:
+            turn = next(self.turns)
+            if turn < len(faults) - 1:
+                return faults[turn + 1]
+            return self.rng.choices(faults, weights)[0]
+
+    def _report_later(self, webhook_id: str) -> None:
+        key = f"chaos-sync-{webhook_id}-{next(self.reports)}"
+
+        def report() -> None:
+            time.sleep(1.5)  # the deployment downstream takes a moment
+
+            def make():
+                body = {
+                    "deployment_id": webhook_id,
+                    "status": "succeeded",
+                    "reported_at": datetime.now(UTC).isoformat(),
+                    "detail": "deployed by the chaos receiver",
+                }
+                return json.dumps(body).encode(), {
+                    "Content-Type": "application/json",
+                    "Authorization": f"Bearer {TOKEN}",
+                    "Idempotency-Key": key,
+                }
+
+            self.producer.post("status_sync", key, "/api/status-sync/", make)
+
+        threading.Thread(target=report, daemon=True).start()
+
+
+def trigger_target_create(url: str, secret: str) -> None:
+    """The deploy target that routes TRIGGERED_REPOSITORY to the receiver."""
+    from core.actors import Actor
+    from deployments.models import DeployTarget
+    from deployments.targets import deploy_target_save
+
+    target = DeployTarget(
+        name="chaos-receiver",
+        repository_pattern=TRIGGERED_REPOSITORY,
+        executor="http",
+        url=url,
+    )
+    deploy_target_save(target=target, secret=secret, actor=Actor.command())
 
 
 class Faults:
@@ -412,7 +509,7 @@ def wait_recovered(timeout: float) -> dict:
     return pending
 
 
-def check(run: Run, planned: dict) -> tuple[list[str], dict]:
+def check(run: Run, planned: dict, receiver: Receiver) -> tuple[list[str], dict]:
     from django.apps import apps
 
     inbox = apps.get_model("webhooks", "InboxEvent")
@@ -495,6 +592,37 @@ def check(run: Run, planned: dict) -> tuple[list[str], dict]:
         f"deployment {d} executed {n} times" for d, n in executions.items() if n > 1
     ]
 
+    # Zero jobs triggered twice: the receiver acted on each webhook-id at most once, every
+    # request it got verified, and each triggered job that succeeded was acted on.
+    with receiver.lock:
+        acted = dict(receiver.acted)
+        requests_seen = list(receiver.received)
+    violations += [
+        f"deployment {webhook_id} triggered {n} times downstream"
+        for webhook_id, n in acted.items()
+        if n > 1
+    ]
+    violations += [
+        f"a trigger of {r.webhook_id} did not verify: {r.error}"
+        for r in requests_seen
+        if not r.verified
+    ]
+    triggered = dict(
+        deployment.objects.filter(repository=TRIGGERED_REPOSITORY).values_list(
+            "public_id", "status"
+        )
+    )
+    violations += [
+        f"deployment {public_id} succeeded but was never acted on downstream"
+        for public_id, status in triggered.items()
+        if status == "succeeded" and acted.get(public_id, 0) != 1
+    ]
+    violations += [
+        f"the receiver got {webhook_id}, which is no triggered deployment"
+        for webhook_id in acted
+        if webhook_id not in triggered
+    ]
+
     figures = {
         "requests": len(run.outcomes),
         "http_statuses": dict(Counter(str(o.status) for o in run.outcomes)),
@@ -507,6 +635,13 @@ def check(run: Run, planned: dict) -> tuple[list[str], dict]:
         "documents_checked": len(expected_max),
         "revisions": sum(applied.values()),
         "deployments_checked": len(planned["deployment_keys"]),
+        "trigger_jobs_checked": len(triggered),
+        "trigger_requests": len(requests_seen),
+        "trigger_faults": dict(
+            Counter(r.fault.kind if r.fault else "none" for r in requests_seen)
+        ),
+        "triggered_twice": sum(1 for n in acted.values() if n > 1),
+        "trigger_statuses": dict(Counter(triggered.values())),
         "violations": len(violations),
     }
     return violations, figures
@@ -561,8 +696,14 @@ def main(argv: list[str] | None = None) -> int:
         )
         manage("api_client", "create", "chaos", "--token", TOKEN, env=stack)
         _django_setup(env)
-        with BenchContext() as ctx:
+        with BenchContext() as ctx, contextlib.ExitStack() as stack:
             base = ctx.gunicorn(workers=2, **env)
+            chaos_receiver = stack.enter_context(
+                ChaosReceiver(Producer(base, run), random.Random(seed + 1))
+            )
+            trigger_target_create(
+                chaos_receiver.receiver.url, chaos_receiver.receiver.secret
+            )
             faults = Faults(ctx, pg, redis, env, run)
             faults.start_worker("w1")
             faults.start_worker("w2")
@@ -576,7 +717,7 @@ def main(argv: list[str] | None = None) -> int:
             injector.join()
             print("[chaos] load and faults done; waiting for recovery", flush=True)
             pending = wait_recovered(timeout=180)
-            violations, figures = check(run, planned)
+            violations, figures = check(run, planned, chaos_receiver.receiver)
             # The counts only: the details of what is stuck are in the violation.
             figures["pending_after_recovery"] = {
                 k: v

@@ -10,7 +10,8 @@ from core.admin_base import (
     text_head_annotate,
 )
 
-from .models import Build, Deployment, JobTransition, StatusSync
+from . import target_admin  # noqa: F401 - registers the deploy targets' admin
+from .models import Build, Deployment, JobTransition, StatusSync, TriggerAttempt
 
 
 class TransitionInline(
@@ -38,12 +39,34 @@ class TransitionInline(
         return text_head(obj, field="detail")
 
 
+class TriggerAttemptInline(ReadOnlyInlineMixin, admin.TabularInline):
+    """Each attempt to trigger the job downstream, as the worker recorded it."""
+
+    model = TriggerAttempt
+    fields = readonly_fields = (
+        "number",
+        "started_at",
+        "finished_at",
+        "outcome",
+        "status_code",
+        "error_class",
+        "error",
+        "duration_seconds",
+        "retry_at",
+        "target_name",
+        "url",
+        "worker",
+    )
+    ordering = ["number"]
+    verbose_name_plural = "trigger attempts"
+
+
 class JobAdmin(ReadOnlyAdminMixin, LogEntryAdminMixin, admin.ModelAdmin):
     list_select_related = ["client"]
     list_filter = ["status"]
     search_fields = ["=public_id", "=idempotency_key", "=commit_sha"]
     date_hierarchy = "created_at"
-    inlines = [TransitionInline]
+    inlines = [TransitionInline, TriggerAttemptInline]
     exclude = ["detail"]
     readonly_fields = ["detail_shown", "log_entry"]
 

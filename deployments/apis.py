@@ -19,6 +19,12 @@ from idempotency.services import OperationResult
 
 from . import selectors, services
 from .models import REPORTED_DETAIL_MAX_LENGTH, Build, Deployment, Job, JobStatus
+from .representations import (
+    BUILD_OUTPUT,
+    DEPLOYMENT_OUTPUT,
+    BuildOutputSerializer,
+    DeploymentOutputSerializer,
+)
 
 REPOSITORY_REGEX = r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+"
 COMMIT_SHA_REGEX = r"[0-9a-f]{7,40}"
@@ -30,38 +36,6 @@ IDEMPOTENCY_KEY_QUERY = OpenApiParameter(
 class LowercaseCharField(serializers.CharField):
     def to_internal_value(self, data):
         return super().to_internal_value(data).lower()
-
-
-class DeploymentOutputSerializer(serializers.Serializer):
-    deployment_id = serializers.CharField(source="public_id")
-    status = serializers.CharField()
-    idempotency_key = serializers.CharField()
-    repository = serializers.CharField()
-    commit_sha = serializers.CharField()
-    environment = serializers.CharField()
-    workflow = serializers.CharField()
-    triggered_by = serializers.CharField()
-    created_at = serializers.DateTimeField()
-    updated_at = serializers.DateTimeField()
-
-
-class BuildOutputSerializer(serializers.Serializer):
-    build_id = serializers.CharField(source="public_id")
-    status = serializers.CharField()
-    idempotency_key = serializers.CharField()
-    repository = serializers.CharField()
-    commit_sha = serializers.CharField()
-    ref = serializers.CharField()
-    workflow = serializers.CharField()
-    triggered_by = serializers.CharField()
-    created_at = serializers.DateTimeField()
-    updated_at = serializers.DateTimeField()
-
-
-# One instance each for the responses of new operations: a serializer's fields are built (deep
-# copied) per instance, which would cost more than the rendering itself.
-_DEPLOYMENT_OUTPUT = DeploymentOutputSerializer()
-_BUILD_OUTPUT = BuildOutputSerializer()
 
 
 # What every job request carries; each kind adds its own fields. (No docstring: it would
@@ -187,7 +161,7 @@ class DeploymentCollectionApi(_JobCollectionApi):
     input_serializer_class = DeploymentCreateInputSerializer
     model = Deployment
     output_serializer_class = DeploymentOutputSerializer
-    output = _DEPLOYMENT_OUTPUT
+    output = DEPLOYMENT_OUTPUT
 
 
 @extend_schema_view(get=extend_schema(responses=DeploymentOutputSerializer))
@@ -220,7 +194,7 @@ class BuildCollectionApi(_JobCollectionApi):
     input_serializer_class = BuildCreateInputSerializer
     model = Build
     output_serializer_class = BuildOutputSerializer
-    output = _BUILD_OUTPUT
+    output = BUILD_OUTPUT
 
 
 @extend_schema_view(get=extend_schema(responses=BuildOutputSerializer))

@@ -8,8 +8,12 @@ class DeploymentsConfig(AppConfig):
     def ready(self) -> None:
         from core.relay import outbox_register
 
+        from .executors import executor_settings_check
         from .outbox import JOBS_OUTBOX
 
+        # Every process refuses to start with a DEPLOY_EXECUTOR it cannot run (unknown, or
+        # http without its URL and secret), rather than failing each job later.
+        executor_settings_check()
         # New jobs reach the workers through the relay; its sweep re-publishes lost ones
         # and fails jobs whose lease ran out.
         outbox_register(JOBS_OUTBOX)

@@ -1,8 +1,22 @@
-"""The registry of deployment and build executors: ``DEPLOY_EXECUTOR`` names one.
+"""The registry of deployment and build executors (docs/http-api.md, "Executors"): a deploy
+target, or ``DEPLOY_EXECUTOR`` for the jobs no target routes, names one.
 
-An executor is a function ``(job) -> ExecutionResult`` that does the work of a claimed job
-outside any transaction. It is called at most once per job. Adding an executor is one function
-and one line here.
+An executor is one of three modes:
+
+- **run** (``simulated``): ``run(job) -> ExecutionResult`` does the work of a claimed job
+  outside any transaction, at most once per job; its result ends the job. A plain function
+  ``(job) -> ExecutionResult`` in the registry is a run executor.
+- **external**: the work is done elsewhere, and reported through ``/api/status-sync/`` or
+  GitHub's ``deployment_status`` deliveries. The worker calls nothing: the job stays
+  ``queued`` until the first report moves it.
+- **trigger** (``http``, ``github``): ``trigger(call) -> TriggerResult`` makes one attempt to
+  hand the job to the system that carries it out, always under the job's one id. The worker
+  records each attempt before it is made and its outcome after (``TriggerAttempt``),
+  retries what a retry may fix, and a 2xx moves the job to ``running``; the downstream then
+  reports its progress.
+
+Adding an executor is one class (or function) and one line in ``EXECUTORS``: deploy targets'
+choices read the registry, so no migration is needed.
 """
 
 from __future__ import annotations
@@ -10,8 +24,9 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import TYPE_CHECKING, ClassVar
 
 from django.conf import settings
 from django.utils.module_loading import import_string
@@ -20,8 +35,17 @@ if TYPE_CHECKING:
     from .models import Job
 
 EXECUTORS: dict[str, str] = {
-    "simulated": "deployments.executors.simulated_execute",
+    "simulated": "deployments.executors.SIMULATED",
+    "external": "deployments.executors.EXTERNAL",
+    "http": "deployments.triggers.HTTP",
+    "github": "deployments.github.GITHUB",
 }
+
+
+class ExecutorMode(StrEnum):
+    RUN = "run"
+    EXTERNAL = "external"
+    TRIGGER = "trigger"
 
 
 @dataclass(frozen=True)
@@ -30,13 +54,159 @@ class ExecutionResult:
     detail: str = ""
 
 
-def simulated_execute(job: Job) -> ExecutionResult:
+@dataclass(frozen=True)
+class TriggerCall:
+    """What one trigger attempt is asked to do: the job (as claimed), which attempt this is,
+    where to and with what secret (the target's, else the executor's defaults), and whether
+    an earlier attempt may have been acted on without our knowing (``look_up_first``: a
+    GitHub deployment may exist already)."""
+
+    job: Job
+    kind: str  # deployment | build
+    attempt: int
+    url: str
+    secret: str = field(repr=False)  # never in a repr, a log line or an error report
+    look_up_first: bool = False
+
+
+@dataclass(frozen=True)
+class TriggerResult:
+    """What one attempt came to, classified once (``outbound.outcome_classify``):
+    ``outcome`` is a ``TriggerAttempt.Outcome`` value."""
+
+    outcome: str
+    status_code: int | None = None
+    error_class: str = ""
+    error: str = ""
+    retry_after: float | None = None
+    url: str = ""
+    github_deployment_id: int | None = None
+    github_commit_sha: str = ""
+
+    def describe(self) -> str:
+        """One line for the job's detail (which the job's API client reads: no URL):
+        ``HTTP 503``, ``HTTP 422: <GitHub's message>``, ``ConnectError: ...``."""
+        if self.status_code is not None:
+            text = f"HTTP {self.status_code}"
+            return f"{text}: {self.error}" if self.error else text
+        if self.error_class:
+            return (
+                f"{self.error_class}: {self.error}" if self.error else self.error_class
+            )
+        return self.error or self.outcome
+
+
+class Executor:
+    """What every executor has: its registry name and its mode."""
+
+    name: str = ""
+    mode: ClassVar[ExecutorMode]
+    # The job kinds it can carry out.
+    kinds: ClassVar[frozenset[str]] = frozenset({"deployment", "build"})
+
+    def config_errors(self, *, url: str, secret: str) -> dict[str, list[str]]:
+        """What is wrong with a target's URL and secret for this executor (none: valid),
+        field by field; empty values fall back to the executor's own settings."""
+        return {}
+
+
+class RunExecutor(Executor):
+    mode = ExecutorMode.RUN
+
+    def run(self, job: Job) -> ExecutionResult:
+        raise NotImplementedError
+
+
+class ExternalExecutor(Executor):
+    """Calls nothing: another system carries the job out and reports it."""
+
+    name = "external"
+    mode = ExecutorMode.EXTERNAL
+
+
+class TriggerExecutor(Executor):
+    mode = ExecutorMode.TRIGGER
+
+    def default_url(self) -> str:
+        return ""
+
+    def default_secret(self) -> str:
+        return ""
+
+    def trigger(self, call: TriggerCall) -> TriggerResult:
+        raise NotImplementedError
+
+
+class SimulatedExecutor(RunExecutor):
     """Sleeps ``DEPLOY_SIMULATED_SECONDS`` and fails with ``DEPLOY_SIMULATED_FAILURE_RATE``."""
-    time.sleep(settings.DEPLOY_SIMULATED_SECONDS)
-    if random.random() < settings.DEPLOY_SIMULATED_FAILURE_RATE:
-        return ExecutionResult(succeeded=False, detail="simulated failure")
-    return ExecutionResult(succeeded=True, detail="simulated")
+
+    name = "simulated"
+
+    def run(self, job: Job) -> ExecutionResult:
+        time.sleep(settings.DEPLOY_SIMULATED_SECONDS)
+        if random.random() < settings.DEPLOY_SIMULATED_FAILURE_RATE:
+            return ExecutionResult(succeeded=False, detail="simulated failure")
+        return ExecutionResult(succeeded=True, detail="simulated")
 
 
-def executor_get(name: str | None = None) -> Callable[[Job], ExecutionResult]:
-    return import_string(EXECUTORS[name or settings.DEPLOY_EXECUTOR])
+class FunctionExecutor(RunExecutor):
+    """A plain function ``(job) -> ExecutionResult`` in the registry."""
+
+    def __init__(self, name: str, function: Callable[[Job], ExecutionResult]) -> None:
+        self.name = name
+        self.function = function
+
+    def run(self, job: Job) -> ExecutionResult:
+        return self.function(job)
+
+
+SIMULATED = SimulatedExecutor()
+EXTERNAL = ExternalExecutor()
+
+
+class UnknownExecutor(LookupError):
+    """A name the registry does not hold."""
+
+
+def executor_get(name: str | None = None) -> Executor:
+    """The executor ``name`` (default: ``DEPLOY_EXECUTOR``)."""
+    name = name or settings.DEPLOY_EXECUTOR
+    try:
+        path = EXECUTORS[name]
+    except KeyError:
+        raise UnknownExecutor(
+            f"no executor {name!r} (known: {sorted(EXECUTORS)})"
+        ) from None
+    found = import_string(path)
+    if isinstance(found, Executor):
+        return found
+    if callable(found):
+        return FunctionExecutor(name, found)
+    raise TypeError(f"{path} is not an executor")
+
+
+def executor_names() -> list[str]:
+    return list(EXECUTORS)
+
+
+def executor_choices() -> list[tuple[str, str]]:
+    """A deploy target's ``executor`` choices: the registry's names."""
+    return [(name, name) for name in EXECUTORS]
+
+
+def executor_settings_check() -> None:
+    """Raises ``ImproperlyConfigured`` when ``DEPLOY_EXECUTOR`` names no executor, or one
+    whose own settings are missing or invalid (``http`` without ``DEPLOY_HTTP_URL`` and a
+    ``whsec_`` ``DEPLOY_HTTP_SECRET``, ``github`` without ``GITHUB_TOKEN``)."""
+    from django.core.exceptions import ImproperlyConfigured
+
+    try:
+        executor = executor_get(settings.DEPLOY_EXECUTOR)
+    except UnknownExecutor as exc:
+        raise ImproperlyConfigured(f"DEPLOY_EXECUTOR: {exc}") from None
+    errors = executor.config_errors(url="", secret="")
+    if errors:
+        problems = "; ".join(" ".join(messages) for messages in errors.values())
+        raise ImproperlyConfigured(
+            f"DEPLOY_EXECUTOR={executor.name} cannot run: {problems}"
+        )

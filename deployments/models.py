@@ -1,10 +1,22 @@
+from __future__ import annotations
+
+import hashlib
 import secrets
+from typing import Any
 
 from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
-from core.models import ApiClient, BaseModel, log_ticket_field, log_ticket_indexes
+from core.models import (
+    ApiClient,
+    AppendOnlyError,
+    BaseModel,
+    log_ticket_field,
+    log_ticket_indexes,
+)
+
+from .executors import executor_choices
 
 
 class JobStatus(models.TextChoices):
@@ -21,16 +33,117 @@ TERMINAL_JOB_STATUSES = frozenset({JobStatus.SUCCEEDED, JobStatus.FAILED})
 REPORTED_DETAIL_MAX_LENGTH = 1000
 
 
+class TriggerPhase(models.TextChoices):
+    """Where a job run by a trigger executor (``http``, ``github``) stands, so that recovery
+    knows what it may repeat (docs/architecture.md, "A deployment or build job")."""
+
+    NONE = "", "-"
+    # An attempt is open: its request may have left. Only the same id may be sent again.
+    SENT = "trigger_sent", "trigger sent"
+    # The last attempt failed in a way a retry may fix; the retry is due at next_attempt_at.
+    RETRY_WAIT = "retry_wait", "waiting for a retry"
+    # The downstream accepted the job (a 2xx; a GitHub deployment exists): never sent again.
+    TRIGGERED = "triggered", "triggered"
+    # Refused, or unreachable on every attempt: the job failed.
+    GAVE_UP = "gave_up", "gave up"
+
+
 def public_id_generate(prefix: str) -> str:
     return f"{prefix}_{secrets.token_hex(12)}"
+
+
+def secret_fingerprint(secret: str) -> str:
+    """What the admin shows of a secret it never shows: enough to tell two apart."""
+    if not secret:
+        return ""
+    return "sha256:" + hashlib.sha256(secret.encode()).hexdigest()[:12]
+
+
+class DeployTarget(models.Model):
+    """Where matching jobs go (docs/http-api.md, "Executors"): an executor with its URL and
+    secret, for the jobs whose repository and environment match its patterns. Jobs no
+    enabled target matches use ``DEPLOY_EXECUTOR``. Operators create and change targets in
+    the admin; each change is an operator action. Never deleted (disable one instead): the
+    jobs it routed name it."""
+
+    class AppliesTo(models.TextChoices):
+        ALL = "", "deployments and builds"
+        DEPLOYMENTS = "deployments", "deployments only"
+        BUILDS = "builds", "builds only"
+
+    name = models.SlugField(max_length=64)
+    repository_pattern = models.CharField(
+        max_length=200,
+        default="*",
+        help_text="A glob over owner/name, compared lower-cased: acme/*, acme/shop.",
+    )
+    environment_pattern = models.CharField(
+        max_length=64,
+        default="*",
+        help_text="A glob over the deployment's environment: prod*, staging. Builds have "
+        "none: a target routes builds only with *.",
+    )
+    applies_to = models.CharField(
+        max_length=16, choices=AppliesTo.choices, blank=True, default=AppliesTo.ALL
+    )
+    priority = models.PositiveSmallIntegerField(
+        default=100, help_text="Of several matching targets, the lowest number wins."
+    )
+    # From the registry: a new executor needs no migration.
+    executor = models.CharField(max_length=32, choices=executor_choices)
+    url = models.URLField(
+        max_length=500,
+        blank=True,
+        default="",
+        help_text="http: the receiver's URL. github: the API's URL (empty: GITHUB_API_URL).",
+    )
+    # Write-only in the admin (shown as its fingerprint); needed in clear to sign and call.
+    secret = models.CharField(max_length=255, blank=True, default="")
+    is_enabled = models.BooleanField(default=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["name"], name="deployments_target_name_uniq"
+            ),
+        ]
+        ordering = ["priority", "id"]
+        permissions = [("test_deploytarget", "Can send a test trigger to a target")]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def secret_fingerprint(self) -> str:
+        return secret_fingerprint(self.secret)
+
+    def settings_snapshot(self) -> dict[str, Any]:
+        """What an operator action records of the target: its settings, the secret only as
+        its fingerprint."""
+        return {
+            "name": self.name,
+            "repository_pattern": self.repository_pattern,
+            "environment_pattern": self.environment_pattern,
+            "applies_to": self.applies_to,
+            "priority": self.priority,
+            "executor": self.executor,
+            "url": self.url,
+            "secret": self.secret_fingerprint,
+            "is_enabled": self.is_enabled,
+        }
 
 
 class Job(BaseModel):
     """What deployments and builds share: the triggering client and key, the status lifecycle
     driven by the worker (and by external reports), and the executor guard.
 
-    ``executor_started_at`` is set in the committed transition that claims the job, before the
-    executor runs: a job with it set is never handed to an executor again."""
+    ``executor_started_at`` is set in the committed transaction that claims the job, before
+    the executor runs, with the executor the claim chose (a deploy target's, or
+    ``DEPLOY_EXECUTOR``): a job with it set is never claimed again. A ``simulated`` job's
+    executor is never run a second time; an ``http`` or ``github`` job is triggered again only
+    under its one id, while ``trigger_phase`` says it may be (docs/architecture.md)."""
 
     public_id_prefix = ""
     # The request fields of its kind beyond those every job has (``services.job_new``).
@@ -52,8 +165,9 @@ class Job(BaseModel):
     # When the current status was reported or reached: external reports older than this are
     # not applied.
     status_changed_at = models.DateTimeField(default=timezone.now)
-    # When a run message was last published for the job; null while it waits for its first
-    # (the relay's claim, through the partial "outbox" index).
+    # When a run message was last published for the job; null while it waits for one: its
+    # first (the relay's claim, through the partial "outbox" index) or a trigger retry's, once
+    # due (through the partial "retry" index on next_attempt_at).
     last_dispatched_at = models.DateTimeField(null=True, blank=True)
     executor_started_at = models.DateTimeField(null=True, blank=True)
     executor_finished_at = models.DateTimeField(null=True, blank=True)
@@ -61,6 +175,25 @@ class Job(BaseModel):
     lease_expires_at = models.DateTimeField(null=True, blank=True)
     detail = models.TextField(blank=True, default="")
     log_ticket = log_ticket_field()
+    # The executor the claim chose, and the deploy target that chose it (none: the default).
+    executor = models.CharField(max_length=32, blank=True, default="")
+    target = models.ForeignKey(
+        DeployTarget,
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="+",
+        db_index=False,
+    )
+    trigger_phase = models.CharField(
+        max_length=16,
+        choices=TriggerPhase.choices,
+        blank=True,
+        default=TriggerPhase.NONE,
+    )
+    trigger_attempt_count = models.PositiveIntegerField(default=0)
+    # When the next trigger attempt is due (RETRY_WAIT).
+    next_attempt_at = models.DateTimeField(null=True, blank=True)
 
     # Declared on the abstract model, so that code written for any kind of job can query it.
     objects = models.Manager()
@@ -87,6 +220,12 @@ class Deployment(Job):
     environment = models.CharField(max_length=64)
     # The highest GitHub deployment_status id applied; lower or equal ids are out of order.
     last_github_status_id = models.BigIntegerField(null=True, blank=True)
+    # The GitHub deployment that carries this job (the github executor created it, or a
+    # status delivery named this job in its payload): its statuses match it exactly.
+    github_deployment_id = models.BigIntegerField(null=True, blank=True)
+    # The full commit GitHub reported for it: a short commit_sha then matches that commit
+    # only, not any other with the same prefix.
+    github_commit_sha = models.CharField(max_length=40, blank=True, default="")
 
     class Meta:
         constraints = [
@@ -110,11 +249,29 @@ class Deployment(Job):
             models.Index(
                 fields=["id"],
                 name="deployments_dep_outbox_idx",
-                condition=Q(status="queued", last_dispatched_at__isnull=True),
+                condition=Q(
+                    status="queued",
+                    last_dispatched_at__isnull=True,
+                    executor_started_at__isnull=True,
+                ),
+            ),
+            models.Index(
+                fields=["next_attempt_at"],
+                name="deployments_dep_retry_idx",
+                condition=Q(
+                    status="queued",
+                    last_dispatched_at__isnull=True,
+                    next_attempt_at__isnull=False,
+                ),
             ),
             models.Index(
                 fields=["repository", "environment", "-id"],
                 name="deployments_dep_github_idx",
+            ),
+            models.Index(
+                fields=["github_deployment_id"],
+                name="deployments_dep_github_id_idx",
+                condition=Q(github_deployment_id__isnull=False),
             ),
             models.Index(
                 fields=["status", "-created_at"], name="deployments_dep_status_idx"
@@ -154,7 +311,20 @@ class Build(Job):
             models.Index(
                 fields=["id"],
                 name="deployments_bld_outbox_idx",
-                condition=Q(status="queued", last_dispatched_at__isnull=True),
+                condition=Q(
+                    status="queued",
+                    last_dispatched_at__isnull=True,
+                    executor_started_at__isnull=True,
+                ),
+            ),
+            models.Index(
+                fields=["next_attempt_at"],
+                name="deployments_bld_retry_idx",
+                condition=Q(
+                    status="queued",
+                    last_dispatched_at__isnull=True,
+                    next_attempt_at__isnull=False,
+                ),
             ),
             models.Index(
                 fields=["status", "-created_at"], name="deployments_bld_status_idx"
@@ -257,3 +427,99 @@ class StatusSync(BaseModel):
         if not self.public_id:
             self.public_id = public_id_generate("ss")
         super().save(*args, **kwargs)
+
+
+class TriggerAttemptQuerySet(models.QuerySet):
+    """Attempts are a ledger: rows are added, and an open attempt is closed once
+    (``close``); nothing else updates or deletes them."""
+
+    def update(self, **kwargs):
+        raise AppendOnlyError("TriggerAttempt rows are append-only")
+
+    def delete(self):
+        raise AppendOnlyError("TriggerAttempt rows are append-only")
+
+    def close(self, **outcome: Any) -> int:
+        """Closes the attempts of this queryset that are still open with ``outcome`` (its
+        ``finished_at`` among it); returns how many. A closed attempt is never changed."""
+        return models.QuerySet.update(self.filter(finished_at__isnull=True), **outcome)
+
+
+class TriggerAttempt(models.Model):
+    """One attempt to trigger a job downstream (append-only): opened and committed before
+    the request leaves, closed once with what came back. Its fields never change once it is
+    closed."""
+
+    class Outcome(models.TextChoices):
+        STARTED = "started"  # open: no outcome recorded yet
+        DELIVERED = "delivered"  # 2xx (a GitHub deployment exists)
+        TRANSIENT = "transient"  # not acted on, a retry may help: refused, 429, 503...
+        AMBIGUOUS = (
+            "ambiguous"  # may have been acted on: timeout, connection dropped, 5xx
+        )
+        REJECTED = "rejected"  # a permanent refusal (4xx): the job fails
+        LOST = "lost"  # no outcome within the lease: the worker was lost mid-attempt
+
+    deployment = models.ForeignKey(
+        Deployment,
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="trigger_attempts",
+    )
+    build = models.ForeignKey(
+        Build,
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="trigger_attempts",
+    )
+    number = models.PositiveIntegerField()
+    executor = models.CharField(max_length=32)
+    target_name = models.CharField(max_length=64, blank=True, default="")
+    # What was called (no credentials): the receiver's URL, GitHub's API URL.
+    url = models.CharField(max_length=500, blank=True, default="")
+    started_at = models.DateTimeField(default=timezone.now)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    outcome = models.CharField(
+        max_length=16, choices=Outcome.choices, default=Outcome.STARTED
+    )
+    status_code = models.PositiveSmallIntegerField(null=True, blank=True)
+    error_class = models.CharField(max_length=100, blank=True, default="")
+    # A short reason, never a response body.
+    error = models.CharField(max_length=500, blank=True, default="")
+    duration_seconds = models.FloatField(null=True, blank=True)
+    retry_at = models.DateTimeField(null=True, blank=True)
+    worker = models.CharField(max_length=255, blank=True, default="")
+
+    objects = TriggerAttemptQuerySet.as_manager()
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(deployment__isnull=False, build__isnull=True)
+                | Q(deployment__isnull=True, build__isnull=False),
+                name="deployments_attempt_one_target",
+            ),
+            models.UniqueConstraint(
+                fields=["deployment", "number"],
+                name="deployments_attempt_dep_number_uniq",
+                condition=Q(deployment__isnull=False),
+            ),
+            models.UniqueConstraint(
+                fields=["build", "number"],
+                name="deployments_attempt_bld_number_uniq",
+                condition=Q(build__isnull=False),
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"attempt {self.number}: {self.outcome}"
+
+    def save(self, *args, **kwargs):
+        if not self._state.adding:
+            raise AppendOnlyError("TriggerAttempt rows are append-only")
+        super().save(*args, **kwargs)
+
+    def delete(self, *args, **kwargs):
+        raise AppendOnlyError("TriggerAttempt rows are append-only")

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from fnmatch import fnmatchcase
+
 from django.db.models import OuterRef, QuerySet, Subquery
 
 from core.models import ApiClient
 from idempotency.keys import idempotency_key_is_well_formed
 
-from .models import Job
+from .models import DeployTarget, Job
 
 
 def job_get(*, model: type[Job], client: ApiClient, public_id: str) -> Job | None:
@@ -31,3 +33,32 @@ def job_list_by_key(
         .values("pk")[:1]
     )
     return jobs.filter(idempotency_key=idempotency_key, pk=Subquery(latest))
+
+
+def deploy_target_for(
+    *, kind: str, repository: str, environment: str = ""
+) -> DeployTarget | None:
+    """The deploy target of a job: the first enabled one (lowest ``priority``, then oldest)
+    whose repository glob matches the job's repository (lower-cased) and whose environment
+    glob matches its environment (a build has none: only ``*`` routes builds). ``None``: the
+    job goes to ``DEPLOY_EXECUTOR``. Targets are few; one read of the enabled ones."""
+    skip = (
+        DeployTarget.AppliesTo.BUILDS
+        if kind == "deployment"
+        else DeployTarget.AppliesTo.DEPLOYMENTS
+    )
+    repository = repository.lower()
+    targets = (
+        DeployTarget.objects.filter(is_enabled=True)
+        .exclude(applies_to=skip)
+        .order_by("priority", "id")
+    )
+    for target in targets:
+        if not fnmatchcase(repository, target.repository_pattern.lower()):
+            continue
+        if kind == "deployment":
+            if fnmatchcase(environment, target.environment_pattern):
+                return target
+        elif target.environment_pattern == "*":
+            return target
+    return None

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from urllib.parse import urlsplit, urlunsplit
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import CharField, F, Value
+from django.db.models import CharField, F, QuerySet, Value
 from django.utils import timezone
 
+from core.backoff import full_jitter_delay
 from core.errors import NotFound
 from core.models import ApiClient
 from idempotency.services import (
@@ -18,17 +21,32 @@ from idempotency.services import (
     idempotency_record_resolve,
 )
 
-from .executors import ExecutionResult, executor_get
+from . import metrics
+from .executors import (
+    ExecutionResult,
+    Executor,
+    RunExecutor,
+    TriggerCall,
+    TriggerExecutor,
+    TriggerResult,
+    UnknownExecutor,
+    executor_get,
+)
 from .models import (
     TERMINAL_JOB_STATUSES,
     Build,
     Deployment,
+    DeployTarget,
     Job,
     JobStatus,
     JobTransition,
     StatusSync,
+    TriggerAttempt,
+    TriggerPhase,
     public_id_generate,
 )
+from .outbound import outcome_classify
+from .selectors import deploy_target_for
 
 logger = logging.getLogger(__name__)
 
@@ -119,11 +137,14 @@ def job_status_set(
     A job that is, or is reported, ``running`` holds a lease of
     ``DEPLOY_RUNNING_LEASE_SECONDS`` from now (each running report renews it; it never
     shrinks): if neither its worker nor its reporter says more by then, the sweep fails it.
-    Its key's progress deadline is that lease."""
+    Its key's progress deadline is that lease.
+
+    ``detail`` is the reason of the latest transition (``""`` when it gave none); a report
+    that changes nothing keeps the reason of the change it repeats unless it gives one."""
     previous = job.status
     job.status = status
     job.status_changed_at = at
-    if detail:
+    if detail or previous != status:
         job.detail = detail
     update_fields = ["status", "status_changed_at", "detail", "updated_at"]
     if status == JobStatus.RUNNING:
@@ -174,7 +195,7 @@ def _job_locked(*, kind: str, public_id: str) -> Job | None:
 def _worker_lost_fail(*, job: Job, actor: str, now: datetime) -> None:
     if job.executor_started_at is None or job.executor_finished_at is not None:
         # Reported running by an external system (never run by a worker of ours, or reported
-        # running again after our worker's result).
+        # running again after our worker's result or trigger).
         detail = (
             "report_lost: reported running, but no further report came within the lease"
         )
@@ -183,39 +204,156 @@ def _worker_lost_fail(*, job: Job, actor: str, now: datetime) -> None:
     job_status_set(job=job, status=JobStatus.FAILED, at=now, actor=actor, detail=detail)
 
 
-def job_run(*, kind: str, public_id: str, worker: str) -> str:
-    """Runs one job's executor, at most once per job, whatever the message deliveries.
+@dataclass(frozen=True)
+class Route:
+    """Which executor carries a job out, and the deploy target that says so (``None``: no
+    target matched, ``DEPLOY_EXECUTOR``)."""
 
-    The claim (``queued -> running`` with ``executor_started_at``) commits before the executor
-    starts. A delivery that finds the executor already started does not run it again: if the
-    claim's lease has expired the worker that held it is taken as lost and the job is failed
-    (``worker_lost``; an external status-sync may still report the real outcome), otherwise the
-    delivery is a duplicate of a job that is running elsewhere and does nothing."""
+    executor: str
+    target: DeployTarget | None
+
+
+def job_route(*, job: Job) -> Route:
+    """The executor of a job about to be claimed: its deploy target's, else
+    ``DEPLOY_EXECUTOR`` (``selectors.deploy_target_for``)."""
+    target = deploy_target_for(
+        kind=job_kind(job),
+        repository=job.repository,
+        environment=getattr(job, "environment", ""),
+    )
+    executor = target.executor if target is not None else settings.DEPLOY_EXECUTOR
+    return Route(executor=executor, target=target)
+
+
+@dataclass(frozen=True)
+class _OpenAttempt:
+    """An attempt committed before its request leaves, and what it is to send."""
+
+    attempt: TriggerAttempt
+    call: TriggerCall
+
+
+def job_run(*, kind: str, public_id: str, worker: str) -> str:
+    """Carries out one job, however often its message is delivered (docs/architecture.md,
+    "A deployment or build job").
+
+    The first delivery claims the job (``executor_started_at``, the executor its deploy
+    target or ``DEPLOY_EXECUTOR`` names) in a committed transaction, then:
+
+    - a run executor (``simulated``) runs at most once per job: ``queued -> running``, the
+      executor, then its result. A later delivery never runs it again: if the claim's lease
+      has expired the worker that held it is taken as lost and the job is failed
+      (``worker_lost``; an external status-sync may still report the real outcome),
+      otherwise the delivery is a duplicate of a job that is running elsewhere;
+    - ``external`` calls nothing: the job stays ``queued`` until a report moves it;
+    - a trigger executor (``http``, ``github``) makes one attempt, recorded as an open
+      ``TriggerAttempt`` and committed before the request leaves, then closed with its
+      outcome: a 2xx moves the job to ``running``; what a retry may fix waits for its
+      retry (the relay publishes the job again when it is due: no worker waits); a
+      permanent refusal or the last attempt fails the job. A delivery while an attempt is
+      open within its lease does nothing; once the lease is over, that attempt is closed as
+      ``lost`` and the job is triggered again under the same id. Returns what happened."""
     now = timezone.now()
     with transaction.atomic():
         job = _job_locked(kind=kind, public_id=public_id)
         if job is None:
             return "missing"
-        if job.executor_started_at is not None:
-            if (
-                job.status == JobStatus.RUNNING
-                and job.lease_expires_at is not None
-                and job.lease_expires_at <= now
-                and job.executor_finished_at is None
-            ):
-                _worker_lost_fail(job=job, actor=worker, now=now)
-                return "worker_lost"
-            return "already_started"
-        if job.status != JobStatus.QUEUED:
-            return "not_queued"  # an external report moved it on before any worker
-        job.executor_started_at = now
-        job.claimed_by = worker[:255]
-        job.save(update_fields=["executor_started_at", "claimed_by"])
-        # Running: the job's lease starts, and its key's deadline moves to it.
-        job_status_set(job=job, status=JobStatus.RUNNING, at=now, actor=worker)
+        if job.executor_started_at is None:
+            if job.status != JobStatus.QUEUED:
+                return "not_queued"  # an external report moved it on before any worker
+            route = job_route(job=job)
+            _job_claim(job=job, route=route, worker=worker, now=now)
+            try:
+                executor = executor_get(route.executor)
+            except UnknownExecutor as exc:
+                job_status_set(
+                    job=job,
+                    status=JobStatus.FAILED,
+                    at=now,
+                    actor=worker,
+                    detail=f"executor_unknown: {exc}",
+                )
+                return "failed"
+            if isinstance(executor, TriggerExecutor):
+                opened = _trigger_attempt_open(
+                    job=job, kind=kind, executor=executor, now=now, worker=worker
+                )
+            elif isinstance(executor, RunExecutor):
+                # Running: the job's lease starts, and its key's deadline moves to it.
+                job_status_set(job=job, status=JobStatus.RUNNING, at=now, actor=worker)
+            else:
+                _external_wait(job=job, now=now)
+                return "external"
+        else:
+            claimed = _claimed_executor(job)
+            if claimed is None or isinstance(claimed, RunExecutor):
+                return _run_redelivered(job=job, now=now, worker=worker)
+            if not isinstance(claimed, TriggerExecutor):
+                return "external"
+            executor = claimed
+            step = _trigger_resume(
+                job=job, kind=kind, executor=executor, now=now, worker=worker
+            )
+            if isinstance(step, str):
+                return step
+            opened = step
+    if isinstance(executor, RunExecutor):
+        return _job_execute(
+            kind=kind, public_id=public_id, job=job, executor=executor, worker=worker
+        )
+    assert isinstance(executor, TriggerExecutor)  # external ones returned above
+    return _trigger_attempt_make(
+        kind=kind, public_id=public_id, opened=opened, executor=executor, worker=worker
+    )
 
+
+def _job_claim(*, job: Job, route: Route, worker: str, now: datetime) -> None:
+    job.executor_started_at = now
+    job.claimed_by = worker[:255]
+    job.executor = route.executor[:32]
+    job.target = route.target
+    job.save(update_fields=["executor_started_at", "claimed_by", "executor", "target"])
+
+
+def _claimed_executor(job: Job) -> Executor | None:
+    """The executor the job was claimed with; ``None`` for a job claimed before executors
+    were recorded (a run executor's rules apply) or by one no longer installed."""
+    if not job.executor:
+        return None
     try:
-        result = executor_get()(job)
+        return executor_get(job.executor)
+    except UnknownExecutor:
+        return None
+
+
+def _run_redelivered(*, job: Job, now: datetime, worker: str) -> str:
+    if (
+        job.status == JobStatus.RUNNING
+        and job.lease_expires_at is not None
+        and job.lease_expires_at <= now
+        and job.executor_finished_at is None
+    ):
+        _worker_lost_fail(job=job, actor=worker, now=now)
+        return "worker_lost"
+    return "already_started"
+
+
+def _external_wait(*, job: Job, now: datetime) -> None:
+    """An ``external`` job waits for its first report: its key counts as stuck if none
+    came within ``DEPLOY_RUNNING_LEASE_SECONDS``."""
+    idempotency_record_progress_deadline_set(
+        operation_type=OPERATION_TYPES[job_kind(job)],
+        resource_id=job.public_id,
+        deadline=now + timedelta(seconds=settings.DEPLOY_RUNNING_LEASE_SECONDS),
+    )
+    logger.info("job.external", extra={"job_id": job.public_id})
+
+
+def _job_execute(
+    *, kind: str, public_id: str, job: Job, executor: RunExecutor, worker: str
+) -> str:
+    try:
+        result = executor.run(job)
     except Exception as exc:  # the executor's failure is the job's failure
         logger.exception("job.executor_error", extra={"job_id": public_id})
         result = ExecutionResult(succeeded=False, detail=f"executor error: {exc!r}")
@@ -223,17 +361,300 @@ def job_run(*, kind: str, public_id: str, worker: str) -> str:
     finished = timezone.now()
     status = JobStatus.SUCCEEDED if result.succeeded else JobStatus.FAILED
     with transaction.atomic():
-        job = _job_locked(kind=kind, public_id=public_id)
-        if job is None:  # gone while the executor ran
+        locked = _job_locked(kind=kind, public_id=public_id)
+        if locked is None:  # gone while the executor ran
             return "missing"
-        job.executor_finished_at = finished
-        job.save(update_fields=["executor_finished_at"])
-        if not report_applies(job=job, status=status, at=finished):
+        locked.executor_finished_at = finished
+        locked.save(update_fields=["executor_finished_at"])
+        if not report_applies(job=locked, status=status, at=finished):
             return "superseded"
         job_status_set(
-            job=job, status=status, at=finished, actor=worker, detail=result.detail
+            job=locked, status=status, at=finished, actor=worker, detail=result.detail
         )
     return status
+
+
+# --- trigger executors -------------------------------------------------------------------
+
+Outcome = TriggerAttempt.Outcome
+# What a retry may fix; after an ambiguous or lost attempt the downstream may hold the job.
+RETRYABLE_OUTCOMES = frozenset({Outcome.TRANSIENT, Outcome.AMBIGUOUS, Outcome.LOST})
+LOOK_UP_AFTER = frozenset({Outcome.AMBIGUOUS, Outcome.LOST})
+_TRIGGER_FIELDS = [
+    "trigger_phase",
+    "trigger_attempt_count",
+    "next_attempt_at",
+    "lease_expires_at",
+    "last_dispatched_at",
+    "executor_finished_at",
+]
+
+
+def trigger_retry_delay(*, attempt: int, retry_after: float | None = None) -> float:
+    """Seconds before the attempt after ``attempt``: the receiver's ``Retry-After`` when it
+    gave one, else exponential backoff with full jitter from
+    ``DEPLOY_TRIGGER_RETRY_BASE_SECONDS``; at most ``DEPLOY_TRIGGER_RETRY_MAX_SECONDS``."""
+    ceiling = float(settings.DEPLOY_TRIGGER_RETRY_MAX_SECONDS)
+    if retry_after is not None:
+        return min(max(float(retry_after), 0.0), ceiling)
+    return full_jitter_delay(
+        attempt=attempt,
+        base=settings.DEPLOY_TRIGGER_RETRY_BASE_SECONDS,
+        ceiling=ceiling,
+    )
+
+
+def url_shown(url: str) -> str:
+    """A URL as attempts, logs and the admin's lists show it: no user info, no query (a
+    Jenkins token, say), no fragment."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if parts.port:
+        host = f"{host}:{parts.port}"
+    return urlunsplit((parts.scheme, host, parts.path, "", ""))[:500]
+
+
+def _attempts_of(job: Job) -> QuerySet[TriggerAttempt]:
+    return TriggerAttempt.objects.filter(**{job_kind(job): job})
+
+
+def _trigger_attempt_open(
+    *, job: Job, kind: str, executor: TriggerExecutor, now: datetime, worker: str
+) -> _OpenAttempt:
+    """The next attempt, recorded before its request leaves (the caller commits it): the
+    job is ``trigger_sent`` with a lease of ``DEPLOY_RUNNING_LEASE_SECONDS``."""
+    number = job.trigger_attempt_count + 1
+    target = job.target
+    url = (target.url if target is not None else "") or executor.default_url()
+    secret = (target.secret if target is not None else "") or executor.default_secret()
+    look_up_first = (
+        number > 1 and _attempts_of(job).filter(outcome__in=LOOK_UP_AFTER).exists()
+    )
+    attempt = TriggerAttempt.objects.create(
+        number=number,
+        executor=executor.name,
+        target_name=target.name if target is not None else "",
+        url=url_shown(url),
+        started_at=now,
+        worker=worker[:255],
+        **{kind: job},
+    )
+    lease = now + timedelta(seconds=settings.DEPLOY_RUNNING_LEASE_SECONDS)
+    job.trigger_attempt_count = number
+    job.trigger_phase = TriggerPhase.SENT
+    job.next_attempt_at = None
+    job.lease_expires_at = lease
+    job.save(update_fields=_TRIGGER_FIELDS)
+    idempotency_record_progress_deadline_set(
+        operation_type=OPERATION_TYPES[kind], resource_id=job.public_id, deadline=lease
+    )
+    call = TriggerCall(
+        job=job,
+        kind=kind,
+        attempt=number,
+        url=url,
+        secret=secret,
+        look_up_first=look_up_first,
+    )
+    return _OpenAttempt(attempt=attempt, call=call)
+
+
+def _trigger_resume(
+    *, job: Job, kind: str, executor: TriggerExecutor, now: datetime, worker: str
+) -> _OpenAttempt | str:
+    """A later delivery of a claimed trigger job: the next attempt, or why there is none."""
+    if job.status != JobStatus.QUEUED:
+        return "not_queued"
+    if job.trigger_phase not in (TriggerPhase.SENT, TriggerPhase.RETRY_WAIT):
+        return "already_triggered"
+    open_attempt = _attempts_of(job).filter(finished_at__isnull=True).first()
+    if open_attempt is not None:
+        if job.lease_expires_at is not None and job.lease_expires_at > now:
+            return "already_started"  # its worker is at it
+        TriggerAttempt.objects.filter(pk=open_attempt.pk).close(
+            finished_at=now,
+            outcome=Outcome.LOST,
+            error="no outcome within the lease: the worker was lost mid-attempt",
+            duration_seconds=(now - open_attempt.started_at).total_seconds(),
+        )
+        transaction.on_commit(
+            lambda: metrics.TRIGGER_ATTEMPTS.labels(executor.name, Outcome.LOST).inc()
+        )
+        logger.warning(
+            "job.trigger_lost",
+            extra={"job_id": job.public_id, "attempt": open_attempt.number},
+        )
+        if open_attempt.number >= settings.DEPLOY_TRIGGER_MAX_ATTEMPTS:
+            _trigger_give_up(
+                job=job,
+                at=now,
+                actor=worker,
+                detail=f"trigger_unreachable: {open_attempt.number} attempts, the last "
+                "lost with its worker",
+            )
+            return "failed"
+    elif job.next_attempt_at is not None and job.next_attempt_at > now:
+        return "not_due"  # an early copy of a message; the relay publishes it when due
+    return _trigger_attempt_open(
+        job=job, kind=kind, executor=executor, now=now, worker=worker
+    )
+
+
+def _trigger_attempt_make(
+    *,
+    kind: str,
+    public_id: str,
+    opened: _OpenAttempt,
+    executor: TriggerExecutor,
+    worker: str,
+) -> str:
+    """The call, outside any transaction, then its outcome recorded."""
+    started = time.monotonic()
+    try:
+        result = executor.trigger(opened.call)
+    except Exception as exc:  # a failure of the executor itself is classified too
+        logger.exception("job.trigger_error", extra={"job_id": public_id})
+        classified = outcome_classify(error=exc)
+        result = TriggerResult(
+            outcome=classified.outcome,
+            error_class=classified.error_class,
+            error=classified.error,
+        )
+    duration = time.monotonic() - started
+    metrics.TRIGGER_ATTEMPTS.labels(executor.name, result.outcome).inc()
+    metrics.TRIGGER_DURATION.labels(executor.name).observe(duration)
+    logger.info(
+        "job.trigger_attempt",
+        extra={
+            "job_id": public_id,
+            "attempt": opened.attempt.number,
+            "executor": executor.name,
+            "outcome": result.outcome,
+            "status_code": result.status_code,
+            "error_class": result.error_class,
+            "duration_seconds": round(duration, 4),
+        },
+    )
+    return _trigger_outcome_record(
+        kind=kind,
+        public_id=public_id,
+        attempt=opened.attempt,
+        result=result,
+        duration=duration,
+        actor=worker,
+    )
+
+
+def _trigger_outcome_record(
+    *,
+    kind: str,
+    public_id: str,
+    attempt: TriggerAttempt,
+    result: TriggerResult,
+    duration: float,
+    actor: str,
+) -> str:
+    """Closes the attempt with its outcome and moves the job on, under its row lock. An
+    attempt already closed (its lease ran out and another delivery took over) records
+    nothing: that delivery's attempt decides."""
+    finished = timezone.now()
+    retry_at = None
+    if (
+        result.outcome in RETRYABLE_OUTCOMES
+        and attempt.number < settings.DEPLOY_TRIGGER_MAX_ATTEMPTS
+    ):
+        delay = trigger_retry_delay(
+            attempt=attempt.number, retry_after=result.retry_after
+        )
+        retry_at = finished + timedelta(seconds=delay)
+    with transaction.atomic():
+        job = _job_locked(kind=kind, public_id=public_id)
+        assert job is not None
+        closed = TriggerAttempt.objects.filter(pk=attempt.pk).close(
+            finished_at=finished,
+            outcome=result.outcome,
+            status_code=result.status_code,
+            error_class=result.error_class[:100],
+            error=result.error[:500],
+            duration_seconds=duration,
+            retry_at=retry_at,
+            url=url_shown(result.url) if result.url else attempt.url,
+        )
+        if not closed:
+            return "superseded"
+        if result.outcome == Outcome.DELIVERED:
+            return _trigger_delivered(job=job, result=result, at=finished, actor=actor)
+        if job.status != JobStatus.QUEUED:
+            # A report moved the job on meanwhile: whoever carries it out has it.
+            job.trigger_phase = TriggerPhase.TRIGGERED
+            job.next_attempt_at = None
+            job.save(update_fields=_TRIGGER_FIELDS)
+            return "superseded"
+        if result.outcome == Outcome.REJECTED:
+            _trigger_give_up(
+                job=job,
+                at=finished,
+                actor=actor,
+                detail=f"trigger_rejected: {result.describe()}",
+            )
+            return "failed"
+        if retry_at is None:
+            _trigger_give_up(
+                job=job,
+                at=finished,
+                actor=actor,
+                detail=f"trigger_unreachable: {attempt.number} attempts, the last: "
+                f"{result.describe()}",
+            )
+            return "failed"
+        # Waits for its retry in the database: out of the message's way, into the partial
+        # retry index; the relay publishes it once due.
+        job.trigger_phase = TriggerPhase.RETRY_WAIT
+        job.next_attempt_at = retry_at
+        job.last_dispatched_at = None
+        job.lease_expires_at = None
+        job.save(update_fields=_TRIGGER_FIELDS)
+        idempotency_record_progress_deadline_set(
+            operation_type=OPERATION_TYPES[kind],
+            resource_id=job.public_id,
+            deadline=retry_at
+            + timedelta(seconds=settings.DEPLOY_RUNNING_LEASE_SECONDS),
+        )
+    return "retry_scheduled"
+
+
+def _trigger_delivered(
+    *, job: Job, result: TriggerResult, at: datetime, actor: str
+) -> str:
+    job.trigger_phase = TriggerPhase.TRIGGERED
+    job.next_attempt_at = None
+    job.executor_finished_at = at
+    fields = list(_TRIGGER_FIELDS)
+    if isinstance(job, Deployment) and result.github_deployment_id is not None:
+        job.github_deployment_id = result.github_deployment_id
+        job.github_commit_sha = result.github_commit_sha or job.github_commit_sha
+        fields += ["github_deployment_id", "github_commit_sha"]
+    job.save(update_fields=fields)
+    if job.status == JobStatus.QUEUED and report_applies(
+        job=job, status=JobStatus.RUNNING, at=at
+    ):
+        job_status_set(
+            job=job,
+            status=JobStatus.RUNNING,
+            at=at,
+            actor=actor,
+            detail=f"triggered: {result.describe()}",
+        )
+    return "triggered"
+
+
+def _trigger_give_up(*, job: Job, at: datetime, actor: str, detail: str) -> None:
+    job.trigger_phase = TriggerPhase.GAVE_UP
+    job.next_attempt_at = None
+    job.lease_expires_at = None
+    job.executor_finished_at = at
+    job.save(update_fields=_TRIGGER_FIELDS)
+    job_status_set(job=job, status=JobStatus.FAILED, at=at, actor=actor, detail=detail)
 
 
 def jobs_lost_fail(*, batch_size: int = 500) -> int:
@@ -300,6 +721,62 @@ class StatusReportOutcome:
     applied: bool
 
 
+FULL_SHA_LENGTH = 40
+
+
+def _status_target(
+    *,
+    repository: str,
+    environment: str,
+    sha: str,
+    github_deployment_id: int | None,
+    job_id_in_payload: str,
+    client_id: int | None,
+) -> Deployment | None:
+    """The deployment a GitHub status is about, locked (``deployment_status_report_apply``)."""
+    candidates = Deployment.objects.select_for_update()
+    if client_id is not None:
+        candidates = candidates.filter(client_id=client_id)
+    if github_deployment_id is not None:
+        exact = (
+            candidates.filter(
+                github_deployment_id=github_deployment_id, repository=repository
+            )
+            .order_by("-id")
+            .first()
+        )
+        if exact is not None:
+            return exact
+    if job_id_in_payload:
+        named = candidates.filter(
+            public_id=job_id_in_payload,
+            repository=repository,
+            environment=environment,
+        ).first()
+        if named is not None and named.github_deployment_id in (
+            None,
+            github_deployment_id,
+        ):
+            return named
+    # A deployment made elsewhere (not one of ours on GitHub): by repository, environment
+    # and commit. A short commit_sha matches a full sha it starts with only while no other
+    # full commit was matched to it (``github_commit_sha``).
+    elsewhere = candidates.filter(
+        repository=repository,
+        environment=environment,
+        github_deployment_id__isnull=True,
+    )
+    if len(sha) == FULL_SHA_LENGTH:
+        elsewhere = elsewhere.alias(
+            github_sha=Value(sha, output_field=CharField())
+        ).filter(
+            github_sha__startswith=F("commit_sha"), github_commit_sha__in=["", sha]
+        )
+    else:
+        elsewhere = elsewhere.filter(commit_sha=sha)
+    return elsewhere.order_by("-id").first()
+
+
 def deployment_status_report_apply(
     *,
     repository: str,
@@ -310,23 +787,49 @@ def deployment_status_report_apply(
     reported_at: datetime,
     actor: str,
     detail: str = "",
+    github_deployment_id: int | None = None,
+    job_id_in_payload: str = "",
+    client_id: int | None = None,
 ) -> StatusReportOutcome:
-    """A deployment status reported by GitHub: applies, under ``report_applies``, to the most
-    recent deployment of ``repository`` to ``environment`` whose commit ``sha`` starts with.
-    Locks that deployment until the caller's transaction ends."""
-    deployment = (
-        Deployment.objects.select_for_update()
-        .alias(github_sha=Value(sha, output_field=CharField()))
-        .filter(
-            repository=repository,
-            environment=environment,
-            github_sha__startswith=F("commit_sha"),
-        )
-        .order_by("-id")
-        .first()
+    """A deployment status reported by GitHub (docs/architecture.md, "GitHub"), applied under
+    ``report_applies`` to the deployment it is about, locked until the caller's transaction
+    ends:
+
+    1. the deployment that holds GitHub's deployment id (the ``github`` executor recorded
+       it), of the same repository;
+    2. else the deployment our id in the GitHub deployment's payload names (same repository
+       and environment), which then holds GitHub's id;
+    3. else, of the deployments holding no GitHub id (made elsewhere), the most recent of
+       ``repository`` to ``environment`` whose commit is ``sha``: a short ``commit_sha``
+       matches the first full commit that a status names, and that commit only.
+
+    ``client_id`` (the source's bound API client) limits all three to that client's
+    deployments; without it any client's may match (a single tenant). A ``reported_at``
+    further ahead than ``WEBHOOK_TIMESTAMP_TOLERANCE_SECONDS`` counts as now plus that, so
+    that a clock (or a payload) in the future cannot block the reports after it."""
+    horizon = timezone.now() + timedelta(
+        seconds=settings.WEBHOOK_TIMESTAMP_TOLERANCE_SECONDS
+    )
+    reported_at = min(reported_at, horizon)
+    deployment = _status_target(
+        repository=repository,
+        environment=environment,
+        sha=sha,
+        github_deployment_id=github_deployment_id,
+        job_id_in_payload=job_id_in_payload,
+        client_id=client_id,
     )
     if deployment is None:
         return StatusReportOutcome(deployment=None, applied=False)
+    fields = []
+    if github_deployment_id is not None and deployment.github_deployment_id is None:
+        deployment.github_deployment_id = github_deployment_id
+        fields.append("github_deployment_id")
+    if len(sha) == FULL_SHA_LENGTH and not deployment.github_commit_sha:
+        deployment.github_commit_sha = sha
+        fields.append("github_commit_sha")
+    if fields:
+        deployment.save(update_fields=fields)
     if not report_applies(
         job=deployment, status=status, at=reported_at, github_status_id=github_status_id
     ):

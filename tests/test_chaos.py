@@ -43,6 +43,12 @@ def test_chaos_suite_keeps_every_invariant():
     assert summary["documents_checked"] > 0
     assert summary["revisions"] >= summary["documents_checked"]
     assert summary["deployments_checked"] > 0
+    # Half the deployments went to a CI/CD receiver failing at random: each one acted on
+    # once downstream at most (the invariant above), and the faults really happened.
+    assert summary["trigger_jobs_checked"] > 0
+    assert summary["triggered_twice"] == 0
+    assert summary["trigger_requests"] > summary["trigger_jobs_checked"]
+    assert {"status", "drop", "slow"} <= set(summary["trigger_faults"])
 
     # The faults really happened: each kind scheduled was injected at least once.
     faults = summary["faults"]

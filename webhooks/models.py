@@ -9,7 +9,12 @@ from django.db import models
 from django.db.models import F, Q
 from django.utils import timezone
 
-from core.models import AppendOnlyModel, log_ticket_field, log_ticket_indexes
+from core.models import (
+    ApiClient,
+    AppendOnlyModel,
+    log_ticket_field,
+    log_ticket_indexes,
+)
 
 from .integrations import integration_choices
 from .pacing import finish_estimate, measured_rate, pace_for
@@ -48,6 +53,20 @@ class WebhookSource(models.Model):
         help_text=(
             "Alert when no new event arrived from this source for longer than this. "
             "Empty: never alert. At least 60."
+        ),
+    )
+    # A GitHub source bound to an API client moves that client's deployments only; unbound, it
+    # moves any client's (one tenant: docs/security.md, "GitHub statuses and API clients").
+    client = models.ForeignKey(
+        ApiClient,
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="+",
+        verbose_name="API client",
+        help_text=(
+            "GitHub sources: the API client whose deployments this source's statuses may "
+            "move. Empty: any client's (a single tenant)."
         ),
     )
     created_at = models.DateTimeField(auto_now_add=True)
@@ -512,6 +531,10 @@ class OperatorAction(AppendOnlyModel):
         CREATE_API_CLIENT = "create_api_client"
         ACTIVATE_API_CLIENT = "activate_api_client"
         DEACTIVATE_API_CLIENT = "deactivate_api_client"
+        SET_SOURCE_CLIENT = "set_source_client"
+        CREATE_DEPLOY_TARGET = "create_deploy_target"
+        CHANGE_DEPLOY_TARGET = "change_deploy_target"
+        TEST_DEPLOY_TARGET = "test_deploy_target"
 
     action = models.CharField(max_length=32, choices=Action.choices)
     actor = models.ForeignKey(

@@ -99,6 +99,7 @@ class _SourceDetails(TypedDict):
 class CreateSourceDetails(_SourceDetails):
     scheme: str
     handler: str
+    client: str | None  # the API client a GitHub source is bound to
 
 
 class SourceEnabledDetails(_SourceDetails):
@@ -126,6 +127,32 @@ class ApiClientActiveDetails(TypedDict):
     after: bool
 
 
+class SetSourceClientDetails(_SourceDetails):
+    """The API client a GitHub source may move the deployments of (``None``: any)."""
+
+    client_before: str | None
+    client_after: str | None
+
+
+class DeployTargetDetails(TypedDict):
+    """``create_deploy_target`` and ``change_deploy_target``: the target's settings before
+    (``{}`` for a new one) and after, its secret as a fingerprint only."""
+
+    target: str
+    target_id: int
+    before: dict[str, Any]
+    after: dict[str, Any]
+
+
+class TestDeployTargetDetails(TypedDict):
+    """A test message sent to a target (recorded before it leaves)."""
+
+    target: str
+    target_id: int
+    executor: str
+    url: str
+
+
 Action = OperatorAction.Action
 
 DETAILS_SHAPES: dict[str, type] = {
@@ -148,6 +175,10 @@ DETAILS_SHAPES: dict[str, type] = {
     Action.CREATE_API_CLIENT: CreateApiClientDetails,
     Action.ACTIVATE_API_CLIENT: ApiClientActiveDetails,
     Action.DEACTIVATE_API_CLIENT: ApiClientActiveDetails,
+    Action.SET_SOURCE_CLIENT: SetSourceClientDetails,
+    Action.CREATE_DEPLOY_TARGET: DeployTargetDetails,
+    Action.CHANGE_DEPLOY_TARGET: DeployTargetDetails,
+    Action.TEST_DEPLOY_TARGET: TestDeployTargetDetails,
 }
 
 

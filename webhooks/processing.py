@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import random
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -42,6 +41,7 @@ from django.conf import settings
 from django.db import DataError, connection, transaction
 from django.utils import timezone
 
+from core.backoff import full_jitter_delay
 from core.errors import PermanentProcessingError
 from core.logging import correlation_id_bound
 
@@ -176,11 +176,13 @@ class _Claim:
 
 
 def inbox_retry_delay(*, attempt: int) -> float:
-    """Exponential backoff with full jitter: uniform in ``[0, min(max, base * 2**(n-1))]``."""
-    base = float(settings.INBOX_RETRY_BASE_SECONDS)
-    ceiling = float(settings.INBOX_RETRY_MAX_SECONDS)
-    exponent = min(max(attempt - 1, 0), 62)
-    return random.uniform(0, min(ceiling, base * 2**exponent))
+    """Exponential backoff with full jitter (``core.backoff``) from
+    ``INBOX_RETRY_BASE_SECONDS`` up to ``INBOX_RETRY_MAX_SECONDS``."""
+    return full_jitter_delay(
+        attempt=attempt,
+        base=settings.INBOX_RETRY_BASE_SECONDS,
+        ceiling=settings.INBOX_RETRY_MAX_SECONDS,
+    )
 
 
 def _log_extra(event: InboxEvent, **fields) -> dict:

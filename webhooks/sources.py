@@ -21,12 +21,14 @@ from django.views.decorators.debug import sensitive_variables
 
 from core.actors import Actor
 from core.errors import InvalidPayload
+from core.models import ApiClient
 
 from .models import OperatorAction, WebhookSecret, WebhookSource
 from .operator_actions import (
     CreateSourceDetails,
     ExpectedIntervalDetails,
     RotateSecretDetails,
+    SetSourceClientDetails,
     SourceEnabledDetails,
     operator_action_record,
 )
@@ -73,14 +75,16 @@ def webhook_source_create(
     handler: str,
     actor: Actor,
     secret: str | None = None,
+    client: ApiClient | None = None,
 ) -> tuple[WebhookSource, str]:
     """Creates a source with one secret (generated unless given; a weak one is refused,
     ``InvalidPayload``) and records the operator action; returns the source and the secret,
-    which is not shown again."""
+    which is not shown again. ``client`` binds a GitHub source to the API client whose
+    deployments its statuses may move (none: any client's)."""
     signer = scheme_get(scheme)
     secret = secret or signer.secret_generate()
     signer.secret_validate(secret)
-    source = WebhookSource(slug=slug, scheme=scheme, handler=handler)
+    source = WebhookSource(slug=slug, scheme=scheme, handler=handler, client=client)
     source.full_clean(validate_constraints=False)
     source.save()
     WebhookSecret.objects.create(source=source, secret=secret)
@@ -88,7 +92,11 @@ def webhook_source_create(
         action=OperatorAction.Action.CREATE_SOURCE,
         actor=actor,
         details=CreateSourceDetails(
-            source=slug, source_id=source.pk, scheme=scheme, handler=handler
+            source=slug,
+            source_id=source.pk,
+            scheme=scheme,
+            handler=handler,
+            client=client.name if client is not None else None,
         ),
     )
     logger.info(
@@ -216,5 +224,39 @@ def webhook_source_expected_interval_set(
     logger.info(
         "webhook_source.expected_interval_set",
         extra={"source": source.slug, "expected_delivery_interval_seconds": seconds},
+    )
+    return action
+
+
+@transaction.atomic
+def webhook_source_client_set(
+    *, source: WebhookSource, client: ApiClient | None, actor: Actor, reason: str = ""
+) -> OperatorAction | None:
+    """Binds a source to the API client whose deployments its GitHub statuses may move
+    (``None``: any client's), recording the operator action with the client before and
+    after (nothing when it does not change). Under the source's row lock: two changes at
+    once each record what they found."""
+    locked = WebhookSource.objects.select_for_update(no_key=True).get(pk=source.pk)
+    before = locked.client
+    source.client = client
+    if (before.pk if before else None) == (client.pk if client else None):
+        return None
+    WebhookSource.objects.filter(pk=source.pk).update(
+        client=client, updated_at=timezone.now()
+    )
+    action = operator_action_record(
+        action=OperatorAction.Action.SET_SOURCE_CLIENT,
+        actor=actor,
+        reason=reason,
+        details=SetSourceClientDetails(
+            source=source.slug,
+            source_id=source.pk,
+            client_before=before.name if before else None,
+            client_after=client.name if client else None,
+        ),
+    )
+    logger.info(
+        "webhook_source.client_set",
+        extra={"source": source.slug, "client": client.name if client else None},
     )
     return action

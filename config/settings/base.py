@@ -409,6 +409,10 @@ LOGGING = {
     "loggers": {
         "django.db.backends": {"level": "INFO"},
         "celery": {"level": "INFO"},
+        # httpx logs every request's full URL at INFO, query included (a trigger URL may
+        # carry a token): the job worker logs its attempts itself, without it.
+        "httpx": {"level": "WARNING"},
+        "httpcore": {"level": "WARNING"},
     },
 }
 
@@ -497,6 +501,31 @@ DEPLOY_SIMULATED_FAILURE_RATE = env.float("DEPLOY_SIMULATED_FAILURE_RATE", defau
 DEPLOY_RUNNING_LEASE_SECONDS = env.int(
     "DEPLOY_RUNNING_LEASE_SECONDS", default=CELERY_TASK_TIME_LIMIT + 60
 )
+# The trigger executors (docs/http-api.md, "Executors"). http: one Standard Webhooks message
+# per job to DEPLOY_HTTP_URL, signed with DEPLOY_HTTP_SECRET (whsec_...); github: a GitHub
+# deployment per job through GITHUB_API_URL with GITHUB_TOKEN. Deploy targets (admin) give
+# their own URL and secret.
+DEPLOY_HTTP_URL = env("DEPLOY_HTTP_URL", default="")
+DEPLOY_HTTP_SECRET = env("DEPLOY_HTTP_SECRET", default="")
+# Connect (at most 5 s of it), read and write timeout of each trigger attempt.
+DEPLOY_HTTP_TIMEOUT_SECONDS = env.float("DEPLOY_HTTP_TIMEOUT_SECONDS", default=10)
+# Attempts that a retry may fix wait min(max, base * 2^(n-1)) at most (full jitter), or what
+# the receiver's Retry-After says (up to the max); the last one fails the job.
+DEPLOY_TRIGGER_RETRY_BASE_SECONDS = env.float(
+    "DEPLOY_TRIGGER_RETRY_BASE_SECONDS", default=2
+)
+DEPLOY_TRIGGER_RETRY_MAX_SECONDS = env.float(
+    "DEPLOY_TRIGGER_RETRY_MAX_SECONDS", default=600
+)
+DEPLOY_TRIGGER_MAX_ATTEMPTS = env.int("DEPLOY_TRIGGER_MAX_ATTEMPTS", default=8)
+# Destinations a trigger never calls, whatever a target says (docs/security.md, "Deploy
+# targets"): link-local addresses (cloud metadata services among them) by default.
+DEPLOY_TRIGGER_DENY_NETWORKS = env.list(
+    "DEPLOY_TRIGGER_DENY_NETWORKS",
+    default=["169.254.0.0/16", "fe80::/10", "fd00:ec2::254/128", "0.0.0.0/8", "::/128"],
+)
+GITHUB_API_URL = env("GITHUB_API_URL", default="https://api.github.com")
+GITHUB_TOKEN = env("GITHUB_TOKEN", default="")
 # Expired idempotency records are kept this long for audit, then purged.
 IDEMPOTENCY_AUDIT_RETENTION_SECONDS = env.int(
     "IDEMPOTENCY_AUDIT_RETENTION_SECONDS", default=30 * 86400

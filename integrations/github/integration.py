@@ -20,7 +20,7 @@ from webhooks.envelopes import (
     text_error,
 )
 from webhooks.integrations import HandlerResult, SampleEvent
-from webhooks.models import ProcessingStatus
+from webhooks.models import ProcessingStatus, WebhookSource
 
 if TYPE_CHECKING:
     from webhooks.models import InboxEvent
@@ -147,6 +147,9 @@ def _deployment_status_handle(event: InboxEvent) -> HandlerResult:
         detail=str(deployment_status.get("description") or "")[
             :REPORTED_DETAIL_MAX_LENGTH
         ],
+        github_deployment_id=_github_deployment_id(payload["deployment"]),
+        job_id_in_payload=_job_id_in_payload(payload["deployment"]),
+        client_id=_bound_client_id(event),
     )
     if outcome.deployment is None:
         return HandlerResult(
@@ -160,6 +163,35 @@ def _deployment_status_handle(event: InboxEvent) -> HandlerResult:
     return HandlerResult(
         status=ProcessingStatus.PROCESSED,
         note=f"deployment {outcome.deployment.public_id} {status}",
+    )
+
+
+def _github_deployment_id(deployment: dict) -> int | None:
+    value = deployment.get("id")
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _job_id_in_payload(deployment: dict) -> str:
+    """Our id, when the ``github`` executor created this GitHub deployment
+    (``payload.deployment_id``; GitHub sends the payload as an object, or as a string for
+    old deployments)."""
+    payload = deployment.get("payload")
+    if isinstance(payload, str):
+        try:
+            payload = json.loads(payload)
+        except ValueError:
+            return ""
+    if isinstance(payload, dict) and isinstance(payload.get("deployment_id"), str):
+        return payload["deployment_id"][:32]
+    return ""
+
+
+def _bound_client_id(event: InboxEvent) -> int | None:
+    """The API client the event's source is bound to (``None``: any client's)."""
+    return (
+        WebhookSource.objects.filter(pk=event.source_id)
+        .values_list("client_id", flat=True)
+        .first()
     )
 
 

@@ -170,7 +170,10 @@ def test_bootstrap_roles_is_idempotent_and_gives_auditors_only_view_permissions(
         "pause_source",
         "enable_source",
         "add_bulkreplayjob",
-        "change_webhooksource",  # the expected delivery interval alone
+        "change_webhooksource",  # the expected delivery interval and the bound client
+        "add_deploytarget",
+        "change_deploytarget",
+        "test_deploytarget",  # "Send test trigger"
     }
 
 

@@ -225,6 +225,7 @@ def test_get_deployment_and_list_by_key(api):
     assert set(detail.json()) == {
         "deployment_id",
         "status",
+        "detail",
         "idempotency_key",
         "repository",
         "commit_sha",
@@ -265,6 +266,7 @@ def test_builds_follow_the_same_contract(api):
     assert set(detail) == {
         "build_id",
         "status",
+        "detail",
         "idempotency_key",
         "repository",
         "commit_sha",

@@ -212,3 +212,29 @@ def test_a_detail_over_the_limit_is_422_and_nothing_is_recorded(
     assert not IdempotencyRecord.objects.filter(operation_type="status.sync").exists()
     deployment.refresh_from_db()
     assert (deployment.status, deployment.detail) == ("queued", "")
+
+
+def detail_of(api, deployment) -> str:
+    return api.get(f"/api/deployments/{deployment.public_id}/").json()["detail"]
+
+
+def test_the_job_answers_the_reason_of_its_latest_transition(api, deployment):
+    """``detail``: "" while nothing has happened, then the reason the latest transition
+    gave, "" again when the latest one gave none."""
+    assert detail_of(api, deployment) == ""
+    now = timezone.now()
+    failed = {
+        "deployment_id": deployment.public_id,
+        "status": "failed",
+        "reported_at": (now + timedelta(seconds=1)).isoformat(),
+        "detail": "smoke tests failed",
+    }
+    assert post(api, "/api/status-sync/", failed, "d1").status_code == 201
+    assert detail_of(api, deployment) == "smoke tests failed"
+    succeeded = {
+        "deployment_id": deployment.public_id,
+        "status": "succeeded",
+        "reported_at": (now + timedelta(seconds=2)).isoformat(),
+    }
+    assert post(api, "/api/status-sync/", succeeded, "d2").status_code == 201
+    assert detail_of(api, deployment) == ""

@@ -44,6 +44,8 @@ PANELS = {
     "Stuck keys": ["idempotency_stuck_processing"],
     "Paused sources": ["webhook_source_paused_seconds"],
     "Held events": ["webhook_source_held_events"],
+    "Trigger attempts by outcome": ["deploy_trigger_attempts_total", "outcome)"],
+    "Trigger latency": ["deploy_trigger_duration_seconds_bucket", "by (le, executor)"],
     "Time since the last delivery": [
         "webhook_source_last_delivery_timestamp_seconds",
         "webhook_source_expected_delivery_interval_seconds",

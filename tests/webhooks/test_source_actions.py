@@ -49,6 +49,7 @@ def test_a_source_created_by_a_command_is_recorded_without_its_secret(capsys):
         "source_id": source.pk,
         "scheme": "hmac-sha256",
         "handler": "research",
+        "client": None,
     }
     assert STRONG not in str(action.details) + action.reason
 

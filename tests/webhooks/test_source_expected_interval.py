@@ -19,7 +19,8 @@ def test_an_operator_sets_and_clears_the_expected_interval_in_the_admin(
     page = operator_client.get(url)
     assert page.status_code == 200
     assert list(page.context["adminform"].form.fields) == [
-        "expected_delivery_interval_seconds"
+        "expected_delivery_interval_seconds",
+        "client",
     ]
 
     response = operator_client.post(

@@ -24,6 +24,7 @@ from ..selectors import webhook_source_held_count, webhook_source_list
 from ..sources import (
     DEFAULT_GRACE_SECONDS,
     MAX_GRACE_SECONDS,
+    webhook_source_client_set,
     webhook_source_expected_interval_set,
     webhook_source_rotate,
     webhook_source_set_enabled,
@@ -96,6 +97,9 @@ class PausedListFilter(admin.SimpleListFilter):
         return queryset
 
 
+_EDITABLE_FIELDS = ("expected_delivery_interval_seconds", "client")
+
+
 @admin.register(WebhookSource)
 class WebhookSourceAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     # The secrets are never listed, counted only.
@@ -122,6 +126,7 @@ class WebhookSourceAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         "timestamp_tolerance_seconds",
         "is_enabled",
         "expected_delivery_interval_seconds",
+        "client",
         "secret_count",
         "paused_since",
         "paused_by",
@@ -132,11 +137,10 @@ class WebhookSourceAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         "updated_at",
     )
     # The expected delivery interval (what the "no delivery" alert compares with, see
-    # docs/runbook.md) is the one field an operator edits here; the rest changes through
-    # manage.py webhook_source and the actions.
-    readonly_fields = tuple(
-        name for name in fields if name != "expected_delivery_interval_seconds"
-    )
+    # docs/runbook.md) and the API client a GitHub source is bound to are the fields an
+    # operator edits here; the rest changes through manage.py webhook_source and the
+    # actions.
+    readonly_fields = tuple(name for name in fields if name not in _EDITABLE_FIELDS)
     actions = [
         "rotate_secret",
         "pause_selected",
@@ -157,6 +161,14 @@ class WebhookSourceAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
             seconds=form.cleaned_data["expected_delivery_interval_seconds"],
             actor=Actor.of(request.user),
         )
+        if "client" in form.changed_data:
+            # Which client's deployments the source may move: an operator action.
+            webhook_source_client_set(
+                source=obj,
+                client=form.cleaned_data["client"],
+                actor=Actor.of(request.user),
+                reason="changed in the admin",
+            )
 
     def log_change(self, request, obj, message):
         pass  # the operator action of the service is the record

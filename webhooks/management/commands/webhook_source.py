@@ -7,6 +7,7 @@ from django.db import IntegrityError
 from core.actors import Actor
 from core.cli import secret_option_read
 from core.errors import InvalidPayload, ServiceError
+from core.models import ApiClient
 from webhooks.errors import SourceAlreadyPaused
 from webhooks.integrations import integration_names
 from webhooks.models import WebhookSource
@@ -68,6 +69,11 @@ class Command(BaseCommand):
         create.add_argument("--scheme", choices=scheme_names(), default=DEFAULT_SCHEME)
         create.add_argument("--handler", choices=integration_names(), required=True)
         _secret_arguments(create)
+        create.add_argument(
+            "--client",
+            help="a GitHub source: the API client whose deployments its statuses may "
+            "move (default: any client's)",
+        )
         rotate = sub.add_parser(
             "rotate", help="add a new secret; the old one stays valid"
         )
@@ -130,9 +136,16 @@ class Command(BaseCommand):
             raise CommandError(f"no webhook source {slug!r}")
         return source
 
-    def _create(self, *, slug, scheme, handler, secret, secret_file, **options):
+    def _create(
+        self, *, slug, scheme, handler, secret, secret_file, client=None, **options
+    ):
         secret = secret_option_read(secret, secret_file, name="secret")
         generated = secret is None
+        api_client = None
+        if client is not None:
+            api_client = ApiClient.objects.filter(name=client).first()
+            if api_client is None:
+                raise CommandError(f"no API client {client!r}")
         try:
             source, secret = webhook_source_create(
                 slug=slug,
@@ -140,14 +153,16 @@ class Command(BaseCommand):
                 handler=handler,
                 secret=secret,
                 actor=Actor.command(),
+                client=api_client,
             )
         except IntegrityError as exc:
             raise CommandError(f"a webhook source {slug!r} already exists") from exc
         except ValidationError as exc:
             raise CommandError(f"invalid: {exc.message_dict}") from exc
+        bound = f", client {api_client.name}" if api_client else ""
         self.stdout.write(
             f"created webhook source {source.slug!r} "
-            f"(scheme {source.scheme}, handler {source.handler})"
+            f"(scheme {source.scheme}, handler {source.handler}{bound})"
         )
         if generated:
             self.stdout.write("secret (shown once, store it now):")

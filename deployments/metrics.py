@@ -1,0 +1,29 @@
+"""The job worker's metrics (docs/architecture.md, "Metrics"), incremented in the worker
+process that makes the attempt."""
+
+from core.metrics import Counter, Histogram
+
+# The outcomes of an attempt (``TriggerAttempt.Outcome`` but ``started``).
+TRIGGER_OUTCOMES = ("delivered", "transient", "ambiguous", "rejected", "lost")
+TRIGGER_EXECUTORS = ("http", "github")
+
+TRIGGER_ATTEMPTS = Counter(
+    "deploy_trigger_attempts_total",
+    "Attempts to trigger a job downstream, by executor and outcome "
+    "(delivered, transient, ambiguous, rejected, lost).",
+    ["executor", "outcome"],
+)
+TRIGGER_DURATION = Histogram(
+    "deploy_trigger_duration_seconds",
+    "How long one trigger attempt took, from before the request to its outcome.",
+    ["executor"],
+    buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, float("inf")),
+)
+
+# Every series exists from the start, at zero (Prometheus' own advice for labelled metrics):
+# a rate over a series that appears only with its first failure would miss that failure, and
+# the alert rules' metrics are exported by every process before any attempt is made.
+for _executor in TRIGGER_EXECUTORS:
+    TRIGGER_DURATION.labels(_executor)
+    for _outcome in TRIGGER_OUTCOMES:
+        TRIGGER_ATTEMPTS.labels(_executor, _outcome)

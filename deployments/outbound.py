@@ -1,0 +1,251 @@
+"""Outbound calls of the trigger executors (docs/architecture.md, "Outbound calls"): how a
+client is set up (explicit connect and read timeouts, no redirects, a bounded response, no
+destination in a denied network), and the one classification of what came back.
+
+Every attempt ends in one of the ``TriggerAttempt.Outcome`` values, decided here only:
+
+- ``delivered``: a 2xx answer.
+- ``transient``: nothing was acted on and a retry may help: the connection was refused or
+  never made, 408, 425, 429, 503, a GitHub rate limit (403 with ``Retry-After`` or no
+  requests left). ``Retry-After`` (seconds or an HTTP date) and GitHub's
+  ``x-ratelimit-reset`` say when.
+- ``ambiguous``: the request may have been acted on: the connection dropped after it was
+  sent, no answer within the read timeout, any other 5xx. Retried under the same id; the
+  ``github`` executor looks its deployment up before it creates again.
+- ``rejected``: a permanent refusal: any other 4xx, a redirect (never followed), a URL that
+  cannot be called or lies in a denied network.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
+from urllib.parse import urlsplit
+
+import httpx
+from django.conf import settings
+
+from .models import TriggerAttempt
+
+Outcome = TriggerAttempt.Outcome
+
+USER_AGENT = "retrysafe-deployments/1"
+# A trigger's answer is read up to this size (GitHub's JSON included); the rest is dropped.
+MAX_RESPONSE_BYTES = 1024 * 1024
+# The connect timeout: at most this, never more than DEPLOY_HTTP_TIMEOUT_SECONDS.
+CONNECT_TIMEOUT_SECONDS = 5.0
+
+TRANSIENT_STATUSES = frozenset({408, 425, 429, 503})
+_TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
+    httpx.ConnectError,  # refused, no route, DNS, TLS handshake: nothing was sent
+    httpx.ConnectTimeout,
+    httpx.PoolTimeout,
+    httpx.ProxyError,
+)
+_REJECTED_ERRORS: tuple[type[BaseException], ...] = (
+    httpx.UnsupportedProtocol,
+    httpx.InvalidURL,
+    httpx.LocalProtocolError,  # the request itself cannot be sent as built
+)
+
+
+class DeniedDestination(Exception):
+    """The URL's host is, or resolves to, an address in ``DEPLOY_TRIGGER_DENY_NETWORKS``."""
+
+
+@dataclass(frozen=True)
+class Answer:
+    status_code: int
+    headers: httpx.Headers
+    body: bytes = b""
+
+
+@dataclass(frozen=True)
+class Classified:
+    outcome: str
+    status_code: int | None = None
+    error_class: str = ""
+    error: str = ""
+    retry_after: float | None = None
+
+
+_clients: dict[float, httpx.Client] = {}
+_clients_lock = threading.Lock()
+
+
+def http_client() -> httpx.Client:
+    """The process's client for trigger attempts (building one costs more than a call:
+    its TLS context), made on first use, after a worker's pool has forked: connect within
+    ``CONNECT_TIMEOUT_SECONDS`` (at most ``DEPLOY_HTTP_TIMEOUT_SECONDS``), each read and write
+    within ``DEPLOY_HTTP_TIMEOUT_SECONDS``; redirects are answers, never followed; no
+    connection is kept alive between attempts (a stale one would make an attempt ambiguous
+    for no reason)."""
+    timeout = float(settings.DEPLOY_HTTP_TIMEOUT_SECONDS)
+    with _clients_lock:
+        client = _clients.get(timeout)
+        if client is None:
+            client = httpx.Client(
+                timeout=httpx.Timeout(
+                    connect=min(timeout, CONNECT_TIMEOUT_SECONDS),
+                    read=timeout,
+                    write=timeout,
+                    pool=timeout,
+                ),
+                limits=httpx.Limits(max_keepalive_connections=0),
+                follow_redirects=False,
+                headers={"User-Agent": USER_AGENT},
+            )
+            _clients[timeout] = client
+        return client
+
+
+def _denied_networks() -> list[ipaddress.IPv4Network | ipaddress.IPv6Network]:
+    return [
+        ipaddress.ip_network(text.strip(), strict=False)
+        for text in settings.DEPLOY_TRIGGER_DENY_NETWORKS
+        if text.strip()
+    ]
+
+
+def destination_check(url: str) -> None:
+    """Refuses a URL that is not http(s), or whose host is or resolves to an address in
+    ``DEPLOY_TRIGGER_DENY_NETWORKS`` (link-local and cloud metadata addresses by default;
+    docs/security.md, "Deploy targets"). A name that does not resolve is left to the call,
+    which fails to connect (transient)."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise DeniedDestination(f"not an http(s) URL: {url!r}")
+    networks = _denied_networks()
+    if not networks:
+        return
+    host = parts.hostname
+    try:
+        addresses = {ipaddress.ip_address(host)}
+    except ValueError:
+        try:
+            infos = socket.getaddrinfo(host, parts.port or 443, type=socket.SOCK_STREAM)
+        except OSError:
+            return
+        addresses = {
+            ipaddress.ip_address(str(info[4][0]).split("%")[0]) for info in infos
+        }
+    for address in addresses:
+        for network in networks:
+            if address.version == network.version and address in network:
+                raise DeniedDestination(
+                    f"{host} is {address}, in the denied network {network}"
+                )
+
+
+def call(
+    client: httpx.Client,
+    method: str,
+    url: str,
+    *,
+    headers: Mapping[str, str],
+    content: bytes | None = None,
+    params: Mapping[str, str] | None = None,
+    read_body: bool = False,
+) -> Answer:
+    """One request, after ``destination_check``; the body of the answer is read (up to
+    ``MAX_RESPONSE_BYTES``) only when asked. Raises what httpx raises."""
+    destination_check(url)
+    with client.stream(
+        method, url, headers=dict(headers), content=content, params=params
+    ) as response:
+        body = b""
+        if read_body:
+            chunks = []
+            size = 0
+            for chunk in response.iter_bytes():
+                chunks.append(chunk)
+                size += len(chunk)
+                if size >= MAX_RESPONSE_BYTES:
+                    break
+            body = b"".join(chunks)[:MAX_RESPONSE_BYTES]
+        return Answer(
+            status_code=response.status_code, headers=response.headers, body=body
+        )
+
+
+def retry_after_seconds(
+    headers: Mapping[str, str] | None, *, now: datetime | None = None
+) -> float | None:
+    """When the answer says to come back, in seconds from now: ``Retry-After`` (seconds or
+    an HTTP date), else GitHub's ``x-ratelimit-reset`` (epoch seconds) when no request is
+    left. ``None`` when it says nothing readable."""
+    if not headers:
+        return None
+    now = now or datetime.now(UTC)
+    value = (headers.get("retry-after") or "").strip()
+    if value:
+        if value.isdigit():
+            return float(value)
+        try:
+            moment = parsedate_to_datetime(value)
+        except (TypeError, ValueError, IndexError):
+            moment = None
+        if moment is not None:
+            if moment.tzinfo is None:
+                moment = moment.replace(tzinfo=UTC)
+            return max((moment - now).total_seconds(), 0.0)
+    if (headers.get("x-ratelimit-remaining") or "").strip() == "0":
+        reset = (headers.get("x-ratelimit-reset") or "").strip()
+        if reset.isdigit():
+            return max(int(reset) - now.timestamp(), 0.0)
+    return None
+
+
+def _rate_limited(headers: Mapping[str, str]) -> bool:
+    """GitHub's rate limits answer 403 (or 429) with ``Retry-After`` or no request left."""
+    return bool(headers.get("retry-after")) or (
+        (headers.get("x-ratelimit-remaining") or "").strip() == "0"
+    )
+
+
+def outcome_classify(
+    *,
+    status_code: int | None = None,
+    headers: Mapping[str, str] | None = None,
+    error: BaseException | None = None,
+    now: datetime | None = None,
+) -> Classified:
+    """The one classification of an attempt's end: an answer (``status_code`` and its
+    ``headers``) or the exception the call raised (module docstring)."""
+    if error is not None:
+        error_class = type(error).__name__
+        text = str(error)[:400] or error_class
+        if isinstance(error, (DeniedDestination, *_REJECTED_ERRORS)):
+            return Classified(Outcome.REJECTED, error_class=error_class, error=text)
+        if isinstance(error, _TRANSIENT_ERRORS):
+            return Classified(Outcome.TRANSIENT, error_class=error_class, error=text)
+        # A read or write that failed or timed out, a connection dropped after the request
+        # left, or anything unforeseen: the receiver may have acted on it.
+        return Classified(Outcome.AMBIGUOUS, error_class=error_class, error=text)
+    if status_code is None:
+        raise ValueError("an answer's status code, or the error of a call")
+    headers = headers or {}
+    if 200 <= status_code < 300:
+        return Classified(Outcome.DELIVERED, status_code=status_code)
+    if status_code in TRANSIENT_STATUSES or (
+        status_code == 403 and _rate_limited(headers)
+    ):
+        return Classified(
+            Outcome.TRANSIENT,
+            status_code=status_code,
+            retry_after=retry_after_seconds(headers, now=now),
+        )
+    if status_code >= 500 or status_code < 200:
+        return Classified(Outcome.AMBIGUOUS, status_code=status_code)
+    if 300 <= status_code < 400:
+        return Classified(
+            Outcome.REJECTED,
+            status_code=status_code,
+            error="a redirect (redirects are not followed)",
+        )
+    return Classified(Outcome.REJECTED, status_code=status_code)

@@ -1,0 +1,179 @@
+"""The deploy targets' admin (operators create and change them; auditors view them): the
+secret is write-only (a password field that never shows the stored value; the lists and
+pages show its fingerprint), every save is an operator action (``targets.deploy_target_save``),
+and "Send test trigger" sends a test to each selected target."""
+
+from __future__ import annotations
+
+from django import forms
+from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied
+from django.utils.decorators import method_decorator
+from django.views.decorators.debug import (
+    sensitive_post_parameters,
+    sensitive_variables,
+)
+
+from core.actors import Actor
+from core.admin_base import BoundedCountPaginator
+
+from .models import DeployTarget
+from .services import url_shown
+from .targets import (
+    deploy_target_errors,
+    deploy_target_save,
+    deploy_target_test,
+    deploy_target_test_summary,
+)
+
+# At most this many targets per "Send test trigger": each is a call made in the request.
+TEST_TRIGGER_MAX_TARGETS = 5
+
+
+# The fields an operator edits (the secret apart: write-only).
+TARGET_FIELDS = [
+    "name",
+    "executor",
+    "repository_pattern",
+    "environment_pattern",
+    "applies_to",
+    "priority",
+    "url",
+    "is_enabled",
+]
+
+
+class DeployTargetForm(forms.ModelForm):
+    url = forms.URLField(
+        label="URL",
+        required=False,
+        max_length=500,
+        assume_scheme="https",
+        help_text=DeployTarget._meta.get_field("url").help_text,
+    )
+    secret = forms.CharField(
+        label="Secret",
+        required=False,
+        strip=False,
+        max_length=255,
+        # Typed by the operator, never echoed back: the admin shows no secret, ever.
+        widget=forms.PasswordInput(render_value=False),
+        help_text=(
+            "http: the receiver's whsec_ secret; github: a token. Write-only: leave it "
+            "empty to keep the current one. Empty on a new target: the executor's own "
+            "setting (DEPLOY_HTTP_SECRET, GITHUB_TOKEN)."
+        ),
+    )
+
+    class Meta:
+        model = DeployTarget
+        fields = TARGET_FIELDS
+
+    @sensitive_variables()
+    def clean(self):
+        cleaned = super().clean() or {}
+        if self.errors:
+            return cleaned
+        secret = cleaned.get("secret") or ""
+        if not secret and self.instance.pk is not None:
+            secret = DeployTarget.objects.get(pk=self.instance.pk).secret
+        # The target as it would be saved (the form sets the instance's fields only after
+        # this).
+        candidate = DeployTarget(**{name: cleaned.get(name) for name in TARGET_FIELDS})
+        for field, problems in deploy_target_errors(
+            target=candidate, secret=secret
+        ).items():
+            for problem in problems:
+                self.add_error(field if field in self.fields else None, problem)
+        return cleaned
+
+
+@admin.register(DeployTarget)
+class DeployTargetAdmin(admin.ModelAdmin):
+    form = DeployTargetForm
+    list_display = [
+        "name",
+        "executor",
+        "repository_pattern",
+        "environment_pattern",
+        "applies_to",
+        "priority",
+        "url_display",
+        "secret_fingerprint",
+        "is_enabled",
+        "updated_at",
+    ]
+    list_filter = ["executor", "is_enabled"]
+    search_fields = ["name", "repository_pattern"]
+    ordering = ["priority", "id"]
+    readonly_fields = ["secret_fingerprint", "created_at", "updated_at"]
+    paginator = BoundedCountPaginator
+    show_full_result_count = False
+    actions = ["send_test_trigger"]
+
+    def get_fields(self, request, obj=None):
+        fields = list(TARGET_FIELDS)
+        # The write-only field, for those who may write: a page shown read-only would show
+        # the stored value.
+        if (
+            self.has_change_permission(request, obj)
+            if obj is not None
+            else self.has_add_permission(request)
+        ):
+            fields.append("secret")
+        if obj is not None:
+            fields += self.readonly_fields
+        return fields
+
+    def has_delete_permission(self, request, obj=None):
+        return False  # the jobs it routed name it: disable it instead
+
+    def has_test_permission(self, request):
+        return request.user.has_perm("deployments.test_deploytarget")
+
+    @admin.display(description="URL")
+    def url_display(self, obj):
+        return url_shown(obj.url) if obj.url else "-"
+
+    @admin.display(description="secret")
+    def secret_fingerprint(self, obj):
+        return obj.secret_fingerprint or "-"
+
+    @sensitive_variables()
+    def save_model(self, request, obj, form, change):
+        deploy_target_save(
+            target=obj,
+            secret=form.cleaned_data.get("secret") or None,
+            actor=Actor.of(request.user),
+            reason="changed in the admin" if change else "created in the admin",
+        )
+
+    @method_decorator(sensitive_post_parameters("secret"))
+    def changeform_view(self, request, object_id=None, form_url="", extra_context=None):
+        return super().changeform_view(request, object_id, form_url, extra_context)
+
+    @admin.action(description="Send test trigger", permissions=["test"])
+    def send_test_trigger(self, request, queryset):
+        if not self.has_test_permission(request):
+            raise PermissionDenied
+        targets = list(
+            queryset.order_by("priority", "id")[: TEST_TRIGGER_MAX_TARGETS + 1]
+        )
+        if len(targets) > TEST_TRIGGER_MAX_TARGETS:
+            self.message_user(
+                request,
+                f"Select at most {TEST_TRIGGER_MAX_TARGETS} targets to test at once.",
+                messages.WARNING,
+            )
+            return None
+        actor = Actor.of(request.user)
+        for target in targets:
+            ok, summary = deploy_target_test_summary(
+                deploy_target_test(target=target, actor=actor)
+            )
+            self.message_user(
+                request,
+                f"{target.name}: {summary}",
+                messages.SUCCESS if ok else messages.WARNING,
+            )
+        return None

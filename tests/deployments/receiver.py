@@ -1,0 +1,249 @@
+"""A CI/CD system's webhook endpoint, for real: a threaded HTTP server in the test process that
+verifies every request with the ``standardwebhooks`` reference library (as Argo Events, a
+Jenkins generic webhook or a home-grown deployer would), deduplicates on ``webhook-id``, and
+records everything it saw.
+
+A fault plan per ``webhook-id`` says what the next requests of that id meet, one fault per
+request, in order (then normal service):
+
+- ``Fault.status(500)`` (503, 422, 408, ...): refused before acting;
+- ``Fault.status(429, retry_after=2)``: refused, come back in 2 s;
+- ``Fault.drop()``: taken and acted on, then the connection is closed with no answer;
+- ``Fault.slow(seconds)``: taken and acted on, answered only after ``seconds`` (past the
+  caller's timeout);
+- ``Fault.hold()``: taken and acted on, answered only once the test calls ``release()``
+  (a worker can be killed meanwhile).
+
+"Acted on" is what a deployment downstream is: a request of an id not yet acted on, that
+verified and was not refused. A request of an id already acted on is answered 200 as a
+duplicate and not acted on again. ``acted_count(id) > 1`` is two deployments.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import socket
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from standardwebhooks.webhooks import Webhook, WebhookVerificationError
+
+# A test secret (Standard Webhooks' own format: 32 random bytes, base64).
+RECEIVER_SECRET = "whsec_0snSPuSyuVpC58vLvZHhJ9zhTQStWIA3kuIC6sLEFjk="
+
+
+class QuietServer(ThreadingHTTPServer):
+    """A caller that hangs up (timed out, killed, done with a connection) is no error."""
+
+    daemon_threads = True
+
+    def handle_error(self, request, client_address):
+        if not isinstance(sys.exc_info()[1], OSError):
+            super().handle_error(request, client_address)
+
+
+@dataclass(frozen=True)
+class Fault:
+    kind: str  # status | drop | slow | hold
+    code: int = 0
+    retry_after: float | None = None
+    seconds: float = 0.0
+
+    @classmethod
+    def status(cls, code: int, *, retry_after: float | None = None) -> Fault:
+        return cls("status", code=code, retry_after=retry_after)
+
+    @classmethod
+    def drop(cls) -> Fault:
+        return cls("drop")
+
+    @classmethod
+    def slow(cls, seconds: float) -> Fault:
+        return cls("slow", seconds=seconds)
+
+    @classmethod
+    def hold(cls) -> Fault:
+        return cls("hold")
+
+
+@dataclass
+class Received:
+    webhook_id: str
+    verified: bool
+    error: str
+    headers: dict[str, str]
+    body: bytes
+    fault: Fault | None
+    acted: bool
+    answered: int | None = None  # the status sent (None: no answer)
+    at: float = field(default_factory=time.monotonic)
+
+    @property
+    def message(self) -> dict[str, Any]:
+        return json.loads(self.body)
+
+
+class Receiver:
+    def __init__(
+        self,
+        secret: str = RECEIVER_SECRET,
+        *,
+        delay: float = 0.0,
+        answer: int = 202,
+        verify: bool = True,
+    ) -> None:
+        self.secret = secret
+        self.webhook = Webhook(secret)
+        self.delay = delay  # every acted-on request takes this long (a slow receiver)
+        self.answer = answer
+        self.verify = verify
+        self.plans: dict[str, list[Fault]] = {}
+        self.received: list[Received] = []
+        self.acted: Counter[str] = Counter()
+        self.lock = threading.Lock()
+        self.released = threading.Event()
+        self.holding = threading.Event()  # set once a request is held
+        # The fault of a request whose id has no plan (None: normal service): chaos.
+        self.fault_for: Callable[[str], Fault | None] | None = None
+        # Called with the id of every verified request it takes (acted on or a duplicate),
+        # outside the lock: a CD system that then reports the job's progress.
+        self.on_taken: Callable[[str], None] | None = None
+        self.server = QuietServer(("127.0.0.1", 0), self._handler_class())
+        self.server.daemon_threads = True
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        host, port = self.server.server_address[:2]
+        return f"http://{host}:{port}/hooks/deploy"
+
+    def __enter__(self) -> Receiver:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+        self.server.shutdown()
+        self.server.server_close()
+
+    def plan(self, webhook_id: str, *faults: Fault) -> None:
+        with self.lock:
+            self.plans.setdefault(webhook_id, []).extend(faults)
+
+    def release(self) -> None:
+        self.released.set()
+
+    def requests_for(self, webhook_id: str) -> list[Received]:
+        with self.lock:
+            return [r for r in self.received if r.webhook_id == webhook_id]
+
+    def acted_count(self, webhook_id: str) -> int:
+        with self.lock:
+            return self.acted[webhook_id]
+
+    def ids(self) -> set[str]:
+        with self.lock:
+            return {r.webhook_id for r in self.received}
+
+    # --- serving ---------------------------------------------------------------------
+
+    def _take(self, webhook_id: str, verified: bool) -> tuple[Fault | None, bool]:
+        """The fault this request meets, and whether it is acted on (decided at once,
+        under the lock: two requests of one id at the same moment act once)."""
+        with self.lock:
+            plan = self.plans.get(webhook_id) or []
+            fault = plan.pop(0) if plan else None
+            if fault is None and self.fault_for is not None:
+                fault = self.fault_for(webhook_id)
+            acts = (
+                verified
+                and (fault is None or fault.kind != "status")
+                and not self.acted[webhook_id]
+            )
+            if acts:
+                self.acted[webhook_id] += 1
+            return fault, acts
+
+    def _handler_class(self):
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, format, *args):  # quiet
+                pass
+
+            def do_POST(self):
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length)
+                headers = {k.lower(): v for k, v in self.headers.items()}
+                webhook_id = headers.get("webhook-id", "")
+                verified, error = True, ""
+                if receiver.verify:
+                    try:
+                        receiver.webhook.verify(body, headers)
+                    except WebhookVerificationError as exc:
+                        verified, error = False, str(exc)
+                fault, acted = receiver._take(webhook_id, verified)
+                record = Received(
+                    webhook_id, verified, error, headers, body, fault, acted
+                )
+                with receiver.lock:
+                    receiver.received.append(record)
+                if not verified:
+                    return self._answer(record, 401, {"error": "unverified"})
+                if fault is not None and fault.kind == "status":
+                    extra = {}
+                    if fault.retry_after is not None:
+                        extra["Retry-After"] = f"{fault.retry_after:g}"
+                    return self._answer(record, fault.code, {"error": "fault"}, extra)
+                if receiver.on_taken is not None:
+                    receiver.on_taken(webhook_id)
+                if acted and receiver.delay:
+                    time.sleep(receiver.delay)
+                if fault is not None and fault.kind == "drop":
+                    self.close_connection = True
+                    with contextlib.suppress(OSError):
+                        self.connection.shutdown(socket.SHUT_RDWR)
+                    return None
+                if fault is not None and fault.kind == "slow":
+                    time.sleep(fault.seconds)
+                if fault is not None and fault.kind == "hold":
+                    receiver.holding.set()
+                    receiver.released.wait(timeout=120)
+                if acted:
+                    return self._answer(
+                        record, receiver.answer, {"accepted": webhook_id}
+                    )
+                return self._answer(record, 200, {"duplicate": webhook_id})
+
+            def _answer(self, record, status, body, extra=None):
+                payload = json.dumps(body).encode()
+                try:
+                    self.send_response(status)
+                    for name, value in (extra or {}).items():
+                        self.send_header(name, value)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(payload)))
+                    self.end_headers()
+                    self.wfile.write(payload)
+                    record.answered = status
+                except OSError:  # the caller is gone (timed out, killed)
+                    self.close_connection = True
+
+        return Handler
+
+
+def closed_port_url() -> str:
+    """A URL on which nothing listens: the connection is refused."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    return f"http://127.0.0.1:{port}/hooks/deploy"

@@ -1,0 +1,191 @@
+"""Deploy targets in the admin: operators create and change them (each save an operator
+action, the secret write-only and shown as a fingerprint), send test triggers; auditors view
+them and change nothing."""
+
+from __future__ import annotations
+
+import pytest
+from django.urls import reverse
+
+from core.actors import Actor
+from deployments.models import DeployTarget, secret_fingerprint
+from deployments.targets import deploy_target_save
+from tests.console import admin_action
+from tests.deployments.receiver import RECEIVER_SECRET, Receiver
+from webhooks.models import OperatorAction
+
+pytestmark = pytest.mark.django_db
+
+ADD = reverse("admin:deployments_deploytarget_add")
+CHANGELIST = reverse("admin:deployments_deploytarget_changelist")
+
+
+def form(**overrides) -> dict:
+    data = {
+        "name": "shop-prod",
+        "executor": "http",
+        "repository_pattern": "acme/*",
+        "environment_pattern": "prod*",
+        "applies_to": "",
+        "priority": "100",
+        "url": "https://ci.internal.example/hooks/deploy?token=jenkins-token",
+        "secret": RECEIVER_SECRET,
+        "is_enabled": "on",
+    }
+    data.update(overrides)
+    return data
+
+
+def change_url(target) -> str:
+    return reverse("admin:deployments_deploytarget_change", args=[target.pk])
+
+
+def test_an_operator_creates_a_target_whose_secret_is_never_shown(operator_client):
+    response = operator_client.post(ADD, form())
+    assert response.status_code == 302, response.content.decode()[:3000]
+    target = DeployTarget.objects.get(name="shop-prod")
+    assert target.secret == RECEIVER_SECRET
+    assert target.executor == "http"
+
+    action = OperatorAction.objects.get(action="create_deploy_target")
+    assert action.actor_name == "operator"
+    assert action.details["target"] == "shop-prod"
+    assert action.details["before"] == {}
+    assert action.details["after"]["secret"] == secret_fingerprint(RECEIVER_SECRET)
+    assert RECEIVER_SECRET not in str(action.details)
+
+    for url in (CHANGELIST, change_url(target)):
+        page = operator_client.get(url).content.decode()
+        assert RECEIVER_SECRET not in page
+        assert secret_fingerprint(RECEIVER_SECRET) in page
+    # The list shows the URL without its query (a Jenkins token, say).
+    assert "jenkins-token" not in operator_client.get(CHANGELIST).content.decode()
+
+
+def test_a_change_keeps_the_secret_unless_a_new_one_is_typed(operator_client):
+    operator_client.post(ADD, form())
+    target = DeployTarget.objects.get()
+
+    response = operator_client.post(
+        change_url(target), form(secret="", environment_pattern="production")
+    )
+    assert response.status_code == 302, response.content.decode()[:3000]
+    target.refresh_from_db()
+    assert (target.environment_pattern, target.secret) == (
+        "production",
+        RECEIVER_SECRET,
+    )
+    change = OperatorAction.objects.get(action="change_deploy_target")
+    assert change.details["before"]["environment_pattern"] == "prod*"
+    assert change.details["after"]["environment_pattern"] == "production"
+
+    # Saved unchanged: nothing recorded.
+    operator_client.post(
+        change_url(target), form(secret="", environment_pattern="production")
+    )
+    assert OperatorAction.objects.filter(action="change_deploy_target").count() == 1
+
+    new_secret = "whsec_" + "A" * 43 + "="
+    operator_client.post(
+        change_url(target), form(secret=new_secret, environment_pattern="production")
+    )
+    target.refresh_from_db()
+    assert target.secret == new_secret
+    last = OperatorAction.objects.filter(action="change_deploy_target").latest("id")
+    assert last.details["before"]["secret"] == secret_fingerprint(RECEIVER_SECRET)
+    assert last.details["after"]["secret"] == secret_fingerprint(new_secret)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "field", "message"),
+    [
+        ({"secret": ""}, "secret", "whsec_"),
+        ({"secret": "not-a-whsec"}, "secret", "whsec_"),
+        ({"url": ""}, "url", "URL is required"),
+        ({"url": "http://169.254.169.254/latest/"}, "url", "denied network"),
+        ({"executor": "github", "secret": "ghp_x"}, "applies_to", "deployments only"),
+        ({"executor": "external"}, "url", "calls nothing"),
+        ({"repository_pattern": " "}, "repository_pattern", ""),
+    ],
+)
+def test_an_invalid_target_is_refused_with_its_reason(
+    operator_client, settings, overrides, field, message
+):
+    settings.DEPLOY_HTTP_URL = ""
+    settings.DEPLOY_HTTP_SECRET = ""
+    response = operator_client.post(ADD, form(**overrides))
+    assert response.status_code == 200  # the form again
+    errors = response.context["adminform"].form.errors
+    assert field in errors, errors
+    assert message in " ".join(errors[field])
+    assert not DeployTarget.objects.exists()
+    assert not OperatorAction.objects.filter(action="create_deploy_target").exists()
+
+
+def test_a_github_target_for_deployments_may_use_the_default_token(
+    operator_client, settings
+):
+    settings.GITHUB_TOKEN = "ghp_default_token"
+    response = operator_client.post(
+        ADD,
+        form(name="gh", executor="github", url="", secret="", applies_to="deployments"),
+    )
+    assert response.status_code == 302, response.content.decode()[:3000]
+    assert DeployTarget.objects.get(name="gh").secret == ""
+
+
+def test_targets_are_never_deleted_through_the_admin(operator_client):
+    operator_client.post(ADD, form())
+    target = DeployTarget.objects.get()
+    url = reverse("admin:deployments_deploytarget_delete", args=[target.pk])
+    assert operator_client.post(url, {"post": "yes"}).status_code == 403
+    assert DeployTarget.objects.filter(pk=target.pk).exists()
+
+
+def test_send_test_trigger_reaches_the_receiver_verified(operator_client):
+    with Receiver() as receiver:
+        operator_client.post(ADD, form(url=receiver.url))
+        target = DeployTarget.objects.get()
+        response = admin_action(
+            operator_client,
+            "deployments_deploytarget",
+            "send_test_trigger",
+            target,
+            follow=True,
+        )
+    assert response.status_code == 200
+    [seen] = receiver.received
+    assert seen.verified, seen.error
+    assert seen.webhook_id.startswith("tst_")
+    assert seen.message["type"] == "deploy_target.test"
+    assert seen.message["data"]["target"] == "shop-prod"
+    shown = [str(m) for m in response.context["messages"] if "shop-prod:" in str(m)]
+    assert shown == ["shop-prod: delivered: HTTP 202"]
+    test = OperatorAction.objects.get(action="test_deploy_target")
+    assert test.details == {
+        "target": "shop-prod",
+        "target_id": target.pk,
+        "executor": "http",
+        "url": receiver.url,
+    }
+
+
+def test_auditors_view_targets_and_change_nothing(auditor_client):
+    target = DeployTarget(
+        name="shop-prod",
+        executor="http",
+        url="https://ci.internal.example/hooks/deploy",
+    )
+    deploy_target_save(target=target, secret=RECEIVER_SECRET, actor=Actor.system())
+    assert auditor_client.get(CHANGELIST).status_code == 200
+    page = auditor_client.get(change_url(target))
+    assert page.status_code == 200
+    assert RECEIVER_SECRET not in page.content.decode()
+    assert auditor_client.post(ADD, form(name="other")).status_code == 403
+    assert (
+        auditor_client.post(change_url(target), form(priority="1")).status_code == 403
+    )
+    admin_action(
+        auditor_client, "deployments_deploytarget", "send_test_trigger", target
+    )
+    assert not OperatorAction.objects.filter(action="test_deploy_target").exists()

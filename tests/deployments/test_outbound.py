@@ -1,0 +1,197 @@
+"""The one classification of a trigger attempt's end (``deployments.outbound``), per status
+code and per exception class; the exceptions of real calls against a real server are checked
+in tests/deployments/test_triggers.py."""
+
+from datetime import UTC, datetime, timedelta
+from email.utils import format_datetime
+
+import httpx
+import pytest
+from django.test import override_settings
+
+from deployments.outbound import (
+    DeniedDestination,
+    destination_check,
+    outcome_classify,
+    retry_after_seconds,
+)
+from deployments.services import trigger_retry_delay, url_shown
+
+NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(
+    ("status", "outcome"),
+    [
+        (200, "delivered"),
+        (201, "delivered"),
+        (202, "delivered"),
+        (204, "delivered"),
+        (299, "delivered"),
+        (301, "rejected"),
+        (302, "rejected"),
+        (307, "rejected"),
+        (400, "rejected"),
+        (401, "rejected"),
+        (403, "rejected"),
+        (404, "rejected"),
+        (405, "rejected"),
+        (409, "rejected"),
+        (410, "rejected"),
+        (413, "rejected"),
+        (422, "rejected"),
+        (408, "transient"),
+        (425, "transient"),
+        (429, "transient"),
+        (503, "transient"),
+        (500, "ambiguous"),
+        (501, "ambiguous"),
+        (502, "ambiguous"),
+        (504, "ambiguous"),
+        (599, "ambiguous"),
+    ],
+)
+def test_each_status_code_is_classified_once(status, outcome):
+    classified = outcome_classify(status_code=status, headers={})
+    assert classified.outcome == outcome
+    assert classified.status_code == status
+
+
+def test_a_redirect_says_it_is_not_followed():
+    assert "not followed" in outcome_classify(status_code=302, headers={}).error
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {"retry-after": "60"},
+        {"x-ratelimit-remaining": "0", "x-ratelimit-reset": "1796140860"},
+    ],
+)
+def test_a_github_rate_limit_403_is_transient(headers):
+    assert outcome_classify(status_code=403, headers=headers).outcome == "transient"
+
+
+def test_a_plain_403_is_rejected():
+    headers = {"x-ratelimit-remaining": "4999"}
+    assert outcome_classify(status_code=403, headers=headers).outcome == "rejected"
+
+
+def _request() -> httpx.Request:
+    return httpx.Request("POST", "http://ci.example/hook")
+
+
+@pytest.mark.parametrize(
+    ("error", "outcome"),
+    [
+        (httpx.ConnectError("[Errno 111] Connection refused"), "transient"),
+        (httpx.ConnectTimeout("timed out"), "transient"),
+        (httpx.PoolTimeout("no connection"), "transient"),
+        (httpx.ProxyError("proxy refused"), "transient"),
+        (httpx.ReadTimeout("timed out"), "ambiguous"),
+        (httpx.WriteTimeout("timed out"), "ambiguous"),
+        (httpx.ReadError("connection reset"), "ambiguous"),
+        (httpx.WriteError("broken pipe"), "ambiguous"),
+        (
+            httpx.RemoteProtocolError(
+                "Server disconnected without sending a response."
+            ),
+            "ambiguous",
+        ),
+        (httpx.DecodingError("bad gzip"), "ambiguous"),
+        (httpx.UnsupportedProtocol("ftp"), "rejected"),
+        (httpx.InvalidURL("bad url"), "rejected"),
+        (httpx.LocalProtocolError("illegal header"), "rejected"),
+        (DeniedDestination("169.254.169.254"), "rejected"),
+        (RuntimeError("a bug"), "ambiguous"),
+        (OSError("something else"), "ambiguous"),
+    ],
+)
+def test_each_exception_class_is_classified_once(error, outcome):
+    classified = outcome_classify(error=error)
+    assert classified.outcome == outcome
+    assert classified.error_class == type(error).__name__
+    assert classified.status_code is None
+
+
+@pytest.mark.parametrize(
+    ("headers", "seconds"),
+    [
+        ({"retry-after": "7"}, 7.0),
+        (
+            {"retry-after": format_datetime(NOW + timedelta(seconds=30), usegmt=True)},
+            30,
+        ),
+        ({"retry-after": format_datetime(NOW - timedelta(seconds=30), usegmt=True)}, 0),
+        ({"retry-after": "soon"}, None),
+        ({}, None),
+        (
+            {
+                "x-ratelimit-remaining": "0",
+                "x-ratelimit-reset": str(int(NOW.timestamp()) + 90),
+            },
+            90,
+        ),
+        ({"x-ratelimit-remaining": "3", "x-ratelimit-reset": "1"}, None),
+    ],
+)
+def test_retry_after_in_seconds_or_as_a_date(headers, seconds):
+    assert retry_after_seconds(headers, now=NOW) == seconds
+
+
+def test_a_429_carries_its_retry_after():
+    classified = outcome_classify(
+        status_code=429, headers={"retry-after": "12"}, now=NOW
+    )
+    assert classified.retry_after == 12
+
+
+@override_settings(
+    DEPLOY_TRIGGER_RETRY_BASE_SECONDS=2, DEPLOY_TRIGGER_RETRY_MAX_SECONDS=600
+)
+def test_retry_delays_back_off_with_full_jitter_and_honour_retry_after():
+    for attempt, ceiling in [(1, 2), (2, 4), (3, 8), (8, 256), (12, 600), (100, 600)]:
+        delays = [trigger_retry_delay(attempt=attempt) for _ in range(200)]
+        assert all(0 <= d <= ceiling for d in delays)
+        assert max(delays) > ceiling / 2  # spread over the range, not a constant
+    assert trigger_retry_delay(attempt=1, retry_after=30) == 30
+    assert trigger_retry_delay(attempt=1, retry_after=10_000) == 600
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://169.254.169.254/latest/meta-data/",
+        "http://[fe80::1]/hook",
+        "http://0.0.0.0:8080/hook",
+        "ftp://ci.example/hook",
+        "not a url",
+    ],
+)
+def test_denied_destinations_are_refused(url):
+    with pytest.raises(DeniedDestination):
+        destination_check(url)
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["http://127.0.0.1:9/hook", "https://10.1.2.3/hook", "http://[::1]:8080/"],
+)
+def test_loopback_and_private_destinations_are_allowed(url):
+    destination_check(url)  # a receiver in the cluster is the common case
+
+
+@override_settings(DEPLOY_TRIGGER_DENY_NETWORKS=["10.0.0.0/8"])
+def test_the_deny_list_is_a_setting():
+    with pytest.raises(DeniedDestination):
+        destination_check("https://10.1.2.3/hook")
+    destination_check("http://169.254.169.254/")
+
+
+def test_urls_are_shown_without_credentials_or_query():
+    assert (
+        url_shown(
+            "https://user:pw@jenkins.example:8443/generic-webhook-trigger/invoke?token=s3cret#x"
+        )
+        == "https://jenkins.example:8443/generic-webhook-trigger/invoke"
+    )
