@@ -345,10 +345,33 @@ LEDGERS: dict[str, Ledger] = {
             created="created_at",
             belongs_to={"deployment": "deployment_id"},
         ),
-        # Trigger attempts (deployments.TriggerAttempt) join here: one entry with their
-        # immutable fields, created="started_at", ready=Q(finished_at__isnull=False),
-        # ready_at="finished_at", belongs_to={"deployment": "deployment_id"}, and the
-        # log_ticket column on their model.
+        # An attempt to trigger a job downstream, once closed (an open one is still being
+        # made: its outcome is not known yet).
+        Ledger(
+            kind="trigger_attempt",
+            model="deployments.TriggerAttempt",
+            fields={
+                "deployment_id": "deployment_id",
+                "build_id": "build_id",
+                "number": "number",
+                "executor": "executor",
+                "target_name": "target_name",
+                "url": "url",
+                "started_at": "started_at",
+                "finished_at": "finished_at",
+                "outcome": "outcome",
+                "status_code": "status_code",
+                "error_class": "error_class",
+                "error": "error",
+                "duration_seconds": "duration_seconds",
+                "retry_at": "retry_at",
+                "worker": "worker",
+            },
+            created="started_at",
+            ready=Q(finished_at__isnull=False),
+            ready_at="finished_at",
+            belongs_to={"deployment": "deployment_id"},
+        ),
         Ledger(
             kind="operator_action",
             model="webhooks.OperatorAction",

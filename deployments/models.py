@@ -491,10 +491,12 @@ class TriggerAttempt(models.Model):
     duration_seconds = models.FloatField(null=True, blank=True)
     retry_at = models.DateTimeField(null=True, blank=True)
     worker = models.CharField(max_length=255, blank=True, default="")
+    log_ticket = log_ticket_field()
 
     objects = TriggerAttemptQuerySet.as_manager()
 
     class Meta:
+        indexes = [*log_ticket_indexes("deployments_trig")]
         constraints = [
             models.CheckConstraint(
                 condition=Q(deployment__isnull=False, build__isnull=True)

@@ -6,72 +6,9 @@ the database: ``core.models.TransactionTicket``), which the verifiable log's sea
 take every row, whatever its id, without writing to it again (docs/architecture.md, "The
 verifiable log"). Rows already there keep NULL and are taken by id."""
 
-from django.db import migrations, models
+from django.db import migrations
 
-import core.models
-
-
-def _column_add(table: str):
-    def add(apps, schema_editor):
-        # No table rewrite: existing rows keep NULL. SQLite writes NULL by default (its
-        # writers run one at a time: the sealer takes its rows by id).
-        schema_editor.execute(
-            f'ALTER TABLE "{table}" ADD COLUMN "log_ticket" bigint NULL'
-        )
-        if schema_editor.connection.vendor == "postgresql":
-            schema_editor.execute(
-                f'ALTER TABLE "{table}" ALTER COLUMN "log_ticket" SET DEFAULT '
-                "(pg_current_xact_id()::text::bigint)"
-            )
-
-    def drop(apps, schema_editor):
-        schema_editor.execute(f'ALTER TABLE "{table}" DROP COLUMN "log_ticket"')
-
-    return add, drop
-
-
-def _ticket_operations(model_name: str, table: str, prefix: str) -> list:
-    """The column with its database default, added in place (on SQLite too, whose other
-    ways of adding a column with an expression default rebuild the table), then the sealer's
-    two indexes."""
-    add, drop = _column_add(table)
-    return [
-        migrations.SeparateDatabaseAndState(
-            state_operations=[
-                migrations.AddField(
-                    model_name=model_name,
-                    name="log_ticket",
-                    field=models.BigIntegerField(
-                        blank=True,
-                        db_default=core.models.TransactionTicket(),
-                        editable=False,
-                        help_text=(
-                            "The transaction that inserted the row (the log's sealer "
-                            "reads it)."
-                        ),
-                        null=True,
-                    ),
-                ),
-            ],
-            database_operations=[migrations.RunPython(add, drop)],
-        ),
-        migrations.AddIndex(
-            model_name=model_name,
-            index=models.Index(
-                condition=models.Q(("log_ticket__isnull", False)),
-                fields=["log_ticket", "id"],
-                name=f"{prefix}_logt_idx",
-            ),
-        ),
-        migrations.AddIndex(
-            model_name=model_name,
-            index=models.Index(
-                condition=models.Q(("log_ticket__isnull", True)),
-                fields=["id"],
-                name=f"{prefix}_lognull_idx",
-            ),
-        ),
-    ]
+from core.log_ticket_migrations import log_ticket_operations
 
 
 class Migration(migrations.Migration):
@@ -80,10 +17,14 @@ class Migration(migrations.Migration):
     ]
 
     operations = [
-        *_ticket_operations("deployment", "deployments_deployment", "deployments_dep"),
-        *_ticket_operations("build", "deployments_build", "deployments_bld"),
-        *_ticket_operations(
+        *log_ticket_operations(
+            "deployment", "deployments_deployment", "deployments_dep"
+        ),
+        *log_ticket_operations("build", "deployments_build", "deployments_bld"),
+        *log_ticket_operations(
             "jobtransition", "deployments_jobtransition", "deployments_trans"
         ),
-        *_ticket_operations("statussync", "deployments_statussync", "deployments_sync"),
+        *log_ticket_operations(
+            "statussync", "deployments_statussync", "deployments_sync"
+        ),
     ]

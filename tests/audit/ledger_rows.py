@@ -1,8 +1,10 @@
 """One record of every ledger the log takes in, made through the product's own paths: a
 signed delivery through the webhook view, its processing by the research handler (an attempt
 and a revision), a conflicting delivery (mismatch evidence), a deployment and a build through
-the API with their transitions (the job run by the worker's service) and a status sync, and an
-operator action (a secret rotation)."""
+the API with their transitions (the deployment run by the worker's service on the simulated
+executor, the build triggered through the ``http`` executor to a real receiver: a trigger
+attempt) and a status sync, and operator actions (an API client's creation, a secret
+rotation)."""
 
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ from deployments.services import job_run
 from research.models import DocumentRevision, ResearchDocument
 from tests.core.factories import api_client_make, bearer_http
 from tests.deployments.factories import build_body, deployment_body, idempotent_post
+from tests.deployments.receiver import Receiver
 from tests.integrations.research.factories import research_event
 from tests.webhooks.factories import conflicting_body, research_source, signed_post
 from webhooks.models import InboxEvent, OperatorAction, WebhookSource
@@ -71,6 +74,15 @@ def every_ledger(settings) -> Trail:
     assert answer.status_code == 201, answer.content
     answer = idempotent_post(api, "/api/builds/", build_body(), key="bld-1")
     build = Build.objects.get(public_id=answer.json()["build_id"])
+    with Receiver() as receiving:
+        settings.DEPLOY_EXECUTOR = "http"
+        settings.DEPLOY_HTTP_URL = receiving.url
+        settings.DEPLOY_HTTP_SECRET = receiving.secret
+        assert job_run(kind="build", public_id=build.public_id, worker="worker-1") == (
+            "triggered"
+        )
+    settings.DEPLOY_EXECUTOR = "simulated"
+    build.refresh_from_db()
 
     webhook_source_rotate(source=source, actor=Actor.system(), reason="yearly")
     rotation = OperatorAction.objects.get(action="rotate_secret")

@@ -21,6 +21,11 @@ from audit import verify_bundle
 from audit.checkpoints import checkpoint_make, log_verifier_key
 from audit.stories import evidence_bundle
 from core.actors import Actor
+from deployments.models import Deployment
+from deployments.services import job_run
+from tests.core.factories import api_client_make, bearer_http
+from tests.deployments.factories import deployment_body, idempotent_post
+from tests.deployments.receiver import Fault, Receiver
 from webhooks.models import FingerprintMismatch, InboxEvent, OperatorAction
 from webhooks.replay import inbox_events_replay
 
@@ -101,6 +106,40 @@ def test_a_deployment_s_bundle_holds_its_key_transitions_and_status_syncs(
     assert deployment["idempotency_key"] == "dep-1"
     assert bundle["bodies"] == {}
     assert verified(bundle).ok
+
+
+def test_a_deployment_s_bundle_holds_its_trigger_attempts(settings, capsys):
+    """Triggered through the ``http`` executor to a real receiver that answered 503 first:
+    both closed attempts are in the log and in the story, each checked offline."""
+    settings.DEPLOY_TRIGGER_RETRY_BASE_SECONDS = 0.01
+    _, token = api_client_make(name="ci")
+    answer = idempotent_post(
+        bearer_http(token), "/api/deployments/", deployment_body(), key="dep-http"
+    )
+    deployment = Deployment.objects.get(public_id=answer.json()["deployment_id"])
+    with Receiver() as receiving:
+        settings.DEPLOY_EXECUTOR = "http"
+        settings.DEPLOY_HTTP_URL = receiving.url
+        settings.DEPLOY_HTTP_SECRET = receiving.secret
+        receiving.plan(deployment.public_id, Fault.status(503))
+        run = {"kind": "deployment", "public_id": deployment.public_id, "worker": "w1"}
+        assert job_run(**run) == "retry_scheduled"
+        # Its retry comes due at once (the relay would publish it after its backoff).
+        Deployment.objects.filter(pk=deployment.pk).update(next_attempt_at=None)
+        assert job_run(**run) == "triggered"
+    seal_all()
+    checkpoint_make()
+
+    bundle = bundle_of(capsys, "deployment", deployment.public_id)
+
+    assert kinds(bundle)["trigger_attempt"] == 2
+    outcomes = [
+        json.loads(e["leaf"])["outcome"]
+        for e in bundle["entries"]
+        if '"kind":"trigger_attempt"' in e["leaf"]
+    ]
+    assert outcomes == ["transient", "delivered"]
+    assert verified(bundle).ok, verified(bundle).failures
 
 
 def test_an_operator_action_that_touched_the_event_is_in_its_story(trail, capsys):

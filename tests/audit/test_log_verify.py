@@ -63,6 +63,10 @@ EDITS = {
         "applied = NOT applied",
         lambda t: t.deployment.status_syncs.get().pk,
     ),
+    "trigger_attempt": (
+        "outcome = 'rejected'",
+        lambda t: t.build.trigger_attempts.get().pk,
+    ),
     "operator_action": ("reason = 'nothing'", lambda t: t.rotation.pk),
 }
 
@@ -86,7 +90,7 @@ def test_a_field_changed_in_any_ledger_is_named(trail, kind, capsys):
 
 
 @pytest.mark.parametrize(
-    "kind", ["inbox_attempt", "document_revision", "operator_action"]
+    "kind", ["inbox_attempt", "document_revision", "trigger_attempt", "operator_action"]
 )
 def test_a_row_deleted_from_a_ledger_is_named(trail, kind, capsys):
     pk = EDITS[kind][1](trail)

@@ -99,7 +99,7 @@ def test_every_ledger_enters_the_log_in_the_order_of_the_registry(settings):
     assert deployment["idempotency_key"] == "dep-1"
     assert "status" not in deployment  # state, not a record: its transitions are
     transitions = [
-        (leaf["from_status"], leaf["to_status"])
+        (leaf["deployment_id"], leaf["from_status"], leaf["to_status"])
         for leaf in (
             leaf_decode(text)
             for text in LogLeaf.objects.filter(kind="job_transition")
@@ -107,11 +107,24 @@ def test_every_ledger_enters_the_log_in_the_order_of_the_registry(settings):
             .values_list("leaf", flat=True)
         )
     ]
+    deployment = trail.deployment.pk
     assert transitions == [
-        ("queued", "running"),
-        ("running", "succeeded"),
-        ("succeeded", "failed"),
+        (deployment, "queued", "running"),
+        (deployment, "running", "succeeded"),
+        (deployment, "succeeded", "failed"),
+        (None, "queued", "running"),  # the build, once its trigger was delivered
     ]
+    [attempt] = [
+        leaf_decode(text)
+        for text in LogLeaf.objects.filter(kind="trigger_attempt").values_list(
+            "leaf", flat=True
+        )
+    ]
+    assert (attempt["build_id"], attempt["executor"], attempt["outcome"]) == (
+        trail.build.pk,
+        "http",
+        "delivered",
+    )
     # The API client's creation is an operator action too, then the rotation.
     actions = list(OperatorAction.objects.order_by("pk").values_list("action", "pk"))
     assert [action for action, _ in actions] == ["create_api_client", "rotate_secret"]

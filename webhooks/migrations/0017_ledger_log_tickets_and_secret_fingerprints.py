@@ -12,7 +12,7 @@ import hashlib
 
 from django.db import migrations, models
 
-import core.models
+from core.log_ticket_migrations import log_ticket_operations
 
 
 def fingerprints_fill(apps, schema_editor):
@@ -26,83 +26,20 @@ def fingerprints_fill(apps, schema_editor):
         secret.save(update_fields=["fingerprint"])
 
 
-def _column_add(table: str):
-    def add(apps, schema_editor):
-        # No table rewrite: existing rows keep NULL. SQLite writes NULL by default (its
-        # writers run one at a time: the sealer takes its rows by id).
-        schema_editor.execute(
-            f'ALTER TABLE "{table}" ADD COLUMN "log_ticket" bigint NULL'
-        )
-        if schema_editor.connection.vendor == "postgresql":
-            schema_editor.execute(
-                f'ALTER TABLE "{table}" ALTER COLUMN "log_ticket" SET DEFAULT '
-                "(pg_current_xact_id()::text::bigint)"
-            )
-
-    def drop(apps, schema_editor):
-        schema_editor.execute(f'ALTER TABLE "{table}" DROP COLUMN "log_ticket"')
-
-    return add, drop
-
-
-def _ticket_operations(model_name: str, table: str, prefix: str) -> list:
-    """The column with its database default, added in place (on SQLite too, whose other
-    ways of adding a column with an expression default rebuild the table), then the sealer's
-    two indexes."""
-    add, drop = _column_add(table)
-    return [
-        migrations.SeparateDatabaseAndState(
-            state_operations=[
-                migrations.AddField(
-                    model_name=model_name,
-                    name="log_ticket",
-                    field=models.BigIntegerField(
-                        blank=True,
-                        db_default=core.models.TransactionTicket(),
-                        editable=False,
-                        help_text=(
-                            "The transaction that inserted the row (the log's sealer "
-                            "reads it)."
-                        ),
-                        null=True,
-                    ),
-                ),
-            ],
-            database_operations=[migrations.RunPython(add, drop)],
-        ),
-        migrations.AddIndex(
-            model_name=model_name,
-            index=models.Index(
-                condition=models.Q(("log_ticket__isnull", False)),
-                fields=["log_ticket", "id"],
-                name=f"{prefix}_logt_idx",
-            ),
-        ),
-        migrations.AddIndex(
-            model_name=model_name,
-            index=models.Index(
-                condition=models.Q(("log_ticket__isnull", True)),
-                fields=["id"],
-                name=f"{prefix}_lognull_idx",
-            ),
-        ),
-    ]
-
-
 class Migration(migrations.Migration):
     dependencies = [
         ("webhooks", "0016_mismatch_repeats_counted"),
     ]
 
     operations = [
-        *_ticket_operations("inboxevent", "webhooks_inboxevent", "webhooks_inbox"),
-        *_ticket_operations(
+        *log_ticket_operations("inboxevent", "webhooks_inboxevent", "webhooks_inbox"),
+        *log_ticket_operations(
             "inboxattempt", "webhooks_inboxattempt", "webhooks_attempt"
         ),
-        *_ticket_operations(
+        *log_ticket_operations(
             "fingerprintmismatch", "webhooks_fingerprintmismatch", "webhooks_mismatch"
         ),
-        *_ticket_operations(
+        *log_ticket_operations(
             "operatoraction", "webhooks_operatoraction", "webhooks_action"
         ),
         # In place on SQLite too, whose AddField of a column with a default rebuilds the
