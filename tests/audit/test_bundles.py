@@ -29,7 +29,7 @@ from tests.deployments.receiver import Fault, Receiver
 from webhooks.models import FingerprintMismatch, InboxEvent, OperatorAction
 from webhooks.replay import inbox_events_replay
 
-from .ledger_rows import every_ledger, seal_all
+from .ledger_rows import every_ledger, seal_all, sealed_trail
 from .tampering import sql
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -37,9 +37,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 @pytest.fixture
 def trail(settings):
-    trail = every_ledger(settings)
-    seal_all()
-    checkpoint_make()
+    trail = sealed_trail(settings)
     return trail
 
 

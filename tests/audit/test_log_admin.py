@@ -14,20 +14,18 @@ from django.urls import reverse
 from django.utils import timezone
 
 from audit import verify_bundle
-from audit.checkpoints import checkpoint_make, log_verifier_key
+from audit.checkpoints import log_verifier_key
 from audit.models import LogLeaf
 from tests.webhooks.factories import InboxEventFactory
 
-from .ledger_rows import every_ledger, seal_all
+from .ledger_rows import seal_all, sealed_trail
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
 @pytest.fixture
 def trail(settings):
-    trail = every_ledger(settings)
-    seal_all()
-    checkpoint_make()
+    trail = sealed_trail(settings)
     return trail
 
 

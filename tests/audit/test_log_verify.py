@@ -21,7 +21,7 @@ from audit.verification import KeptCheckpoint, log_verify
 from tests.webhooks.factories import InboxEventFactory
 from webhooks.models import FingerprintMismatch, InboxEvent
 
-from .ledger_rows import every_ledger, seal_all
+from .ledger_rows import seal_all, sealed_trail
 from .tampering import sql, verify_fails
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -29,9 +29,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 @pytest.fixture
 def trail(settings):
-    trail = every_ledger(settings)
-    seal_all()
-    checkpoint_make()
+    trail = sealed_trail(settings)
     report = log_verify()
     assert report.ok, report.problems
     return trail
