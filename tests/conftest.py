@@ -200,6 +200,24 @@ def auditor_client(client, auditor):
 
 
 @pytest.fixture
+def running():
+    """Starts processes (``tests.processes.Process``) and kills every one of them at the end,
+    whatever happens. With ``empty_broker`` before it, the broker is emptied after they are
+    gone."""
+    from tests.processes import Process
+
+    started: list[Process] = []
+
+    def start(process: Process) -> Process:
+        started.append(process.start())
+        return process
+
+    yield start
+    for process in started:
+        process.kill()
+
+
+@pytest.fixture
 def empty_broker():
     """The test broker emptied before and after the test, unacked messages of killed workers
     included."""

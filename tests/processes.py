@@ -185,8 +185,12 @@ def celery_beat_command(*, schedule: Path, loglevel: str = "INFO") -> list[str]:
     ]
 
 
-def gunicorn_command(*, port: int, workers: int = 2) -> list[str]:
-    return [
+def gunicorn_command(
+    *, port: int, workers: int = 2, threads: int | None = None
+) -> list[str]:
+    """With ``threads``, threaded workers: up to ``workers x threads`` requests inside the
+    views at the same moment (the concurrency tests)."""
+    command = [
         str(BIN / "gunicorn"),
         "config.wsgi",
         "--bind",
@@ -194,6 +198,9 @@ def gunicorn_command(*, port: int, workers: int = 2) -> list[str]:
         "--workers",
         str(workers),
     ]
+    if threads is not None:
+        command += ["--worker-class", "gthread", "--threads", str(threads)]
+    return command
 
 
 def relay_command() -> list[str]:
@@ -222,10 +229,15 @@ def celery_beat(tmp_path: Path, *, env: dict | None = None) -> Process:
 
 
 def gunicorn(
-    tmp_path: Path, *, port: int, workers: int = 2, env: dict | None = None
+    tmp_path: Path,
+    *,
+    port: int,
+    workers: int = 2,
+    threads: int | None = None,
+    env: dict | None = None,
 ) -> Process:
     return Process(
-        gunicorn_command(port=port, workers=workers),
+        gunicorn_command(port=port, workers=workers, threads=threads),
         child_env(**(env or {})),
         tmp_path / "gunicorn.log",
     )

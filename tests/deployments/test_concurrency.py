@@ -30,19 +30,7 @@ def server(tmp_path):
     processes.purge_broker()
     port = processes.free_port()
     # Threaded workers: up to 2 x 16 requests inside the view at the same moment.
-    args = [
-        str(processes.BIN / "gunicorn"),
-        "config.wsgi",
-        "--bind",
-        f"127.0.0.1:{port}",
-        "--workers",
-        "2",
-        "--worker-class",
-        "gthread",
-        "--threads",
-        "16",
-    ]
-    proc = processes.Process(args, processes.child_env(), tmp_path / "gunicorn.log")
+    proc = processes.gunicorn(tmp_path, port=port, workers=2, threads=16)
     proc.start()
     try:
         processes.wait_http_ok(f"http://127.0.0.1:{port}/healthz", timeout=60)

@@ -20,7 +20,6 @@ from core.actors import Actor
 from core.services import api_client_create
 from deployments.models import Deployment, JobTransition, TriggerAttempt
 from tests import processes
-from tests.broker import broker_reset
 from tests.core.factories import api_client_make, bearer_http
 from tests.deployments.factories import deployment_body, idempotent_post
 from tests.deployments.fake_github import GITHUB_TOKEN, FakeGitHub
@@ -30,7 +29,12 @@ from tests.threads import run_together
 from tests.webhooks.factories import webhook_post
 from webhooks.models import InboxEvent
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.slow,
+    # Emptied before the processes start and after they are killed (``running``).
+    pytest.mark.usefixtures("empty_broker"),
+]
 
 # Fast retries, sweeps and leases, so that recovery is seen within a test; metrics served on
 # a port of the worker's own (several workers run at once on one machine).
@@ -42,22 +46,6 @@ FAST = {
     "RELAY_SWEEP_INTERVAL_SECONDS": "1",
     "CELERY_METRICS_PORT": "0",
 }
-
-
-@pytest.fixture
-def running():
-    """Starts processes and kills every one of them at the end, whatever happens."""
-    broker_reset()
-    started: list[processes.Process] = []
-
-    def start(process: processes.Process) -> processes.Process:
-        started.append(process.start())
-        return process
-
-    yield start
-    for process in started:
-        process.kill()
-    broker_reset()
 
 
 @pytest.fixture
@@ -242,19 +230,7 @@ TOKEN = "test-token-race-trigger-0123456789"
 def server(tmp_path):
     api_client_create(actor=Actor.system(), name="race", token=TOKEN)
     port = processes.free_port()
-    args = [
-        str(processes.BIN / "gunicorn"),
-        "config.wsgi",
-        "--bind",
-        f"127.0.0.1:{port}",
-        "--workers",
-        "2",
-        "--worker-class",
-        "gthread",
-        "--threads",
-        "16",
-    ]
-    proc = processes.Process(args, processes.child_env(), tmp_path / "gunicorn.log")
+    proc = processes.gunicorn(tmp_path, port=port, workers=2, threads=16)
     proc.start()
     try:
         processes.wait_http_ok(f"http://127.0.0.1:{port}/healthz", timeout=60)

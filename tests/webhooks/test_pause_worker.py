@@ -16,7 +16,6 @@ from core.models import RelayHeartbeat
 from core.relay import Relay
 from research.models import DocumentRevision, ResearchDocument
 from tests import processes
-from tests.broker import broker_reset
 from tests.integrations.research.factories import research_event
 from tests.webhooks.factories import inbox_events_bulk_create, research_source
 from webhooks.dispatch import PROCESS_ONE_TASK, PROCESS_TASK
@@ -28,23 +27,12 @@ from webhooks.models import (
 )
 from webhooks.pausing import webhook_source_pause, webhook_source_resume
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
-
-
-@pytest.fixture
-def running():
-    """Starts processes and kills every one of them at the end, whatever happens."""
-    broker_reset()
-    started: list[processes.Process] = []
-
-    def start(process: processes.Process) -> processes.Process:
-        started.append(process.start())
-        return process
-
-    yield start
-    for process in started:
-        process.kill()
-    broker_reset()
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.slow,
+    # Emptied before the processes start and after they are killed (``running``).
+    pytest.mark.usefixtures("empty_broker"),
+]
 
 
 def terminal(source) -> int:

@@ -13,36 +13,24 @@ from django.utils import timezone
 
 from research.models import DocumentRevision, ResearchDocument
 from tests import processes
-from tests.broker import broker_reset
 from tests.integrations.research.factories import research_event
 from tests.threads import document_locked
 from tests.webhooks.factories import InboxEventFactory, inbox_events_bulk_create
 from webhooks.models import TERMINAL_STATUSES, InboxAttempt, InboxEvent
 from webhooks.processing import WORKER_LOST_ERROR, inbox_event_process
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.slow,
+    # Emptied before the processes start and after they are killed (``running``).
+    pytest.mark.usefixtures("empty_broker"),
+]
 
 FAST_SWEEP = {
     "RELAY_SWEEP_INTERVAL_SECONDS": "1",
     "INBOX_REDISPATCH_AFTER_SECONDS": "2",
     "INBOX_PROCESSING_LEASE_SECONDS": "4",
 }
-
-
-@pytest.fixture
-def running(tmp_path):
-    """Starts processes and stops (kills) every one of them at the end, whatever happens."""
-    broker_reset()
-    started: list[processes.Process] = []
-
-    def start(process: processes.Process) -> processes.Process:
-        started.append(process.start())
-        return process
-
-    yield start
-    for process in started:
-        process.kill()
-    broker_reset()
 
 
 def non_terminal_count() -> int:

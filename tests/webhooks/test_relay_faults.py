@@ -33,20 +33,6 @@ FAST_SWEEP = {
 }
 
 
-@pytest.fixture
-def running():
-    """Starts processes and kills every one of them at the end, whatever happens."""
-    started: list[processes.Process] = []
-
-    def start(process: processes.Process) -> processes.Process:
-        started.append(process.start())
-        return process
-
-    yield start
-    for process in started:
-        process.kill()
-
-
 def relay_process(tmp_path, name: str, env: dict) -> processes.Process:
     """``manage.py relay``: a relay apart from the workers."""
     return processes.Process(
