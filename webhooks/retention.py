@@ -6,9 +6,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import UTC, datetime
+from typing import Any
 
 from django.db import transaction
-from django.db.models import Q
+from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from core.actors import Actor
@@ -34,6 +35,42 @@ def purge_stamp(value: datetime) -> str:
     return value.astimezone(UTC).isoformat()
 
 
+# Records one batch of a purge: its row ids, how many bodies went, and their stamp.
+_BatchRecord = Callable[[list[int], int, datetime], None]
+
+
+def _bodies_purge(
+    *,
+    rows: QuerySet[Any],
+    batch_size: int,
+    record: _BatchRecord,
+    progress: Callable[[int], None] | None,
+) -> int:
+    """Drops the body of ``rows`` (those not being purged by someone else) in batches, each
+    its own short transaction that stamps ``body_purged_at`` and records the batch; returns
+    how many bodies were dropped."""
+    purged = 0
+    model = rows.model
+    while True:
+        with transaction.atomic():
+            ids = list(
+                rows.select_for_update(skip_locked=True)
+                .filter(body_purged_at__isnull=True)
+                .order_by("id")
+                .values_list("id", flat=True)[:batch_size]
+            )
+            if not ids:
+                return purged
+            stamp = timezone.now()
+            count = model._default_manager.filter(id__in=ids).update(
+                raw_body=None, body_purged_at=stamp
+            )
+            record(ids, count, stamp)
+            purged += count
+        if progress is not None:
+            progress(purged)
+
+
 def inbox_bodies_purge(
     *,
     older_than: datetime,
@@ -50,39 +87,26 @@ def inbox_bodies_purge(
     names the rows and carries the stamp they got, and the audit app logs each body's purge with
     it, in that transaction: ``audit_verify`` accepts a missing body only where the verifiable
     log holds such a purge (docs/security.md, "What the log holds")."""
-    purged = 0
     cutoff = purge_stamp(older_than)
-    while True:
-        with transaction.atomic():
-            ids = list(
-                InboxEvent.objects.select_for_update(skip_locked=True)
-                .filter(
-                    received_at__lt=older_than,
-                    processing_status__in=TERMINAL_STATUSES,
-                    body_purged_at__isnull=True,
-                )
-                .order_by("id")
-                .values_list("id", flat=True)[:batch_size]
-            )
-            if not ids:
-                return purged
-            stamp = timezone.now()
-            count = InboxEvent.objects.filter(id__in=ids).update(
-                raw_body=None, body_purged_at=stamp
-            )
-            operator_action_record(
-                action=OperatorAction.Action.PURGE_BODIES,
-                actor=actor,
-                reason=f"retention: terminal events received before {cutoff}",
-                event_ids=ids,
-                event_count=count,
-                details=PurgeBodiesDetails(
-                    purged_at=purge_stamp(stamp), older_than=cutoff
-                ),
-            )
-            purged += count
-        if progress is not None:
-            progress(purged)
+
+    def record(ids: list[int], count: int, stamp: datetime) -> None:
+        operator_action_record(
+            action=OperatorAction.Action.PURGE_BODIES,
+            actor=actor,
+            reason=f"retention: terminal events received before {cutoff}",
+            event_ids=ids,
+            event_count=count,
+            details=PurgeBodiesDetails(purged_at=purge_stamp(stamp), older_than=cutoff),
+        )
+
+    return _bodies_purge(
+        rows=InboxEvent.objects.filter(
+            received_at__lt=older_than, processing_status__in=TERMINAL_STATUSES
+        ),
+        batch_size=batch_size,
+        record=record,
+        progress=progress,
+    )
 
 
 def evidence_bodies_purge(
@@ -96,37 +120,27 @@ def evidence_bodies_purge(
     fingerprints, headers and counts stay) and stamps ``body_purged_at``; each batch, in its
     own transaction, a ``purge_evidence_bodies`` operator action naming the rows and the
     stamp. Returns how many bodies were dropped."""
-    purged = 0
     cutoff = purge_stamp(older_than)
-    while True:
-        with transaction.atomic():
-            ids = list(
-                FingerprintMismatch.objects.select_for_update(skip_locked=True)
-                .filter(body_purged_at__isnull=True)
-                .filter(
-                    Q(last_seen_at__lt=older_than)
-                    | Q(last_seen_at__isnull=True, received_at__lt=older_than)
-                )
-                .order_by("id")
-                .values_list("id", flat=True)[:batch_size]
-            )
-            if not ids:
-                return purged
-            stamp = timezone.now()
-            count = FingerprintMismatch.objects.filter(id__in=ids).update(
-                raw_body=None, body_purged_at=stamp
-            )
-            operator_action_record(
-                action=OperatorAction.Action.PURGE_EVIDENCE_BODIES,
-                actor=actor,
-                reason=f"retention: evidence last seen before {cutoff}",
-                details=PurgeEvidenceBodiesDetails(
-                    purged_at=purge_stamp(stamp), older_than=cutoff, mismatch_ids=ids
-                ),
-            )
-            purged += count
-        if progress is not None:
-            progress(purged)
+
+    def record(ids: list[int], count: int, stamp: datetime) -> None:
+        operator_action_record(
+            action=OperatorAction.Action.PURGE_EVIDENCE_BODIES,
+            actor=actor,
+            reason=f"retention: evidence last seen before {cutoff}",
+            details=PurgeEvidenceBodiesDetails(
+                purged_at=purge_stamp(stamp), older_than=cutoff, mismatch_ids=ids
+            ),
+        )
+
+    return _bodies_purge(
+        rows=FingerprintMismatch.objects.filter(
+            Q(last_seen_at__lt=older_than)
+            | Q(last_seen_at__isnull=True, received_at__lt=older_than)
+        ),
+        batch_size=batch_size,
+        record=record,
+        progress=progress,
+    )
 
 
 @transaction.atomic
