@@ -200,6 +200,25 @@ def auditor_client(client, auditor):
 
 
 @pytest.fixture
+def error_records():
+    """What ``django.request`` logs for a 500: the records an error report (a mail, a log
+    line) is built from."""
+    import logging
+
+    records: list[logging.LogRecord] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            records.append(record)
+
+    handler = Keep(level=logging.ERROR)
+    logger = logging.getLogger("django.request")
+    logger.addHandler(handler)
+    yield records
+    logger.removeHandler(handler)
+
+
+@pytest.fixture
 def running():
     """Starts processes (``tests.processes.Process``) and kills every one of them at the end,
     whatever happens. With ``empty_broker`` before it, the broker is emptied after they are

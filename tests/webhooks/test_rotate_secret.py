@@ -1,7 +1,5 @@
 """Secret rotation from the admin: operators only, the secret typed in and never shown."""
 
-import logging
-
 import pytest
 from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 from django.test import Client
@@ -111,22 +109,6 @@ def rotation_fails(monkeypatch):
         raise RuntimeError("signature scheme registry unavailable")
 
     monkeypatch.setattr("webhooks.sources.scheme_get", unavailable)
-
-
-@pytest.fixture
-def error_records():
-    """What ``django.request`` logs for a 500: the record an error mail is built from."""
-    records: list[logging.LogRecord] = []
-
-    class Keep(logging.Handler):
-        def emit(self, record):
-            records.append(record)
-
-    handler = Keep(level=logging.ERROR)
-    logger = logging.getLogger("django.request")
-    logger.addHandler(handler)
-    yield records
-    logger.removeHandler(handler)
 
 
 def test_an_error_report_of_a_rotation_never_contains_the_secret(

@@ -4,7 +4,6 @@ every secret in constant time."""
 
 import base64
 import hmac
-import logging
 
 import pytest
 from django.test import Client
@@ -85,22 +84,6 @@ def test_every_entry_is_compared_with_every_secret_in_constant_time(
 
     assert verified.event_id == "evt_ct"
     assert len(calls) == 4
-
-
-@pytest.fixture
-def error_records():
-    """What ``django.request`` logs for a 500: the record an error report is built from."""
-    records: list[logging.LogRecord] = []
-
-    class Keep(logging.Handler):
-        def emit(self, record):
-            records.append(record)
-
-    handler = Keep(level=logging.ERROR)
-    logger = logging.getLogger("django.request")
-    logger.addHandler(handler)
-    yield records
-    logger.removeHandler(handler)
 
 
 @pytest.mark.parametrize("scheme", scheme_names())
