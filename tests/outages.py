@@ -77,6 +77,7 @@ class TcpProxy:
         self._delay = 0.0
         self._lock = threading.Lock()
         self._pairs: list[tuple[socket.socket, socket.socket]] = []
+        self._accepted = 0
         self._closed = False
         threading.Thread(target=self._accept, daemon=True).start()
 
@@ -100,8 +101,15 @@ class TcpProxy:
                 _reset(sock)
 
     def connections(self) -> int:
+        """The connections open through the proxy now."""
         with self._lock:
             return len(self._pairs)
+
+    def accepted(self) -> int:
+        """Every connection the proxy has passed on since it started, open or not (a
+        process that closes its connection between tasks leaves ``connections()`` at 0)."""
+        with self._lock:
+            return self._accepted
 
     def close(self) -> None:
         self._closed = True
@@ -128,6 +136,7 @@ class TcpProxy:
             pair = (client, server)
             with self._lock:
                 self._pairs.append(pair)
+                self._accepted += 1
             done = threading.Barrier(2, action=lambda pair=pair: self._forget(pair))
             for source, sink in (pair, pair[::-1]):
                 threading.Thread(
