@@ -19,11 +19,95 @@ from django.forms.models import BaseInlineFormSet
 from django.http import Http404, HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.urls import NoReverseMatch, URLPattern, path, reverse
+from django.utils import timezone
+from django.utils.dateformat import format as date_format
 from django.utils.functional import cached_property
 from django.utils.html import format_html, format_html_join
 from rapidfuzz.distance import Indel
 
 from .selectors import COUNT_CAP, capped_count
+
+# --- How the console shows a time and a status (docs/console.md) ---------------------------
+
+# Every time the console shows, in one format: to the second, with the zone (``TIME_ZONE``).
+# The admin's own fields use the same one (``config/formats/en/formats.py``).
+TIME_SHOWN_FORMAT = "Y-m-d H:i:s T"
+
+
+def time_shown(value: Any) -> str:
+    """``value`` (an aware datetime, or None) as the console shows every time:
+    ``2026-12-01 15:41:02 UTC``, in ``TIME_ZONE``; ``-`` when there is none."""
+    if value is None:
+        return "-"
+    return date_format(timezone.localtime(value), TIME_SHOWN_FORMAT)
+
+
+def duration_shown(seconds: float | None) -> str:
+    """A duration with its unit: ``320 ms`` under a second, ``4.2 s`` under a minute, then
+    ``3 min 5 s``, ``2 h 10 min``, ``3 d 4 h``; ``-`` when there is none."""
+    if seconds is None:
+        return "-"
+    if seconds < 1:
+        return f"{seconds * 1000:.0f} ms"
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    whole = int(seconds)
+    for unit, size, sub, subsize in (
+        ("d", 86400, "h", 3600),
+        ("h", 3600, "min", 60),
+        ("min", 60, "s", 1),
+    ):
+        if whole >= size:
+            return f"{whole // size} {unit} {(whole % size) // subsize} {sub}"
+    return f"{seconds:.1f} s"  # pragma: no cover - every case returned above
+
+
+# One wording and one colour per status, on every page that shows one (the inbox's
+# processing statuses, jobs', bulk replays', idempotency records', attempts' outcomes). The
+# tone names the badge's colour in core/static/core/admin.css.
+STATUS_WORDS: dict[str, tuple[str, str]] = {
+    "received": ("Received", "waiting"),
+    "processing": ("Processing", "running"),
+    "processed": ("Processed", "ok"),
+    "ignored_out_of_order": ("Ignored (out of order)", "ignored"),
+    "ignored_duplicate_version": ("Ignored (duplicate version)", "ignored"),
+    "ignored_unsupported": ("Ignored (unsupported)", "ignored"),
+    "failed": ("Failed", "error"),
+    "dead_lettered": ("Dead-lettered", "error"),
+    "counted": ("Counted, not started", "waiting"),
+    "queued": ("Queued", "waiting"),
+    "running": ("Running", "running"),
+    "succeeded": ("Succeeded", "ok"),
+    "cancelled": ("Cancelled", "ignored"),
+    "started": ("Started", "running"),
+    "ignored": ("Ignored", "ignored"),
+    "retry": ("Retry", "warning"),
+    "paused": ("Paused", "warning"),
+    "draining": ("Draining", "running"),
+    "enabled": ("Enabled", "ok"),
+    "disabled": ("Disabled", "error"),
+    "stuck": ("Processing (stuck)", "error"),
+}
+
+
+def status_words(status: str) -> str:
+    """The words the console shows for ``status``."""
+    return STATUS_WORDS.get(status, (status.replace("_", " ").capitalize(), ""))[0]
+
+
+def status_badge(status: str, detail: str = "") -> str:
+    """``status`` as a badge, in its one wording and colour, ``detail`` after the words
+    (``Paused since … by …``). Escaped."""
+    words, tone = STATUS_WORDS.get(
+        status, (status.replace("_", " ").capitalize(), "neutral")
+    )
+    return format_html(
+        '<span class="badge badge-{}" data-status="{}">{}{}</span>',
+        tone or "neutral",
+        status,
+        words,
+        f" {detail}" if detail else "",
+    )
 
 
 class BoundedCountPaginator(Paginator):

@@ -1,4 +1,5 @@
 from django.contrib import admin
+from django.utils.html import format_html
 
 from core.admin_base import (
     EvidenceAdminMixin,
@@ -6,8 +7,10 @@ from core.admin_base import (
     PagedInlineMixin,
     ReadOnlyAdminMixin,
     ReadOnlyInlineMixin,
+    status_badge,
     text_head,
     text_head_annotate,
+    time_shown,
 )
 
 from . import target_admin  # noqa: F401 - registers the deploy targets' admin
@@ -69,9 +72,26 @@ class JobAdmin(ReadOnlyAdminMixin, LogEntryAdminMixin, admin.ModelAdmin):
     inlines = [TransitionInline, TriggerAttemptInline]
     exclude = ["detail"]
     readonly_fields = ["detail_shown", "log_entry"]
+    list_display_links = ["public_id"]
+    # A job's URL in the API needs a client's token: no "View on site" to a 401.
+    view_on_site = False
 
     def get_queryset(self, request):
         return text_head_annotate(super().get_queryset(request), field="detail")
+
+    @admin.display(description="status", ordering="status")
+    def status_badge(self, obj):
+        return status_badge(obj.status)
+
+    @admin.display(description="commit", ordering="commit_sha")
+    def commit_short(self, obj):
+        return format_html(
+            '<code title="{}">{}</code>', obj.commit_sha, obj.commit_sha[:12]
+        )
+
+    @admin.display(description="created", ordering="created_at")
+    def created(self, obj):
+        return time_shown(obj.created_at)
 
     @admin.display(description="detail")
     def detail_shown(self, obj):
@@ -83,13 +103,13 @@ class DeploymentAdmin(EvidenceAdminMixin, JobAdmin):
     evidence_subject = "deployment"
     readonly_fields = [*JobAdmin.readonly_fields, "evidence"]
     list_display = [
+        "status_badge",
         "public_id",
-        "status",
         "repository",
         "environment",
-        "commit_sha",
+        "commit_short",
         "client",
-        "created_at",
+        "created",
         "log_entry",
     ]
 
@@ -97,13 +117,13 @@ class DeploymentAdmin(EvidenceAdminMixin, JobAdmin):
 @admin.register(Build)
 class BuildAdmin(JobAdmin):
     list_display = [
+        "status_badge",
         "public_id",
-        "status",
         "repository",
         "ref",
-        "commit_sha",
+        "commit_short",
         "client",
-        "created_at",
+        "created",
         "log_entry",
     ]
 

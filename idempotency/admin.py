@@ -1,8 +1,7 @@
 from django.contrib import admin
 from django.db.models import BooleanField, ExpressionWrapper
-from django.utils.html import format_html
 
-from core.admin_base import ReadOnlyAdminMixin
+from core.admin_base import ReadOnlyAdminMixin, status_badge
 
 from .models import IdempotencyRecord
 from .selectors import idempotency_stuck_q
@@ -11,10 +10,10 @@ from .selectors import idempotency_stuck_q
 @admin.register(IdempotencyRecord)
 class IdempotencyRecordAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     list_display = [
+        "status_display",
         "key",
         "operation_type",
         "client",
-        "status_display",
         "resource_id",
         "created_at",
         "expires_at",
@@ -22,16 +21,15 @@ class IdempotencyRecordAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     ]
     list_filter = ["status", "operation_type"]
     list_select_related = ["client"]
+    list_display_links = ["key"]
     search_fields = ["=key", "=resource_id"]
     exclude = ["response_body"]
 
     @admin.display(description="status", ordering="status")
     def status_display(self, record):
         if record.is_stuck:
-            return format_html(
-                '<strong style="color:#ba2121">{} (stuck)</strong>', record.status
-            )
-        return record.status
+            return status_badge("stuck")
+        return status_badge(record.status)
 
     def get_queryset(self, request):
         return (

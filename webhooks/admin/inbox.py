@@ -3,7 +3,6 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from django.contrib import admin, messages
-from django.contrib.admin.utils import display_for_value
 from django.db.models import DurationField, ExpressionWrapper, F, Q
 from django.http import HttpResponse
 from django.urls import reverse
@@ -18,9 +17,12 @@ from core.admin_base import (
     ReadOnlyInlineMixin,
     admin_link,
     confirm_with_reason,
+    duration_shown,
     fieldset_fields,
     json_block,
     pretty_body,
+    status_badge,
+    time_shown,
 )
 from core.errors import ServiceError
 
@@ -72,20 +74,20 @@ class InboxEventAdmin(
     ReadOnlyAdminMixin, LogEntryAdminMixin, EvidenceAdminMixin, admin.ModelAdmin
 ):
     evidence_subject = "inbox_event"
+    # What an operator scans a list for; the rest is on the event's page (docs/console.md).
     list_display: tuple[str, ...] = (
-        "event_id",
         "status",
+        "event_id",
         "source",
         "event_type",
         "entity_id",
-        "source_version",
+        "version",
         "attempts",
-        "delivery_count",
-        "received_at",
-        "processed_at",
+        "received",
         "latency",
         "log_entry",
     )
+    list_display_links = ("event_id",)
     list_filter: ClassVar[tuple[Any, ...]] = (
         "processing_status",
         "source",
@@ -166,7 +168,7 @@ class InboxEventAdmin(
             .defer("raw_body", "headers", "occurred_at")
             .annotate(
                 latency_interval=ExpressionWrapper(
-                    F("processed_at") - F("occurred_at"), output_field=DurationField()
+                    F("processed_at") - F("received_at"), output_field=DurationField()
                 )
             )
         )
@@ -180,7 +182,16 @@ class InboxEventAdmin(
 
     @admin.display(description="status", ordering="processing_status")
     def status(self, obj):
-        return obj.processing_status  # the exact status string of the API
+        # The badge's data-status is the exact status string of the API.
+        return status_badge(obj.processing_status)
+
+    @admin.display(description="version", ordering="source_version")
+    def version(self, obj):
+        return "-" if obj.source_version is None else obj.source_version
+
+    @admin.display(description="received", ordering="received_at")
+    def received(self, obj):
+        return time_shown(obj.received_at)
 
     @admin.display(description="held")
     def held(self, obj):
@@ -191,15 +202,17 @@ class InboxEventAdmin(
         reason = f" ({hold.pause_reason})" if hold.pause_reason else ""
         return format_html(
             "held: source paused since {} by {}{}",
-            display_for_value(hold.paused_at, "-"),
+            time_shown(hold.paused_at),
             hold.paused_by_name or "-",
             reason,
         )
 
-    @admin.display(description="latency")
+    @admin.display(description="processing time")
     def latency(self, obj):
+        """The product's own latency, received to processed; the producer's delay before it
+        sent the event (``occurred_at`` to ``received_at``) is not in it."""
         if obj.latency_interval is not None:
-            return f"{obj.latency_interval.total_seconds():.3f} s"
+            return duration_shown(obj.latency_interval.total_seconds())
         return "-"
 
     @admin.display(description="occurred at")
@@ -207,7 +220,7 @@ class InboxEventAdmin(
         value = inbox_event_occurred_at(inbox_event_id=obj.pk)
         if isinstance(value, str):
             return f"{value} (stored by an older version; not a readable date)"
-        return display_for_value(value, "-")
+        return time_shown(value)
 
     @admin.display(description="payload")
     def payload(self, obj):
@@ -238,14 +251,14 @@ class InboxEventAdmin(
 @admin.register(DeadLetteredEvent)
 class DeadLetteredEventAdmin(InboxEventAdmin):
     list_display = (
-        "event_id",
         "status",
+        "event_id",
         "source",
         "event_type",
         "entity_id",
         "attempts",
         "error_summary",
-        "received_at",
+        "received",
     )
     list_filter = ("source", EventTypeFilter, "received_at")
     actions = ("replay_selected",)

@@ -4,7 +4,6 @@ from django import forms
 from django.contrib import admin, messages
 from django.http import HttpResponse
 from django.urls import reverse
-from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import mark_safe
 
@@ -15,6 +14,8 @@ from core.admin_base import (
     ReadOnlyAdminMixin,
     ReasonForm,
     confirm_with_reason,
+    status_badge,
+    time_shown,
 )
 from core.errors import ServiceError
 
@@ -38,11 +39,10 @@ from ..selectors import inbox_events_by_pks
 @admin.register(OperatorAction)
 class OperatorActionAdmin(ReadOnlyAdminMixin, LogEntryAdminMixin, admin.ModelAdmin):
     list_display = (
-        "created_at",
+        "created",
         "action",
         "actor_name",
         "event_count",
-        "skipped_count",
         "reason_summary",
         "bulk_job",
         "log_entry",
@@ -64,6 +64,10 @@ class OperatorActionAdmin(ReadOnlyAdminMixin, LogEntryAdminMixin, admin.ModelAdm
         "log_entry",
     )
     readonly_fields = fields
+
+    @admin.display(description="at", ordering="created_at")
+    def created(self, obj):
+        return time_shown(obj.created_at)
 
     @admin.display(description="reason")
     def reason_summary(self, obj):
@@ -143,19 +147,18 @@ class BulkReplayJobAdmin(admin.ModelAdmin):
     form = BulkReplayJobForm
     paginator = BoundedCountPaginator
     show_full_result_count = False
+    # Who started it, when it finished and the dry-run count are on the job's page.
     list_display = (
+        "state_badge",
         "pk",
-        "created_at",
-        "created_by_name",
-        "started_by_name",
         "filter_summary",
-        "dry_run_count",
-        "state",
         "progress",
         "rate_summary",
         "ends",
-        "finished_at",
+        "people",
+        "created",
     )
+    list_display_links = ("pk",)
     list_filter = ("state",)
     ordering = ("-created_at", "-id")
     actions = ("start_selected", "cancel_selected", "resume_selected")
@@ -163,7 +166,7 @@ class BulkReplayJobAdmin(admin.ModelAdmin):
         "filter_summary",
         "reason",
         "dry_run_count",
-        "state",
+        "state_badge",
         "progress",
         "rate_summary",
         "ends",
@@ -241,13 +244,29 @@ class BulkReplayJobAdmin(admin.ModelAdmin):
         )
         return super().response_post_save_add(request, obj)
 
+    @admin.display(description="state", ordering="state")
+    def state_badge(self, obj):
+        return status_badge(obj.state)
+
+    @admin.display(description="created", ordering="created_at")
+    def created(self, obj):
+        return time_shown(obj.created_at)
+
+    @admin.display(description="created / started by")
+    def people(self, obj):
+        if not obj.started_by_name:
+            return obj.created_by_name
+        return format_html(
+            "{}<br>started by {}", obj.created_by_name, obj.started_by_name
+        )
+
     @admin.display(description="filter")
     def filter_summary(self, obj):
         parts = [f"status={obj.status}"]
         if obj.source_id:
             parts.append(f"source={obj.source.slug}")
         if obj.since:
-            parts.append(f"since={obj.since:%Y-%m-%d %H:%M}")
+            parts.append(f"since={time_shown(obj.since)}")
         if obj.event_ids:
             parts.append(f"{len(obj.event_ids)} event id(s)")
         return ", ".join(parts)
@@ -273,7 +292,7 @@ class BulkReplayJobAdmin(admin.ModelAdmin):
         end = obj.finish_estimated()
         if end is None:
             return "-"
-        return f"{timezone.localtime(end):%Y-%m-%d %H:%M:%S}"
+        return time_shown(end)
 
     @admin.display(description="operator actions")
     def trail(self, obj):
@@ -290,7 +309,7 @@ class BulkReplayJobAdmin(admin.ModelAdmin):
             (
                 (
                     reverse("admin:webhooks_operatoraction_change", args=[a.pk]),
-                    f"{timezone.localtime(a.created_at):%Y-%m-%d %H:%M:%S}",
+                    time_shown(a.created_at),
                     a.action,
                     a.actor_name,
                     a.reason or "-",
