@@ -2,6 +2,7 @@ from django.contrib import admin
 from django.utils.html import format_html
 
 from core.admin_base import (
+    DateRangeFilter,
     EvidenceAdminMixin,
     LogEntryAdminMixin,
     PagedInlineMixin,
@@ -66,7 +67,7 @@ class TriggerAttemptInline(ReadOnlyInlineMixin, admin.TabularInline):
 
 class JobAdmin(ReadOnlyAdminMixin, LogEntryAdminMixin, admin.ModelAdmin):
     list_select_related = ["client"]
-    list_filter = ["status"]
+    list_filter = ["status", ("created_at", DateRangeFilter)]
     search_fields = ["=public_id", "=idempotency_key", "=commit_sha"]
     date_hierarchy = "created_at"
     inlines = [TransitionInline, TriggerAttemptInline]

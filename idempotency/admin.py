@@ -1,7 +1,7 @@
 from django.contrib import admin
 from django.db.models import BooleanField, ExpressionWrapper
 
-from core.admin_base import ReadOnlyAdminMixin, status_badge
+from core.admin_base import DateRangeFilter, ReadOnlyAdminMixin, status_badge
 
 from .models import IdempotencyRecord
 from .selectors import idempotency_stuck_q
@@ -19,7 +19,7 @@ class IdempotencyRecordAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         "expires_at",
         "expired_at",
     ]
-    list_filter = ["status", "operation_type"]
+    list_filter = ["status", "operation_type", ("created_at", DateRangeFilter)]
     list_select_related = ["client"]
     list_display_links = ["key"]
     search_fields = ["=key", "=resource_id"]

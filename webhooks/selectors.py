@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 from .models import (
     DeadLetterCause,
     InboxEvent,
+    OperatorAction,
     ProcessingStatus,
     SourceHold,
     WebhookSecret,
@@ -365,3 +366,40 @@ def inbox_event_products(*, event: InboxEvent, limit: int = 10) -> list[models.M
         related = model._base_manager.filter(**{relation.field.name: event})
         found.extend(related.order_by("pk")[:limit])
     return found
+
+
+# How many inbox rows an id prefix may name when the operator actions are searched by it.
+ACTION_SEARCH_EVENTS_MAX = 50
+
+
+def inbox_event_search_q(*, term: str) -> Q:
+    """Inbox rows whose event id or entity id starts with ``term`` (an index range scan on
+    each: the two id indexes use the pattern operator class)."""
+    return Q(event_id__startswith=term) | Q(entity_id__startswith=term)
+
+
+def operator_actions_on_events_q(*, term: str) -> Q | None:
+    """Operator actions on an inbox row whose event id starts with ``term`` (the first
+    ``ACTION_SEARCH_EVENTS_MAX`` such rows), or None when no row matches."""
+    pks = list(
+        InboxEvent.objects.filter(event_id__startswith=term)
+        .order_by("-received_at")
+        .values_list("pk", flat=True)[:ACTION_SEARCH_EVENTS_MAX]
+    )
+    if not pks:
+        return None
+    if connection.vendor == "postgresql":
+        return functools.reduce(
+            lambda q, pk: q | Q(event_ids__contains=[pk]),
+            pks[1:],
+            Q(event_ids__contains=[pks[0]]),
+        )
+    # SQLite (local runs) has no JSON containment: the actions are few there.
+    wanted = set(pks)
+    return Q(
+        pk__in=[
+            action.pk
+            for action in OperatorAction.objects.only("event_ids").iterator()
+            if wanted.intersection(action.event_ids)
+        ]
+    )

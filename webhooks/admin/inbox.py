@@ -3,7 +3,7 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from django.contrib import admin, messages
-from django.db.models import DurationField, ExpressionWrapper, F, Q
+from django.db.models import DurationField, ExpressionWrapper, F
 from django.http import HttpResponse
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
@@ -11,6 +11,7 @@ from django.utils.safestring import mark_safe
 
 from core.actors import Actor
 from core.admin_base import (
+    DateRangeFilter,
     EvidenceAdminMixin,
     LogEntryAdminMixin,
     ReadOnlyAdminMixin,
@@ -33,6 +34,7 @@ from ..selectors import (
     inbox_event_held_reason,
     inbox_event_occurred_at,
     inbox_event_products,
+    inbox_event_search_q,
     inbox_event_types,
 )
 
@@ -92,11 +94,13 @@ class InboxEventAdmin(
         "processing_status",
         "source",
         EventTypeFilter,
-        "received_at",
+        ("received_at", DateRangeFilter),
     )
     list_select_related = ("source",)
     search_fields = ("event_id", "entity_id")
-    search_help_text = "Exact event id or entity id."
+    search_help_text = (
+        "The start of an event id or entity id (evt_doc42 finds evt_doc42_7)."
+    )
     date_hierarchy = "received_at"
     ordering = ("-received_at", "-id")
     list_per_page = 50
@@ -174,11 +178,11 @@ class InboxEventAdmin(
         )
 
     def get_search_results(self, request, queryset, search_term):
-        """Exact matches on the indexed columns, not ``icontains`` over a million rows."""
+        """Prefix matches on the two indexed ids, not ``icontains`` over a million rows."""
         term = search_term.strip()
         if not term:
             return queryset, False
-        return queryset.filter(Q(event_id=term) | Q(entity_id=term)), False
+        return queryset.filter(inbox_event_search_q(term=term)), False
 
     @admin.display(description="status", ordering="processing_status")
     def status(self, obj):
@@ -260,7 +264,7 @@ class DeadLetteredEventAdmin(InboxEventAdmin):
         "error_summary",
         "received",
     )
-    list_filter = ("source", EventTypeFilter, "received_at")
+    list_filter = ("source", EventTypeFilter, ("received_at", DateRangeFilter))
     actions = ("replay_selected",)
 
     def get_queryset(self, request):

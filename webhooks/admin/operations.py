@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from django import forms
 from django.contrib import admin, messages
+from django.db.models import Q
 from django.http import HttpResponse
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
@@ -10,6 +11,7 @@ from django.utils.safestring import mark_safe
 from core.actors import Actor
 from core.admin_base import (
     BoundedCountPaginator,
+    DateRangeFilter,
     LogEntryAdminMixin,
     ReadOnlyAdminMixin,
     ReasonForm,
@@ -33,7 +35,7 @@ from ..replay import (
     bulk_replay_job_start,
     bulk_replay_rate_parse,
 )
-from ..selectors import inbox_events_by_pks
+from ..selectors import inbox_events_by_pks, operator_actions_on_events_q
 
 
 @admin.register(OperatorAction)
@@ -47,8 +49,9 @@ class OperatorActionAdmin(ReadOnlyAdminMixin, LogEntryAdminMixin, admin.ModelAdm
         "bulk_job",
         "log_entry",
     )
-    list_filter = ("action", "created_at")
+    list_filter = ("action", ("created_at", DateRangeFilter))
     search_fields = ("actor_name",)
+    search_help_text = "An actor's name, or the start of an event id the action was on."
     date_hierarchy = "created_at"
     ordering = ("-created_at", "-id")
     fields = (
@@ -64,6 +67,16 @@ class OperatorActionAdmin(ReadOnlyAdminMixin, LogEntryAdminMixin, admin.ModelAdm
         "log_entry",
     )
     readonly_fields = fields
+
+    def get_search_results(self, request, queryset, search_term):
+        term = search_term.strip()
+        if not term:
+            return queryset, False
+        wanted = Q(actor_name__icontains=term)
+        on_events = operator_actions_on_events_q(term=term)
+        if on_events is not None:
+            wanted |= on_events
+        return queryset.filter(wanted), False
 
     @admin.display(description="at", ordering="created_at")
     def created(self, obj):
@@ -159,7 +172,7 @@ class BulkReplayJobAdmin(admin.ModelAdmin):
         "created",
     )
     list_display_links = ("pk",)
-    list_filter = ("state",)
+    list_filter = ("state", ("created_at", DateRangeFilter))
     ordering = ("-created_at", "-id")
     actions = ("start_selected", "cancel_selected", "resume_selected")
     readonly_fields = (

@@ -13,6 +13,7 @@ from django.views.decorators.debug import (
 
 from core.actors import Actor
 from core.admin_base import (
+    DateRangeFilter,
     ReadOnlyAdminMixin,
     ReasonForm,
     confirm_with_reason,
@@ -446,7 +447,7 @@ class WebhookSourceAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
 @admin.register(SignatureFailure)
 class SignatureFailureAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     list_display = ("window_start", "source", "reason", "count", "last_remote_addr")
-    list_filter = ("reason", "source")
+    list_filter = ("reason", "source", ("window_start", DateRangeFilter))
     list_select_related = ("source",)
     ordering = ("-window_start", "-id")
     date_hierarchy = "window_start"
