@@ -1,4 +1,5 @@
 from django.contrib import admin
+from django.urls import reverse
 from django.utils.html import format_html
 
 from core.admin_base import (
@@ -13,9 +14,20 @@ from core.admin_base import (
     text_head_annotate,
     time_shown,
 )
+from idempotency.admin import resource_model_register
+from idempotency.models import IdempotencyRecord
 
 from . import target_admin  # noqa: F401 - registers the deploy targets' admin
 from .models import Build, Deployment, JobTransition, StatusSync, TriggerAttempt
+from .services import OPERATION_TYPES, job_kind
+
+# An idempotency record's page links to the job its key created.
+resource_model_register(
+    operation_type=OPERATION_TYPES["deployment"], model="deployments.Deployment"
+)
+resource_model_register(
+    operation_type=OPERATION_TYPES["build"], model="deployments.Build"
+)
 
 
 class TransitionInline(
@@ -72,13 +84,38 @@ class JobAdmin(ReadOnlyAdminMixin, LogEntryAdminMixin, admin.ModelAdmin):
     date_hierarchy = "created_at"
     inlines = [TransitionInline, TriggerAttemptInline]
     exclude = ["detail"]
-    readonly_fields = ["detail_shown", "log_entry"]
+    readonly_fields = ["detail_shown", "idempotency_record", "log_entry"]
     list_display_links = ["public_id"]
     # A job's URL in the API needs a client's token: no "View on site" to a 401.
     view_on_site = False
 
     def get_queryset(self, request):
         return text_head_annotate(super().get_queryset(request), field="detail")
+
+    @admin.display(description="idempotency record")
+    def idempotency_record(self, obj):
+        """The record of the Idempotency-Key that created the job, with its replays and
+        conflicts."""
+        record = (
+            IdempotencyRecord.objects.filter(
+                client_id=obj.client_id,
+                operation_type=OPERATION_TYPES[job_kind(obj)],
+                resource_id=obj.public_id,
+            )
+            .order_by("-created_at")
+            .only("pk", "key", "replay_count", "conflict_count")
+            .first()
+        )
+        if record is None:
+            return "-"
+        url = reverse("admin:idempotency_idempotencyrecord_change", args=[record.pk])
+        return format_html(
+            '<a href="{}">{}</a> ({} replays, {} conflicts)',
+            url,
+            record.key,
+            record.replay_count,
+            record.conflict_count,
+        )
 
     @admin.display(description="status", ordering="status")
     def status_badge(self, obj):
