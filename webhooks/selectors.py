@@ -403,3 +403,47 @@ def operator_actions_on_events_q(*, term: str) -> Q | None:
             if wanted.intersection(action.event_ids)
         ]
     )
+
+
+# The most events of one bulk replay whose outcomes a page counts (one grouped query).
+BULK_OUTCOMES_MAX = 100_000
+
+
+def _bulk_job_event_ids_sql() -> str:
+    table = OperatorAction._meta.db_table
+    return (
+        f"SELECT (jsonb_array_elements_text(event_ids::jsonb))::bigint FROM {table} "  # noqa: S608 - our names
+        "WHERE bulk_job_id = %s AND action = 'bulk_replay'"
+    )
+
+
+def bulk_replay_job_events_q(*, job_id: int) -> Q:
+    """The inbox rows a bulk replay job replayed (the event ids of its chunks' actions)."""
+    if connection.vendor == "postgresql":
+        # Our table and column names; the job's id is a parameter.
+        return Q(
+            pk__in=models.expressions.RawSQL(_bulk_job_event_ids_sql(), [job_id])  # noqa: S611
+        )
+    ids: set[int] = set()
+    for event_ids in OperatorAction.objects.filter(
+        bulk_job_id=job_id, action=OperatorAction.Action.BULK_REPLAY
+    ).values_list("event_ids", flat=True):
+        ids.update(int(pk) for pk in event_ids)
+    return Q(pk__in=ids)
+
+
+def bulk_replay_job_outcomes(*, job_id: int, replayed: int) -> dict[str, int] | None:
+    """What became of the events a bulk replay job replayed, by their status now
+    (``processed``, ``dead_lettered`` again, still ``received``...); None when the job
+    replayed more than ``BULK_OUTCOMES_MAX`` events (too many to count on a page)."""
+    if replayed > BULK_OUTCOMES_MAX:
+        return None
+    if not replayed:
+        return {}
+    return dict(
+        InboxEvent.objects.filter(bulk_replay_job_events_q(job_id=job_id))
+        .order_by()
+        .values_list("processing_status")
+        .annotate(n=models.Count("id"))
+        .values_list("processing_status", "n")
+    )

@@ -31,6 +31,7 @@ from ..errors import SelectionTooLarge
 from ..models import DeadLetteredEvent, InboxAttempt, InboxEvent, ProcessingStatus
 from ..replay import inbox_events_replay, replay_selection_check
 from ..selectors import (
+    bulk_replay_job_events_q,
     inbox_event_held_reason,
     inbox_event_occurred_at,
     inbox_event_products,
@@ -51,6 +52,24 @@ class EventTypeFilter(admin.SimpleListFilter):
     def queryset(self, request, queryset):
         if self.value():
             return queryset.filter(event_type=self.value())
+        return queryset
+
+
+class BulkJobFilter(admin.SimpleListFilter):
+    """The events a bulk replay job replayed (``?bulk_job=N``, the links of the job's
+    page); shown only while it is applied."""
+
+    title = "bulk replay job"
+    parameter_name = "bulk_job"
+
+    def lookups(self, request, model_admin):
+        value = self.value()
+        return [(value, f"#{value}")] if value and value.isdigit() else []
+
+    def queryset(self, request, queryset):
+        value = self.value()
+        if value and value.isdigit():
+            return queryset.filter(bulk_replay_job_events_q(job_id=int(value)))
         return queryset
 
 
@@ -95,6 +114,7 @@ class InboxEventAdmin(
         "source",
         EventTypeFilter,
         ("received_at", DateRangeFilter),
+        BulkJobFilter,
     )
     list_select_related = ("source",)
     search_fields = ("event_id", "entity_id")
@@ -264,7 +284,12 @@ class DeadLetteredEventAdmin(InboxEventAdmin):
         "error_summary",
         "received",
     )
-    list_filter = ("source", EventTypeFilter, ("received_at", DateRangeFilter))
+    list_filter = (
+        "source",
+        EventTypeFilter,
+        ("received_at", DateRangeFilter),
+        BulkJobFilter,
+    )
     actions = ("replay_selected",)
 
     def get_queryset(self, request):

@@ -17,6 +17,7 @@ from core.admin_base import (
     ReasonForm,
     confirm_with_reason,
     status_badge,
+    status_words,
     time_shown,
 )
 from core.errors import ServiceError
@@ -26,6 +27,7 @@ from ..models import (
     BULK_REPLAY_RATE_MIN,
     BulkReplayJob,
     OperatorAction,
+    ProcessingStatus,
 )
 from ..replay import (
     bulk_replay_job_cancel,
@@ -35,7 +37,23 @@ from ..replay import (
     bulk_replay_job_start,
     bulk_replay_rate_parse,
 )
-from ..selectors import inbox_events_by_pks, operator_actions_on_events_q
+from ..selectors import (
+    bulk_replay_job_outcomes,
+    inbox_events_by_pks,
+    operator_actions_on_events_q,
+)
+
+# The list counts the outcomes of jobs up to this size; a bigger job's are on its page.
+LIST_OUTCOMES_MAX = 1000
+
+# What a replayed event's status says of the replay.
+OUTCOME_WORDS = {
+    "processed": "processed",
+    "dead_lettered": "dead-lettered again",
+    "failed": "failed again, retrying",
+    "received": "waiting",
+    "processing": "processing",
+}
 
 
 @admin.register(OperatorAction)
@@ -166,6 +184,7 @@ class BulkReplayJobAdmin(admin.ModelAdmin):
         "pk",
         "filter_summary",
         "progress",
+        "outcomes_summary",
         "rate_summary",
         "ends",
         "people",
@@ -181,6 +200,7 @@ class BulkReplayJobAdmin(admin.ModelAdmin):
         "dry_run_count",
         "state_badge",
         "progress",
+        "outcomes",
         "rate_summary",
         "ends",
         "created_by_name",
@@ -226,7 +246,15 @@ class BulkReplayJobAdmin(admin.ModelAdmin):
                 (f"{name}_selected", labels[name])
                 for name in bulk_replay_job_controls(job=job)
             ]
-        context = {**(extra_context or {}), "job_controls": controls}
+        context = {
+            **(extra_context or {}),
+            "job_controls": controls,
+            # The page reloads itself while the job moves (docs/console.md).
+            "job_refresh_seconds": 5
+            if job is not None
+            and job.state in (BulkReplayJob.State.QUEUED, BulkReplayJob.State.RUNNING)
+            else None,
+        }
         return super().change_view(request, object_id, form_url, context)
 
     def save_model(self, request, obj, form, change):
@@ -284,7 +312,7 @@ class BulkReplayJobAdmin(admin.ModelAdmin):
             parts.append(f"{len(obj.event_ids)} event id(s)")
         return ", ".join(parts)
 
-    @admin.display(description="progress")
+    @admin.display(description="replayed")
     def progress(self, obj):
         total = obj.total or obj.dry_run_count
         percent = round(100 * obj.processed / total) if total else 0
@@ -294,6 +322,56 @@ class BulkReplayJobAdmin(admin.ModelAdmin):
             obj.processed,
             total,
         )
+
+    def _outcomes(self, obj, *, limit: int | None = None):
+        if limit is not None and obj.processed > limit:
+            return "on the job's page"
+        counts = bulk_replay_job_outcomes(job_id=obj.pk, replayed=obj.processed)
+        if counts is None:
+            return format_html(
+                "{} replayed: too many to count here (filter the inbox by "
+                '<a href="{}?bulk_job={}">this job</a>)',
+                obj.processed,
+                reverse("admin:webhooks_inboxevent_changelist"),
+                obj.pk,
+            )
+        if not counts:
+            return "nothing replayed yet"
+        inbox = reverse("admin:webhooks_inboxevent_changelist")
+        order = {status: i for i, status in enumerate(ProcessingStatus.values)}
+        parts = format_html_join(
+            ", ",
+            '<a href="{}?bulk_job={}&amp;processing_status__exact={}">{} {}</a>',
+            (
+                (
+                    inbox,
+                    obj.pk,
+                    status,
+                    n,
+                    OUTCOME_WORDS.get(status, status_words(status).lower()),
+                )
+                for status, n in sorted(
+                    counts.items(), key=lambda kv: order.get(kv[0], 99)
+                )
+            ),
+        )
+        return format_html(
+            '<a href="{}?bulk_job={}">{} replayed</a>: {}',
+            inbox,
+            obj.pk,
+            sum(counts.values()),
+            parts,
+        )
+
+    @admin.display(description="outcomes")
+    def outcomes_summary(self, obj):
+        return self._outcomes(obj, limit=LIST_OUTCOMES_MAX)
+
+    @admin.display(description="what became of the replayed events")
+    def outcomes(self, obj):
+        """Each replayed event's status now: processed, dead-lettered again, or still on
+        its way; the links list them."""
+        return self._outcomes(obj)
 
     @admin.display(description="rate (measured / asked)")
     def rate_summary(self, obj):
