@@ -111,6 +111,17 @@ def status_badge(status: str, detail: str = "") -> str:
     )
 
 
+class StatusFilter(admin.ChoicesFieldListFilter):
+    """A status column's filter, its choices in the badges' words (``STATUS_WORDS``), not
+    the model's labels: ``("processing_status", StatusFilter)`` in ``list_filter``."""
+
+    def choices(self, changelist):
+        values = iter(str(v) for v, _ in self.field.flatchoices if v is not None)
+        for i, choice in enumerate(super().choices(changelist)):
+            value = next(values, None) if i else None
+            yield {**choice, "display": status_words(value)} if value else choice
+
+
 class DateRangeFilter(admin.DateFieldListFilter):
     """Django's date filter (any date, today, past 7 days, this month, this year) with a
     range of days below it: ``<field>__from`` and ``<field>__to`` (``YYYY-MM-DD``, both

@@ -9,6 +9,7 @@ from core.admin_base import (
     PagedInlineMixin,
     ReadOnlyAdminMixin,
     ReadOnlyInlineMixin,
+    StatusFilter,
     status_badge,
     text_head,
     text_head_annotate,
@@ -79,7 +80,7 @@ class TriggerAttemptInline(ReadOnlyInlineMixin, admin.TabularInline):
 
 class JobAdmin(ReadOnlyAdminMixin, LogEntryAdminMixin, admin.ModelAdmin):
     list_select_related = ["client"]
-    list_filter = ["status", ("created_at", DateRangeFilter)]
+    list_filter = [("status", StatusFilter), ("created_at", DateRangeFilter)]
     search_fields = ["=public_id", "=idempotency_key", "=commit_sha"]
     date_hierarchy = "created_at"
     inlines = [TransitionInline, TriggerAttemptInline]

@@ -7,6 +7,7 @@ from django.utils.html import format_html
 from core.admin_base import (
     DateRangeFilter,
     ReadOnlyAdminMixin,
+    StatusFilter,
     status_badge,
     time_shown,
 )
@@ -35,7 +36,11 @@ class IdempotencyRecordAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         "seen",
         "created",
     ]
-    list_filter = ["status", "operation_type", ("created_at", DateRangeFilter)]
+    list_filter = [
+        ("status", StatusFilter),
+        "operation_type",
+        ("created_at", DateRangeFilter),
+    ]
     list_select_related = ["client"]
     list_display_links = ["key"]
     search_fields = ["=key", "=resource_id"]

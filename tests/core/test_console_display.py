@@ -64,3 +64,17 @@ def test_no_view_site_no_view_on_site_and_no_empty_history(auditor_client):
     ).content.decode()
     assert "View on site" not in page
     assert 'class="historylink"' not in page
+
+
+@pytest.mark.django_db
+def test_status_filters_use_the_badges_words(auditor_client):
+    page = auditor_client.get(
+        reverse("admin:webhooks_inboxevent_changelist")
+    ).content.decode()
+    assert "?processing_status__exact=ignored_out_of_order" in page
+    assert ">Ignored (out of order)</a>" in page and "Ignored Out Of Order" not in page
+    assert ">Dead-lettered</a>" in page
+    jobs = auditor_client.get(
+        reverse("admin:webhooks_bulkreplayjob_changelist")
+    ).content.decode()
+    assert ">Counted, not started</a>" in jobs

@@ -16,6 +16,7 @@ from core.admin_base import (
     LogEntryAdminMixin,
     ReadOnlyAdminMixin,
     ReadOnlyInlineMixin,
+    StatusFilter,
     admin_link,
     confirm_with_reason,
     duration_shown,
@@ -110,7 +111,7 @@ class InboxEventAdmin(
     )
     list_display_links = ("event_id",)
     list_filter: ClassVar[tuple[Any, ...]] = (
-        "processing_status",
+        ("processing_status", StatusFilter),
         "source",
         EventTypeFilter,
         ("received_at", DateRangeFilter),

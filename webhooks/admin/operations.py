@@ -15,6 +15,7 @@ from core.admin_base import (
     LogEntryAdminMixin,
     ReadOnlyAdminMixin,
     ReasonForm,
+    StatusFilter,
     confirm_with_reason,
     status_badge,
     status_words,
@@ -191,7 +192,7 @@ class BulkReplayJobAdmin(admin.ModelAdmin):
         "created",
     )
     list_display_links = ("pk",)
-    list_filter = ("state", ("created_at", DateRangeFilter))
+    list_filter = (("state", StatusFilter), ("created_at", DateRangeFilter))
     ordering = ("-created_at", "-id")
     actions = ("start_selected", "cancel_selected", "resume_selected")
     readonly_fields = (
