@@ -28,9 +28,9 @@ from tests.webhooks.factories import (
     WebhookSourceFactory,
     research_source,
 )
-from webhooks.models import ProcessingStatus
+from webhooks.models import BulkReplayJob, InboxEvent, ProcessingStatus
 from webhooks.pausing import webhook_source_pause
-from webhooks.replay import bulk_replay_job_create
+from webhooks.replay import bulk_replay_job_create, inbox_events_replay
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -90,13 +90,36 @@ def realistic_console(operator) -> None:
         "resume once the migration's checks are green",
         actor=Actor.of(operator),
     )
-    bulk_replay_job_create(
+    done = bulk_replay_job_create(
         source=papers,
         status=ProcessingStatus.DEAD_LETTERED,
         since=now - timedelta(days=1),
         event_ids=[],
         reason="replay after the handler fix",
         rate=5,
+        created_by=Actor.of(operator),
+    )
+    replayed = DeadLetteredEventFactory.create_batch(3, source=papers)
+    inbox_events_replay(
+        events_queryset=InboxEvent.objects.filter(pk__in=[e.pk for e in replayed]),
+        actor=Actor.of(operator),
+        reason=done.reason,
+        action="bulk_replay",
+        bulk_job=done,
+    )
+    for event, status in zip(
+        replayed, ["processed", "processed", "dead_lettered"], strict=True
+    ):
+        InboxEvent.objects.filter(pk=event.pk).update(processing_status=status)
+    BulkReplayJob.objects.filter(pk=done.pk).update(
+        state=BulkReplayJob.State.SUCCEEDED, processed=3, total=3, finished_at=now
+    )
+    bulk_replay_job_create(
+        source=None,
+        status=ProcessingStatus.FAILED,
+        since=None,
+        event_ids=[],
+        reason="retry the failed ones now",
         created_by=Actor.of(operator),
     )
     for n in range(3):
@@ -159,6 +182,11 @@ def test_every_list_fits_a_1400_px_window(live_server, roles, monkeypatch):
             words = set(badges.all_inner_texts())
             assert {"Dead-lettered", "Ignored (out of order)", "Processed"} <= words
             expect(page.locator("#result_list")).to_contain_text("320 ms")
+
+            page.goto(live_server.url + reverse(LISTS["bulk-jobs"]))
+            expect(page.locator("#result_list")).to_contain_text(
+                "3 replayed: 2 processed, 1 dead-lettered again"
+            )
         finally:
             browser.close()
 
