@@ -112,7 +112,7 @@ def recent_operator_actions(*, limit: int = RECENT_ACTIONS) -> list[dict]:
             "pk": action.pk,
             "at": action.created_at,
             "actor": action.actor_name,
-            "action": action.action.replace("_", " ").capitalize(),
+            "action": action.get_action_display(),
             "events": action.event_count,
         }
         for action in OperatorAction.objects.order_by("-created_at", "-id").only(
