@@ -173,15 +173,23 @@ class StatusSyncAdmin(ReadOnlyAdminMixin, LogEntryAdminMixin, admin.ModelAdmin):
         "public_id",
         "deployment",
         "build",
-        "status",
+        "status_reported",
         "applied",
-        "resulting_status",
+        "status_resulting",
         "reported_at",
         "client",
         "log_entry",
     ]
     readonly_fields = ["log_entry"]
-    list_filter = ["applied"]
+    list_filter = ["applied", ("reported_at", DateRangeFilter)]
     list_select_related = ["client", "deployment", "build"]
     search_fields = ["=public_id"]
     raw_id_fields = ["deployment", "build"]
+
+    @admin.display(description="status", ordering="status")
+    def status_reported(self, obj):
+        return status_badge(obj.status)
+
+    @admin.display(description="resulting status", ordering="resulting_status")
+    def status_resulting(self, obj):
+        return status_badge(obj.resulting_status) if obj.resulting_status else "-"

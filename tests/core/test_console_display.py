@@ -78,3 +78,23 @@ def test_status_filters_use_the_badges_words(auditor_client):
         reverse("admin:webhooks_bulkreplayjob_changelist")
     ).content.decode()
     assert ">Counted, not started</a>" in jobs
+
+
+@pytest.mark.django_db
+def test_history_shows_where_the_admin_recorded_some(client, django_user_model):
+    from django.contrib.admin.models import CHANGE, LogEntry
+    from django.contrib.contenttypes.models import ContentType
+
+    root = django_user_model.objects.create_superuser("root", "r@example.com", "pw")
+    other = django_user_model.objects.create_user("other")
+    client.force_login(root)
+    url = reverse("admin:auth_user_change", args=[other.pk])
+    assert 'class="historylink"' not in client.get(url).content.decode()
+    LogEntry.objects.create(
+        user=root,
+        content_type=ContentType.objects.get_for_model(other),
+        object_id=str(other.pk),
+        object_repr=str(other),
+        action_flag=CHANGE,
+    )
+    assert 'class="historylink"' in client.get(url).content.decode()
