@@ -31,7 +31,9 @@ run: setup
 	$(PY) manage.py migrate --noinput
 	$(PY) manage.py collectstatic --noinput --verbosity 0
 	$(PY) manage.py demo_setup
-	$(VENV)/bin/honcho start -f Procfile
+	@# honcho answers Ctrl-C (and a SIGTERM) with the status of that signal once every process
+	@# has stopped: a stop asked for is a clean end of `make run`, not an error.
+	$(VENV)/bin/honcho start -f Procfile || { status=$$?; [ $$status -eq 130 ] || [ $$status -eq 143 ] || exit $$status; }
 
 ## Run the whole test suite against PostgreSQL (127.0.0.1:5432), Redis (127.0.0.1:6379) and
 ## RabbitMQ (127.0.0.1:5672).
