@@ -32,6 +32,20 @@ def inbox_event_link(pk: int | None, text: str) -> str:
     return format_html('<a href="{}">{}</a>', url, text or f"#{pk}")
 
 
+def hash_short(value: str) -> str:
+    """A long hash as its first characters, the whole of it in the tooltip (a table of
+    revisions fits the page; the revision's page shows it whole)."""
+    if len(value) <= 23:
+        return value or "-"
+    return format_html('<code title="{}">{}&hellip;</code>', value, value[:22])
+
+
+def time_cell(value) -> str:
+    return format_html(
+        '<span style="white-space: nowrap">{}</span>', time_display(value)
+    )
+
+
 class CitationInline(ReadOnlyInlineMixin, admin.TabularInline):
     model = Citation
     fields = ("position", "text", "reference_url")
@@ -44,7 +58,7 @@ class RevisionInline(LogEntryAdminMixin, ReadOnlyInlineMixin, admin.TabularInlin
         "kind",
         "source_version",
         "event",
-        "content_hash",
+        "content",
         "applied",
         "log_entry",
     )
@@ -52,13 +66,17 @@ class RevisionInline(LogEntryAdminMixin, ReadOnlyInlineMixin, admin.TabularInlin
     ordering = ("id",)
     show_change_link = True
 
+    @admin.display(description="content hash")
+    def content(self, obj):
+        return hash_short(obj.content_hash)
+
     @admin.display(description="event")
     def event(self, obj):
         return inbox_event_link(obj.inbox_event_id, obj.event_id)
 
     @admin.display(description="applied at")
     def applied(self, obj):
-        return time_display(obj.applied_at)
+        return time_cell(obj.applied_at)
 
 
 @admin.register(ResearchDocument)
@@ -177,18 +195,20 @@ class ResearchDocumentAdmin(ReadOnlyAdminMixin, EvidenceAdminMixin, admin.ModelA
             if len(rows) > IGNORED_SHOWN_MAX
             else ""
         )
-        return format_html('<ul id="ignored-events">{}</ul>{}', items, more)
+        return format_html(
+            '<ul id="ignored-events" style="margin: 0; padding-left: 1.2em">{}</ul>{}',
+            items,
+            more,
+        )
 
 
 @admin.register(DocumentRevision)
 class DocumentRevisionAdmin(ReadOnlyAdminMixin, LogEntryAdminMixin, admin.ModelAdmin):
     list_display = (
         "title",
-        "document",
         "kind",
-        "source_version",
         "event",
-        "content_hash",
+        "content",
         "applied",
         "log_entry",
     )
@@ -222,4 +242,8 @@ class DocumentRevisionAdmin(ReadOnlyAdminMixin, LogEntryAdminMixin, admin.ModelA
 
     @admin.display(description="applied at", ordering="applied_at")
     def applied(self, obj):
-        return time_display(obj.applied_at)
+        return time_cell(obj.applied_at)
+
+    @admin.display(description="content hash")
+    def content(self, obj):
+        return hash_short(obj.content_hash)

@@ -246,3 +246,33 @@ def test_replay_is_post_only_and_needs_the_csrf_token(operator, roles):
     assert client.post(replay, {"reason": "no token"}).status_code == 403
     dead.refresh_from_db()
     assert dead.processing_status == ProcessingStatus.DEAD_LETTERED
+
+
+def test_the_page_says_the_product_s_latency_apart_from_the_producer_s_delay(
+    auditor_client,
+):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from tests.integrations.research.factories import research_event
+
+    received = timezone.now()
+    event = InboxEventFactory(
+        body=research_event(occurred_at=received - timedelta(days=334, hours=2)),
+        received_at=received,
+        processed_at=received + timedelta(milliseconds=312),
+        processing_status=ProcessingStatus.PROCESSED,
+    )
+    html = page_of(auditor_client, event)
+
+    def field(name: str) -> str:
+        found = re.search(
+            rf'field-{name}".*?<div class="readonly">(.*?)</div>', html, re.S
+        )
+        assert found, name
+        return found.group(1)
+
+    assert field("processing_latency") == "0.312 s"
+    assert field("producer_delay") == "334 d 2 h"
+    assert "(received → processed)" in html and "(occurred → received)" in html

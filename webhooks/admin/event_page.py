@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from django import forms
@@ -30,7 +31,7 @@ from ..models import (
     OperatorAction,
 )
 from ..replay import inbox_events_replay
-from ..selectors import inbox_event_body
+from ..selectors import inbox_event_body, inbox_event_occurred_at
 from ..story import Round, StoryEntry, inbox_event_story
 
 if TYPE_CHECKING:
@@ -202,6 +203,22 @@ def story_entry_html(entry: StoryEntry, *, event: InboxEvent) -> SafeString:
     raise ValueError(f"no story entry kind {entry.kind!r}")
 
 
+def seconds_display(seconds: float) -> str:
+    """A duration with its unit: ``0.312 s``, ``3 min 12 s``, ``334 d 2 h``."""
+    sign = "-" if seconds < 0 else ""
+    seconds = abs(seconds)
+    if seconds < 60:
+        return f"{sign}{seconds:.3f} s"
+    minutes, secs = divmod(int(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    days, hours = divmod(hours, 24)
+    if days:
+        return f"{sign}{days} d {hours} h"
+    if hours:
+        return f"{sign}{hours} h {minutes} min"
+    return f"{sign}{minutes} min {secs} s"
+
+
 def _download_name(event: InboxEvent) -> str:
     safe = re.sub(r"[^A-Za-z0-9._-]+", "_", event.event_id)[:100] or str(event.pk)
     return f"body-{event.pk}-{safe}.json"
@@ -348,6 +365,20 @@ class EventPageMixin(_ModelAdmin):
     @admin.display(description="last seen at")
     def last_seen(self, obj: InboxEvent) -> str:
         return time_display(obj.last_seen_at)
+
+    @admin.display(description="processing latency (received → processed)")
+    def processing_latency(self, obj: InboxEvent) -> str:
+        """The product's own latency; the producer's delay before it is apart."""
+        if obj.processed_at is None:
+            return "-"
+        return seconds_display((obj.processed_at - obj.received_at).total_seconds())
+
+    @admin.display(description="producer delay (occurred → received)")
+    def producer_delay(self, obj: InboxEvent) -> str:
+        occurred = inbox_event_occurred_at(inbox_event_id=obj.pk)
+        if not isinstance(occurred, datetime):
+            return "-"
+        return seconds_display((obj.received_at - occurred).total_seconds())
 
     @admin.display(description="attempts")
     def attempts_summary(self, obj: InboxEvent) -> str:
