@@ -276,3 +276,59 @@ def test_the_page_says_the_product_s_latency_apart_from_the_producer_s_delay(
     assert field("processing_latency") == "0.312 s"
     assert field("producer_delay") == "334 d 2 h"
     assert "(received → processed)" in html and "(occurred → received)" in html
+
+
+def test_the_attempts_table_shows_each_attempt_s_round_and_its_replay(
+    auditor_client, story
+):
+    html = page_of(auditor_client, story.event)
+    inline = html[html.index('id="attempt_log-group"') :]
+    rounds = re.findall(r'<td class="field-round">\s*<p>(.*?)</p>', inline, re.S)
+    replay = reverse("admin:webhooks_operatoraction_change", args=[story.replay.pk])
+    bulk = reverse("admin:webhooks_operatoraction_change", args=[story.bulk_replay.pk])
+    assert [html_unescape(r.strip()) for r in rounds] == [
+        "1 (first delivery)",
+        "1 (first delivery)",
+        f'2 (<a href="{replay}">replay by operator</a>)',
+        f'3 (<a href="{bulk}">replay by night-operator</a>)',
+    ]
+
+
+def test_the_evidence_marked_investigated_and_the_purges_are_in_the_story(
+    auditor_client, operator
+):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from core.actors import Actor
+    from tests.webhooks.factories import FingerprintMismatchFactory
+    from webhooks.investigations import fingerprint_mismatches_mark_investigated
+    from webhooks.models import FingerprintMismatch
+    from webhooks.retention import evidence_bodies_purge, inbox_bodies_purge
+
+    old = timezone.now() - timedelta(days=60)
+    event = InboxEventFactory(
+        processing_status=ProcessingStatus.PROCESSED,
+        received_at=old,
+        processed_at=old,
+    )
+    mismatch = FingerprintMismatchFactory(event=event, received_at=old)
+    fingerprint_mismatches_mark_investigated(
+        mismatches=FingerprintMismatch.objects.filter(pk=mismatch.pk),
+        actor=Actor.of(operator),
+        note="producer bug 42",
+    )
+    inbox_bodies_purge(older_than=timezone.now(), actor=Actor.system())
+    FingerprintMismatch.objects.filter(pk=mismatch.pk).update(last_seen_at=old)
+    evidence_bodies_purge(older_than=timezone.now(), actor=Actor.system())
+    texts = [text for _, _, text in story_rows(page_of(auditor_client, event))]
+    assert (
+        "Conflicting copy marked investigated by operator: “producer bug 42”" in texts
+    )
+    assert any(t.startswith("Raw body purged by system: “retention:") for t in texts)
+    assert any(
+        t.startswith("Conflicting copy's body purged by system: “retention:")
+        for t in texts
+    )
+    assert "Raw body purged by retention (its hash and the metadata stay)" in texts

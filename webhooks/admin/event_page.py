@@ -328,6 +328,7 @@ class EventPageMixin(_ModelAdmin):
         context = dict(extra_context or {})
         event = self.get_object(request, object_id)
         if event is not None and self.has_view_permission(request, event):
+            story = inbox_event_story(event=event)
             context["story"] = [
                 {
                     "at": time_display(entry.at),
@@ -335,8 +336,14 @@ class EventPageMixin(_ModelAdmin):
                     "kind_label": KIND_LABELS[entry.kind],
                     "html": story_entry_html(entry, event=event),
                 }
-                for entry in inbox_event_story(event=event)
+                for entry in story
             ]
+            # The attempts' inline shows the same rounds without reading the actions again.
+            request.attempt_rounds = {  # type: ignore[attr-defined]
+                entry.record.pk: entry.round
+                for entry in story
+                if entry.kind == "attempt" and entry.record is not None
+            }
             context["replay_form"] = (
                 EventReplayForm()
                 if request.user.has_perm(REPLAY_PERMISSION)
@@ -347,6 +354,13 @@ class EventPageMixin(_ModelAdmin):
                 "admin:webhooks_inboxevent_replay", args=[event.pk]
             )
         return super().change_view(request, object_id, form_url, context)
+
+    def get_inline_instances(self, request: HttpRequest, obj: Any = None) -> list[Any]:
+        instances = super().get_inline_instances(request, obj)
+        for inline in instances:
+            if hasattr(inline, "rounds"):
+                inline.rounds = getattr(request, "attempt_rounds", {})
+        return instances
 
     # --- times to the second, with the zone -------------------------------------------
 

@@ -32,7 +32,7 @@ from ..selectors import (
     inbox_event_products,
     inbox_event_types,
 )
-from ..story import REPLAY_ACTIONS, attempt_round, inbox_event_actions
+from ..story import REPLAY_ACTIONS, Round, attempt_round, inbox_event_actions
 from .event_page import EventPageMixin
 
 
@@ -70,18 +70,20 @@ class InboxAttemptInline(LogEntryAdminMixin, ReadOnlyInlineMixin, admin.TabularI
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        # The replays of the event shown, read once per page (an inline is made per request).
-        self._replays: dict[int, list] = {}
+        # Each attempt's round, as the event's story told it (``EventPageMixin``); an
+        # inline is made per request.
+        self.rounds: dict[int, Round] = {}
 
     @admin.display(description="round")
     def round(self, obj):
-        if obj.event_id not in self._replays:
-            self._replays[obj.event_id] = [
+        current = self.rounds.get(obj.pk)
+        if current is None:
+            replays = [
                 action
                 for action in inbox_event_actions(event=InboxEvent(pk=obj.event_id))
                 if action.action in REPLAY_ACTIONS
             ]
-        current = attempt_round(attempt=obj, replays=self._replays[obj.event_id])
+            current = self.rounds[obj.pk] = attempt_round(attempt=obj, replays=replays)
         if current.replay is None:
             return format_html("{} (first delivery)", current.number)
         return format_html(
