@@ -332,3 +332,24 @@ def test_the_evidence_marked_investigated_and_the_purges_are_in_the_story(
         for t in texts
     )
     assert "Raw body purged by retention (its hash and the metadata stay)" in texts
+
+
+def test_a_large_body_is_shown_in_part_and_downloaded_whole(
+    auditor_client, monkeypatch
+):
+    import json
+
+    from webhooks.admin import event_page
+
+    monkeypatch.setattr(event_page, "BODY_SHOWN_MAX", 100)
+    body = {"event_id": "evt_big", "event_type": "x", "data": "y" * 500}
+    raw = json.dumps(body).encode()
+    event = InboxEventFactory(body=body, raw_body=raw)
+    html = page_of(auditor_client, event)
+    assert "the first 100 are shown, the download has all of it" in html
+    assert "y" * 500 not in html
+    assert "the stored bytes: matches" in re.sub(r"<[^>]+>", "", html)
+    download = auditor_client.get(
+        reverse("admin:webhooks_inboxevent_body", args=[event.pk])
+    )
+    assert download.content == raw

@@ -219,6 +219,21 @@ def seconds_display(seconds: float) -> str:
     return f"{sign}{minutes} min {secs} s"
 
 
+# How much of a body each column shows: a page of a few hundred kilobytes, whatever the body;
+# the download and the hash check take all of it.
+BODY_SHOWN_MAX = 262_144
+
+
+def _head(text: str) -> str:
+    if len(text) <= BODY_SHOWN_MAX:
+        return text
+    return (
+        text[:BODY_SHOWN_MAX]
+        + f"\n… ({len(text):,} characters; the first {BODY_SHOWN_MAX:,} are shown, "
+        "the download has all of it)"
+    )
+
+
 def _download_name(event: InboxEvent) -> str:
     safe = re.sub(r"[^A-Za-z0-9._-]+", "_", event.event_id)[:100] or str(event.pk)
     return f"body-{event.pk}-{safe}.json"
@@ -441,6 +456,6 @@ class EventPageMixin(_ModelAdmin):
             len(data),
             obj.payload_hash,
             verdict,
-            data.decode("utf-8", errors="replace"),
-            pretty_body(data),
+            _head(data.decode("utf-8", errors="replace")),
+            _head(pretty_body(data)),
         )
