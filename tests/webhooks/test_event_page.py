@@ -84,16 +84,21 @@ def test_the_story_tells_every_delivery_attempt_round_action_and_revision_in_ord
     assert texts[0].startswith("Delivered (first delivery) from 127.0.0.1")
     assert "2 identical duplicate deliveries" in texts[3]
     assert f"fingerprint mismatch #{story.mismatch.pk}" in texts[1]
+    assert "not applied): 1 delivery, the last at" in texts[1]
     assert texts[2].startswith("Attempt 1 of round 1 (the first delivery): retry")
     assert texts[4].startswith("Attempt 2 of round 1 (the first delivery)")
-    assert texts[5] == "Replayed by operator: “index back up”; round 2 begins"
+    assert texts[5] == (
+        "Replayed by operator: “index back up”; round 2 begins "
+        "(it was dead_lettered after 2 attempt(s))"
+    )
     assert texts[6].startswith(
         f"Attempt 1 of round 2, after replay by operator at "
-        f"{time_display(story.replay.created_at)}: dead_lettered"
+        f"{time_display(story.replay.created_at)}: dead_lettered, finished"
     )
     assert texts[7] == (
         f"Replayed in a bulk replay by night-operator: “second outage over” "
-        f"(bulk replay job #{story.job.pk}); round 3 begins"
+        f"(bulk replay job #{story.job.pk}); round 3 begins "
+        "(it was dead_lettered after 1 attempt(s))"
     )
     assert texts[8].startswith(
         "Attempt 1 of round 3, after bulk replay by night-operator"

@@ -80,7 +80,21 @@ def _round_html(round_: Round) -> SafeString:
     )
 
 
-def _action_html(action: OperatorAction, round_: Round | None) -> SafeString:
+def _before_replay(action: OperatorAction, event: InboxEvent) -> SafeString:
+    """What the replay found: the event's status and attempts of the round it ended."""
+    previous = (action.details or {}).get("previous", {}).get(str(event.pk))
+    if not isinstance(previous, dict) or "status" not in previous:
+        return mark_safe("")
+    return format_html(
+        " (it was {} after {} attempt(s))",
+        previous["status"],
+        previous.get("attempts", "?"),
+    )
+
+
+def _action_html(
+    action: OperatorAction, round_: Round | None, event: InboxEvent
+) -> SafeString:
     reason = format_html(": “{}”", action.reason) if action.reason else mark_safe("")
     job = (
         format_html(
@@ -99,7 +113,7 @@ def _action_html(action: OperatorAction, round_: Round | None) -> SafeString:
         "mark_investigated": "Conflicting copy marked investigated",
     }.get(action.action, action.get_action_display())
     begins = (
-        format_html("; round {} begins", round_.number)
+        format_html("; round {} begins{}", round_.number, _before_replay(action, event))
         if round_ is not None
         else mark_safe("")
     )
@@ -118,7 +132,7 @@ def _attempt_html(entry: StoryEntry) -> SafeString:
     attempt = entry.record
     assert isinstance(attempt, InboxAttempt) and entry.round is not None
     outcome = attempt.outcome
-    if attempt.resulting_status:
+    if attempt.resulting_status and attempt.resulting_status != attempt.outcome:
         outcome = f"{outcome} → {attempt.resulting_status}"
     finished = (
         format_html(", finished {}", time_display(attempt.finished_at))
@@ -172,9 +186,9 @@ def story_entry_html(entry: StoryEntry, *, event: InboxEvent) -> SafeString:
         )
         return format_html(
             "Conflicting copy delivered (other content under the same event id, kept as "
-            "evidence, not applied): {} delivery(ies), the last at {}; "
+            "evidence, not applied): {}, the last at {}; "
             '<a class="story-evidence" href="{}">fingerprint mismatch #{}</a> ({})',
-            entry.count,
+            "1 delivery" if entry.count == 1 else f"{entry.count} deliveries",
             time_display(entry.last_at or entry.at),
             _url(mismatch),
             mismatch.pk,
@@ -182,7 +196,7 @@ def story_entry_html(entry: StoryEntry, *, event: InboxEvent) -> SafeString:
         )
     if entry.kind == "action":
         assert isinstance(entry.record, OperatorAction)
-        return _action_html(entry.record, entry.round)
+        return _action_html(entry.record, entry.round, event)
     if entry.kind == "attempt":
         return _attempt_html(entry)
     if entry.kind == "product":
