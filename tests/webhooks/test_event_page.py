@@ -358,3 +358,40 @@ def test_a_large_body_is_shown_in_part_and_downloaded_whole(
         reverse("admin:webhooks_inboxevent_body", args=[event.pk])
     )
     assert download.content == raw
+
+
+def test_the_page_s_queries_do_not_grow_with_the_story(auditor_client, operator):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from core.actors import Actor
+    from tests.webhooks.factories import FingerprintMismatchFactory, InboxAttemptFactory
+    from webhooks.replay import inbox_events_replay
+
+    def queries_of(event) -> int:
+        url = reverse("admin:webhooks_inboxevent_change", args=[event.pk])
+        with CaptureQueriesContext(connection) as queries:
+            assert auditor_client.get(url).status_code == 200
+        return len(queries)
+
+    def grown(rounds: int):
+        dead = DeadLetteredEventFactory()
+        for n in range(rounds):
+            FingerprintMismatchFactory(
+                event=dead, body={"event_id": dead.event_id, "n": n}
+            )
+            for number in (1, 2, 3):
+                InboxAttemptFactory(event=dead, number=number)
+            inbox_events_replay(
+                events_queryset=InboxEvent.objects.filter(pk=dead.pk),
+                actor=Actor.of(operator),
+                reason=f"round {n}",
+            )
+            InboxEvent.objects.filter(pk=dead.pk).update(
+                processing_status=ProcessingStatus.DEAD_LETTERED
+            )
+        return dead
+
+    small, large = grown(1), grown(8)
+    queries_of(small)  # content types and permissions cached
+    assert queries_of(large) == queries_of(small)
