@@ -159,11 +159,14 @@ def _attempt_html(entry: StoryEntry) -> SafeString:
 def story_entry_html(entry: StoryEntry, *, event: InboxEvent) -> SafeString:
     """One entry of the timeline in words, with links to the records it names. Escaped."""
     if entry.kind == "delivery":
-        signed = (
-            format_html("signature verified (secret {})", event.secret_fingerprint)
-            if event.secret_fingerprint
-            else mark_safe("signature verified")
-        )
+        if not event.signature_valid:
+            signed = mark_safe("signature not verified")
+        elif event.secret_fingerprint:
+            signed = format_html(
+                "signature verified (secret {})", event.secret_fingerprint
+            )
+        else:
+            signed = mark_safe("signature verified")
         return format_html(
             "Delivered (first delivery) from {}; {}; body SHA-256 {}",
             event.remote_addr or "an unknown address",
