@@ -46,6 +46,22 @@ def time_cell(value) -> str:
     )
 
 
+class StateFilter(admin.SimpleListFilter):
+    """Live or deleted documents, in words (the parameter is the one the admin's boolean
+    filter used, so that links to it keep working)."""
+
+    title = "state"
+    parameter_name = "is_deleted__exact"
+
+    def lookups(self, request, model_admin):
+        return [("0", "live"), ("1", "deleted")]
+
+    def queryset(self, request, queryset):
+        if self.value() in ("0", "1"):
+            return queryset.filter(is_deleted=self.value() == "1")
+        return queryset
+
+
 class CitationInline(ReadOnlyInlineMixin, admin.TabularInline):
     model = Citation
     fields = ("position", "text", "reference_url")
@@ -110,7 +126,7 @@ class ResearchDocumentAdmin(ReadOnlyAdminMixin, EvidenceAdminMixin, admin.ModelA
         "last_event_id",
         "updated",
     )
-    list_filter = ("is_deleted",)
+    list_filter = (StateFilter,)
     search_fields = ("=entity_id", "=last_event_id", "title")
     inlines = (CitationInline, RevisionInline)
 

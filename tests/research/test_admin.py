@@ -35,8 +35,16 @@ def test_the_document_list_says_live_or_deleted_not_a_tick(auditor_client, story
     story.document.save(update_fields=["is_deleted"])
     html = auditor_client.get(url).content.decode()
     assert '<td class="field-state">deleted</td>' in html
-    # The filter on the state still answers.
-    assert auditor_client.get(url, {"is_deleted__exact": "0"}).status_code == 200
+    # The filter says live or deleted too, and filters by it.
+    assert 'href="?is_deleted__exact=1"' in html and ">deleted</a>" in html
+
+    def shown(value: str) -> list[str]:
+        response = auditor_client.get(url, {"is_deleted__exact": value})
+        assert response.status_code == 200
+        return [d.entity_id for d in response.context["cl"].result_list]
+
+    assert shown("1") == ["doc_story42"]
+    assert shown("0") == []
 
 
 def test_the_document_page_links_its_revisions_events_and_the_events_it_ignored(
