@@ -3,7 +3,6 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from django.contrib import admin, messages
-from django.contrib.admin.utils import display_for_value
 from django.db.models import DurationField, ExpressionWrapper, F, Q
 from django.http import HttpResponse
 from django.urls import reverse
@@ -20,9 +19,9 @@ from core.admin_base import (
     confirm_with_reason,
     fieldset_fields,
     json_block,
-    pretty_body,
 )
 from core.errors import ServiceError
+from core.times import time_display
 
 from ..errors import SelectionTooLarge
 from ..models import DeadLetteredEvent, InboxAttempt, InboxEvent, ProcessingStatus
@@ -33,6 +32,8 @@ from ..selectors import (
     inbox_event_products,
     inbox_event_types,
 )
+from ..story import REPLAY_ACTIONS, Round, attempt_round, inbox_event_actions
+from .event_page import EventPageMixin
 
 
 class EventTypeFilter(admin.SimpleListFilter):
@@ -54,8 +55,9 @@ class InboxAttemptInline(LogEntryAdminMixin, ReadOnlyInlineMixin, admin.TabularI
     model = InboxAttempt
     fields = (
         "number",
-        "started_at",
-        "finished_at",
+        "round",
+        "started",
+        "finished",
         "outcome",
         "resulting_status",
         "error",
@@ -66,10 +68,47 @@ class InboxAttemptInline(LogEntryAdminMixin, ReadOnlyInlineMixin, admin.TabularI
     ordering = ("started_at", "pk")
     show_change_link = False
 
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        # Each attempt's round, as the event's story told it (``EventPageMixin``); an
+        # inline is made per request.
+        self.rounds: dict[int, Round] = {}
+
+    @admin.display(description="round")
+    def round(self, obj):
+        current = self.rounds.get(obj.pk)
+        if current is None:
+            replays = [
+                action
+                for action in inbox_event_actions(event=InboxEvent(pk=obj.event_id))
+                if action.action in REPLAY_ACTIONS
+            ]
+            current = self.rounds[obj.pk] = attempt_round(attempt=obj, replays=replays)
+        if current.replay is None:
+            return format_html("{} (first delivery)", current.number)
+        return format_html(
+            '{} (<a href="{}">replay by {}</a>)',
+            current.number,
+            reverse("admin:webhooks_operatoraction_change", args=[current.replay.pk]),
+            current.replay.actor_name,
+        )
+
+    @admin.display(description="started at")
+    def started(self, obj):
+        return time_display(obj.started_at)
+
+    @admin.display(description="finished at")
+    def finished(self, obj):
+        return time_display(obj.finished_at)
+
 
 @admin.register(InboxEvent)
 class InboxEventAdmin(
-    ReadOnlyAdminMixin, LogEntryAdminMixin, EvidenceAdminMixin, admin.ModelAdmin
+    EventPageMixin,
+    ReadOnlyAdminMixin,
+    LogEntryAdminMixin,
+    EvidenceAdminMixin,
+    admin.ModelAdmin,
 ):
     evidence_subject = "inbox_event"
     list_display: tuple[str, ...] = (
@@ -122,19 +161,21 @@ class InboxEventAdmin(
                 "fields": (
                     "status",
                     "held",
-                    "attempts",
-                    "next_attempt_at",
+                    "attempts_summary",
+                    "next_attempt",
                     "error_message",
                     "dead_letter_cause",
-                    "received_at",
-                    "processed_at",
-                    "latency",
+                    "received",
+                    "processed",
+                    "processing_latency",
+                    "producer_delay",
                     "delivery_count",
-                    "last_seen_at",
+                    "last_seen",
                     "produced",
                 )
             },
         ),
+        ("Raw body", {"fields": ("raw_body_panel",)}),
         (
             "Delivery",
             {
@@ -146,8 +187,6 @@ class InboxEventAdmin(
                     "secret_fingerprint",
                     "remote_addr",
                     "headers_pretty",
-                    "body_purged_at",
-                    "payload",
                 )
             },
         ),
@@ -191,7 +230,7 @@ class InboxEventAdmin(
         reason = f" ({hold.pause_reason})" if hold.pause_reason else ""
         return format_html(
             "held: source paused since {} by {}{}",
-            display_for_value(hold.paused_at, "-"),
+            time_display(hold.paused_at),
             hold.paused_by_name or "-",
             reason,
         )
@@ -207,16 +246,7 @@ class InboxEventAdmin(
         value = inbox_event_occurred_at(inbox_event_id=obj.pk)
         if isinstance(value, str):
             return f"{value} (stored by an older version; not a readable date)"
-        return display_for_value(value, "-")
-
-    @admin.display(description="payload")
-    def payload(self, obj):
-        if obj.body_purged_at:
-            return "(body purged)"
-        return format_html(
-            '<pre style="white-space: pre-wrap; max-width: 100%">{}</pre>',
-            pretty_body(obj.raw_body),
-        )
+        return time_display(value)
 
     @admin.display(description="headers")
     def headers_pretty(self, obj):
