@@ -31,7 +31,9 @@ run: setup
 	$(PY) manage.py migrate --noinput
 	$(PY) manage.py collectstatic --noinput --verbosity 0
 	$(PY) manage.py demo_setup
-	$(VENV)/bin/honcho start -f Procfile
+	@# honcho answers Ctrl-C (and a SIGTERM) with the status of that signal once every process
+	@# has stopped: a stop asked for is a clean end of `make run`, not an error.
+	$(VENV)/bin/honcho start -f Procfile || { status=$$?; [ $$status -eq 130 ] || [ $$status -eq 143 ] || exit $$status; }
 
 ## Run the whole test suite against PostgreSQL (127.0.0.1:5432), Redis (127.0.0.1:6379) and
 ## RabbitMQ (127.0.0.1:5672).
@@ -68,11 +70,12 @@ test-fast: setup
 	fi
 
 ## The console's screenshots in docs/console/ (README, "Admin audit console"), taken by the
-## browser test of its lists at 1400 px on realistic rows.
+## browser tests of its lists and of an event's story at 1400 px on realistic rows.
 console-screenshots: setup system-tools
 	$(PY) scripts/check_services.py
 	mkdir -p docs/console
-	CONSOLE_SCREENSHOTS=$(CURDIR)/docs/console $(PYTEST) tests/audit/test_console_browser.py -q
+	CONSOLE_SCREENSHOTS=$(CURDIR)/docs/console $(PYTEST) tests/audit/test_console_browser.py \
+	  tests/audit/test_story_browser.py -q
 
 ## Benchmarks on PostgreSQL and Redis: figures next to floors from the same run.
 bench: setup

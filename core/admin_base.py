@@ -21,46 +21,28 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.urls import NoReverseMatch, URLPattern, path, reverse
 from django.utils import timezone
-from django.utils.dateformat import format as date_format
 from django.utils.functional import cached_property
 from django.utils.html import format_html, format_html_join
 from rapidfuzz.distance import Indel
 
 from .selectors import COUNT_CAP, capped_count
+from .times import duration_display, time_display
 
 # --- How the console shows a time and a status (docs/console.md) ---------------------------
-
-# Every time the console shows, in one format: to the second, with the zone (``TIME_ZONE``).
-# The admin's own fields use the same one (``config/formats/en/formats.py``).
-TIME_SHOWN_FORMAT = "Y-m-d H:i:s T"
 
 
 def time_shown(value: Any) -> str:
     """``value`` (an aware datetime, or None) as the console shows every time:
-    ``2026-12-01 15:41:02 UTC``, in ``TIME_ZONE``; ``-`` when there is none."""
-    if value is None:
-        return "-"
-    return date_format(timezone.localtime(value), TIME_SHOWN_FORMAT)
+    ``2026-12-01 15:41:02 UTC``, in ``TIME_ZONE``; ``-`` when there is none. The one format
+    is ``core.times.time_display``'s; the admin's own fields use the same
+    (``config/formats/en/formats.py``)."""
+    return time_display(value)
 
 
 def duration_shown(seconds: float | None) -> str:
-    """A duration with its unit: ``320 ms`` under a second, ``4.2 s`` under a minute, then
-    ``3 min 5 s``, ``2 h 10 min``, ``3 d 4 h``; ``-`` when there is none."""
-    if seconds is None:
-        return "-"
-    if seconds < 1:
-        return f"{seconds * 1000:.0f} ms"
-    if seconds < 60:
-        return f"{seconds:.1f} s"
-    whole = int(seconds)
-    for unit, size, sub, subsize in (
-        ("d", 86400, "h", 3600),
-        ("h", 3600, "min", 60),
-        ("min", 60, "s", 1),
-    ):
-        if whole >= size:
-            return f"{whole // size} {unit} {(whole % size) // subsize} {sub}"
-    return f"{seconds:.1f} s"  # pragma: no cover - every case returned above
+    """A duration with its unit, as the console writes every one: ``0.320 s``, ``3 min 5 s``,
+    ``2 h 10 min``, ``334 d 11 h`` (``core.times.duration_display``); ``-`` for none."""
+    return duration_display(seconds)
 
 
 # One wording and one colour per status, on every page that shows one (the inbox's

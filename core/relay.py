@@ -54,7 +54,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Generic, TypeVar
 
-from celery import bootsteps, current_app
+from celery import bootsteps, current_app, signals
 from django.conf import settings
 from django.db import close_old_connections, connection, transaction
 from django.utils import timezone
@@ -395,4 +395,13 @@ class RelayStep(bootsteps.StartStopStep):
         return settings.RELAY_ENABLED
 
     def create(self, worker):
-        return RelayThread(concurrency=worker.concurrency or 1)
+        thread = RelayThread(concurrency=worker.concurrency or 1)
+
+        # Told as soon as the worker is asked to stop (its signal handler), not when the
+        # worker's steps stop in turn after the consumer's: the relay's round ends while the
+        # consumer finishes, and a stopping worker publishes nothing new.
+        def _stop_now(**kwargs):
+            thread.relay.stop.set()
+
+        signals.worker_shutting_down.connect(_stop_now, weak=False)
+        return thread

@@ -108,4 +108,8 @@ class DocumentRevision(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.document_id} {self.kind} v{self.source_version}"
+        """The document and the version this revision made it: ``doc42 v5 (updated)``."""
+        version = (
+            "(no version)" if self.source_version is None else f"v{self.source_version}"
+        )
+        return f"{self.document.entity_id} {version} ({self.kind})"

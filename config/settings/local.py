@@ -55,7 +55,7 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
         "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
     }
 
-CELERY_BROKER_URL = env("CELERY_BROKER_URL", default="filesystem://")
+CELERY_BROKER_URL = env("CELERY_BROKER_URL", default="filesystem://localhost/")
 if CELERY_BROKER_URL.startswith("filesystem://"):
     _broker_dir = VAR_DIR / "broker"
     CELERY_BROKER_TRANSPORT_OPTIONS = {
@@ -64,10 +64,17 @@ if CELERY_BROKER_URL.startswith("filesystem://"):
         "control_folder": str(_broker_dir / "control"),
         "processed_folder": str(_broker_dir / "processed"),
         "store_processed": False,
+        # The transport polls its folder; kombu's default second is also how long a stopping
+        # worker may sit in a poll before it sees the stop.
+        "polling_interval": 0.2,
     }
     for _folder in ("queue", "control", "processed"):
         (_broker_dir / _folder).mkdir(parents=True, exist_ok=True)
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
+# How long the worker's timer thread sleeps at most, which a stopping worker waits out (a
+# second by default): Ctrl-C in `make run` stops the worker well within honcho's five
+# seconds.
+CELERY_WORKER_TIMER_PRECISION = 0.2
 
 
 def _loopback(host: str) -> bool:

@@ -181,7 +181,7 @@ def test_every_list_fits_a_1400_px_window(live_server, roles, monkeypatch):
             expect(badges.first).to_be_visible()
             words = set(badges.all_inner_texts())
             assert {"Dead-lettered", "Ignored (out of order)", "Processed"} <= words
-            expect(page.locator("#result_list")).to_contain_text("320 ms")
+            expect(page.locator("#result_list")).to_contain_text("0.320 s")
 
             page.goto(live_server.url + reverse(LISTS["bulk-jobs"]))
             expect(page.locator("#result_list")).to_contain_text(

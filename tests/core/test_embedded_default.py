@@ -23,6 +23,7 @@ def test_procfile_runs_web_worker_and_beat_on_sqlite_and_a_filesystem_broker(tmp
     env["CELERY_METRICS_PORT"] = str(metrics_port)
     python = sys.executable
     manage("migrate", "--noinput", env=env, check=True)
+    ping_seen: list[subprocess.CompletedProcess] = []
     log = open(tmp_path / "honcho.log", "wb")  # noqa: SIM115
     honcho = subprocess.Popen(
         [os.path.join(os.path.dirname(python), "honcho"), "start", "-f", "Procfile"],
@@ -47,6 +48,7 @@ def test_procfile_runs_web_worker_and_beat_on_sqlite_and_a_filesystem_broker(tmp
         assert body["checks"] == {"database": True, "broker": True}
 
         ping = manage("worker_ping", "--timeout", "60", env=env, check=True)
+        ping_seen.append(ping)
         assert "answered" in ping.stdout
         worker_metrics = requests.get(
             f"http://127.0.0.1:{metrics_port}/metrics", timeout=5
@@ -68,3 +70,12 @@ def test_procfile_runs_web_worker_and_beat_on_sqlite_and_a_filesystem_broker(tmp
     for process in ("web", "worker", "beat"):
         assert f"{process}.1" in output, output[-3000:]
     assert honcho.returncode is not None
+    # A clean stop: the worker by its warm shutdown, with no pool process killed under it by
+    # the SIGTERM honcho sends its whole process group (which left the worker waiting on the
+    # pool's queue lock until honcho killed it).
+    assert "Warm shutdown" in output, output[-3000:]
+    assert "relay.stopped" in output, output[-3000:]
+    assert "exited with 'signal" not in output, output[-3000:]
+    # kombu's filesystem transport has its host named: no warning on each start.
+    [ping] = ping_seen
+    assert "No hostname was supplied" not in output + ping.stdout + ping.stderr

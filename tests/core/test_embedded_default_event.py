@@ -2,6 +2,10 @@
 a web and a worker process, ``send_test_webhook``, and the event processed by the research
 handler, as a newcomer sees it through the API."""
 
+import re
+import subprocess
+from pathlib import Path
+
 import pytest
 import requests
 
@@ -76,6 +80,46 @@ def test_a_signed_demo_event_is_processed_on_sqlite(tmp_path):
         )
         assert document.status_code == 200
         assert document.json()["last_event_id"] == "evt_readme_1"
+
+        # The README's curl examples, as printed (on this test's port).
+        event_out = readme_block_run("X-Webhook-Signature", port)
+        answers = [line for line in event_out.splitlines() if " HTTP " in line]
+        assert [line.rsplit(" HTTP ", 1)[1] for line in answers] == ["202", "200"]
+        assert '"status": "accepted"' in answers[0], event_out
+        assert '"status": "duplicate"' in answers[1], event_out
+        shown = event_out.splitlines()[-1]
+        assert '"processing_status":"processed"' in shown.replace(" ", ""), event_out
+
+        deploy_out = readme_block_run("Idempotency-Key", port)
+        answers = [line for line in deploy_out.splitlines() if " HTTP " in line]
+        assert [line.rsplit(" HTTP ", 1)[1] for line in answers] == [
+            "202",
+            "200",
+            "409",
+        ]
+        # The retry is the first answer byte for byte.
+        assert answers[0].rsplit(" HTTP ", 1)[0] == answers[1].rsplit(" HTTP ", 1)[0]
+        assert re.search(r'"deployment_id": ?"dep_', answers[0]), deploy_out
+        assert "idempotency_key_reused" in answers[2], deploy_out
     finally:
         web.stop()
         worker.stop()
+
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+def readme_block_run(marker: str, port: int) -> str:
+    """Runs the README's ``sh`` block that names ``marker`` with bash, against the server on
+    ``port`` instead of 8000, and returns what it printed."""
+    blocks = re.findall(r"```sh\n(.*?)```", README.read_text(), flags=re.S)
+    [block] = [block for block in blocks if marker in block and "curl" in block]
+    script = block.replace("127.0.0.1:8000", f"127.0.0.1:{port}")
+    done = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout

@@ -22,11 +22,10 @@ from core.admin_base import (
     duration_shown,
     fieldset_fields,
     json_block,
-    pretty_body,
     status_badge,
-    time_shown,
 )
 from core.errors import ServiceError
+from core.times import time_display
 
 from ..errors import SelectionTooLarge
 from ..models import DeadLetteredEvent, InboxAttempt, InboxEvent, ProcessingStatus
@@ -39,6 +38,8 @@ from ..selectors import (
     inbox_event_search_q,
     inbox_event_types,
 )
+from ..story import REPLAY_ACTIONS, Round, attempt_round, inbox_event_actions
+from .event_page import EventPageMixin
 
 
 class EventTypeFilter(admin.SimpleListFilter):
@@ -78,8 +79,9 @@ class InboxAttemptInline(LogEntryAdminMixin, ReadOnlyInlineMixin, admin.TabularI
     model = InboxAttempt
     fields = (
         "number",
-        "started_at",
-        "finished_at",
+        "round",
+        "started",
+        "finished",
         "outcome",
         "resulting_status",
         "error",
@@ -90,10 +92,47 @@ class InboxAttemptInline(LogEntryAdminMixin, ReadOnlyInlineMixin, admin.TabularI
     ordering = ("started_at", "pk")
     show_change_link = False
 
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        # Each attempt's round, as the event's story told it (``EventPageMixin``); an
+        # inline is made per request.
+        self.rounds: dict[int, Round] = {}
+
+    @admin.display(description="round")
+    def round(self, obj):
+        current = self.rounds.get(obj.pk)
+        if current is None:
+            replays = [
+                action
+                for action in inbox_event_actions(event=InboxEvent(pk=obj.event_id))
+                if action.action in REPLAY_ACTIONS
+            ]
+            current = self.rounds[obj.pk] = attempt_round(attempt=obj, replays=replays)
+        if current.replay is None:
+            return format_html("{} (first delivery)", current.number)
+        return format_html(
+            '{} (<a href="{}">replay by {}</a>)',
+            current.number,
+            reverse("admin:webhooks_operatoraction_change", args=[current.replay.pk]),
+            current.replay.actor_name,
+        )
+
+    @admin.display(description="started at")
+    def started(self, obj):
+        return time_display(obj.started_at)
+
+    @admin.display(description="finished at")
+    def finished(self, obj):
+        return time_display(obj.finished_at)
+
 
 @admin.register(InboxEvent)
 class InboxEventAdmin(
-    ReadOnlyAdminMixin, LogEntryAdminMixin, EvidenceAdminMixin, admin.ModelAdmin
+    EventPageMixin,
+    ReadOnlyAdminMixin,
+    LogEntryAdminMixin,
+    EvidenceAdminMixin,
+    admin.ModelAdmin,
 ):
     evidence_subject = "inbox_event"
     # What an operator scans a list for; the rest is on the event's page (docs/console.md).
@@ -105,7 +144,7 @@ class InboxEventAdmin(
         "entity_id",
         "version",
         "attempts",
-        "received",
+        "received_time",
         "latency",
         "log_entry",
     )
@@ -149,19 +188,21 @@ class InboxEventAdmin(
                 "fields": (
                     "status",
                     "held",
-                    "attempts",
-                    "next_attempt_at",
+                    "attempts_summary",
+                    "next_attempt",
                     "error_message",
                     "dead_letter_cause",
-                    "received_at",
-                    "processed_at",
-                    "latency",
+                    "received",
+                    "processed",
+                    "processing_latency",
+                    "producer_delay",
                     "delivery_count",
-                    "last_seen_at",
+                    "last_seen",
                     "produced",
                 )
             },
         ),
+        ("Raw body", {"fields": ("raw_body_panel",)}),
         (
             "Delivery",
             {
@@ -173,8 +214,6 @@ class InboxEventAdmin(
                     "secret_fingerprint",
                     "remote_addr",
                     "headers_pretty",
-                    "body_purged_at",
-                    "payload",
                 )
             },
         ),
@@ -215,8 +254,8 @@ class InboxEventAdmin(
         return "-" if obj.source_version is None else obj.source_version
 
     @admin.display(description="received", ordering="received_at")
-    def received(self, obj):
-        return time_shown(obj.received_at)
+    def received_time(self, obj):
+        return time_display(obj.received_at)
 
     @admin.display(description="held")
     def held(self, obj):
@@ -227,7 +266,7 @@ class InboxEventAdmin(
         reason = f" ({hold.pause_reason})" if hold.pause_reason else ""
         return format_html(
             "held: source paused since {} by {}{}",
-            time_shown(hold.paused_at),
+            time_display(hold.paused_at),
             hold.paused_by_name or "-",
             reason,
         )
@@ -245,16 +284,7 @@ class InboxEventAdmin(
         value = inbox_event_occurred_at(inbox_event_id=obj.pk)
         if isinstance(value, str):
             return f"{value} (stored by an older version; not a readable date)"
-        return time_shown(value)
-
-    @admin.display(description="payload")
-    def payload(self, obj):
-        if obj.body_purged_at:
-            return "(body purged)"
-        return format_html(
-            '<pre style="white-space: pre-wrap; max-width: 100%">{}</pre>',
-            pretty_body(obj.raw_body),
-        )
+        return time_display(value)
 
     @admin.display(description="headers")
     def headers_pretty(self, obj):
@@ -283,7 +313,7 @@ class DeadLetteredEventAdmin(InboxEventAdmin):
         "entity_id",
         "attempts",
         "error_summary",
-        "received",
+        "received_time",
     )
     list_filter = (
         "source",

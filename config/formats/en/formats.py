@@ -1,5 +1,5 @@
 """The console's formats for English (``FORMAT_MODULE_PATH``): every date and time to the
-second, with its zone, sortable as text (``core.admin_base.time_shown`` uses the same)."""
+second, with its zone, sortable as text (``core.times.time_display`` writes the same)."""
 
 DATE_FORMAT = "Y-m-d"
 SHORT_DATE_FORMAT = "Y-m-d"
