@@ -8,7 +8,7 @@ INSTALLED := $(VENV)/.installed
 # its libraries from source again costs each run, and each process it starts, seconds.
 PYTEST := PYTHONDONTWRITEBYTECODE= PYTHONPYCACHEPREFIX=$(CURDIR)/.pycache $(VENV)/bin/pytest
 
-.PHONY: setup system-tools run test test-fast test-alerts lint format bench chaos clean
+.PHONY: setup system-tools run test test-fast test-alerts lint format bench chaos clean console-screenshots
 
 $(INSTALLED): requirements/base.txt requirements/local.txt requirements/production.txt
 	$(PYTHON) -m venv $(VENV)
@@ -68,6 +68,14 @@ test-fast: setup
 	else \
 	  echo "test-fast: alerting rule tests skipped: promtool is missing (make test installs it)"; \
 	fi
+
+## The console's screenshots in docs/console/ (README, "Admin audit console"), taken by the
+## browser tests of its lists and of an event's story at 1400 px on realistic rows.
+console-screenshots: setup system-tools
+	$(PY) scripts/check_services.py
+	mkdir -p docs/console
+	CONSOLE_SCREENSHOTS=$(CURDIR)/docs/console $(PYTEST) tests/audit/test_console_browser.py \
+	  tests/audit/test_story_browser.py -q
 
 ## Benchmarks on PostgreSQL and Redis: figures next to floors from the same run.
 bench: setup

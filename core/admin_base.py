@@ -6,6 +6,7 @@ the evidence bundle of a record (the ``audit`` app plugs those in: ``log_admin_h
 from __future__ import annotations
 
 import json
+from datetime import date, datetime, time, timedelta
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from django import forms
@@ -19,11 +20,152 @@ from django.forms.models import BaseInlineFormSet
 from django.http import Http404, HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.urls import NoReverseMatch, URLPattern, path, reverse
+from django.utils import timezone
 from django.utils.functional import cached_property
 from django.utils.html import format_html, format_html_join
 from rapidfuzz.distance import Indel
 
 from .selectors import COUNT_CAP, capped_count
+from .times import duration_display, time_display
+
+# --- How the console shows a time and a status (docs/console.md) ---------------------------
+
+
+def time_shown(value: Any) -> str:
+    """``value`` (an aware datetime, or None) as the console shows every time:
+    ``2026-12-01 15:41:02 UTC``, in ``TIME_ZONE``; ``-`` when there is none. The one format
+    is ``core.times.time_display``'s; the admin's own fields use the same
+    (``config/formats/en/formats.py``)."""
+    return time_display(value)
+
+
+def duration_shown(seconds: float | None) -> str:
+    """A duration with its unit, as the console writes every one: ``0.320 s``, ``3 min 5 s``,
+    ``2 h 10 min``, ``334 d 11 h`` (``core.times.duration_display``); ``-`` for none."""
+    return duration_display(seconds)
+
+
+# One wording and one colour per status, on every page that shows one (the inbox's
+# processing statuses, jobs', bulk replays', idempotency records', attempts' outcomes). The
+# tone names the badge's colour in core/static/core/admin.css.
+STATUS_WORDS: dict[str, tuple[str, str]] = {
+    "received": ("Received", "waiting"),
+    "processing": ("Processing", "running"),
+    "processed": ("Processed", "ok"),
+    "ignored_out_of_order": ("Ignored (out of order)", "ignored"),
+    "ignored_duplicate_version": ("Ignored (duplicate version)", "ignored"),
+    "ignored_unsupported": ("Ignored (unsupported)", "ignored"),
+    "failed": ("Failed", "error"),
+    "dead_lettered": ("Dead-lettered", "error"),
+    "counted": ("Counted, not started", "waiting"),
+    "queued": ("Queued", "waiting"),
+    "running": ("Running", "running"),
+    "succeeded": ("Succeeded", "ok"),
+    "cancelled": ("Cancelled", "ignored"),
+    "started": ("Started", "running"),
+    "ignored": ("Ignored", "ignored"),
+    "retry": ("Retry", "warning"),
+    "paused": ("Paused", "warning"),
+    "draining": ("Draining", "running"),
+    "enabled": ("Enabled", "ok"),
+    "disabled": ("Disabled", "error"),
+    "stuck": ("Processing (stuck)", "error"),
+}
+
+
+def status_words(status: str) -> str:
+    """The words the console shows for ``status``."""
+    return STATUS_WORDS.get(status, (status.replace("_", " ").capitalize(), ""))[0]
+
+
+def status_badge(status: str, detail: str = "") -> str:
+    """``status`` as a badge, in its one wording and colour, ``detail`` after the words
+    (``Paused since … by …``). Escaped."""
+    words, tone = STATUS_WORDS.get(
+        status, (status.replace("_", " ").capitalize(), "neutral")
+    )
+    return format_html(
+        '<span class="badge badge-{}" data-status="{}">{}{}</span>',
+        tone or "neutral",
+        status,
+        words,
+        f" {detail}" if detail else "",
+    )
+
+
+class StatusFilter(admin.ChoicesFieldListFilter):
+    """A status column's filter, its choices in the badges' words (``STATUS_WORDS``), not
+    the model's labels: ``("processing_status", StatusFilter)`` in ``list_filter``."""
+
+    def choices(self, changelist):
+        values = iter(str(v) for v, _ in self.field.flatchoices if v is not None)
+        for i, choice in enumerate(super().choices(changelist)):
+            value = next(values, None) if i else None
+            yield {**choice, "display": status_words(value)} if value else choice
+
+
+class DateRangeFilter(admin.DateFieldListFilter):
+    """Django's date filter (any date, today, past 7 days, this month, this year) with a
+    range of days below it: ``<field>__from`` and ``<field>__to`` (``YYYY-MM-DD``, both
+    days included, in ``TIME_ZONE``). Put it in ``list_filter`` as ``("received_at",
+    DateRangeFilter)``."""
+
+    template = "admin/date_range_filter.html"
+
+    def __init__(self, field, request, params, model, model_admin, field_path):
+        self.lookup_kwarg_from = f"{field_path}__from"
+        self.lookup_kwarg_to = f"{field_path}__to"
+        self.day_from = self._day(params.pop(self.lookup_kwarg_from, None))
+        self.day_to = self._day(params.pop(self.lookup_kwarg_to, None))
+        super().__init__(field, request, params, model, model_admin, field_path)
+        if self.day_from or self.day_to:
+            self.used_parameters[self.lookup_kwarg_from] = self.day_from
+            self.used_parameters[self.lookup_kwarg_to] = self.day_to
+        mine = {*self.expected_parameters(), "p"}
+        # The page's other parameters (filters, search, ordering), kept by the range's form.
+        self.other_params = [
+            (name, value)
+            for name, values in request.GET.lists()
+            if name not in mine
+            for value in values
+        ]
+
+    @staticmethod
+    def _day(values: Any) -> str:
+        value = values[-1] if isinstance(values, list) else values
+        if not value:
+            return ""
+        try:
+            return date.fromisoformat(value).isoformat()
+        except ValueError:
+            return ""
+
+    def expected_parameters(self):
+        return [
+            *super().expected_parameters(),
+            self.lookup_kwarg_from,
+            self.lookup_kwarg_to,
+        ]
+
+    def queryset(self, request, queryset):
+        used = dict(self.used_parameters)
+        self.used_parameters = {
+            k: v
+            for k, v in used.items()
+            if k not in (self.lookup_kwarg_from, self.lookup_kwarg_to)
+        }
+        queryset = super().queryset(request, queryset)
+        self.used_parameters = used
+        zone = timezone.get_current_timezone()
+        if self.day_from:
+            start = datetime.combine(date.fromisoformat(self.day_from), time(), zone)
+            queryset = queryset.filter(**{f"{self.field_path}__gte": start})
+        if self.day_to:
+            end = datetime.combine(date.fromisoformat(self.day_to), time(), zone)
+            queryset = queryset.filter(
+                **{f"{self.field_path}__lt": end + timedelta(days=1)}
+            )
+        return queryset
 
 
 class BoundedCountPaginator(Paginator):

@@ -71,6 +71,14 @@ class TwoFactorLoginForm(OTPAdminAuthenticationForm):
 
 
 class AuditAdminSite(admin.AdminSite):
+    site_header = "Webhook inbox audit console"
+    site_title = "Audit console"
+    index_title = "Dashboard"
+    # There is no public site behind the console: no "View site" link to a 404.
+    site_url = None
+    # The lists need the page's width (docs/console.md); the index and the breadcrumbs
+    # lead everywhere the sidebar did.
+    enable_nav_sidebar = False
     login_form = TwoFactorLoginForm
     login_template = "otp/admin111/login.html"
 

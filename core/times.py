@@ -19,3 +19,22 @@ def time_display(value: datetime | None, *, empty: str = "-") -> str:
     if timezone.is_aware(value):
         return timezone.localtime(value).strftime(TIME_FORMAT)
     return value.strftime("%Y-%m-%d %H:%M:%S")
+
+
+def duration_display(seconds: float | None, *, empty: str = "-") -> str:
+    """A duration with its unit: ``0.312 s``, ``3 min 12 s``, ``2 h 10 min``, ``334 d 2 h``
+    (negative when a producer's clock runs ahead); ``empty`` for none."""
+    if seconds is None:
+        return empty
+    sign = "-" if seconds < 0 else ""
+    seconds = abs(seconds)
+    if seconds < 60:
+        return f"{sign}{seconds:.3f} s"
+    minutes, secs = divmod(int(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    days, hours = divmod(hours, 24)
+    if days:
+        return f"{sign}{days} d {hours} h"
+    if hours:
+        return f"{sign}{hours} h {minutes} min"
+    return f"{sign}{minutes} min {secs} s"

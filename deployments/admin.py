@@ -1,17 +1,34 @@
 from django.contrib import admin
+from django.urls import reverse
+from django.utils.html import format_html
 
 from core.admin_base import (
+    DateRangeFilter,
     EvidenceAdminMixin,
     LogEntryAdminMixin,
     PagedInlineMixin,
     ReadOnlyAdminMixin,
     ReadOnlyInlineMixin,
+    StatusFilter,
+    status_badge,
     text_head,
     text_head_annotate,
+    time_shown,
 )
+from idempotency.admin import resource_model_register
+from idempotency.models import IdempotencyRecord
 
 from . import target_admin  # noqa: F401 - registers the deploy targets' admin
 from .models import Build, Deployment, JobTransition, StatusSync, TriggerAttempt
+from .services import OPERATION_TYPES, job_kind
+
+# An idempotency record's page links to the job its key created.
+resource_model_register(
+    operation_type=OPERATION_TYPES["deployment"], model="deployments.Deployment"
+)
+resource_model_register(
+    operation_type=OPERATION_TYPES["build"], model="deployments.Build"
+)
 
 
 class TransitionInline(
@@ -63,15 +80,57 @@ class TriggerAttemptInline(ReadOnlyInlineMixin, admin.TabularInline):
 
 class JobAdmin(ReadOnlyAdminMixin, LogEntryAdminMixin, admin.ModelAdmin):
     list_select_related = ["client"]
-    list_filter = ["status"]
+    list_filter = [("status", StatusFilter), ("created_at", DateRangeFilter)]
     search_fields = ["=public_id", "=idempotency_key", "=commit_sha"]
     date_hierarchy = "created_at"
     inlines = [TransitionInline, TriggerAttemptInline]
     exclude = ["detail"]
-    readonly_fields = ["detail_shown", "log_entry"]
+    readonly_fields = ["detail_shown", "idempotency_record", "log_entry"]
+    list_display_links = ["public_id"]
+    # A job's URL in the API needs a client's token: no "View on site" to a 401.
+    view_on_site = False
 
     def get_queryset(self, request):
         return text_head_annotate(super().get_queryset(request), field="detail")
+
+    @admin.display(description="idempotency record")
+    def idempotency_record(self, obj):
+        """The record of the Idempotency-Key that created the job, with its replays and
+        conflicts."""
+        record = (
+            IdempotencyRecord.objects.filter(
+                client_id=obj.client_id,
+                operation_type=OPERATION_TYPES[job_kind(obj)],
+                resource_id=obj.public_id,
+            )
+            .order_by("-created_at")
+            .only("pk", "key", "replay_count", "conflict_count")
+            .first()
+        )
+        if record is None:
+            return "-"
+        url = reverse("admin:idempotency_idempotencyrecord_change", args=[record.pk])
+        return format_html(
+            '<a href="{}">{}</a> ({} replays, {} conflicts)',
+            url,
+            record.key,
+            record.replay_count,
+            record.conflict_count,
+        )
+
+    @admin.display(description="status", ordering="status")
+    def status_badge(self, obj):
+        return status_badge(obj.status)
+
+    @admin.display(description="commit", ordering="commit_sha")
+    def commit_short(self, obj):
+        return format_html(
+            '<code title="{}">{}</code>', obj.commit_sha, obj.commit_sha[:12]
+        )
+
+    @admin.display(description="created", ordering="created_at")
+    def created(self, obj):
+        return time_shown(obj.created_at)
 
     @admin.display(description="detail")
     def detail_shown(self, obj):
@@ -83,13 +142,13 @@ class DeploymentAdmin(EvidenceAdminMixin, JobAdmin):
     evidence_subject = "deployment"
     readonly_fields = [*JobAdmin.readonly_fields, "evidence"]
     list_display = [
+        "status_badge",
         "public_id",
-        "status",
         "repository",
         "environment",
-        "commit_sha",
+        "commit_short",
         "client",
-        "created_at",
+        "created",
         "log_entry",
     ]
 
@@ -97,13 +156,13 @@ class DeploymentAdmin(EvidenceAdminMixin, JobAdmin):
 @admin.register(Build)
 class BuildAdmin(JobAdmin):
     list_display = [
+        "status_badge",
         "public_id",
-        "status",
         "repository",
         "ref",
-        "commit_sha",
+        "commit_short",
         "client",
-        "created_at",
+        "created",
         "log_entry",
     ]
 
@@ -114,15 +173,23 @@ class StatusSyncAdmin(ReadOnlyAdminMixin, LogEntryAdminMixin, admin.ModelAdmin):
         "public_id",
         "deployment",
         "build",
-        "status",
+        "status_reported",
         "applied",
-        "resulting_status",
+        "status_resulting",
         "reported_at",
         "client",
         "log_entry",
     ]
     readonly_fields = ["log_entry"]
-    list_filter = ["applied"]
+    list_filter = ["applied", ("reported_at", DateRangeFilter)]
     list_select_related = ["client", "deployment", "build"]
     search_fields = ["=public_id"]
     raw_id_fields = ["deployment", "build"]
+
+    @admin.display(description="status", ordering="status")
+    def status_reported(self, obj):
+        return status_badge(obj.status)
+
+    @admin.display(description="resulting status", ordering="resulting_status")
+    def status_resulting(self, obj):
+        return status_badge(obj.resulting_status) if obj.resulting_status else "-"

@@ -49,6 +49,13 @@ class IdempotencyRecord(models.Model):
     progress_deadline = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(default=timezone.now)
+    # What the key met after its first request, for the console: retries answered with the
+    # stored response, and requests refused 409 for another body (one UPDATE on those paths
+    # only; the database's defaults, so that the record's INSERT need not name them).
+    replay_count = models.PositiveIntegerField(default=0, db_default=0)
+    last_replayed_at = models.DateTimeField(null=True, blank=True)
+    conflict_count = models.PositiveIntegerField(default=0, db_default=0)
+    last_conflict_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         constraints = [

@@ -257,6 +257,22 @@ def _differing_fields(stored: dict, current: dict) -> list[str]:
     return [name for name in names if stored.get(name) != current.get(name)]
 
 
+def _record_seen(*, pk: int, conflict: bool) -> None:
+    """Counts a replay (or a 409 conflict) on the record: one UPDATE, outside any
+    transaction, of the counters the console shows (docs/console.md)."""
+    table = IdempotencyRecord._meta.db_table
+    count, last = (
+        ("conflict_count", "last_conflict_at")
+        if conflict
+        else ("replay_count", "last_replayed_at")
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {table} SET {count} = {count} + 1, {last} = %s WHERE id = %s",  # noqa: S608 - our names, values are parameters
+            [timezone.now(), pk],
+        )
+
+
 def idempotency_replay(
     *,
     client: ApiClient,
@@ -269,6 +285,7 @@ def idempotency_replay(
     if record.fingerprint != fingerprint:
         differing = _differing_fields(record.fingerprint_fields, fingerprint_fields)
         IDEMPOTENCY_REQUESTS.labels(operation_type, "conflict").inc()
+        _record_seen(pk=record.pk, conflict=True)
         logger.info(
             "idempotency.conflict",
             extra={
@@ -280,6 +297,7 @@ def idempotency_replay(
         )
         raise IdempotencyKeyReused(differing_fields=differing)
     IDEMPOTENCY_REQUESTS.labels(operation_type, "replayed").inc()
+    _record_seen(pk=record.pk, conflict=False)
     return IdempotentResponse(
         status_code=200,
         body=record.response_body,
@@ -294,6 +312,7 @@ def idempotency_replay_identical(
     """The stored response, for a retry whose body is the first request's, byte for byte
     (its fingerprint can only be the stored one)."""
     IDEMPOTENCY_REQUESTS.labels(operation_type, "replayed").inc()
+    _record_seen(pk=record.pk, conflict=False)
     return IdempotentResponse(
         status_code=200,
         body=record.response_body,

@@ -363,8 +363,19 @@ class InboxEvent(models.Model):
             models.Index(
                 fields=["event_type", "-received_at"], name="webhooks_inbox_type_idx"
             ),
-            models.Index(fields=["entity_id"], name="webhooks_inbox_entity_idx"),
-            models.Index(fields=["event_id"], name="webhooks_inbox_event_id_idx"),
+            # Equality and prefix (``LIKE 'evt_doc%'``, the console's search) lookups of an
+            # event or entity id: the pattern operator class serves both whatever the
+            # database's collation.
+            models.Index(
+                fields=["entity_id"],
+                name="webhooks_inbox_entity_like",
+                opclasses=["varchar_pattern_ops"],
+            ),
+            models.Index(
+                fields=["event_id"],
+                name="webhooks_inbox_event_id_like",
+                opclasses=["varchar_pattern_ops"],
+            ),
             *log_ticket_indexes("webhooks_inbox"),
         ]
         permissions = [("replay_inboxevent", "Can replay dead-lettered inbox events")]

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 from .models import (
     DeadLetterCause,
     InboxEvent,
+    OperatorAction,
     ProcessingStatus,
     SourceHold,
     WebhookSecret,
@@ -365,3 +366,84 @@ def inbox_event_products(*, event: InboxEvent, limit: int = 10) -> list[models.M
         related = model._base_manager.filter(**{relation.field.name: event})
         found.extend(related.order_by("pk")[:limit])
     return found
+
+
+# How many inbox rows an id prefix may name when the operator actions are searched by it.
+ACTION_SEARCH_EVENTS_MAX = 50
+
+
+def inbox_event_search_q(*, term: str) -> Q:
+    """Inbox rows whose event id or entity id starts with ``term`` (an index range scan on
+    each: the two id indexes use the pattern operator class)."""
+    return Q(event_id__startswith=term) | Q(entity_id__startswith=term)
+
+
+def operator_actions_on_events_q(*, term: str) -> Q | None:
+    """Operator actions on an inbox row whose event id starts with ``term`` (the first
+    ``ACTION_SEARCH_EVENTS_MAX`` such rows), or None when no row matches."""
+    pks = list(
+        InboxEvent.objects.filter(event_id__startswith=term)
+        .order_by("-received_at")
+        .values_list("pk", flat=True)[:ACTION_SEARCH_EVENTS_MAX]
+    )
+    if not pks:
+        return None
+    if connection.vendor == "postgresql":
+        return functools.reduce(
+            lambda q, pk: q | Q(event_ids__contains=[pk]),
+            pks[1:],
+            Q(event_ids__contains=[pks[0]]),
+        )
+    # SQLite (local runs) has no JSON containment: the actions are few there.
+    wanted = set(pks)
+    return Q(
+        pk__in=[
+            action.pk
+            for action in OperatorAction.objects.only("event_ids").iterator()
+            if wanted.intersection(action.event_ids)
+        ]
+    )
+
+
+# The most events of one bulk replay whose outcomes a page counts (one grouped query).
+BULK_OUTCOMES_MAX = 100_000
+
+
+def _bulk_job_event_ids_sql() -> str:
+    table = OperatorAction._meta.db_table
+    return (
+        f"SELECT (jsonb_array_elements_text(event_ids::jsonb))::bigint FROM {table} "  # noqa: S608 - our names
+        "WHERE bulk_job_id = %s AND action = 'bulk_replay'"
+    )
+
+
+def bulk_replay_job_events_q(*, job_id: int) -> Q:
+    """The inbox rows a bulk replay job replayed (the event ids of its chunks' actions)."""
+    if connection.vendor == "postgresql":
+        # Our table and column names; the job's id is a parameter.
+        return Q(
+            pk__in=models.expressions.RawSQL(_bulk_job_event_ids_sql(), [job_id])  # noqa: S611
+        )
+    ids: set[int] = set()
+    for event_ids in OperatorAction.objects.filter(
+        bulk_job_id=job_id, action=OperatorAction.Action.BULK_REPLAY
+    ).values_list("event_ids", flat=True):
+        ids.update(int(pk) for pk in event_ids)
+    return Q(pk__in=ids)
+
+
+def bulk_replay_job_outcomes(*, job_id: int, replayed: int) -> dict[str, int] | None:
+    """What became of the events a bulk replay job replayed, by their status now
+    (``processed``, ``dead_lettered`` again, still ``received``...); None when the job
+    replayed more than ``BULK_OUTCOMES_MAX`` events (too many to count on a page)."""
+    if replayed > BULK_OUTCOMES_MAX:
+        return None
+    if not replayed:
+        return {}
+    return dict(
+        InboxEvent.objects.filter(bulk_replay_job_events_q(job_id=job_id))
+        .order_by()
+        .values_list("processing_status")
+        .annotate(n=models.Count("id"))
+        .values_list("processing_status", "n")
+    )

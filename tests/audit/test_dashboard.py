@@ -1,5 +1,6 @@
 """The dashboard's figures from known data."""
 
+import re
 from datetime import timedelta
 
 import pytest
@@ -22,13 +23,14 @@ pytestmark = pytest.mark.django_db
 def test_dashboard_figures_cover_the_last_24_hours_only():
     now = timezone.now()
     source = WebhookSourceFactory()
-    for seconds in (1, 2, 3, 4, 10):  # latencies occurred_at -> processed_at
+    received = now - timedelta(minutes=30)
+    for seconds in (1, 2, 3, 4, 10):  # processing times, received_at -> processed_at
         InboxEventFactory(
             source=source,
             processing_status="processed",
-            occurred_at=now - timedelta(minutes=30),
-            processed_at=now - timedelta(minutes=30) + timedelta(seconds=seconds),
-            received_at=now - timedelta(minutes=29),
+            occurred_at=received - timedelta(hours=1),  # the producer's delay
+            received_at=received,
+            processed_at=received + timedelta(seconds=seconds),
             delivery_count=2,  # one duplicate each
         )
     DeadLetteredEventFactory(source=source, received_at=now - timedelta(hours=2))
@@ -52,9 +54,14 @@ def test_dashboard_figures_cover_the_last_24_hours_only():
     assert figures["duplicate_ratio"] == pytest.approx(5 / 11)
     assert figures["signature_failures"] == 4
     assert figures["invalid_signature_ratio"] == pytest.approx(4 / 15)
-    assert figures["latency_p50"] == pytest.approx(3.0)
-    assert figures["latency_p95"] == pytest.approx(8.8)  # percentile_cont
+    # The product's latency (received -> processed), and apart the producer's delay
+    # (occurred -> received), which the dead letter's old occurred_at stretches.
+    assert figures["processing_p50"] == pytest.approx(3.0)
+    assert figures["processing_p95"] == pytest.approx(8.8)  # percentile_cont
+    assert figures["producer_delay_p50"] == pytest.approx(3600.0)
+    assert figures["producer_delay_p95"] > 3600
     assert figures["dead_letters"] == 2
+    assert figures["dead_letters_24h"] == 1
     assert figures["stuck_keys"] == 0
     assert sum(point["count"] for point in figures["per_hour"]) == 6
     assert len(figures["per_hour"]) == 24
@@ -67,7 +74,9 @@ def test_dashboard_on_an_empty_inbox():
     figures = dashboard_figures()
     assert figures["events"] == 0
     assert figures["duplicate_ratio"] == 0.0
-    assert figures["latency_p50"] is None
+    assert figures["processing_p50"] is None
+    assert figures["producer_delay_p50"] is None
+    assert figures["recent_actions"] == []
 
 
 def test_capped_count_stops_at_the_cap():
@@ -93,3 +102,45 @@ def test_dashboard_counts_idempotency_keys_stuck_in_processing():
             updated_at=now - age,
         )
     assert dashboard_figures(now=now)["stuck_keys"] == 1
+
+
+def test_the_index_says_what_it_measures_and_links_its_counts(auditor_client, operator):
+    from django.urls import reverse
+
+    from core.actors import Actor
+    from webhooks.replay import inbox_events_replay
+
+    now = timezone.now()
+    InboxEventFactory(
+        processing_status="processed",
+        occurred_at=now - timedelta(days=334),  # a backfill
+        received_at=now - timedelta(seconds=2),
+        processed_at=now - timedelta(seconds=2) + timedelta(milliseconds=300),
+    )
+    dead = DeadLetteredEventFactory()
+    inbox_events_replay(
+        events_queryset=InboxEvent.objects.filter(pk=dead.pk),
+        actor=Actor.of(operator),
+        reason="fixed",
+    )
+    DeadLetteredEventFactory(received_at=now - timedelta(days=3))
+    response = auditor_client.get(reverse("admin:index"))
+    page = response.content.decode()
+    assert 'id="dash-p50">0.300 s<' in page
+    assert "received &rarr; processed" in page
+    assert re.search(r'id="dash-delay-p95">\d+ d \d+ h<', page), page
+    assert "occurred &rarr; received" in page
+    since = response.context["dash"]["since"]
+    from django.utils.http import urlencode
+
+    since_q = urlencode({"received_at__gte": since.isoformat()})
+    dead_list = reverse("admin:webhooks_deadletteredevent_changelist")
+    assert f'<a href="{dead_list}?{since_q}">0</a>' in page  # the replayed one is back
+    assert f'<a href="{dead_list}">1</a>' in page
+    inbox = reverse("admin:webhooks_inboxevent_changelist")
+    status_link = f"{inbox}?processing_status__exact=processed&amp;{since_q}"
+    assert f'<a href="{status_link}">1</a>' in page
+    assert auditor_client.get(status_link.replace("&amp;", "&")).status_code == 200
+    # The latest operator actions instead of the admin's empty "Recent actions".
+    assert "Recent operator actions" in page and "Recent actions" not in page
+    assert "Replay</a> by operator, 1 event" in page

@@ -136,7 +136,7 @@ def test_an_operator_replays_from_the_event_page_in_a_real_browser(
             page.click("#event-replay input[type=submit]")
             message = page.locator("ul.messagelist li.success")
             expect(message).to_contain_text(f"Replayed {dead.event_id}")
-            expect(page.locator(".field-status .readonly")).to_have_text("received")
+            expect(page.locator(".field-status .readonly")).to_have_text("Received")
             expect(page.locator("#event-replay")).to_have_count(0)
             replay_row = page.locator("#event-story tr.story-action")
             expect(replay_row).to_contain_text(

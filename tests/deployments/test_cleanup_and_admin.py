@@ -77,7 +77,7 @@ def test_deployment_detail_shows_transitions_read_only(admin_http, rows):
 
 def test_stuck_processing_records_are_highlighted(admin_http, rows):
     response = admin_http.get("/admin/idempotency/idempotencyrecord/")
-    assert response.content.count(b"processing (stuck)") == 1
+    assert response.content.count(b"Processing (stuck)") == 1
 
 
 def test_filters_render(admin_http, rows):

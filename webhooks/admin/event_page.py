@@ -21,7 +21,7 @@ from django.views.decorators.http import require_POST
 from core.actors import Actor
 from core.admin_base import admin_link, pretty_body
 from core.errors import ServiceError
-from core.times import time_display
+from core.times import duration_display, time_display
 
 from ..models import (
     REPLAYABLE_STATUSES,
@@ -221,19 +221,9 @@ def story_entry_html(entry: StoryEntry, *, event: InboxEvent) -> SafeString:
 
 
 def seconds_display(seconds: float) -> str:
-    """A duration with its unit: ``0.312 s``, ``3 min 12 s``, ``334 d 2 h``."""
-    sign = "-" if seconds < 0 else ""
-    seconds = abs(seconds)
-    if seconds < 60:
-        return f"{sign}{seconds:.3f} s"
-    minutes, secs = divmod(int(seconds), 60)
-    hours, minutes = divmod(minutes, 60)
-    days, hours = divmod(hours, 24)
-    if days:
-        return f"{sign}{days} d {hours} h"
-    if hours:
-        return f"{sign}{hours} h {minutes} min"
-    return f"{sign}{minutes} min {secs} s"
+    """A duration with its unit: ``0.312 s``, ``3 min 12 s``, ``334 d 2 h`` (the console's
+    one format, ``core.times.duration_display``)."""
+    return duration_display(seconds)
 
 
 # How much of a body each column shows: a page of a few hundred kilobytes, whatever the body;

@@ -2,19 +2,24 @@ from __future__ import annotations
 
 from django import forms
 from django.contrib import admin, messages
+from django.db.models import Q
 from django.http import HttpResponse
 from django.urls import reverse
-from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import mark_safe
 
 from core.actors import Actor
 from core.admin_base import (
     BoundedCountPaginator,
+    DateRangeFilter,
     LogEntryAdminMixin,
     ReadOnlyAdminMixin,
     ReasonForm,
+    StatusFilter,
     confirm_with_reason,
+    status_badge,
+    status_words,
+    time_shown,
 )
 from core.errors import ServiceError
 
@@ -23,6 +28,7 @@ from ..models import (
     BULK_REPLAY_RATE_MIN,
     BulkReplayJob,
     OperatorAction,
+    ProcessingStatus,
 )
 from ..replay import (
     bulk_replay_job_cancel,
@@ -32,23 +38,39 @@ from ..replay import (
     bulk_replay_job_start,
     bulk_replay_rate_parse,
 )
-from ..selectors import inbox_events_by_pks
+from ..selectors import (
+    bulk_replay_job_outcomes,
+    inbox_events_by_pks,
+    operator_actions_on_events_q,
+)
+
+# The list counts the outcomes of jobs up to this size; a bigger job's are on its page.
+LIST_OUTCOMES_MAX = 1000
+
+# What a replayed event's status says of the replay.
+OUTCOME_WORDS = {
+    "processed": "processed",
+    "dead_lettered": "dead-lettered again",
+    "failed": "failed again, retrying",
+    "received": "waiting",
+    "processing": "processing",
+}
 
 
 @admin.register(OperatorAction)
 class OperatorActionAdmin(ReadOnlyAdminMixin, LogEntryAdminMixin, admin.ModelAdmin):
     list_display = (
-        "created_at",
+        "created",
         "action",
         "actor_name",
         "event_count",
-        "skipped_count",
         "reason_summary",
         "bulk_job",
         "log_entry",
     )
-    list_filter = ("action", "created_at")
+    list_filter = ("action", ("created_at", DateRangeFilter))
     search_fields = ("actor_name",)
+    search_help_text = "An actor's name, or the start of an event id the action was on."
     date_hierarchy = "created_at"
     ordering = ("-created_at", "-id")
     fields = (
@@ -64,6 +86,20 @@ class OperatorActionAdmin(ReadOnlyAdminMixin, LogEntryAdminMixin, admin.ModelAdm
         "log_entry",
     )
     readonly_fields = fields
+
+    def get_search_results(self, request, queryset, search_term):
+        term = search_term.strip()
+        if not term:
+            return queryset, False
+        wanted = Q(actor_name__icontains=term)
+        on_events = operator_actions_on_events_q(term=term)
+        if on_events is not None:
+            wanted |= on_events
+        return queryset.filter(wanted), False
+
+    @admin.display(description="at", ordering="created_at")
+    def created(self, obj):
+        return time_shown(obj.created_at)
 
     @admin.display(description="reason")
     def reason_summary(self, obj):
@@ -143,28 +179,29 @@ class BulkReplayJobAdmin(admin.ModelAdmin):
     form = BulkReplayJobForm
     paginator = BoundedCountPaginator
     show_full_result_count = False
+    # Who started it, when it finished and the dry-run count are on the job's page.
     list_display = (
+        "state_badge",
         "pk",
-        "created_at",
-        "created_by_name",
-        "started_by_name",
         "filter_summary",
-        "dry_run_count",
-        "state",
         "progress",
+        "outcomes_summary",
         "rate_summary",
         "ends",
-        "finished_at",
+        "people",
+        "created",
     )
-    list_filter = ("state",)
+    list_display_links = ("pk",)
+    list_filter = (("state", StatusFilter), ("created_at", DateRangeFilter))
     ordering = ("-created_at", "-id")
     actions = ("start_selected", "cancel_selected", "resume_selected")
     readonly_fields = (
         "filter_summary",
         "reason",
         "dry_run_count",
-        "state",
+        "state_badge",
         "progress",
+        "outcomes",
         "rate_summary",
         "ends",
         "created_by_name",
@@ -210,7 +247,15 @@ class BulkReplayJobAdmin(admin.ModelAdmin):
                 (f"{name}_selected", labels[name])
                 for name in bulk_replay_job_controls(job=job)
             ]
-        context = {**(extra_context or {}), "job_controls": controls}
+        context = {
+            **(extra_context or {}),
+            "job_controls": controls,
+            # The page reloads itself while the job moves (docs/console.md).
+            "job_refresh_seconds": 5
+            if job is not None
+            and job.state in (BulkReplayJob.State.QUEUED, BulkReplayJob.State.RUNNING)
+            else None,
+        }
         return super().change_view(request, object_id, form_url, context)
 
     def save_model(self, request, obj, form, change):
@@ -241,18 +286,34 @@ class BulkReplayJobAdmin(admin.ModelAdmin):
         )
         return super().response_post_save_add(request, obj)
 
+    @admin.display(description="state", ordering="state")
+    def state_badge(self, obj):
+        return status_badge(obj.state)
+
+    @admin.display(description="created", ordering="created_at")
+    def created(self, obj):
+        return time_shown(obj.created_at)
+
+    @admin.display(description="created / started by")
+    def people(self, obj):
+        if not obj.started_by_name:
+            return obj.created_by_name
+        return format_html(
+            "{}<br>started by {}", obj.created_by_name, obj.started_by_name
+        )
+
     @admin.display(description="filter")
     def filter_summary(self, obj):
         parts = [f"status={obj.status}"]
         if obj.source_id:
             parts.append(f"source={obj.source.slug}")
         if obj.since:
-            parts.append(f"since={obj.since:%Y-%m-%d %H:%M}")
+            parts.append(f"since={time_shown(obj.since)}")
         if obj.event_ids:
             parts.append(f"{len(obj.event_ids)} event id(s)")
         return ", ".join(parts)
 
-    @admin.display(description="progress")
+    @admin.display(description="replayed")
     def progress(self, obj):
         total = obj.total or obj.dry_run_count
         percent = round(100 * obj.processed / total) if total else 0
@@ -262,6 +323,56 @@ class BulkReplayJobAdmin(admin.ModelAdmin):
             obj.processed,
             total,
         )
+
+    def _outcomes(self, obj, *, limit: int | None = None):
+        if limit is not None and obj.processed > limit:
+            return "on the job's page"
+        counts = bulk_replay_job_outcomes(job_id=obj.pk, replayed=obj.processed)
+        if counts is None:
+            return format_html(
+                "{} replayed: too many to count here (filter the inbox by "
+                '<a href="{}?bulk_job={}">this job</a>)',
+                obj.processed,
+                reverse("admin:webhooks_inboxevent_changelist"),
+                obj.pk,
+            )
+        if not counts:
+            return "nothing replayed yet"
+        inbox = reverse("admin:webhooks_inboxevent_changelist")
+        order = {status: i for i, status in enumerate(ProcessingStatus.values)}
+        parts = format_html_join(
+            ", ",
+            '<a href="{}?bulk_job={}&amp;processing_status__exact={}">{} {}</a>',
+            (
+                (
+                    inbox,
+                    obj.pk,
+                    status,
+                    n,
+                    OUTCOME_WORDS.get(status, status_words(status).lower()),
+                )
+                for status, n in sorted(
+                    counts.items(), key=lambda kv: order.get(kv[0], 99)
+                )
+            ),
+        )
+        return format_html(
+            '<a href="{}?bulk_job={}">{} replayed</a>: {}',
+            inbox,
+            obj.pk,
+            sum(counts.values()),
+            parts,
+        )
+
+    @admin.display(description="outcomes")
+    def outcomes_summary(self, obj):
+        return self._outcomes(obj, limit=LIST_OUTCOMES_MAX)
+
+    @admin.display(description="what became of the replayed events")
+    def outcomes(self, obj):
+        """Each replayed event's status now: processed, dead-lettered again, or still on
+        its way; the links list them."""
+        return self._outcomes(obj)
 
     @admin.display(description="rate (measured / asked)")
     def rate_summary(self, obj):
@@ -273,7 +384,7 @@ class BulkReplayJobAdmin(admin.ModelAdmin):
         end = obj.finish_estimated()
         if end is None:
             return "-"
-        return f"{timezone.localtime(end):%Y-%m-%d %H:%M:%S}"
+        return time_shown(end)
 
     @admin.display(description="operator actions")
     def trail(self, obj):
@@ -290,7 +401,7 @@ class BulkReplayJobAdmin(admin.ModelAdmin):
             (
                 (
                     reverse("admin:webhooks_operatoraction_change", args=[a.pk]),
-                    f"{timezone.localtime(a.created_at):%Y-%m-%d %H:%M:%S}",
+                    time_shown(a.created_at),
                     a.action,
                     a.actor_name,
                     a.reason or "-",

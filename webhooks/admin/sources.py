@@ -2,7 +2,6 @@ from __future__ import annotations
 
 from django import forms
 from django.contrib import admin, messages
-from django.contrib.admin.utils import display_for_value
 from django.core.exceptions import PermissionDenied
 from django.http import HttpResponse
 from django.utils.decorators import method_decorator
@@ -13,7 +12,14 @@ from django.views.decorators.debug import (
 )
 
 from core.actors import Actor
-from core.admin_base import ReadOnlyAdminMixin, ReasonForm, confirm_with_reason
+from core.admin_base import (
+    DateRangeFilter,
+    ReadOnlyAdminMixin,
+    ReasonForm,
+    confirm_with_reason,
+    status_badge,
+    time_shown,
+)
 from core.errors import ServiceError
 from core.selectors import COUNT_CAP
 
@@ -103,19 +109,17 @@ _EDITABLE_FIELDS = ("expected_delivery_interval_seconds", "client")
 @admin.register(WebhookSource)
 class WebhookSourceAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     # The secrets are never listed, counted only.
+    # The state first: a paused source reads "Paused since … by …" and why. The expected
+    # delivery interval, the pause's details and the drain are on the source's page.
     list_display = (
+        "state",
         "slug",
         "scheme",
         "handler",
-        "is_enabled",
-        "expected_delivery_interval_seconds",
         "secret_count",
-        "paused_since",
-        "paused_by",
-        "pause_reason_summary",
         "held_events",
-        "created_at",
     )
+    list_display_links = ("slug",)
     list_filter = ("scheme", "handler", "is_enabled", PausedListFilter)
     search_fields = ("slug",)
     ordering = ("slug",)
@@ -127,6 +131,7 @@ class WebhookSourceAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         "is_enabled",
         "expected_delivery_interval_seconds",
         "client",
+        "state",
         "secret_count",
         "paused_since",
         "paused_by",
@@ -182,10 +187,29 @@ class WebhookSourceAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         hold = obj.current_hold
         return hold if hold is not None and hold.paused_at is not None else None
 
+    @admin.display(description="state")
+    def state(self, obj):
+        hold = self._paused(obj)
+        if hold is not None:
+            badge = status_badge(
+                "paused",
+                f"since {time_shown(hold.paused_at)} by {hold.paused_by_name or '-'}",
+            )
+            why = self.pause_reason_summary(obj)
+            if why:
+                return format_html('{}<div class="why">{}</div>', badge, why)
+            return badge
+        if not obj.is_enabled:
+            return status_badge("disabled")
+        current = obj.current_hold
+        if current is not None and current.drain_started_at is not None:
+            return status_badge("draining")
+        return status_badge("enabled")
+
     @admin.display(description="paused since")
     def paused_since(self, obj):
         hold = self._paused(obj)
-        return display_for_value(hold.paused_at, "-") if hold else "-"
+        return time_shown(hold.paused_at) if hold else "-"
 
     @admin.display(description="paused by")
     def paused_by(self, obj):
@@ -221,7 +245,7 @@ class WebhookSourceAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         rate = f"at most {hold.drain_rate:g}/s" if hold.drain_rate else "no rate limit"
         return format_html(
             "since {}, {}, {} released so far",
-            hold.drain_started_at,
+            time_shown(hold.drain_started_at),
             rate,
             hold.drain_released,
         )
@@ -422,8 +446,8 @@ class WebhookSourceAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
 
 @admin.register(SignatureFailure)
 class SignatureFailureAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
-    list_display = ("source", "reason", "window_start", "count", "last_remote_addr")
-    list_filter = ("reason", "source")
+    list_display = ("window_start", "source", "reason", "count", "last_remote_addr")
+    list_filter = ("reason", "source", ("window_start", DateRangeFilter))
     list_select_related = ("source",)
     ordering = ("-window_start", "-id")
     date_hierarchy = "window_start"

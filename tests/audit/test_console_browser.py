@@ -1,0 +1,197 @@
+"""The console's lists in a real browser (Debian's chromium, driven by Playwright) at 1280 and
+1400 px, on a realistic mix of rows: every table fits its box, statuses read as badges, a
+paused source reads as paused in its row and on the dashboard.
+
+With ``CONSOLE_SCREENSHOTS=<directory>`` set, the test also saves each page it measured there
+as a PNG: ``make console-screenshots`` regenerates docs/console/ so."""
+
+from __future__ import annotations
+
+import os
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from django.urls import reverse
+from django.utils import timezone
+from playwright.sync_api import expect, sync_playwright
+
+from audit.roles import OPERATORS
+from core.actors import Actor
+from tests.audit.test_browser import CHROMIUM, CHROMIUM_ARGS
+from tests.console import PASSWORD, make_user
+from tests.deployments.factories import BuildFactory, DeploymentFactory
+from tests.integrations.research.factories import research_event
+from tests.webhooks.factories import (
+    DeadLetteredEventFactory,
+    InboxEventFactory,
+    WebhookSourceFactory,
+    research_source,
+)
+from webhooks.models import BulkReplayJob, InboxEvent, ProcessingStatus
+from webhooks.pausing import webhook_source_pause
+from webhooks.replay import bulk_replay_job_create, inbox_events_replay
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+
+WIDTH = 1400
+
+# The pages measured, with the name of their screenshot.
+LISTS = {
+    "inbox": "admin:webhooks_inboxevent_changelist",
+    "dead-letters": "admin:webhooks_deadletteredevent_changelist",
+    "sources": "admin:webhooks_webhooksource_changelist",
+    "bulk-jobs": "admin:webhooks_bulkreplayjob_changelist",
+    "deployments": "admin:deployments_deployment_changelist",
+    "builds": "admin:deployments_build_changelist",
+    "operator-actions": "admin:webhooks_operatoraction_changelist",
+}
+
+# How wide the table is against its box, and the page against the window.
+MEASURE = """() => {
+  const table = document.querySelector('#result_list');
+  const box = table.closest('.results') || table.parentElement;
+  return {table: table.scrollWidth, box: box.clientWidth,
+          page: document.documentElement.scrollWidth,
+          window: document.documentElement.clientWidth};
+}"""
+
+
+def realistic_console(operator) -> None:
+    """Rows as an incident leaves them: long producer ids, every status, a long error, a
+    paused source with a long reason, a bulk replay, deployments with full commit ids."""
+    now = timezone.now()
+    papers = research_source()
+    other = WebhookSourceFactory(slug="billing-events-eu-west-1")
+    WebhookSourceFactory(slug="github", is_enabled=False)
+    for i, status in enumerate(ProcessingStatus):
+        body = research_event(
+            event_id=f"evt_doc42_2026-12-01T15:41:0{i}Z_{'a' * 24}_{i}",
+            entity_id=f"doc_{'f' * 30}_{i}",
+        )
+        InboxEventFactory(
+            body=body,
+            source=papers if i % 2 else other,
+            processing_status=status,
+            received_at=now - timedelta(minutes=i),
+            processed_at=now - timedelta(minutes=i) + timedelta(milliseconds=320)
+            if status == ProcessingStatus.PROCESSED
+            else None,
+            attempts=i,
+        )
+    DeadLetteredEventFactory.create_batch(
+        3,
+        source=papers,
+        error_message="Traceback: handler raised IntegrityError(" + "x" * 300 + ")",
+    )
+    webhook_source_pause(
+        source=other,
+        reason="the billing indexer is being migrated to the new cluster; "
+        "resume once the migration's checks are green",
+        actor=Actor.of(operator),
+    )
+    done = bulk_replay_job_create(
+        source=papers,
+        status=ProcessingStatus.DEAD_LETTERED,
+        since=now - timedelta(days=1),
+        event_ids=[],
+        reason="replay after the handler fix",
+        rate=5,
+        created_by=Actor.of(operator),
+    )
+    replayed = DeadLetteredEventFactory.create_batch(3, source=papers)
+    inbox_events_replay(
+        events_queryset=InboxEvent.objects.filter(pk__in=[e.pk for e in replayed]),
+        actor=Actor.of(operator),
+        reason=done.reason,
+        action="bulk_replay",
+        bulk_job=done,
+    )
+    for event, status in zip(
+        replayed, ["processed", "processed", "dead_lettered"], strict=True
+    ):
+        InboxEvent.objects.filter(pk=event.pk).update(processing_status=status)
+    BulkReplayJob.objects.filter(pk=done.pk).update(
+        state=BulkReplayJob.State.SUCCEEDED, processed=3, total=3, finished_at=now
+    )
+    bulk_replay_job_create(
+        source=None,
+        status=ProcessingStatus.FAILED,
+        since=None,
+        event_ids=[],
+        reason="retry the failed ones now",
+        created_by=Actor.of(operator),
+    )
+    for n in range(3):
+        DeploymentFactory(
+            repository="acme-corporation/checkout-service-frontend",
+            environment="production-eu-west-1",
+            commit_sha=f"{n}" * 40,
+            idempotency_key=f"deploy-{n}",
+        )
+        BuildFactory(
+            repository="acme-corporation/checkout-service-frontend",
+            ref="refs/heads/release/2026-12-hotfix",
+            commit_sha=f"{n}" * 40,
+            idempotency_key=f"build-{n}",
+        )
+
+
+@pytest.mark.parametrize("width", [1280, WIDTH])
+def test_every_list_fits_the_window(live_server, roles, monkeypatch, width):
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+    operator = make_user("operator", OPERATORS)
+    realistic_console(operator)
+    # The screenshots are the 1400 px pages.
+    shots = os.environ.get("CONSOLE_SCREENSHOTS") if width == WIDTH else None
+    measured = {}
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": width, "height": 900})
+            page.set_default_timeout(15_000)
+            page.goto(f"{live_server.url}/admin/login/?next=/admin/")
+            page.fill("#id_username", "operator")
+            page.fill("#id_password", PASSWORD)
+            page.click("input[type=submit]")
+            page.wait_for_url("**/admin/")
+            paused = page.locator(
+                "#dash-paused tr[data-source='billing-events-eu-west-1']"
+            )
+            expect(paused.locator(".badge")).to_have_text("Paused")
+            if shots:
+                page.screenshot(path=str(Path(shots) / "dashboard.png"))
+            for name, url in LISTS.items():
+                page.goto(live_server.url + reverse(url))
+                expect(page.locator("#result_list")).to_be_visible()
+                measured[name] = page.evaluate(MEASURE)
+                if shots:
+                    page.screenshot(path=str(Path(shots) / f"{name}.png"))
+
+            page.goto(live_server.url + reverse(LISTS["sources"]))
+            row = page.locator("#result_list tr", has_text="billing-events-eu-west-1")
+            badge = row.locator("td.field-state .badge")
+            expect(badge).to_contain_text("Paused since")
+            expect(badge).to_contain_text("UTC by operator")
+            expect(row).to_contain_text("the billing indexer is being migrated")
+            disabled = page.locator("#result_list tr", has_text="github")
+            expect(disabled.locator(".badge")).to_have_text("Disabled")
+
+            page.goto(live_server.url + reverse(LISTS["inbox"]))
+            badges = page.locator("#result_list td.field-status .badge")
+            expect(badges.first).to_be_visible()
+            words = set(badges.all_inner_texts())
+            assert {"Dead-lettered", "Ignored (out of order)", "Processed"} <= words
+            expect(page.locator("#result_list")).to_contain_text("0.320 s")
+
+            page.goto(live_server.url + reverse(LISTS["bulk-jobs"]))
+            expect(page.locator("#result_list")).to_contain_text(
+                "3 replayed: 2 processed, 1 dead-lettered again"
+            )
+        finally:
+            browser.close()
+
+    for name, sizes in measured.items():
+        assert sizes["table"] <= sizes["box"], (name, sizes)
+        assert sizes["page"] <= sizes["window"], (name, sizes)

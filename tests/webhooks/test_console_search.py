@@ -1,0 +1,137 @@
+"""Finding things in the console: ids by their start, operator actions by the event they were
+on, a range of days on the time columns."""
+
+from datetime import timedelta
+
+import pytest
+from django.db import connection
+from django.urls import reverse
+from django.utils import timezone
+
+from core.actors import Actor
+from tests.integrations.research.factories import research_event
+from tests.webhooks.factories import DeadLetteredEventFactory, InboxEventFactory
+from webhooks.models import InboxEvent
+from webhooks.replay import inbox_events_replay
+from webhooks.selectors import inbox_event_search_q
+
+pytestmark = pytest.mark.django_db
+
+INBOX = "admin:webhooks_inboxevent_changelist"
+
+
+def listed(client, name, **params):
+    response = client.get(reverse(name), params)
+    assert response.status_code == 200, params
+    return {obj.pk for obj in response.context["cl"].result_list}
+
+
+def test_an_event_or_entity_id_is_found_by_its_start(auditor_client):
+    doc42 = InboxEventFactory(
+        body=research_event(event_id="evt_doc42_7", entity_id="doc_42")
+    )
+    doc420 = InboxEventFactory(
+        body=research_event(event_id="evt_doc420_1", entity_id="doc_420")
+    )
+    other = InboxEventFactory(body=research_event(event_id="evt_x_doc42"))
+    assert listed(auditor_client, INBOX, q="evt_doc42") == {doc42.pk, doc420.pk}
+    assert listed(auditor_client, INBOX, q="evt_doc42_") == {doc42.pk}
+    assert listed(auditor_client, INBOX, q="doc_42") == {doc42.pk, doc420.pk}
+    assert listed(auditor_client, INBOX, q=" evt_x ") == {other.pk}
+    assert listed(auditor_client, INBOX, q="doc42") == set()  # a start, not a substring
+    # LIKE's wildcards in the term are plain characters.
+    assert listed(auditor_client, INBOX, q="evt_%") == set()
+
+
+def test_the_prefix_search_is_an_index_scan():
+    InboxEventFactory.create_batch(3)
+    sql, params = InboxEvent.objects.filter(
+        inbox_event_search_q(term="evt_doc")
+    ).query.sql_with_params()
+    with connection.cursor() as cursor:
+        cursor.execute("SET LOCAL enable_seqscan = off")
+        cursor.execute(f"EXPLAIN {sql}", params)
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+    assert (
+        "webhooks_inbox_event_id_like" in plan and "webhooks_inbox_entity_like" in plan
+    ), plan
+
+
+def test_operator_actions_are_found_by_the_event_they_were_on(auditor_client, operator):
+    dead = DeadLetteredEventFactory(body=research_event(event_id="evt_doc42_7"))
+    other = DeadLetteredEventFactory()
+    on_dead = inbox_events_replay(
+        events_queryset=InboxEvent.objects.filter(pk=dead.pk),
+        actor=Actor.of(operator),
+        reason="fixed the handler",
+    )
+    inbox_events_replay(
+        events_queryset=InboxEvent.objects.filter(pk=other.pk),
+        actor=Actor.of(operator),
+        reason="fixed the handler",
+    )
+    actions = "admin:webhooks_operatoraction_changelist"
+    assert listed(auditor_client, actions, q="evt_doc42") == {on_dead.pk}
+    assert (
+        len(listed(auditor_client, actions, q="operator")) == 2
+    )  # by actor, as before
+    assert listed(auditor_client, actions, q="evt_nothing") == set()
+
+
+def test_a_range_of_days_filters_a_time_column(auditor_client):
+    now = timezone.localtime()
+    day = now.replace(hour=12, minute=0, second=0, microsecond=0)
+    old = InboxEventFactory(received_at=day - timedelta(days=10))
+    edge = InboxEventFactory(received_at=day.replace(hour=0) - timedelta(days=3))
+    late = InboxEventFactory(
+        received_at=day.replace(hour=23, minute=59) - timedelta(days=1)
+    )
+    new = InboxEventFactory(received_at=now)
+
+    def days(**offsets):
+        return {
+            f"received_at__{k}": (day - timedelta(days=v)).date().isoformat()
+            for k, v in offsets.items()
+        }
+
+    assert listed(auditor_client, INBOX, **days(**{"from": 3, "to": 1})) == {
+        edge.pk,
+        late.pk,
+    }
+    assert listed(auditor_client, INBOX, **days(**{"from": 3})) == {
+        edge.pk,
+        late.pk,
+        new.pk,
+    }
+    assert listed(auditor_client, INBOX, **days(to=4)) == {old.pk}
+    # Kept with the other filters, and a bad day is ignored.
+    assert listed(
+        auditor_client,
+        INBOX,
+        **days(**{"from": 30}),
+        processing_status__exact="received",
+    ) == {old.pk, edge.pk, late.pk, new.pk}
+    assert len(listed(auditor_client, INBOX, received_at__from="yesterday")) == 4
+    page = auditor_client.get(reverse(INBOX), days(**{"from": 3})).content.decode()
+    assert (
+        'type="date" name="received_at__from" value="'
+        + (day - timedelta(days=3)).date().isoformat()
+        in page
+    )
+
+
+@pytest.mark.parametrize(
+    "changelist",
+    [
+        "admin:webhooks_deadletteredevent_changelist",
+        "admin:webhooks_operatoraction_changelist",
+        "admin:webhooks_bulkreplayjob_changelist",
+        "admin:webhooks_signaturefailure_changelist",
+        "admin:deployments_deployment_changelist",
+        "admin:deployments_build_changelist",
+        "admin:idempotency_idempotencyrecord_changelist",
+    ],
+)
+def test_every_time_list_has_the_range(auditor_client, changelist):
+    page = auditor_client.get(reverse(changelist)).content.decode()
+    assert 'class="date-range"' in page and "__from" in page
