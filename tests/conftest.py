@@ -188,13 +188,22 @@ def auditor(roles):
 
 
 @pytest.fixture
-def operator_client(client, operator):
+def operator_client(operator):
+    """A test client logged in as the operator: a client of its own, so that a test that
+    also takes ``auditor_client`` (or ``client``) acts as each in turn."""
+    from django.test import Client
+
+    client = Client()
     client.force_login(operator)
     return client
 
 
 @pytest.fixture
-def auditor_client(client, auditor):
+def auditor_client(auditor):
+    """A test client logged in as the auditor, a client of its own (see ``operator_client``)."""
+    from django.test import Client
+
+    client = Client()
     client.force_login(auditor)
     return client
 
