@@ -99,7 +99,7 @@ def test_an_auditor_follows_a_document_back_to_the_body_and_the_operator_by_link
                 "#event-story tr.story-attempt", has_text="round 2"
             )
             expect(round_two).to_have_count(1)
-            expect(round_two).to_contain_text("dead_lettered")
+            expect(round_two).to_contain_text("Dead-lettered")
             round_two.locator("a", has_text="replay by operator").click()
             # The operator action: who replayed it, and why.
             expect(page.locator(".field-actor_name .readonly")).to_have_text("operator")
@@ -141,7 +141,7 @@ def test_an_operator_replays_from_the_event_page_in_a_real_browser(
             replay_row = page.locator("#event-story tr.story-action")
             expect(replay_row).to_contain_text(
                 "Replayed by operator: “replayed where I stand”; round 2 begins "
-                "(it was dead_lettered after 8 attempt(s))"
+                "(it was Dead-lettered after 8 attempt(s))"
             )
             _shot(page, "event-replayed")
             # The message's link is the event's page.

@@ -85,25 +85,25 @@ def test_the_story_tells_every_delivery_attempt_round_action_and_revision_in_ord
     assert "2 identical duplicate deliveries" in texts[3]
     assert f"fingerprint mismatch #{story.mismatch.pk}" in texts[1]
     assert "not applied): 1 delivery, the last at" in texts[1]
-    assert texts[2].startswith("Attempt 1 of round 1 (the first delivery): retry")
+    assert texts[2].startswith("Attempt 1 of round 1 (the first delivery): Retry")
     assert texts[4].startswith("Attempt 2 of round 1 (the first delivery)")
     assert texts[5] == (
         "Replayed by operator: “index back up”; round 2 begins "
-        "(it was dead_lettered after 2 attempt(s))"
+        "(it was Dead-lettered after 2 attempt(s))"
     )
     assert texts[6].startswith(
         f"Attempt 1 of round 2, after replay by operator at "
-        f"{time_display(story.replay.created_at)}: dead_lettered, finished"
+        f"{time_display(story.replay.created_at)}: Dead-lettered, finished"
     )
     assert texts[7] == (
         f"Replayed in a bulk replay by night-operator: “second outage over” "
         f"(bulk replay job #{story.job.pk}); round 3 begins "
-        "(it was dead_lettered after 1 attempt(s))"
+        "(it was Dead-lettered after 1 attempt(s))"
     )
     assert texts[8].startswith(
         "Attempt 1 of round 3, after bulk replay by night-operator"
     )
-    assert "succeeded → processed" in texts[8]
+    assert "Succeeded → Processed" in texts[8]
     assert texts[9] == f"Made document revision: {story.revision}"
     # Every record named is a link to its page.
     for name, obj in [
@@ -122,7 +122,7 @@ def test_an_event_that_made_nothing_says_why(auditor_client, story):
     rows = story_rows(page_of(auditor_client, story.ignored))
     assert rows[-1][1] == "no_product"
     assert rows[-1][2].startswith(
-        "Made no change: ignored_out_of_order: source_version 4 is not newer than "
+        "Made no change: Ignored (out of order): source_version 4 is not newer than "
         "the document's current version 5"
     )
 
@@ -131,7 +131,7 @@ def test_the_story_of_a_dead_letter_ends_with_its_cause(auditor_client):
     dead = DeadLetteredEventFactory()
     rows = story_rows(page_of(auditor_client, dead))
     assert rows[-1][2] == (
-        "Made no change: dead_lettered: processing failed on every attempt; "
+        "Made no change: Dead-lettered: processing failed on every attempt; "
         "handler exploded: ValueError"
     )
 

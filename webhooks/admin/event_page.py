@@ -19,7 +19,7 @@ from django.utils.safestring import SafeString, mark_safe
 from django.views.decorators.http import require_POST
 
 from core.actors import Actor
-from core.admin_base import admin_link, pretty_body
+from core.admin_base import admin_link, pretty_body, status_words
 from core.errors import ServiceError
 from core.times import duration_display, time_display
 
@@ -87,7 +87,7 @@ def _before_replay(action: OperatorAction, event: InboxEvent) -> SafeString:
         return mark_safe("")
     return format_html(
         " (it was {} after {} attempt(s))",
-        previous["status"],
+        status_words(str(previous["status"])),
         previous.get("attempts", "?"),
     )
 
@@ -131,9 +131,10 @@ def _action_html(
 def _attempt_html(entry: StoryEntry) -> SafeString:
     attempt = entry.record
     assert isinstance(attempt, InboxAttempt) and entry.round is not None
-    outcome = attempt.outcome
+    # In the words every page uses for a status (docs/console.md).
+    outcome = status_words(attempt.outcome)
     if attempt.resulting_status and attempt.resulting_status != attempt.outcome:
-        outcome = f"{outcome} → {attempt.resulting_status}"
+        outcome = f"{outcome} → {status_words(attempt.resulting_status)}"
     finished = (
         format_html(", finished {}", time_display(attempt.finished_at))
         if attempt.finished_at
@@ -212,7 +213,9 @@ def story_entry_html(entry: StoryEntry, *, event: InboxEvent) -> SafeString:
         )
     if entry.kind == "no_product":
         note = format_html(": {}", entry.note[:500]) if entry.note else mark_safe("")
-        return format_html("Made no change: {}{}", entry.extra.get("status", ""), note)
+        return format_html(
+            "Made no change: {}{}", status_words(entry.extra.get("status", "")), note
+        )
     if entry.kind == "purge":
         return mark_safe(
             "Raw body purged by retention (its hash and the metadata stay)"
