@@ -15,7 +15,7 @@ from tests.integrations.research.factories import BASE_TIME, research_event
 from tests.threads import run_together
 from tests.webhooks.factories import inbox_events_bulk_create
 from webhooks.models import InboxAttempt, InboxEvent
-from webhooks.processing import inbox_event_process
+from webhooks.processing import inbox_events_process
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
 
@@ -36,14 +36,16 @@ PROPERTY_SETTINGS = settings(
 
 
 def run_concurrently(ids: list[int], schedule: st.DataObject) -> None:
-    """Every id once or twice, shuffled, dealt to WORKERS threads that start together."""
+    """Every id once or twice, shuffled, dealt to WORKERS threads that start together; each
+    thread runs its ids in batches of 1 to 4 (a batch of several applies as a set)."""
     runs = [pk for pk in ids for _ in range(schedule.draw(st.integers(1, 2)))]
     runs = schedule.draw(st.permutations(runs))
     lanes = [runs[i::WORKERS] for i in range(WORKERS)]
+    size = schedule.draw(st.integers(1, 4))
 
     def worker(lane: list[int], name: str) -> None:
-        for pk in lane:
-            inbox_event_process(inbox_event_id=pk, worker=name)
+        for start in range(0, len(lane), size):
+            inbox_events_process(ids=lane[start : start + size], worker=name)
 
     _, errors = run_together(
         [functools.partial(worker, lane, f"t{i}") for i, lane in enumerate(lanes)]
