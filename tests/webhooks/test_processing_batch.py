@@ -11,6 +11,7 @@ from django.test.utils import CaptureQueriesContext
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from research import services as research_services
 from research.models import Citation, DocumentRevision, ResearchDocument
 from tests.integrations.research.factories import (
     BASE_TIME,
@@ -293,3 +294,31 @@ def test_a_batch_with_a_claim_taken_over_commits_nothing():
     assert not InboxAttempt.objects.filter(
         event__in=rows, finished_at__isnull=False
     ).exists()
+
+
+def test_a_document_created_meanwhile_falls_back_to_one_event_at_a_time(monkeypatch):
+    """The set decides a document it did not find as new and inserts it with its final
+    state; if another transaction created it between the lock and the write, the insert
+    finds it and the set is rolled back: per event, the existing document's state decides."""
+    prefix = f"x{uuid.uuid4().hex[:8]}"
+    first, *rest = rows_for(
+        [
+            ("a", 5, DOCUMENT_UPDATED, False),
+            ("a", 4, DOCUMENT_UPDATED, False),
+            ("a", 6, DOCUMENT_UPDATED, False),
+        ],
+        prefix=prefix,
+    )
+    assert inbox_event_process(inbox_event_id=first.pk).status == "processed"
+    # As if the lock had run before that document existed.
+    monkeypatch.setattr(research_services, "_documents_lock", lambda entity_ids: {})
+
+    outcomes = inbox_events_process(ids=[r.pk for r in rest], worker="w")
+
+    assert [o.status for o in outcomes] == ["ignored_out_of_order", "processed"]
+    assert ResearchDocument.objects.filter(entity_id=f"{prefix}_a").count() == 1
+    assert list(
+        DocumentRevision.objects.filter(document__entity_id=f"{prefix}_a")
+        .order_by("id")
+        .values_list("source_version", flat=True)
+    ) == [5, 6]
