@@ -666,7 +666,7 @@ def _claims_batch_run(
                 )
             _batch_close(claims, closes)
     except Exception as exc:  # the per-event path sorts each event out
-        logger.info(
+        logger.warning(
             "inbox.batch_fallback",
             extra={
                 "handler": integration.name,
