@@ -328,3 +328,253 @@ def document_change_apply(
                 cursor, values, citations, had_state=bool(document.last_event_id)
             )
     return decision, document, True
+
+
+# --- a batch of changes as a set (PostgreSQL) -----------------------------------------------
+
+# Locks every existing document the batch touches in one statement, in entity_id order: two
+# batches (or a batch and a single event) never wait on each other in a cycle. A lock writes
+# no row version; a document the batch creates is inserted once, with its final state.
+_DOCUMENTS_LOCK_SQL = f"""
+SELECT id, entity_id, current_source_version, last_occurred_at, last_event_id
+  FROM {_DOCUMENTS}
+ WHERE entity_id = ANY(%(entity_ids)s::text[])
+ ORDER BY entity_id
+   FOR UPDATE
+"""  # noqa: S608 - table names from the models, values bound
+
+# The batch's whole write in one statement: the documents it creates inserted with their
+# final state (in entity_id order), the others' final states updated, their citations
+# replaced position by position (an upsert of the final ones and a delete of those past their
+# number: different rows, as statements of one WITH must touch), and one revision per applied
+# event in the order they applied. It returns how many documents it created: fewer than
+# asked means another transaction created one meanwhile, and the caller rolls back.
+_DOCUMENTS_APPLY_SQL = f"""
+WITH v AS (
+    SELECT *
+      FROM unnest(%(d_pk)s::bigint[], %(d_entity_id)s::text[], %(d_entity_type)s::text[],
+                  %(d_version)s::bigint[], %(d_occurred_at)s::timestamptz[],
+                  %(d_event_id)s::text[], %(d_content_hash)s::text[],
+                  %(d_is_deleted)s::boolean[], %(d_deleted_at)s::timestamptz[],
+                  %(d_url)s::text[], %(d_title)s::text[], %(d_published_at)s::timestamptz[],
+                  %(d_summary)s::text[], %(d_authors)s::jsonb[], %(d_count)s::int[])
+           AS v(pk, entity_id, entity_type, version, occurred_at, event_id, content_hash,
+                is_deleted, deleted_at, url, title, published_at, summary, authors, count)
+), created AS (
+    INSERT INTO {_DOCUMENTS} (
+        entity_id, entity_type, current_source_version, last_occurred_at, last_event_id,
+        source_url, title, source_content_hash, published_at, summary, authors, is_deleted,
+        deleted_at, created_at, updated_at
+    )
+    SELECT v.entity_id, v.entity_type, v.version, v.occurred_at, v.event_id, v.url,
+           v.title, v.content_hash, v.published_at, v.summary, v.authors, v.is_deleted,
+           v.deleted_at, %(now)s, %(now)s
+      FROM v WHERE v.pk IS NULL
+     ORDER BY v.entity_id
+    ON CONFLICT (entity_id) DO NOTHING
+    RETURNING id, entity_id
+), updated AS (
+    UPDATE {_DOCUMENTS} AS d SET
+        entity_type = CASE WHEN v.entity_type = '' THEN d.entity_type
+                           ELSE v.entity_type END,
+        current_source_version = v.version, last_occurred_at = v.occurred_at,
+        last_event_id = v.event_id, source_content_hash = v.content_hash,
+        is_deleted = v.is_deleted, deleted_at = v.deleted_at, source_url = v.url,
+        title = v.title, published_at = v.published_at, summary = v.summary,
+        authors = v.authors, updated_at = %(now)s
+      FROM v
+     WHERE v.pk IS NOT NULL AND d.id = v.pk
+), ids AS (
+    SELECT id, entity_id FROM created
+    UNION ALL
+    SELECT pk, entity_id FROM v WHERE pk IS NOT NULL
+), old_citations AS (
+    DELETE FROM {_CITATIONS} AS c
+     USING v
+     WHERE v.pk IS NOT NULL AND c.document_id = v.pk AND c.position >= v.count
+), new_citations AS (
+    INSERT INTO {_CITATIONS} (document_id, position, text, reference_url)
+    SELECT ids.id, c.position, c.text, c.url
+      FROM unnest(%(c_entity_id)s::text[], %(c_position)s::int[], %(c_text)s::text[],
+                  %(c_url)s::text[]) AS c(entity_id, position, text, url)
+      JOIN ids ON ids.entity_id = c.entity_id
+    ON CONFLICT (document_id, position)
+    DO UPDATE SET text = EXCLUDED.text, reference_url = EXCLUDED.reference_url
+), revisions AS (
+    INSERT INTO {_REVISIONS} (
+        document_id, inbox_event_id, event_id, kind, source_version, occurred_at,
+        content_hash, snapshot, applied_at
+    )
+    SELECT ids.id, r.inbox_event_id, r.event_id, r.kind, r.version, r.occurred_at,
+           r.content_hash, r.snapshot, %(now)s
+      FROM unnest(%(r_entity_id)s::text[], %(r_inbox_event_id)s::bigint[],
+                  %(r_event_id)s::text[], %(r_kind)s::text[], %(r_version)s::bigint[],
+                  %(r_occurred_at)s::timestamptz[], %(r_content_hash)s::text[],
+                  %(r_snapshot)s::jsonb[]) WITH ORDINALITY
+           AS r(entity_id, inbox_event_id, event_id, kind, version, occurred_at,
+                content_hash, snapshot, ord)
+      JOIN ids ON ids.entity_id = r.entity_id
+     ORDER BY r.ord
+)
+SELECT count(*) FROM created
+"""  # noqa: S608 - table names from the models, values bound
+
+# What the ordering rule reads of a document that does not exist yet: nothing applied.
+_NOTHING_APPLIED = LockedDocument(
+    pk=0, current_source_version=None, last_occurred_at=None, last_event_id=""
+)
+
+
+class DocumentCreatedMeanwhile(TransientProcessingError):
+    """A document the batch decided as new was created by another transaction meanwhile:
+    the batch's decisions no longer hold (its caller rolls it back)."""
+
+
+def _documents_lock(*, entity_ids: list[str]) -> dict[str, LockedDocument]:
+    """The existing documents of ``entity_ids``, locked until the transaction ends, in one
+    statement (see ``_DOCUMENTS_LOCK_SQL``); a wait past the session's ``lock_timeout`` is a
+    transient error, as for one document."""
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute(_DOCUMENTS_LOCK_SQL, {"entity_ids": sorted(entity_ids)})
+            rows = cursor.fetchall()
+    except OperationalError as exc:
+        if not isinstance(exc.__cause__, LockNotAvailable):
+            raise
+        raise TransientProcessingError(
+            f"{len(entity_ids)} documents stayed locked by another transaction for more "
+            f"than {settings.INBOX_LOCK_TIMEOUT_MS} ms (lock timeout)"
+        ) from exc
+    return {
+        entity_id: LockedDocument(
+            pk=pk,
+            current_source_version=version,
+            last_occurred_at=occurred,
+            last_event_id=event_id,
+        )
+        for pk, entity_id, version, occurred, event_id in rows
+    }
+
+
+def document_changes_apply(
+    *, changes: list[tuple[int, DocumentChange]]
+) -> list[tuple[str, LockedDocument, bool]]:
+    """Applies a batch of changes, given as ``(inbox event id, change)`` in the order the
+    events must apply, as ``document_change_apply`` would one after the other: the same
+    ordering rule (``document_change_decide``) decides each against the state the earlier
+    ones left. Returns, for each, the decision, the document as it was then, and whether it
+    applied.
+
+    PostgreSQL only, inside the transaction that also closes the events: one statement locks
+    every existing document touched (in entity_id order, see ``_DOCUMENTS_LOCK_SQL``), one
+    writes the documents' final states, their citations and a revision per applied change.
+    Each document changed gets one row version per batch, however many of its events apply.
+    A value the database refuses fails the whole statement, and so does a document another
+    transaction created meanwhile (``DocumentCreatedMeanwhile``): the caller rolls the batch
+    back."""
+    if not changes:
+        return []
+    state = _documents_lock(entity_ids=list({c.entity_id for _, c in changes}))
+    now = timezone.now()
+    results: list[tuple[str, LockedDocument, bool]] = []
+    final: dict[str, tuple[int | None, DocumentChange]] = {}  # the last change applied
+    revisions: list[tuple[int, DocumentChange]] = []
+    for inbox_event_id, change in changes:
+        document = state.get(change.entity_id, _NOTHING_APPLIED)
+        decision = document_change_decide(document=document, change=change)
+        applied = decision == Decision.APPLY
+        results.append((decision, document, applied))
+        if not applied:
+            continue
+        state[change.entity_id] = LockedDocument(
+            pk=document.pk,
+            current_source_version=change.source_version,
+            last_occurred_at=change.occurred_at,
+            last_event_id=change.event_id,
+        )
+        final[change.entity_id] = (document.pk or None, change)
+        revisions.append((inbox_event_id, change))
+    if not revisions:
+        return results
+
+    columns: dict[str, list] = {
+        name: []
+        for name in (
+            "d_pk",
+            "d_entity_id",
+            "d_entity_type",
+            "d_version",
+            "d_occurred_at",
+            "d_event_id",
+            "d_content_hash",
+            "d_is_deleted",
+            "d_deleted_at",
+            "d_url",
+            "d_title",
+            "d_published_at",
+            "d_summary",
+            "d_authors",
+            "d_count",
+            "c_entity_id",
+            "c_position",
+            "c_text",
+            "c_url",
+        )
+    }
+    for entity_id, (pk, change) in final.items():
+        deleted = change.kind == DocumentRevision.Kind.DELETED
+        citations = [] if deleted else change.citations
+        # A tombstone keeps identity and version; the content is gone.
+        for name, value in (
+            ("d_pk", pk),
+            ("d_entity_id", entity_id),
+            ("d_entity_type", change.entity_type),
+            ("d_version", change.source_version),
+            ("d_occurred_at", change.occurred_at),
+            ("d_event_id", change.event_id),
+            ("d_content_hash", change.content_hash),
+            ("d_is_deleted", deleted),
+            ("d_deleted_at", now if deleted else None),
+            ("d_url", "" if deleted else change.source_url),
+            ("d_title", "" if deleted else change.title),
+            ("d_published_at", None if deleted else change.published_at),
+            ("d_summary", "" if deleted else change.summary),
+            (
+                "d_authors",
+                _json_field.get_db_prep_save(
+                    [] if deleted else change.authors, connection
+                ),
+            ),
+            ("d_count", len(citations)),
+        ):
+            columns[name].append(value)
+        for position, citation in enumerate(citations):
+            columns["c_entity_id"].append(entity_id)
+            columns["c_position"].append(position)
+            columns["c_text"].append(citation["text"])
+            columns["c_url"].append(citation["reference_url"])
+    values: dict[str, Any] = {
+        "now": now,
+        **columns,
+        "r_entity_id": [change.entity_id for _, change in revisions],
+        "r_inbox_event_id": [inbox_event_id for inbox_event_id, _ in revisions],
+        "r_event_id": [change.event_id for _, change in revisions],
+        "r_kind": [change.kind for _, change in revisions],
+        "r_version": [change.source_version for _, change in revisions],
+        "r_occurred_at": [change.occurred_at for _, change in revisions],
+        "r_content_hash": [change.content_hash for _, change in revisions],
+        "r_snapshot": [
+            _snapshot_field.get_db_prep_save(change.snapshot(), connection)
+            for _, change in revisions
+        ],
+    }
+    expected = sum(1 for pk, _ in final.values() if pk is None)
+    with connection.cursor() as cursor:
+        cursor.execute(_DOCUMENTS_APPLY_SQL, values)
+        (created,) = cursor.fetchone()
+    if created != expected:
+        raise DocumentCreatedMeanwhile(
+            f"{expected - created} of the batch's new documents were created by another "
+            "transaction meanwhile"
+        )
+    return results

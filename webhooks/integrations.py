@@ -8,6 +8,12 @@ An integration is one package under ``integrations/`` that knows one producer's 
   that holds the inbox row's lock, so that the domain change and the event's new status
   commit together. It raises ``core.errors.PermanentProcessingError`` when the data is
   rejected (dead letter at once) and anything else when a retry may help;
+- ``handle_batch`` (optional, ``BatchIntegration``): at processing, applies a batch of events
+  in the order given, as ``handle`` would one after the other, inside the one transaction that
+  then closes them all; it returns per event a ``HandlerResult`` or the
+  ``PermanentProcessingError`` that rejects it (validated before anything is written), and
+  raises for anything that concerns the batch (the batch is then rolled back and run through
+  ``handle`` one event at a time). An integration without it is run per event;
 - ``sample``: a body (and the headers beside the signature) that ``send_test_webhook`` signs
   and sends;
 - ``headers``: the producer's own headers it reads (beyond the scheme's), each with what it
@@ -21,7 +27,7 @@ integration is its package and one line there.
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
@@ -29,6 +35,8 @@ from django.conf import settings
 from django.utils.module_loading import import_string
 
 if TYPE_CHECKING:
+    from core.errors import PermanentProcessingError
+
     from .envelopes import Envelope
     from .models import InboxEvent
     from .schemes import Verified
@@ -66,9 +74,21 @@ class Integration(Protocol):
     def sample(self, *, event_id: str) -> SampleEvent: ...
 
 
+class BatchIntegration(Integration, Protocol):
+    def handle_batch(
+        self, events: Sequence[InboxEvent]
+    ) -> Sequence[HandlerResult | PermanentProcessingError]: ...
+
+
 @functools.cache
 def integration_get(name: str) -> Integration:
     return import_string(settings.WEBHOOK_INTEGRATIONS[name])
+
+
+def integration_batch_get(name: str) -> BatchIntegration | None:
+    """The integration if it offers ``handle_batch``, else ``None`` (run per event)."""
+    integration = integration_get(name)
+    return integration if hasattr(integration, "handle_batch") else None  # type: ignore[return-value]
 
 
 def integration_names() -> list[str]:

@@ -110,13 +110,36 @@ def inbox_sweep_due_q(*, now) -> Q:
     return due & not_recently_dispatched & ~Q(source_id__in=_held_source_ids())
 
 
-def _publications(rows: list[tuple[int, str]]) -> list[Publication]:
-    """Messages of at most ``INBOX_BATCH_SIZE`` rows. A message of one row carries its event
-    id as the correlation id; the worker binds each row's own while it processes it."""
+def _publications(rows: list[tuple[int, str, str]]) -> list[Publication]:
+    """Messages of at most ``INBOX_BATCH_SIZE`` rows, ``(id, event_id, entity_id)`` in the
+    order given (id order within each claim). The rows of one entity travel in one message:
+    one worker claims them in one statement and applies them in id order, so that two
+    workers never race one document's events (a drain, a replay: docs/architecture.md,
+    "Pausing a source").
+    Only an entity with more rows than a message holds is split, in id order. A message of
+    one row carries its event id as the correlation id; the worker binds each row's own while
+    it processes it."""
     size = max(settings.INBOX_BATCH_SIZE, 1)
+    groups: dict[str, list[tuple[int, str]]] = {}
+    for pk, event_id, entity_id in rows:
+        # A row without an entity orders against nothing: a group of its own.
+        groups.setdefault(entity_id or f"#{pk}", []).append((pk, event_id))
+    chunks: list[list[tuple[int, str]]] = []
+    current: list[tuple[int, str]] = []
+    for group in groups.values():
+        if current and len(current) + len(group) > size:
+            chunks.append(current)
+            current = []
+        for start in range(0, len(group), size):
+            part = group[start : start + size]
+            if current and len(current) + len(part) > size:
+                chunks.append(current)
+                current = []
+            current.extend(part)
+    if current:
+        chunks.append(current)
     publications = []
-    for start in range(0, len(rows), size):
-        chunk = rows[start : start + size]
+    for chunk in chunks:
         publications.append(
             Publication(
                 task=PROCESS_TASK,
@@ -134,10 +157,10 @@ def _take(queryset: QuerySet[InboxEvent], limit: int, now: datetime) -> list[tup
     rows = list(
         queryset.select_for_update(skip_locked=True)
         .order_by("id")
-        .values_list("id", "event_id")[:limit]
+        .values_list("id", "event_id", "entity_id")[:limit]
     )
     if rows:
-        InboxEvent.objects.filter(id__in=[pk for pk, _ in rows]).update(
+        InboxEvent.objects.filter(id__in=[pk for pk, _, _ in rows]).update(
             dispatched_at=now, held_at=None
         )
     return rows
@@ -238,16 +261,29 @@ class InboxOutbox(Outbox[int]):
         if budget < 1:
             return 0, []
         _rows_set_aside(source_id=source_id, limit=limit, now=now)
+        held = InboxEvent.objects.filter(source_id=source_id, held_at__isnull=False)
         rows = list(
-            InboxEvent.objects.filter(source_id=source_id, held_at__isnull=False)
-            .select_for_update(skip_locked=True)
+            held.select_for_update(skip_locked=True)
             .order_by("id")
-            .values_list("id", "event_id")[:budget]
+            .values_list("id", "event_id", "entity_id")[:budget]
         )
         if not rows:
             drain_end(hold)
             return 0, []
-        InboxEvent.objects.filter(id__in=[pk for pk, _ in rows]).update(
+        # The other held rows of the same entities go with them, in one message (see
+        # ``_publications``): released one by one at the rate, two workers could apply a
+        # document's v8 before its v7. They are paid for with tokens to come.
+        entities = {entity_id for _, _, entity_id in rows if entity_id}
+        if entities:
+            rows += (
+                held.filter(entity_id__in=entities)
+                .exclude(id__in=[pk for pk, _, _ in rows])
+                .select_for_update(skip_locked=True)
+                .order_by("id")
+                .values_list("id", "event_id", "entity_id")[: max(limit - len(rows), 0)]
+            )
+            rows.sort()
+        InboxEvent.objects.filter(id__in=[pk for pk, _, _ in rows]).update(
             dispatched_at=max(now, hold.drain_started_at or now), held_at=None
         )
         SourceHold.objects.filter(pk=source_id).update(

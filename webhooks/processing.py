@@ -33,8 +33,10 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from dataclasses import field as dataclass_field
 from datetime import UTC, datetime, timedelta
 
 from django.conf import settings
@@ -46,7 +48,12 @@ from core.errors import PermanentProcessingError
 from core.logging import correlation_id_bound
 
 from . import metrics
-from .integrations import HandlerResult, integration_get
+from .integrations import (
+    BatchIntegration,
+    HandlerResult,
+    integration_batch_get,
+    integration_get,
+)
 from .models import (
     TERMINAL_STATUSES,
     DeadLetterCause,
@@ -128,6 +135,40 @@ UPDATE {_ATTEMPTS}
        error = %(attempt_error)s
  WHERE id = %(attempt)s AND EXISTS (SELECT 1 FROM closed)
 RETURNING id
+"""  # noqa: S608 - table names from the models, values bound
+
+# The end of a batch's runs, in one statement: every row's outcome and its attempt's, each
+# only while its claim still holds. The caller compares the attempts closed with the rows
+# given: one claim lost fails the batch (rolled back, then run per event).
+_BATCH_CLOSE_SQL = f"""
+WITH v AS (
+    SELECT * FROM unnest(%(ids)s::bigint[], %(numbers)s::int[], %(statuses)s::text[],
+                         %(processed_at)s::timestamptz[], %(errors)s::text[],
+                         %(causes)s::text[], %(next_attempt_at)s::timestamptz[],
+                         %(attempts)s::bigint[], %(outcomes)s::text[],
+                         %(attempt_errors)s::text[])
+           AS v(id, number, status, processed_at, error, cause, next_attempt_at, attempt,
+                outcome, attempt_error)
+), closed AS (
+    UPDATE {_EVENTS} AS e
+       SET processing_status = v.status,
+           processed_at = v.processed_at,
+           error_message = v.error,
+           dead_letter_cause = v.cause,
+           next_attempt_at = v.next_attempt_at,
+           dispatched_at = CASE WHEN v.next_attempt_at IS NOT NULL THEN NULL
+                                ELSE e.dispatched_at END,
+           lease_expires_at = NULL
+      FROM v
+     WHERE e.id = v.id AND e.processing_status = 'processing' AND e.attempts = v.number
+    RETURNING e.id
+)
+UPDATE {_ATTEMPTS} AS a
+   SET finished_at = %(now)s, outcome = v.outcome, resulting_status = v.status,
+       error = v.attempt_error
+  FROM v JOIN closed ON closed.id = v.id
+ WHERE a.id = v.attempt
+RETURNING a.id
 """  # noqa: S608 - table names from the models, values bound
 
 # The columns the one-by-one claim reads: never the ones ingest filled from the body, so
@@ -544,41 +585,190 @@ def _claimed_event_run(claim: _Claim) -> ProcessingOutcome:
         return ProcessingOutcome(status="", skipped=Skip.LEASE_LOST)
 
 
-def _outcome_record(event: InboxEvent, outcome: ProcessingOutcome) -> None:
-    """Metrics and logs, once the outcome is committed."""
-    status = outcome.status
-    if status == ProcessingStatus.DEAD_LETTERED:
-        metrics.DEAD_LETTERS.inc()
-        logger.error(
-            "inbox.dead_lettered",
-            extra=_log_extra(
-                event, attempts=event.attempts, error=event.error_message[:500]
-            ),
+@dataclass(frozen=True)
+class _Close:
+    """A run's outcome, as ``_close`` writes it."""
+
+    status: str
+    outcome: str
+    error: str = ""
+    cause: str = ""
+
+
+def _result_close(result: HandlerResult | PermanentProcessingError) -> _Close:
+    if isinstance(result, PermanentProcessingError):
+        return _Close(
+            status=ProcessingStatus.DEAD_LETTERED,
+            outcome=InboxAttempt.Outcome.DEAD_LETTERED,
+            error=_error_text(result),
+            cause=DeadLetterCause.REJECTED,
         )
-        return
-    if status == ProcessingStatus.FAILED:
-        logger.warning(
-            "inbox.retry_scheduled",
-            extra=_log_extra(
-                event,
-                attempts=event.attempts,
-                next_attempt_at=outcome.retry_at.isoformat()
-                if outcome.retry_at
-                else None,
-                error=event.error_message[:500],
-            ),
-        )
-        return
-    if status in STALE_STATUSES:
-        metrics.WEBHOOK_STALE_EVENTS.inc()
-    if event.occurred_at and event.processed_at:
-        metrics.WEBHOOK_PROCESSING_LATENCY.observe(
-            max((event.processed_at - event.occurred_at).total_seconds(), 0)
-        )
-    logger.info(
-        "inbox.processed",
-        extra=_log_extra(event, status=status, attempts=event.attempts),
+    if result.status not in HANDLER_STATUSES:
+        raise ValueError(f"handler returned an invalid status {result.status!r}")
+    return _Close(
+        status=result.status,
+        outcome=InboxAttempt.Outcome.SUCCEEDED
+        if result.status == ProcessingStatus.PROCESSED
+        else InboxAttempt.Outcome.IGNORED,
+        error=result.note[:ERROR_MAX_CHARS],
     )
+
+
+def _batch_close(claims: list[_Claim], closes: list[_Close]) -> None:
+    """Every claim's outcome in one statement (``_BATCH_CLOSE_SQL``); ``_LeaseLost`` when one
+    of the claims no longer holds."""
+    now = timezone.now()
+    processed_at = [now if c.status in HANDLER_STATUSES else None for c in closes]
+    with connection.cursor() as cursor:
+        cursor.execute(
+            _BATCH_CLOSE_SQL,
+            {
+                "ids": [claim.event.pk for claim in claims],
+                "numbers": [claim.event.attempts for claim in claims],
+                "statuses": [c.status for c in closes],
+                "processed_at": processed_at,
+                "errors": [c.error for c in closes],
+                "causes": [c.cause for c in closes],
+                "next_attempt_at": [None] * len(closes),
+                "attempts": [claim.attempt_pk for claim in claims],
+                "outcomes": [c.outcome for c in closes],
+                "attempt_errors": [
+                    "" if c.status in HANDLER_STATUSES else c.error for c in closes
+                ],
+                "now": now,
+            },
+        )
+        if len(cursor.fetchall()) != len(claims):
+            raise _LeaseLost()
+    for claim, close, at in zip(claims, closes, processed_at, strict=True):
+        event = claim.event
+        event.processing_status = close.status
+        event.processed_at = at
+        event.error_message = close.error
+        event.next_attempt_at = None
+
+
+def _claims_batch_run(
+    claims: list[_Claim], integration: BatchIntegration
+) -> list[ProcessingOutcome] | None:
+    """The claims of one integration as a set: ``handle_batch`` and one close of every row,
+    in one transaction. ``None`` when the batch did not commit (a value the database refused,
+    a lock waited for too long, a claim lost, anything raised): nothing of it is left, and the
+    caller runs the claims per event, which gives each its own outcome, retry or dead
+    letter."""
+    try:
+        with transaction.atomic():
+            results = integration.handle_batch([claim.event for claim in claims])
+            closes = [_result_close(result) for result in results]
+            if len(closes) != len(claims):
+                raise ValueError(
+                    "handle_batch returned a result count unlike the batch's"
+                )
+            _batch_close(claims, closes)
+    except Exception as exc:  # the per-event path sorts each event out
+        logger.warning(
+            "inbox.batch_fallback",
+            extra={
+                "handler": integration.name,
+                "events": len(claims),
+                "error": _error_text(exc)[:500],
+            },
+        )
+        return None
+    return [ProcessingOutcome(status=close.status) for close in closes]
+
+
+# The batch's log line names at most this many rows (a message carries INBOX_BATCH_SIZE).
+LOG_IDS_MAX = 50
+
+
+@dataclass
+class _BatchRecord:
+    """What a batch did, for its one log line and its metrics, written once it is over."""
+
+    worker: str
+    counts: dict[str, int] = dataclass_field(default_factory=dict)
+    inbox_event_ids: list[int] = dataclass_field(default_factory=list)
+    event_ids: list[str] = dataclass_field(default_factory=list)
+    as_set: int = 0
+    dead_letters: int = 0
+    stale: int = 0
+    latencies: list[float] = dataclass_field(default_factory=list)
+
+    def count(self, key: str) -> None:
+        self.counts[key] = self.counts.get(key, 0) + 1
+
+    def outcome(self, event: InboxEvent, outcome: ProcessingOutcome) -> None:
+        """One committed outcome: its own log line (DEBUG, or WARNING and ERROR for a retry
+        and a dead letter, which an operator reads one by one), counted for the batch's."""
+        self.count(outcome.status)
+        if len(self.inbox_event_ids) < LOG_IDS_MAX:
+            self.inbox_event_ids.append(event.pk)
+            self.event_ids.append(event.event_id)
+        status = outcome.status
+        if status == ProcessingStatus.DEAD_LETTERED:
+            self.dead_letters += 1
+            logger.error(
+                "inbox.dead_lettered",
+                extra=_log_extra(
+                    event, attempts=event.attempts, error=event.error_message[:500]
+                ),
+            )
+            return
+        if status == ProcessingStatus.FAILED:
+            logger.warning(
+                "inbox.retry_scheduled",
+                extra=_log_extra(
+                    event,
+                    attempts=event.attempts,
+                    next_attempt_at=outcome.retry_at.isoformat()
+                    if outcome.retry_at
+                    else None,
+                    error=event.error_message[:500],
+                ),
+            )
+            return
+        if status in STALE_STATUSES:
+            self.stale += 1
+        if event.occurred_at and event.processed_at:
+            self.latencies.append(
+                max((event.processed_at - event.occurred_at).total_seconds(), 0)
+            )
+        if logger.isEnabledFor(logging.DEBUG):
+            logger.debug(
+                "inbox.processed",
+                extra=_log_extra(event, status=status, attempts=event.attempts),
+            )
+
+    def write(self, *, events: int, started: float) -> None:
+        """The metrics, once for the batch, and its one INFO line: counts by outcome (a
+        status, or why a row was skipped), how many applied as a set, and the first
+        ``LOG_IDS_MAX`` rows it finished (``ids_truncated`` when there were more). A batch of
+        one row carries its event id as correlation id, as that row's own line did."""
+        if self.dead_letters:
+            metrics.DEAD_LETTERS.inc(self.dead_letters)
+        if self.stale:
+            metrics.WEBHOOK_STALE_EVENTS.inc(self.stale)
+        for latency in self.latencies:
+            metrics.WEBHOOK_PROCESSING_LATENCY.observe(latency)
+        finished = sum(
+            n for key, n in self.counts.items() if key in TERMINAL_STATUSES | {"failed"}
+        )
+        extra = {
+            "worker": self.worker,
+            "events": events,
+            "counts": self.counts,
+            "applied_as_set": self.as_set,
+            "inbox_event_ids": self.inbox_event_ids,
+            "event_ids": self.event_ids,
+            "ids_truncated": finished > len(self.inbox_event_ids),
+            "duration_ms": round((time.monotonic() - started) * 1000, 1),
+        }
+        if len(self.event_ids) == 1 and events == 1:
+            with correlation_id_bound(self.event_ids[0]):
+                logger.info("inbox.batch_processed", extra=extra)
+        else:
+            logger.info("inbox.batch_processed", extra=extra)
 
 
 @contextlib.contextmanager
@@ -613,8 +803,10 @@ def inbox_events_process(
     ``failed`` with ``next_attempt_at`` (exponential backoff, full jitter) until
     ``INBOX_MAX_ATTEMPTS``; ``PermanentProcessingError``, a value the database refuses
     (``DataError``) and a row whose columns cannot be read back dead-letter at once."""
+    started = time.monotonic()
     unique = list(dict.fromkeys(ids))  # an id given twice is processed once
     outcomes: dict[int, ProcessingOutcome] = {}
+    record = _BatchRecord(worker=worker)
     with _lock_timeout():
         claims = _batch_claim_fast(ids=unique, worker=worker)
         claimed = {claim.event.pk for claim in claims}
@@ -628,23 +820,69 @@ def inbox_events_process(
             outcomes[pk] = claim
             if claim.status == ProcessingStatus.DEAD_LETTERED and not claim.skipped:
                 # Dead-lettered at claim time: its last attempt's worker was lost.
-                metrics.DEAD_LETTERS.inc()
+                record.dead_letters += 1
+                record.count(claim.status)
                 logger.error(
                     "inbox.dead_lettered",
                     extra={"inbox_event_id": pk, "error": WORKER_LOST_ERROR},
                 )
             elif claim.skipped:
+                record.count(claim.skipped)
                 logger.debug(
                     "inbox.skipped",
                     extra={"inbox_event_id": pk, "reason": claim.skipped},
                 )
-        for claim in sorted(claims, key=lambda c: c.event.pk):
-            with correlation_id_bound(claim.event.event_id):
-                outcome = _claimed_event_run(claim)
-                if not outcome.skipped:
-                    _outcome_record(claim.event, outcome)
+        claims.sort(key=lambda c: c.event.pk)
+        for claim, outcome, as_set in _claims_run(claims):
+            if outcome.skipped:
+                record.count(outcome.skipped)
+            else:
+                record.as_set += as_set
+                with correlation_id_bound(claim.event.event_id):
+                    record.outcome(claim.event, outcome)
             outcomes[claim.event.pk] = outcome
+    record.write(events=len(unique), started=started)
     return [outcomes[pk] for pk in ids]
+
+
+def _claims_run(
+    claims: list[_Claim],
+) -> Iterator[tuple[_Claim, ProcessingOutcome, bool]]:
+    """Runs the claims, in id order within each integration: as a set for an integration that
+    offers ``handle_batch`` (on PostgreSQL), else (and when its batch does not commit) one
+    transaction per event. Yields each claim's outcome and whether it applied as a set."""
+    per_event: list[_Claim] = []
+    by_handler: dict[str, list[_Claim]] = {}
+    for claim in claims:
+        integration = (
+            integration_batch_get(claim.handler)
+            if connection.vendor == "postgresql"
+            else None
+        )
+        if integration is None:
+            per_event.append(claim)
+            continue
+        try:
+            _body_load(claim)
+        except UnreadableRow:
+            per_event.append(
+                claim
+            )  # dead-lettered on its own; it touches no domain row
+            continue
+        by_handler.setdefault(claim.handler, []).append(claim)
+    for handler, group in by_handler.items():
+        integration = integration_batch_get(handler)
+        assert integration is not None
+        batch = _claims_batch_run(group, integration) if len(group) > 1 else None
+        if batch is None:
+            per_event.extend(group)
+            continue
+        for claim, outcome in zip(group, batch, strict=True):
+            yield claim, outcome, True
+    for claim in sorted(per_event, key=lambda c: c.event.pk):
+        with correlation_id_bound(claim.event.event_id):
+            outcome = _claimed_event_run(claim)
+        yield claim, outcome, False
 
 
 def inbox_event_process(*, inbox_event_id: int, worker: str = "") -> ProcessingOutcome:

@@ -3,7 +3,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from django.utils import timezone
@@ -14,6 +14,7 @@ from research.services import (
     Decision,
     DocumentChange,
     document_change_apply,
+    document_changes_apply,
     document_data_validate,
 )
 from webhooks.envelopes import Envelope, content_fingerprint
@@ -99,6 +100,53 @@ class ResearchIntegration:
             status=_STATUS_BY_DECISION[decision],
             note=_ignored_note(change=change, document=document),
         )
+
+    def handle_batch(
+        self, events: Sequence[InboxEvent]
+    ) -> list[HandlerResult | PermanentProcessingError]:
+        """``handle`` for a batch of events, given in the order they must apply: every body
+        read and validated before anything is written (a rejected event's place holds its
+        ``PermanentProcessingError`` and it changes nothing), then the changes applied as a
+        set by ``document_changes_apply``, each decided against the state the earlier ones
+        left. Anything raised concerns the batch: the caller rolls it back."""
+        outcomes: list[HandlerResult | PermanentProcessingError | None] = []
+        changes: list[tuple[int, DocumentChange]] = []
+        for event in events:
+            kind = DOCUMENT_EVENT_KINDS.get(event.event_type)
+            if kind is None:
+                outcomes.append(
+                    HandlerResult(
+                        status=ProcessingStatus.IGNORED_UNSUPPORTED,
+                        note=f"unsupported event type {event.event_type[:128]!r}",
+                    )
+                )
+                continue
+            try:
+                change = _document_change(_stored_event(event), kind=kind)
+            except PermanentProcessingError as exc:
+                outcomes.append(exc)
+                continue
+            outcomes.append(None)
+            changes.append((event.pk, change))
+        applied = iter(
+            zip(changes, document_changes_apply(changes=changes), strict=True)
+        )
+        results: list[HandlerResult | PermanentProcessingError] = []
+        for outcome in outcomes:
+            if outcome is not None:
+                results.append(outcome)
+                continue
+            (_, change), (decision, document, was_applied) = next(applied)
+            if was_applied:
+                results.append(HandlerResult(status=ProcessingStatus.PROCESSED))
+            else:
+                results.append(
+                    HandlerResult(
+                        status=_STATUS_BY_DECISION[decision],
+                        note=_ignored_note(change=change, document=document),
+                    )
+                )
+        return results
 
     def sample(self, *, event_id: str) -> SampleEvent:
         now = timezone.now().isoformat().replace("+00:00", "Z")

@@ -3,6 +3,7 @@ concurrent workers (threads, each with its own PostgreSQL connection), ends at t
 state, with strictly increasing revisions and no event applied twice."""
 
 import functools
+import random
 import uuid
 from datetime import timedelta
 
@@ -15,7 +16,7 @@ from tests.integrations.research.factories import BASE_TIME, research_event
 from tests.threads import run_together
 from tests.webhooks.factories import inbox_events_bulk_create
 from webhooks.models import InboxAttempt, InboxEvent
-from webhooks.processing import inbox_event_process
+from webhooks.processing import inbox_events_process
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
 
@@ -36,14 +37,16 @@ PROPERTY_SETTINGS = settings(
 
 
 def run_concurrently(ids: list[int], schedule: st.DataObject) -> None:
-    """Every id once or twice, shuffled, dealt to WORKERS threads that start together."""
+    """Every id once or twice, shuffled, dealt to WORKERS threads that start together; each
+    thread runs its ids in batches of 1 to 4 (a batch of several applies as a set)."""
     runs = [pk for pk in ids for _ in range(schedule.draw(st.integers(1, 2)))]
     runs = schedule.draw(st.permutations(runs))
     lanes = [runs[i::WORKERS] for i in range(WORKERS)]
+    size = schedule.draw(st.integers(1, 4))
 
     def worker(lane: list[int], name: str) -> None:
-        for pk in lane:
-            inbox_event_process(inbox_event_id=pk, worker=name)
+        for start in range(0, len(lane), size):
+            inbox_events_process(ids=lane[start : start + size], worker=name)
 
     _, errors = run_together(
         [functools.partial(worker, lane, f"t{i}") for i, lane in enumerate(lanes)]
@@ -147,3 +150,37 @@ def test_unversioned_events_end_at_the_latest_occurred_at_then_event_id(
     )
     assert order == sorted(set(order)), order
     assert order[-1] == (expected.occurred_at, expected.event_id)
+
+
+def test_versions_one_to_twenty_shuffled_with_duplicates_end_at_twenty():
+    """Versions 1 to 20 of one document, each twice (two events of one version), shuffled
+    and dealt to three workers in batches of five (applied as sets): the document ends at
+    20, every applied event has one revision, in increasing versions."""
+    entity_id = f"doc_{uuid.uuid4().hex[:12]}"
+    versions = [v for v in range(1, 21) for _ in range(2)]
+    random.Random(20).shuffle(versions)
+    rows = inbox_events_bulk_create(
+        [research_event(entity_id=entity_id, source_version=v) for v in versions]
+    )
+    ids = [r.pk for r in rows]
+    random.Random(21).shuffle(ids)
+    lanes = [ids[i::WORKERS] for i in range(WORKERS)]
+
+    def worker(lane: list[int], name: str) -> None:
+        for start in range(0, len(lane), 5):
+            inbox_events_process(ids=lane[start : start + 5], worker=name)
+
+    _, errors = run_together(
+        [functools.partial(worker, lane, f"t{i}") for i, lane in enumerate(lanes)]
+    )
+    assert not errors, errors
+
+    assert_common_invariants(entity_id, rows)
+    doc = ResearchDocument.objects.get(entity_id=entity_id)
+    assert doc.current_source_version == 20
+    applied = list(
+        DocumentRevision.objects.filter(document=doc)
+        .order_by("id")
+        .values_list("source_version", flat=True)
+    )
+    assert applied == sorted(set(applied)) and applied[-1] == 20

@@ -94,8 +94,9 @@ def test_a_message_of_several_rows_carries_none(settings):
 
 
 def test_the_worker_binds_each_rows_event_id_while_it_processes_it():
-    """What a worker does with a message of several rows: each row's log lines name that
-    row's event id, and nothing stays bound after the batch."""
+    """What a worker does with a message of several rows: each row's DEBUG line names that
+    row's event id, the batch's one INFO line names them all, and nothing stays bound after
+    the batch."""
     events = [InboxEventFactory() for _ in range(3)]
     records: list[logging.LogRecord] = []
     handler = logging.Handler()
@@ -104,7 +105,7 @@ def test_the_worker_binds_each_rows_event_id_while_it_processes_it():
     processing_logger = logging.getLogger("webhooks.processing")
     processing_logger.addHandler(handler)
     previous_level = processing_logger.level
-    processing_logger.setLevel(logging.INFO)
+    processing_logger.setLevel(logging.DEBUG)
     try:
         outcomes = inbox_events_process(ids=[e.pk for e in events], worker="w")
     finally:
@@ -113,7 +114,13 @@ def test_the_worker_binds_each_rows_event_id_while_it_processes_it():
 
     assert [o.status for o in outcomes] == ["processed"] * 3
     processed = [r for r in records if r.getMessage() == "inbox.processed"]
-    assert [(r.inbox_event_id, r.correlation_id) for r in processed] == [
-        (e.pk, e.event_id) for e in events
+    assert [(r.levelno, r.inbox_event_id, r.correlation_id) for r in processed] == [
+        (logging.DEBUG, e.pk, e.event_id) for e in events
     ]
+    (batch,) = [r for r in records if r.levelno >= logging.INFO]
+    assert batch.getMessage() == "inbox.batch_processed"
+    assert not getattr(batch, "correlation_id", "")
+    assert batch.counts == {"processed": 3}
+    assert batch.inbox_event_ids == [e.pk for e in events]
+    assert batch.event_ids == [e.event_id for e in events]
     assert correlation_id_get() == ""

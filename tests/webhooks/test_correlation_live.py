@@ -114,13 +114,16 @@ def test_web_and_worker_logs_carry_the_event_id_as_correlation_id(tmp_path, work
     assert accepted[0]["level"] == "INFO"
 
     work = json_lines(worker)
+    # A batch of one row: its one line carries the row's event id as correlation id.
     processed = [
         r
         for r in work
-        if r.get("message") == "inbox.processed" and r.get("correlation_id") == event_id
+        if r.get("message") == "inbox.batch_processed"
+        and r.get("correlation_id") == event_id
     ]
     assert len(processed) == 1, worker.log()[-3000:]
-    assert processed[0]["status"] == ProcessingStatus.PROCESSED
+    assert processed[0]["counts"] == {ProcessingStatus.PROCESSED: 1}
+    assert processed[0]["event_ids"] == [event_id]
     succeeded = task_succeeded_lines(work)
     assert [r.get("correlation_id") for r in succeeded] == [event_id]
 
@@ -159,9 +162,9 @@ def test_a_message_published_by_the_sweep_carries_the_event_id(worker):
     assert event.dispatched_at > long_ago
 
 
-def test_each_row_of_a_batch_is_named_by_its_own_event_id(tmp_path):
+def test_a_batch_is_one_line_naming_each_row(tmp_path):
     """Rows committed before the worker starts: its relay takes them in one claim, one
-    message of three ids with no correlation id; each row's lines name its event id."""
+    message of three ids with no correlation id; its one line names each row."""
     broker_reset()
     events = [InboxEventFactory() for _ in range(3)]
     worker = processes.celery_worker(tmp_path, env={"LOG_LEVEL": "INFO"}).start()
@@ -180,7 +183,10 @@ def test_each_row_of_a_batch_is_named_by_its_own_event_id(tmp_path):
     succeeded = task_succeeded_lines(work)
     assert len(succeeded) == 1, worker.log()[-3000:]
     assert not succeeded[0].get("correlation_id")
-    processed = [r for r in work if r.get("message") == "inbox.processed"]
-    assert sorted(
-        (r["inbox_event_id"], r.get("correlation_id")) for r in processed
-    ) == [(e.pk, e.event_id) for e in events]
+    # At INFO, one line for the batch, naming every row (each row's own line is DEBUG).
+    assert not [r for r in work if r.get("message") == "inbox.processed"]
+    (batch,) = [r for r in work if r.get("message") == "inbox.batch_processed"]
+    assert not batch.get("correlation_id")
+    assert batch["counts"] == {"processed": 3}
+    assert batch["inbox_event_ids"] == [e.pk for e in events]
+    assert batch["event_ids"] == [e.event_id for e in events]

@@ -1,6 +1,6 @@
 """The inbox's migrations carry existing state over, as an existing deployment would be
 migrated: a paused or draining source keeps its hold (0013), a row dead-lettered before causes
-were recorded gets one (0014)."""
+were recorded gets one (0014); the inbox tables get their autovacuum settings (0019)."""
 
 from __future__ import annotations
 
@@ -101,3 +101,25 @@ def test_a_row_dead_lettered_before_causes_were_recorded_gets_one(migrated_back)
         )
     )
     assert causes == {"old-dead": "unrecorded", "new-dead": "rejected", "done": ""}
+
+
+def reloptions(table: str) -> set[str]:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT coalesce(reloptions, '{}') FROM pg_class WHERE relname = %s",
+            [table],
+        )
+        return set(cursor.fetchone()[0])
+
+
+def test_the_inbox_tables_get_a_queues_autovacuum_settings_and_lose_them_back(
+    migrated_back,
+):
+    events, attempts = "webhooks_inboxevent", "webhooks_inboxattempt"
+    assert "autovacuum_vacuum_scale_factor=0.01" in reloptions(events)
+    assert {"autovacuum_vacuum_threshold=5000", "fillfactor=70"} <= reloptions(attempts)
+
+    migrated_back("0018_source_client_and_deploy_target_actions")
+
+    assert reloptions(events) == set()
+    assert reloptions(attempts) == set()

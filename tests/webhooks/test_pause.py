@@ -20,7 +20,12 @@ from core.actors import Actor
 from core.relay import Relay, outbox_lag_seconds
 from core.relay_state import relay_state
 from research.models import ResearchDocument
-from tests.broker import broker_reset, queued_inbox_event_ids
+from tests.broker import (
+    broker_reset,
+    inbox_messages,
+    message_inbox_event_ids,
+    queued_inbox_event_ids,
+)
 from tests.integrations.research.factories import research_event
 from tests.threads import document_locked, run_together
 from tests.webhooks.factories import (
@@ -465,6 +470,70 @@ def test_the_workers_process_the_rows_the_drain_released_and_no_others(paused):
         ("received", "held"),
         ("received", "held"),
     ]
+
+
+def test_a_paced_drain_releases_a_documents_held_events_together_in_one_message(
+    settings, paused
+):
+    """Released one a token, v7 and v8 of one document would be two messages, and two
+    workers could apply v8 first (v7 then ``ignored_out_of_order``). The drain releases the
+    other held events of the documents it releases with them, in one message in id order,
+    and pays for them with tokens to come."""
+    settings.INBOX_BATCH_SIZE = 50
+    pause(paused)
+    v7, other, v8, last = inbox_events_bulk_create(
+        [
+            research_event(entity_id="doc_v7_v8", source_version=7),
+            research_event(),
+            research_event(entity_id="doc_v7_v8", source_version=8),
+            research_event(),
+        ],
+        source=paused,
+    )
+    rounds()
+    resume(paused, rate=1)
+
+    assert Relay().run_once(sweep=False) == (2, False)  # one token: v7, and v8 with it
+    assert [message_inbox_event_ids(m) for m in inbox_messages()] == [[v7.pk, v8.pk]]
+    # Two rows for one token: the bucket owes one, and the next round releases nothing.
+    assert hold_of(paused).drain_tokens == pytest.approx(-1, abs=0.01)
+    assert Relay().run_once(sweep=False) == (0, False)
+
+    outcomes = inbox_events_process(ids=[v7.pk, v8.pk], worker="w")
+    assert [o.status for o in outcomes] == ["processed", "processed"]
+    assert hold_of(paused).drain_released == 2
+    assert {other.pk, last.pk} <= set(
+        InboxEvent.objects.filter(held_at__isnull=False).values_list("pk", flat=True)
+    )
+
+
+def test_one_entitys_rows_of_a_claim_travel_in_one_message(settings):
+    """A replay, or any claim: the rows of one document go in one message (so one worker
+    applies them in id order), the others fill the messages up to INBOX_BATCH_SIZE."""
+    settings.INBOX_BATCH_SIZE = 3
+    rows = [
+        (1, "e1", "doc_a"),
+        (2, "e2", "doc_b"),
+        (3, "e3", "doc_c"),
+        (4, "e4", "doc_a"),
+        (5, "e5", ""),
+        (6, "e6", "doc_b"),
+        (7, "e7", "doc_d"),
+    ]
+    assert [list(p.rows) for p in outbox._publications(rows)] == [
+        [1, 4],
+        [2, 6, 3],
+        [5, 7],
+    ]
+    # More rows of one entity than a message holds: split, in id order.
+    many = [(pk, f"e{pk}", "doc_a") for pk in range(1, 8)]
+    assert [list(p.rows) for p in outbox._publications(many)] == [
+        [1, 2, 3],
+        [4, 5, 6],
+        [7],
+    ]
+    single = outbox._publications([(9, "evt_9", "doc_z")])
+    assert single[0].correlation_id == "evt_9"
 
 
 def test_drain_budget_refills_at_the_rate_up_to_one_second(paused):

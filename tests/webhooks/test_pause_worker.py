@@ -235,3 +235,59 @@ def test_a_drain_at_a_rate_is_kept_by_two_workers_relays_together(tmp_path, runn
         what="the relays to report what they published",
     )
     assert len(published()) == 2 and all(published()), published()
+
+
+def test_a_documents_held_versions_resumed_at_a_pace_apply_in_order_on_two_workers(
+    tmp_path, running
+):
+    """v7 and v8 of one document held among others, resumed at 2 events/s with two worker
+    processes (two relays): both make a revision, v7's first. Released one a token they
+    would be two messages half a second apart, and the worker holding v7's could start it
+    after the other applied v8; the drain sends them together."""
+    rate = 2.0
+    paused = research_source("paused-sync")
+    webhook_source_pause(source=paused, reason="indexer down", actor=Actor.system())
+    bodies = [
+        research_event(entity_id="doc_paced", source_version=7),
+        research_event(),
+        research_event(),
+        research_event(entity_id="doc_paced", source_version=8),
+        research_event(),
+        research_event(),
+    ]
+    rows = inbox_events_bulk_create(bodies, source=paused)
+    v7, v8 = rows[0], rows[3]
+    Relay().run_once(sweep=False)  # sets them aside
+    workers = [
+        running(processes.celery_worker(tmp_path, concurrency=1, name=name))
+        for name in ("w1", "w2")
+    ]
+    processes.wait_until(
+        lambda: all("ready" in w.log() for w in workers),
+        timeout=60,
+        what="both workers ready",
+    )
+
+    webhook_source_resume(source=paused, rate=rate, actor=Actor.system())
+    wait_terminal(paused, len(rows), workers)
+
+    statuses = dict(
+        InboxEvent.objects.filter(source=paused).values_list("pk", "processing_status")
+    )
+    assert set(statuses.values()) == {"processed"}, statuses
+    revisions = DocumentRevision.objects.filter(document__entity_id="doc_paced")
+    assert list(
+        revisions.order_by("pk").values_list("inbox_event", "source_version")
+    ) == [(v7.pk, 7), (v8.pk, 8)]
+    # One message carried both: one worker claimed them in one statement.
+    (first,) = InboxAttempt.objects.filter(event=v7)
+    (second,) = InboxAttempt.objects.filter(event=v8)
+    assert (first.worker, first.started_at) == (second.worker, second.started_at)
+    assert (
+        ResearchDocument.objects.get(entity_id="doc_paced").current_source_version == 8
+    )
+    # Still paced: six rows at two a second take about two and a half seconds.
+    released = sorted(
+        InboxEvent.objects.filter(source=paused).values_list("dispatched_at", flat=True)
+    )
+    assert (released[-1] - released[0]).total_seconds() >= (len(rows) - 2) / rate * 0.8

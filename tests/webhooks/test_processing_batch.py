@@ -1,0 +1,324 @@
+"""A batch applied as a set (docs/architecture.md, "A batch of inbox events on a worker"):
+the research integration's ``handle_batch`` gives every event exactly the outcome the
+per-event path gives it, in a number of statements that does not grow with the batch."""
+
+import uuid
+from datetime import timedelta
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from research import services as research_services
+from research.models import Citation, DocumentRevision, ResearchDocument
+from tests.integrations.research.factories import (
+    BASE_TIME,
+    DOCUMENT_CREATED,
+    DOCUMENT_DELETED,
+    DOCUMENT_UPDATED,
+    research_event,
+)
+from tests.webhooks.factories import inbox_events_bulk_create
+from webhooks.integrations import integration_batch_get
+from webhooks.models import InboxAttempt, InboxEvent
+from webhooks.processing import (
+    _batch_claim_fast,
+    _claims_batch_run,
+    inbox_event_process,
+    inbox_events_process,
+)
+
+pytestmark = pytest.mark.django_db
+
+POISON = {"citations": [{"text": "q", "reference_url": "not a url"}]}
+
+# (document, version or None, kind, poison): applied, out of order, duplicate version,
+# tombstone, a late update after the tombstone, a resurrection, an unversioned pair, an
+# unsupported type, one poison event between two that apply.
+MIXED = [
+    ("a", 2, DOCUMENT_CREATED, False),
+    ("a", 1, DOCUMENT_UPDATED, False),  # out of order
+    ("a", 2, DOCUMENT_UPDATED, False),  # duplicate version
+    ("a", 3, DOCUMENT_UPDATED, True),  # poison: dead-lettered, changes nothing
+    ("a", 3, DOCUMENT_UPDATED, False),  # applies: the poison left no state
+    ("b", 5, DOCUMENT_UPDATED, False),
+    ("b", 6, DOCUMENT_DELETED, False),  # tombstone
+    ("b", 5, DOCUMENT_UPDATED, False),  # never resurrects it
+    ("b", 7, DOCUMENT_UPDATED, False),  # a newer one does
+    ("c", None, DOCUMENT_UPDATED, False),
+    ("c", None, DOCUMENT_UPDATED, False),
+    ("c", None, "research.document.archived", False),  # unsupported
+    ("d", 1, DOCUMENT_DELETED, False),  # a tombstone for a document never seen
+]
+
+
+def rows_for(events, *, prefix: str) -> list[InboxEvent]:
+    """One row per ``(document, version, kind, poison)``, on documents and event ids of
+    ``prefix``: two calls with two prefixes build the same events for other documents."""
+    bodies = []
+    for number, (doc, version, kind, poison) in enumerate(events):
+        body = research_event(
+            entity_id=f"{prefix}_{doc}",
+            source_version=version,
+            number=number,
+            event_id=f"{prefix}_evt_{number:03d}",
+            event_type=kind,
+            occurred_at=BASE_TIME + timedelta(seconds=number % 3),
+        )
+        if poison:
+            body["data"] = POISON
+        bodies.append(body)
+    return inbox_events_bulk_create(bodies)
+
+
+def outcome_of(rows: list[InboxEvent], *, prefix: str) -> dict:
+    """Everything processing left, with the prefix taken out of every name."""
+
+    def plain(value):
+        return value.replace(prefix, "P") if isinstance(value, str) else value
+
+    events = [
+        tuple(plain(v) for v in row)
+        for row in InboxEvent.objects.filter(pk__in=[r.pk for r in rows])
+        .order_by("id")
+        .values_list(
+            "processing_status",
+            "error_message",
+            "dead_letter_cause",
+            "attempts",
+            "next_attempt_at",
+            "lease_expires_at",
+        )
+    ]
+    attempts = [
+        tuple(plain(v) for v in row)
+        for row in InboxAttempt.objects.filter(event__in=[r.pk for r in rows])
+        .order_by("event_id", "number")
+        .values_list("number", "outcome", "resulting_status", "error")
+    ]
+    documents = ResearchDocument.objects.filter(entity_id__startswith=f"{prefix}_")
+    states = sorted(
+        tuple(plain(v) for v in row)
+        for row in documents.values_list(
+            "entity_id",
+            "entity_type",
+            "current_source_version",
+            "last_occurred_at",
+            "last_event_id",
+            "source_url",
+            "title",
+            "source_content_hash",
+            "published_at",
+            "summary",
+            "is_deleted",
+        )
+    )
+    authors = sorted(
+        (plain(e), a) for e, a in documents.values_list("entity_id", "authors")
+    )
+    citations = sorted(
+        tuple(plain(v) for v in row)
+        for row in Citation.objects.filter(document__in=documents).values_list(
+            "document__entity_id", "position", "text", "reference_url"
+        )
+    )
+    revisions = [
+        (plain(entity), plain(event_id), kind, version, str(snapshot))
+        for entity, event_id, kind, version, snapshot in DocumentRevision.objects.filter(
+            document__in=documents
+        )
+        .order_by("id")
+        .values_list(
+            "document__entity_id", "event_id", "kind", "source_version", "snapshot"
+        )
+    ]
+    return {
+        "events": events,
+        "attempts": attempts,
+        "documents": states,
+        "authors": authors,
+        "citations": [tuple(map(plain, c)) for c in citations],
+        "revisions": [tuple(plain(str(v)) for v in r) for r in revisions],
+    }
+
+
+def both_paths(events) -> tuple[dict, dict]:
+    """The events processed as one batch, and the same events (on other documents) one
+    event at a time in id order."""
+    batch_prefix, single_prefix = (f"x{uuid.uuid4().hex[:8]}" for _ in range(2))
+    batch_rows = rows_for(events, prefix=batch_prefix)
+    single_rows = rows_for(events, prefix=single_prefix)
+    inbox_events_process(ids=[r.pk for r in batch_rows], worker="w")
+    for row in single_rows:
+        inbox_event_process(inbox_event_id=row.pk, worker="w")
+    return (
+        outcome_of(batch_rows, prefix=batch_prefix),
+        outcome_of(single_rows, prefix=single_prefix),
+    )
+
+
+def test_a_batch_of_mixed_outcomes_ends_as_the_per_event_path_does():
+    batch, single = both_paths(MIXED)
+
+    assert batch == single
+    assert [status for status, *_ in batch["events"]] == [
+        "processed",
+        "ignored_out_of_order",
+        "ignored_duplicate_version",
+        "dead_lettered",
+        "processed",
+        "processed",
+        "processed",
+        "ignored_out_of_order",
+        "processed",
+        "processed",
+        "processed",
+        "ignored_unsupported",
+        "processed",
+    ]
+    assert "reference_url" in batch["events"][3][1]
+    assert batch["events"][3][2] == "rejected"
+    assert len(batch["revisions"]) == 8
+
+
+@settings(
+    max_examples=30,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    events=st.lists(
+        st.tuples(
+            st.sampled_from("abc"),
+            st.one_of(st.none(), st.integers(0, 4)),
+            st.sampled_from(
+                [DOCUMENT_CREATED, DOCUMENT_UPDATED, DOCUMENT_UPDATED, DOCUMENT_DELETED]
+            ),
+            st.sampled_from([False, False, False, False, True]),  # poison
+        ),
+        min_size=2,
+        max_size=16,
+    )
+)
+def test_any_batch_ends_as_the_per_event_path_does(events):
+    batch, single = both_paths(events)
+    assert batch == single
+
+
+def test_the_statements_of_a_batch_do_not_grow_with_its_size():
+    def statements(size: int) -> int:
+        prefix = f"x{uuid.uuid4().hex[:8]}"
+        # A few documents with several events each, a poison event among them.
+        events = [
+            (f"d{n % 7}", n // 7 + 1, DOCUMENT_UPDATED, n == size // 2)
+            for n in range(size)
+        ]
+        rows = rows_for(events, prefix=prefix)
+        with CaptureQueriesContext(connection) as queries:
+            outcomes = inbox_events_process(ids=[r.pk for r in rows], worker="w")
+        assert outcomes[size // 2].status == "dead_lettered"
+        assert {o.status for o in outcomes} == {"processed", "dead_lettered"}
+        # The test's own transaction turns the batch's into a savepoint: not counted.
+        return sum("SAVEPOINT" not in q["sql"] for q in queries.captured_queries)
+
+    small, large = statements(5), statements(50)
+    assert small == large, (small, large)
+    # lock_timeout set and reset, the claim, the documents' lock, their write, the close.
+    assert large <= 6, large
+
+
+def test_a_set_statement_the_database_refuses_falls_back_to_one_event_at_a_time():
+    """A value the database refuses fails the batch's statement: the batch is rolled back
+    and run per event, which gives the event it concerns its own failure (here transient,
+    a retry) and applies the others."""
+    revisions = DocumentRevision._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"ALTER TABLE {revisions} ADD CONSTRAINT test_no_version_13"
+            " CHECK (source_version IS DISTINCT FROM 13)"
+        )
+    prefix = f"x{uuid.uuid4().hex[:8]}"
+    rows = rows_for(
+        [
+            ("a", 12, DOCUMENT_UPDATED, False),
+            ("a", 13, DOCUMENT_UPDATED, False),
+            ("b", 1, DOCUMENT_UPDATED, False),
+            ("a", 14, DOCUMENT_UPDATED, False),
+        ],
+        prefix=prefix,
+    )
+
+    outcomes = inbox_events_process(ids=[r.pk for r in rows], worker="w")
+
+    assert [o.status for o in outcomes] == [
+        "processed",
+        "failed",
+        "processed",
+        "processed",
+    ]
+    assert outcomes[1].retry_at is not None
+    failed = InboxEvent.objects.get(pk=rows[1].pk)
+    assert "test_no_version_13" in failed.error_message
+    assert failed.dispatched_at is None and failed.next_attempt_at is not None
+    assert list(
+        DocumentRevision.objects.filter(document__entity_id=f"{prefix}_a")
+        .order_by("id")
+        .values_list("source_version", flat=True)
+    ) == [12, 14]
+    # One attempt each, the failed one closed as a retry.
+    assert InboxAttempt.objects.filter(event__in=rows).count() == 4
+    assert InboxAttempt.objects.get(event=rows[1]).outcome == "retry"
+
+
+def test_a_batch_with_a_claim_taken_over_commits_nothing():
+    prefix = f"x{uuid.uuid4().hex[:8]}"
+    rows = rows_for(
+        [("a", 1, DOCUMENT_UPDATED, False), ("b", 1, DOCUMENT_UPDATED, False)],
+        prefix=prefix,
+    )
+    claims = _batch_claim_fast(ids=[r.pk for r in rows], worker="slow")
+    # The lease of the second expired and another run claimed it meanwhile.
+    InboxEvent.objects.filter(pk=rows[1].pk).update(attempts=2)
+
+    assert _claims_batch_run(claims, integration_batch_get("research")) is None
+
+    assert not DocumentRevision.objects.filter(inbox_event__in=rows).exists()
+    assert not ResearchDocument.objects.filter(entity_id__startswith=prefix).exists()
+    assert set(
+        InboxEvent.objects.filter(pk__in=[r.pk for r in rows]).values_list(
+            "processing_status", flat=True
+        )
+    ) == {"processing"}
+    assert not InboxAttempt.objects.filter(
+        event__in=rows, finished_at__isnull=False
+    ).exists()
+
+
+def test_a_document_created_meanwhile_falls_back_to_one_event_at_a_time(monkeypatch):
+    """The set decides a document it did not find as new and inserts it with its final
+    state; if another transaction created it between the lock and the write, the insert
+    finds it and the set is rolled back: per event, the existing document's state decides."""
+    prefix = f"x{uuid.uuid4().hex[:8]}"
+    first, *rest = rows_for(
+        [
+            ("a", 5, DOCUMENT_UPDATED, False),
+            ("a", 4, DOCUMENT_UPDATED, False),
+            ("a", 6, DOCUMENT_UPDATED, False),
+        ],
+        prefix=prefix,
+    )
+    assert inbox_event_process(inbox_event_id=first.pk).status == "processed"
+    # As if the lock had run before that document existed.
+    monkeypatch.setattr(research_services, "_documents_lock", lambda entity_ids: {})
+
+    outcomes = inbox_events_process(ids=[r.pk for r in rest], worker="w")
+
+    assert [o.status for o in outcomes] == ["ignored_out_of_order", "processed"]
+    assert ResearchDocument.objects.filter(entity_id=f"{prefix}_a").count() == 1
+    assert list(
+        DocumentRevision.objects.filter(document__entity_id=f"{prefix}_a")
+        .order_by("id")
+        .values_list("source_version", flat=True)
+    ) == [5, 6]
