@@ -1,6 +1,6 @@
 """The inbox's migrations carry existing state over, as an existing deployment would be
 migrated: a paused or draining source keeps its hold (0013), a row dead-lettered before causes
-were recorded gets one (0014); the inbox tables get their autovacuum settings (0019)."""
+were recorded gets one (0014); the inbox tables get their autovacuum settings (0020)."""
 
 from __future__ import annotations
 
@@ -119,7 +119,7 @@ def test_the_inbox_tables_get_a_queues_autovacuum_settings_and_lose_them_back(
     assert "autovacuum_vacuum_scale_factor=0.01" in reloptions(events)
     assert {"autovacuum_vacuum_threshold=5000", "fillfactor=70"} <= reloptions(attempts)
 
-    migrated_back("0018_source_client_and_deploy_target_actions")
+    migrated_back("0019_prefix_search_indexes")
 
     assert reloptions(events) == set()
     assert reloptions(attempts) == set()
