@@ -22,6 +22,7 @@ replayed. Two operations never commit for one live key.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -153,25 +154,34 @@ def _record_insert(*, values: list) -> int | None:
     return row[0] if row else None
 
 
+@functools.cache
+def _row_fields(model: type[models.Model]) -> tuple[models.Field, ...]:
+    return tuple(
+        field for field in model._meta.concrete_fields if not field.primary_key
+    )
+
+
 def _row_parts(row: models.Model) -> tuple[str, list]:
     """The columns and values of a new row as it was built: a value the builder set (its
     timestamps, which the response already shows) is written as it is; one left unset takes
     its field's default, and a column with a database default of its own (a ledger's
     ``log_ticket``) is left to the database."""
-    fields = [
-        field
-        for field in row._meta.concrete_fields
-        if not field.primary_key
-        and not isinstance(getattr(row, field.attname), DatabaseDefault)
-    ]
+    fields = []
     values = []
-    for field in fields:
+    for field in _row_fields(type(row)):
         value = getattr(row, field.attname)
+        if isinstance(value, DatabaseDefault):
+            continue
         if value is None:
             value = field.pre_save(row, add=True)
+        fields.append(field)
         values.append(field.get_db_prep_save(value, connection))
-    columns = ", ".join(connection.ops.quote_name(field.column) for field in fields)
-    return columns, values
+    return _columns(tuple(fields)), values
+
+
+@functools.cache
+def _columns(fields: tuple[models.Field, ...]) -> str:
+    return ", ".join(connection.ops.quote_name(field.column) for field in fields)
 
 
 def _row_insert(row: models.Model) -> None:
