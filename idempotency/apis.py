@@ -30,6 +30,7 @@ from .services import (
 )
 
 _UTF8 = ("utf-8", "utf8")
+_ANY_JSON = ("", "*/*", "application/json")
 
 IDEMPOTENCY_KEY_HEADER = OpenApiParameter(
     "Idempotency-Key",
@@ -104,6 +105,10 @@ class IdempotentPostMixin(_View):
         if request.content_type != "application/json":
             return None
         if request.content_params.get("charset", "utf-8").lower() not in _UTF8:
+            return None
+        # DRF's content negotiation refuses (406) what its JSON renderer cannot answer:
+        # only the Accept headers any renderer takes are answered here.
+        if request.headers.get("Accept", "") not in _ANY_JSON:
             return None
         if not idempotency_key_is_well_formed(key):
             return None

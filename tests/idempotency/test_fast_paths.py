@@ -213,3 +213,26 @@ def test_an_identical_retry_in_another_media_type_is_refused_as_the_whole_way_re
     assert response.status_code == 400, response.content
     assert response.json()["error"] == "invalid_json"
     assert Deployment.objects.count() == 1
+
+
+def test_an_accept_header_the_api_cannot_answer_is_refused_as_the_whole_way_refuses_it(
+    client_http,
+):
+    body = json.dumps(deployment_body()).encode()
+    response = client_http.post(
+        URL,
+        data=body,
+        content_type="application/json",
+        HTTP_ACCEPT="text/html",
+        HTTP_IDEMPOTENCY_KEY="accept-html",
+    )
+    assert response.status_code == 406, response.content
+    assert not IdempotencyRecord.objects.filter(key="accept-html").exists()
+    accepted = client_http.post(
+        URL,
+        data=body,
+        content_type="application/json",
+        HTTP_ACCEPT="application/json",
+        HTTP_IDEMPOTENCY_KEY="accept-html",
+    )
+    assert accepted.status_code == 202, accepted.content
