@@ -1,9 +1,10 @@
 """Idempotent CI/CD triggers: POST /api/deployments/ with new keys and with replayed keys,
 next to the floors (bare endpoint, raw INSERT ... ON CONFLICT) on the same gunicorn server.
 
-Targets: replays >= 90% of the raw-insert floor (a replay is one indexed read),
-new operations >= 60% (record + deployment in one transaction; no broker call: a worker's
-relay publishes the job). No worker runs, so nothing is published.
+Targets: replays >= 90% of the raw-insert floor (a replay is the new key's one statement
+meeting the key's record, which it returns: nothing written), new operations >= 60% (record +
+deployment in one statement; no broker call: a worker's relay publishes the job). No worker
+runs, so nothing is published.
 
     python -m bench.deployments        # JSON in var/bench/deployments.json
 """

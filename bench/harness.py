@@ -150,6 +150,27 @@ def stack_env(**overrides: str) -> dict[str, str]:
     return env
 
 
+def django_setup() -> None:
+    """Django in this process, on the stack's settings and database: for the benchmarks that
+    build their requests or rows with the product's own code (signed deliveries, say)."""
+    import django
+    from django.conf import settings
+
+    if settings.configured:
+        return
+    os.environ.update(
+        {
+            k: v
+            for k, v in stack_env().items()
+            if k.startswith(
+                ("DJANGO", "DATABASE", "AUDIT_SEAL_KEY", "AUDIT_SIGNING_KEY")
+            )
+        }
+    )
+    os.environ["CELERY_BROKER_URL"] = stack_env()["CELERY_BROKER_URL"]
+    django.setup()
+
+
 def manage(*args: str, env: dict[str, str] | None = None) -> str:
     result = subprocess.run(
         [sys.executable, "manage.py", *args],
@@ -191,11 +212,18 @@ class BenchContext:
         self.processes.append(process)
         return process
 
-    def gunicorn(self, *, workers: int = 2, **env: str) -> str:
-        """Starts gunicorn (sync workers, as PERF-NOTES found stable); returns its base URL."""
+    def gunicorn(
+        self, *, workers: int = 2, app: str = "config.wsgi", **env: str
+    ) -> str:
+        """Starts gunicorn (sync workers, found stable; the repository's gunicorn.conf.py)
+        serving ``app``; returns its base URL."""
         port = free_port()
         self._start(
-            [*gunicorn_command(port=port, workers=workers), "--log-level", "warning"],
+            [
+                *gunicorn_command(port=port, workers=workers, app=app),
+                "--log-level",
+                "warning",
+            ],
             f"gunicorn-{port}.log",
             env,
         )

@@ -1,8 +1,11 @@
 """Webhook ingest (``POST /webhooks/<slug>/``) on gunicorn and PostgreSQL, next to the floors
-measured on the same server in the same run: signed new events against the raw
-``INSERT ... ON CONFLICT`` floor (target >= 0.8), and 100% duplicates against new events
-(target >= 1.0). The product path is complete: signature check, envelope validation, the one
-upsert and the commit; no broker call (a worker's relay publishes the row; none runs here).
+measured in the same rounds: signed new events against the raw ``INSERT ... ON CONFLICT``
+floor on the same server, through the product's middleware (target >= 0.8), and against the
+bare floor, a plain Django view with no middleware at all doing the same raw insert of the
+same requests' bodies on a server of its own with the same gunicorn settings
+(``bench.bare_wsgi``, target >= 0.75); 100% duplicates against new events (target >= 1.0).
+The product path is complete: signature check, envelope validation, the one upsert and the
+commit; no broker call (a worker's relay publishes the row; none runs here).
 
 Run alone: ``python -m bench.ingest`` (BENCH_DATABASE_URL, BENCH_BROKER_URL, BENCH_SECONDS).
 """
@@ -21,6 +24,7 @@ from bench.harness import (
     Request,
     broker_purge,
     database_reset,
+    django_setup,
     floors_measure,
     load_run,
     manage,
@@ -28,6 +32,7 @@ from bench.harness import (
     report,
     sql,
 )
+from bench.views import FLOOR_TABLE
 from tests.integrations.research.factories import research_event
 from webhooks.schemes import signature_headers
 
@@ -51,6 +56,7 @@ def event_body(n: int) -> bytes:
 
 def signed_events(numbers, *, timestamp: int | None = None) -> list[Request]:
     """Signed deliveries of events ``numbers`` (``event_body``) to the bench source."""
+    django_setup()
     now = int(time.time()) if timestamp is None else timestamp
     requests = []
     for n in numbers:
@@ -75,10 +81,32 @@ def _check(result: LoadResult, *, expected: str, what: str) -> None:
         )
 
 
-def _round(base: str, *, first: int, seconds: float) -> dict[str, LoadResult]:
-    """One round: the floors, then new events, then duplicates, back to back on one server, so
-    that a neighbour's load on the machine hits every figure of the round alike."""
+def bare_floor_requests(numbers) -> list[Request]:
+    """The bare floor's requests: the same signed deliveries, bytes and headers, each with an
+    id of its own for the floor's insert."""
+    requests = []
+    for request in signed_events(numbers):
+        headers = {**request.headers, "X-Bench-Id": f"bare-{len(requests)}"}
+        requests.append(Request("POST", "/_bench/bare-insert", headers, request.body))
+    return requests
+
+
+def _round(
+    base: str, bare_base: str, *, first: int, seconds: float
+) -> dict[str, LoadResult]:
+    """One round: the floors, then new events, then duplicates, back to back, so that a
+    neighbour's load on the machine hits every figure of the round alike."""
     floors = floors_measure(base, seconds=seconds)
+    sql(f"TRUNCATE {FLOOR_TABLE}")
+    count = int(floors["raw_insert"].rps * seconds * 3) + 2000
+    bare = load_run(
+        f"{bare_base}/_bench/bare-insert",
+        requests_=bare_floor_requests(range(first, first + count)),
+        seconds=seconds,
+    )
+    _check(bare, expected="202", what="bare floor")
+    if bare.wrapped:
+        raise RuntimeError("the bare floor's list wrapped: raise its size")
 
     # New events: every request a new signed event id, sent once (``wrapped`` must stay 0).
     count = int(floors["raw_insert"].rps * seconds * 2) + 2000
@@ -107,7 +135,13 @@ def _round(base: str, *, first: int, seconds: float) -> dict[str, LoadResult]:
     )
     _check(duplicates, expected="200", what="duplicates")
     broker_purge()
-    return {**floors, "new": new, "duplicates": duplicates, "next": first + count}
+    return {
+        **floors,
+        "bare_insert": bare,
+        "new": new,
+        "duplicates": duplicates,
+        "next": first + count,
+    }
 
 
 def run(ctx: BenchContext) -> list[Figure]:
@@ -116,11 +150,12 @@ def run(ctx: BenchContext) -> list[Figure]:
         "webhook_source", "create", SLUG, "--handler", "research", "--secret", SECRET
     )
     base = ctx.gunicorn(workers=2)
+    bare_base = ctx.gunicorn(workers=2, app="bench.bare_wsgi")
     seconds = max(BENCH_SECONDS / 2, 3)
     rounds = []
     first = 0
     for _ in range(ROUNDS):
-        result = _round(base, first=first, seconds=seconds)
+        result = _round(base, bare_base, first=first, seconds=seconds)
         first = result.pop("next")
         rounds.append(result)
 
@@ -139,6 +174,15 @@ def run(ctx: BenchContext) -> list[Figure]:
             floor_value=med("raw_insert", "rps"),
             target_ratio=0.8,
             extra={"rounds": per_round, "bare_rps": med("bare", "rps")},
+        ),
+        Figure(
+            "ingest",
+            "signed new events / bare floor, no middleware",
+            new_rps,
+            "req/s",
+            floor_name="bare_insert",
+            floor_value=med("bare_insert", "rps"),
+            target_ratio=0.75,
         ),
         Figure(
             "ingest",

@@ -30,10 +30,10 @@ from bench.harness import (
     Process,
     broker_purge,
     database_reset,
+    django_setup,
     percentile,
     report,
     sql,
-    stack_env,
     wait_for,
 )
 from bench.processing_floor import FLOOR_TABLE
@@ -46,25 +46,6 @@ WORKER_COUNTS = [
     int(n) for n in os.environ.get("BENCH_PROCESSING_WORKERS", "1,2").split(",")
 ]
 DRAIN_TIMEOUT = float(os.environ.get("BENCH_PROCESSING_TIMEOUT", "1800"))
-
-
-def _django_setup() -> None:
-    import django
-    from django.conf import settings
-
-    if settings.configured:
-        return
-    os.environ.update(
-        {
-            k: v
-            for k, v in stack_env().items()
-            if k.startswith(
-                ("DJANGO", "DATABASE", "AUDIT_SEAL_KEY", "AUDIT_SIGNING_KEY")
-            )
-        }
-    )
-    os.environ["CELERY_BROKER_URL"] = stack_env()["CELERY_BROKER_URL"]
-    django.setup()
 
 
 def _workers(ctx: BenchContext, count: int, **env: str) -> list[Process]:
@@ -269,7 +250,7 @@ def _latency(ctx: BenchContext) -> dict:
 
 
 def run(ctx: BenchContext) -> list[Figure]:
-    _django_setup()
+    django_setup()
     figures: list[Figure] = []
     results = {}
     for workers in WORKER_COUNTS:

@@ -43,6 +43,18 @@ def raw_insert_notify(request):
     return HttpResponse(b'{"status":"ok"}', status=202, content_type="application/json")
 
 
+def bare_insert(request):
+    """The bare floor (``bench.bare_wsgi``: no middleware at all): one raw insert of the
+    request's id and its raw body, as a plain Django view would write it, committed."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO {FLOOR_TABLE} (id, body) VALUES (%s, %s) "  # noqa: S608 - constant
+            "ON CONFLICT (id) DO NOTHING",
+            [request.headers.get("X-Bench-Id", ""), request.body],
+        )
+    return HttpResponse(b'{"status":"ok"}', status=202, content_type="application/json")
+
+
 def floor_table_create() -> None:
     with connection.cursor() as cursor:
         cursor.execute(

@@ -4,31 +4,33 @@ key lookup endpoint."""
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from django.core.exceptions import RequestDataTooBig
-from django.db import InterfaceError, OperationalError
+from django.db import DatabaseError
 from django.http import HttpResponse
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers
 from rest_framework.exceptions import AuthenticationFailed
 from rest_framework.response import Response
+from rest_framework.utils import json as drf_json
 from rest_framework.views import APIView
 
 from core.authentication import BearerTokenAuthentication
-from core.errors import NotFound
+from core.errors import NotFound, ServiceError
 from core.parsers import json_object_body
 
 from .keys import idempotency_key_is_well_formed, idempotency_key_validate
 from .selectors import idempotency_record_get
 from .services import (
-    UNREAD,
     IdempotentResponse,
     OperationResult,
-    idempotency_live_record,
-    idempotency_replay_identical,
     idempotent_execute,
 )
+
+_UTF8 = ("utf-8", "utf8")
+_ANY_JSON = ("", "*/*", "application/json")
 
 IDEMPOTENCY_KEY_HEADER = OpenApiParameter(
     "Idempotency-Key",
@@ -54,7 +56,13 @@ class IdempotentPostMixin(_View):
     the key, then the body (400 ``invalid_json`` for anything but a JSON object, an empty
     body included; 422 ``invalid_payload``; nothing recorded for either), then runs
     ``perform`` through ``idempotent_execute`` and answers the first response or its
-    byte-identical replay (200, same ``Location``, ``Idempotent-Replayed: true``)."""
+    replay (200, same ``Location``, ``Idempotent-Replayed: true``).
+
+    A view may also give ``input_validate`` (``input_validate_fast``): the body's validated
+    data, exactly as its serializer would give it, or ``None`` for a body the serializer
+    refuses (or might). A request such a view accepts that way is answered before DRF's
+    handling (``_fast_lane``); every other one goes the whole way, where the serializer
+    says why it is refused."""
 
     operation_type: str = ""
     fingerprint_fields: tuple[str, ...] = ()
@@ -62,6 +70,9 @@ class IdempotentPostMixin(_View):
     # ``perform`` writes nothing: it builds its result and its one new row, unsaved
     # (``OperationResult.resource_row``), which is written with the key's record.
     perform_returns_unsaved_row: bool = False
+    # The serializer's accepted bodies and validated data, without building its fields
+    # (a ``staticmethod``).
+    input_validate_fast: Callable[[dict], dict | None] | None = None
 
     def fingerprint_values(self, data: dict) -> dict:
         return {name: data.get(name) for name in self.fingerprint_fields}
@@ -70,28 +81,34 @@ class IdempotentPostMixin(_View):
         raise NotImplementedError
 
     def dispatch(self, request, *args, **kwargs):
-        """A retry whose body is byte for byte the first request's is answered from the
-        key's record before the rest of the request is handled: an authenticated client, a
-        well-formed key, a live record with that body's hash. Anything else (a new key, a
-        changed body, an expired record, a missing token) goes the whole way, which answers
-        it exactly as before."""
-        if request.method == "POST":
+        if request.method == "POST" and self.input_validate_fast is not None:
             try:
-                replay = self._identical_retry(request)
-            except (OperationalError, InterfaceError):
-                # The database is unreachable: the whole way meets it again, inside DRF's
-                # error handling, which answers 503 ``temporarily_unavailable``.
-                replay = None
-            if replay is not None:
+                response = self._fast_lane(request)
+            except (DatabaseError, RequestDataTooBig):
+                # The whole way meets it again, inside DRF's error handling, which answers
+                # it (503 ``temporarily_unavailable`` for a database that is unreachable).
+                response = None
+            if response is not None:
                 for name, value in self.default_response_headers.items():
-                    replay[name] = value  # as the whole way would answer
-                return replay
+                    response[name] = value  # as the whole way would answer
+                return response
         return super().dispatch(request, *args, **kwargs)
 
-    def _identical_retry(self, request) -> HttpResponse | None:
+    def _fast_lane(self, request) -> HttpResponse | None:
+        """The whole way's answer to a request with a valid token, a well-formed key and a
+        body its checks accept, without DRF's request handling or serializer; ``None`` for
+        anything else, which the whole way answers. An error of the key's contract (a reused
+        key) is left for the whole way to raise once its own checks have passed."""
         key = request.headers.get("Idempotency-Key") or ""
-        # Only what the whole way would parse: another media type is its 400 to give.
+        # Only what the whole way would parse as it does: another media type or charset is
+        # its answer to give.
         if request.content_type != "application/json":
+            return None
+        if request.content_params.get("charset", "utf-8").lower() not in _UTF8:
+            return None
+        # DRF's content negotiation refuses (406) what its JSON renderer cannot answer:
+        # only the Accept headers any renderer takes are answered here.
+        if request.headers.get("Accept", "") not in _ANY_JSON:
             return None
         if not idempotency_key_is_well_formed(key):
             return None
@@ -102,21 +119,33 @@ class IdempotentPostMixin(_View):
         if found is None:
             return None
         client = found[0]
-        record = idempotency_live_record(
-            client=client, operation_type=self.operation_type, key=key
-        )
-        # Kept for the whole way, which then reads no record again.
-        request._idempotency_record = (client.pk, key, record)
+        raw = request.body
         try:
-            body_hash = hashlib.sha256(request.body).hexdigest()
-        except RequestDataTooBig:  # the whole way answers 413
+            # DRF's JSON, strict as its parser is (no NaN or Infinity).
+            body = drf_json.loads(raw.decode("utf-8"))
+        except (ValueError, RecursionError):
             return None
-        if record is None or not record.unexpired or record.request_hash != body_hash:
+        if not isinstance(body, dict):
             return None
-        return _response(
-            idempotency_replay_identical(
-                record=record, operation_type=self.operation_type, key=key
-            )
+        validate = self.input_validate_fast
+        data = validate(body) if validate is not None else None
+        if data is None:
+            return None
+        try:
+            return _response(self._execute(request, client=client, key=key, data=data))
+        except ServiceError as exc:
+            request._idempotency_error = (client.pk, key, exc)
+            return None
+
+    def _execute(self, request, *, client, key: str, data: dict) -> IdempotentResponse:
+        return idempotent_execute(
+            client=client,
+            operation_type=self.operation_type,
+            key=key,
+            fingerprint_fields=self.fingerprint_values(data),
+            perform=lambda: self.perform(client=client, key=key, data=data),
+            request_hash=hashlib.sha256(request.body).hexdigest(),
+            perform_returns_unsaved_row=self.perform_returns_unsaved_row,
         )
 
     def post(self, request, *args, **kwargs):
@@ -125,20 +154,12 @@ class IdempotentPostMixin(_View):
         serializer.is_valid(raise_exception=True)
         data = serializer.validated_data
         client = request.user
-        read = getattr(request._request, "_idempotency_record", None)
-        result = idempotent_execute(
-            client=client,
-            operation_type=self.operation_type,
-            key=key,
-            fingerprint_fields=self.fingerprint_values(data),
-            perform=lambda: self.perform(client=client, key=key, data=data),
-            request_hash=hashlib.sha256(request.body).hexdigest(),
-            record=read[2]
-            if read is not None and read[:2] == (client.pk, key)
-            else UNREAD,
-            perform_returns_unsaved_row=self.perform_returns_unsaved_row,
-        )
-        return _response(result)
+        met = getattr(request._request, "_idempotency_error", None)
+        if met is not None and met[:2] == (client.pk, key):
+            # What the fast lane met for this very request (a reused key): raised here,
+            # after the whole way's checks, so that it is answered as the whole way answers.
+            raise met[2]
+        return _response(self._execute(request, client=client, key=key, data=data))
 
 
 def _response(result: IdempotentResponse) -> HttpResponse:

@@ -4,21 +4,25 @@
 the idempotency record and whatever ``perform`` writes commit in one transaction, and the
 database's partial unique constraint on live records decides concurrent first requests.
 
-A retry is one indexed read of the committed record, outside any transaction. A request that
-finds no live record runs ``perform`` and inserts the complete record (response included) with
-``INSERT ... ON CONFLICT DO NOTHING``: a concurrent first request with the same key blocks on the
-other's uncommitted row; when that one commits, this INSERT does nothing, the whole transaction
-(with what ``perform`` wrote) is rolled back, and the committed record is replayed. Two
-operations never commit for one live key.
-
 An operation whose whole effect is one new row (a deployment, a build) hands that row back
-unsaved (``OperationResult.resource_row``): on PostgreSQL the record and the row are then
-inserted by one statement, the row only if the record was, so a new key costs one round trip
-and no transaction of its own.
+unsaved (``OperationResult.resource_row``). On PostgreSQL such a request inserts first: one
+statement inserts the complete record (response included) with ``INSERT ... ON CONFLICT DO
+NOTHING RETURNING``, the row only if the record was inserted, and, only when the key already has
+a committed live record, returns that record instead; so a new key and a retry each cost one
+round trip, and a new key reads nothing. A concurrent first request with the same key blocks on
+the other's uncommitted record; when that one commits, the insert does nothing, and the record
+(committed after the statement's snapshot, so not returned with it) is read once.
+
+Any other operation (a status sync, whose ``perform`` writes) reads the key's record first, one
+indexed read outside any transaction. A request that finds no live record runs ``perform`` and
+inserts the record in one transaction with ``INSERT ... ON CONFLICT DO NOTHING``: on a conflict
+the whole transaction (with what ``perform`` wrote) is rolled back, and the committed record is
+replayed. Two operations never commit for one live key.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -150,25 +154,34 @@ def _record_insert(*, values: list) -> int | None:
     return row[0] if row else None
 
 
+@functools.cache
+def _row_fields(model: type[models.Model]) -> tuple[models.Field, ...]:
+    return tuple(
+        field for field in model._meta.concrete_fields if not field.primary_key
+    )
+
+
 def _row_parts(row: models.Model) -> tuple[str, list]:
     """The columns and values of a new row as it was built: a value the builder set (its
     timestamps, which the response already shows) is written as it is; one left unset takes
     its field's default, and a column with a database default of its own (a ledger's
     ``log_ticket``) is left to the database."""
-    fields = [
-        field
-        for field in row._meta.concrete_fields
-        if not field.primary_key
-        and not isinstance(getattr(row, field.attname), DatabaseDefault)
-    ]
+    fields = []
     values = []
-    for field in fields:
+    for field in _row_fields(type(row)):
         value = getattr(row, field.attname)
+        if isinstance(value, DatabaseDefault):
+            continue
         if value is None:
             value = field.pre_save(row, add=True)
+        fields.append(field)
         values.append(field.get_db_prep_save(value, connection))
-    columns = ", ".join(connection.ops.quote_name(field.column) for field in fields)
-    return columns, values
+    return _columns(tuple(fields)), values
+
+
+@functools.cache
+def _columns(fields: tuple[models.Field, ...]) -> str:
+    return ", ".join(connection.ops.quote_name(field.column) for field in fields)
 
 
 def _row_insert(row: models.Model) -> None:
@@ -199,11 +212,54 @@ def _record_and_row_insert(*, values: list, row: models.Model) -> int | None:
     return found[0] if found else None
 
 
-class Unread:
-    """``idempotent_execute(record=UNREAD)``: the caller has not read the key's record."""
+def _live_record_columns(table: str) -> str:
+    return (
+        f"{table}.id, {table}.fingerprint, {table}.fingerprint_fields,"
+        f" {table}.expires_at > %s, {table}.response_body, {table}.response_location,"
+        f" {table}.request_hash"
+    )
 
 
-UNREAD = Unread()
+def _record_and_row_insert_first(
+    *, values: list, row: models.Model, client: ApiClient, operation_type: str, key: str
+) -> tuple[int | None, LiveRecord | None]:
+    """Inserts the record and the operation's row as ``_record_and_row_insert`` does, in the
+    same statement returning the key's live record when the insert met one (PostgreSQL).
+    ``(id, None)``: inserted; ``(None, record)``: the key's committed live record;
+    ``(None, None)``: the insert met a record committed after the statement began (a
+    concurrent first request it waited for), which only a read of its own can see."""
+    columns, row_values = _row_parts(row)
+    table = IdempotencyRecord._meta.db_table
+    sql = (
+        f"WITH record AS ({_record_insert_sql()}),"  # noqa: S608 - names from the models
+        f" resource AS (INSERT INTO {connection.ops.quote_name(row._meta.db_table)}"
+        f" ({columns}) SELECT {', '.join(['%s'] * len(row_values))}"
+        " WHERE EXISTS (SELECT 1 FROM record))"
+        " SELECT true, id, NULL, NULL::jsonb, NULL::boolean, NULL::bytea, NULL, NULL"
+        " FROM record"
+        f" UNION ALL SELECT false, {_live_record_columns(table)} FROM {table}"
+        f" WHERE {table}.client_id = %s AND {table}.operation_type = %s"
+        f" AND {table}.key = %s AND {table}.expired_at IS NULL"
+        " AND NOT EXISTS (SELECT 1 FROM record)"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(
+            sql,
+            [
+                *values,
+                *row_values,
+                timezone.now(),
+                client.pk,
+                operation_type,
+                key,
+            ],
+        )
+        found = cursor.fetchone()
+    if found is None:
+        return None, None
+    if found[0]:
+        return found[1], None
+    return None, _live_record_from_row(found[1:])
 
 
 @dataclass(frozen=True)
@@ -227,8 +283,7 @@ def idempotency_live_record(
     with connection.cursor() as cursor:
         cursor.execute(
             f"""
-            SELECT id, fingerprint, fingerprint_fields, expires_at > %s, response_body,
-                response_location, request_hash
+            SELECT {_live_record_columns(table)}
             FROM {table}
             WHERE client_id = %s AND operation_type = %s AND key = %s
                 AND expired_at IS NULL
@@ -238,6 +293,10 @@ def idempotency_live_record(
         row = cursor.fetchone()
     if row is None:
         return None
+    return _live_record_from_row(row)
+
+
+def _live_record_from_row(row) -> LiveRecord:
     fields = row[2]
     if isinstance(fields, str):  # databases without a native JSON type (SQLite)
         fields = json.loads(fields)
@@ -306,21 +365,6 @@ def idempotency_replay(
     )
 
 
-def idempotency_replay_identical(
-    *, record: LiveRecord, operation_type: str, key: str
-) -> IdempotentResponse:
-    """The stored response, for a retry whose body is the first request's, byte for byte
-    (its fingerprint can only be the stored one)."""
-    IDEMPOTENCY_REQUESTS.labels(operation_type, "replayed").inc()
-    _record_seen(pk=record.pk, conflict=False)
-    return IdempotentResponse(
-        status_code=200,
-        body=record.response_body,
-        location=record.response_location,
-        replayed=True,
-    )
-
-
 def idempotent_execute(
     *,
     client: ApiClient,
@@ -329,7 +373,6 @@ def idempotent_execute(
     fingerprint_fields: dict,
     perform: Callable[[], OperationResult],
     request_hash: str = "",
-    record: LiveRecord | Unread | None = UNREAD,
     perform_returns_unsaved_row: bool = False,
 ) -> IdempotentResponse:
     """Runs ``perform`` at most once per live (client, operation_type, key).
@@ -342,10 +385,9 @@ def idempotent_execute(
     - key past ``IDEMPOTENCY_KEY_TTL_SECONDS``: the old record is marked expired (kept for
       audit) and the operation runs again as new.
     An exception from ``perform`` rolls the record back with it: nothing is recorded.
-    ``record``: the key's live record when the caller already read it (``None``: there is
-    none), so that it is not read again; by default it is read here.
     ``perform_returns_unsaved_row``: ``perform`` writes nothing, it only builds its result and
-    its one new row (``resource_row``, unsaved), so it may run before any transaction.
+    its one new row (``resource_row``, unsaved), so it may run before any transaction; on
+    PostgreSQL the key is then inserted first and its record read only if it exists.
     """
     fingerprint = fingerprint_compute(fields=fingerprint_fields)
     replay_args: dict[str, Any] = {
@@ -355,11 +397,20 @@ def idempotent_execute(
         "fingerprint": fingerprint,
         "fingerprint_fields": fingerprint_fields,
     }
-    existing = (
-        idempotency_live_record(client=client, operation_type=operation_type, key=key)
-        if isinstance(record, Unread)
-        else record
-    )
+    if perform_returns_unsaved_row and connection.vendor == "postgresql":
+        inserted, existing = _insert_first(
+            perform=perform, request_hash=request_hash, **replay_args
+        )
+        if inserted is not None:
+            return inserted
+        if existing is None:
+            existing = idempotency_live_record(
+                client=client, operation_type=operation_type, key=key
+            )
+    else:
+        existing = idempotency_live_record(
+            client=client, operation_type=operation_type, key=key
+        )
     for _ in range(MAX_CLAIM_ROUNDS):
         now = timezone.now()
         if existing is not None and existing.unexpired:
@@ -374,27 +425,91 @@ def idempotent_execute(
             **replay_args,
         )
         if record_id is not None:
-            IDEMPOTENCY_REQUESTS.labels(operation_type, outcome).inc()
-            logger.info(
-                "idempotency.executed",
-                extra={
-                    "operation_type": operation_type,
-                    "idempotency_key": key,
-                    "client_id": client.pk,
-                    "resource_id": result.resource_id,
-                    "outcome": outcome,
-                },
-            )
-            return IdempotentResponse(
-                status_code=result.status_code,
+            return _executed(
+                result=result,
                 body=body,
-                location=result.location,
-                replayed=False,
+                outcome=outcome,
+                client=client,
+                key=key,
+                operation_type=operation_type,
             )
         existing = idempotency_live_record(
             client=client, operation_type=operation_type, key=key
         )
     raise TemporarilyUnavailable("idempotency record could not be claimed")
+
+
+def _executed(
+    *,
+    result: OperationResult,
+    body: bytes,
+    outcome: str,
+    client: ApiClient,
+    key: str,
+    operation_type: str,
+) -> IdempotentResponse:
+    IDEMPOTENCY_REQUESTS.labels(operation_type, outcome).inc()
+    logger.info(
+        "idempotency.executed",
+        extra={
+            "operation_type": operation_type,
+            "idempotency_key": key,
+            "client_id": client.pk,
+            "resource_id": result.resource_id,
+            "outcome": outcome,
+        },
+    )
+    return IdempotentResponse(
+        status_code=result.status_code,
+        body=body,
+        location=result.location,
+        replayed=False,
+    )
+
+
+def _insert_first(
+    *,
+    perform: Callable[[], OperationResult],
+    client: ApiClient,
+    operation_type: str,
+    key: str,
+    **record_args,
+) -> tuple[IdempotentResponse | None, LiveRecord | None]:
+    """A new key's one statement: the operation's answer when its record and row were
+    inserted, else the key's live record when the statement could see it (``None`` when it
+    could not: read it)."""
+    result = perform()
+    if result.resource_row is None:
+        raise TypeError("perform_returns_unsaved_row: perform returned no resource_row")
+    now = timezone.now()
+    body = response_body_render(result.body)
+    values = _record_values(
+        result=result,
+        body=body,
+        now=now,
+        client=client,
+        operation_type=operation_type,
+        key=key,
+        **record_args,
+    )
+    record_id, existing = _record_and_row_insert_first(
+        values=values,
+        row=result.resource_row,
+        client=client,
+        operation_type=operation_type,
+        key=key,
+    )
+    if record_id is None:
+        return None, existing
+    answer = _executed(
+        result=result,
+        body=body,
+        outcome="new",
+        client=client,
+        key=key,
+        operation_type=operation_type,
+    )
+    return answer, None
 
 
 def _operation_record(

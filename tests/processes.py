@@ -186,13 +186,13 @@ def celery_beat_command(*, schedule: Path, loglevel: str = "INFO") -> list[str]:
 
 
 def gunicorn_command(
-    *, port: int, workers: int = 2, threads: int | None = None
+    *, port: int, workers: int = 2, threads: int | None = None, app: str = "config.wsgi"
 ) -> list[str]:
     """With ``threads``, threaded workers: up to ``workers x threads`` requests inside the
-    views at the same moment (the concurrency tests)."""
+    views at the same moment (the concurrency tests). ``app``: the WSGI module served."""
     command = [
         str(BIN / "gunicorn"),
-        "config.wsgi",
+        app,
         "--bind",
         f"127.0.0.1:{port}",
         "--workers",

@@ -276,3 +276,35 @@ def test_only_web_processes_get_the_statement_timeout_and_bounded_waits():
     )
     assert engine == "django.db.backends.postgresql"
     assert "options" not in options
+
+
+BARE_FLOOR = (
+    "import bench.bare_wsgi as b; from django.urls import resolve; "
+    "h = b.application; "
+    "print(h._middleware_chain.__wrapped__ == h._get_response, "
+    "resolve('/_bench/bare-insert', urlconf=b.URLCONF).func.__name__)"
+)
+
+
+def test_the_bare_floor_has_no_middleware_and_only_the_benchmarks_settings_serve_it():
+    env = {**PRODUCTION_ENV, "DJANGO_SETTINGS_MODULE": "config.settings.bench"}
+    result = subprocess.run(
+        [sys.executable, "-c", BARE_FLOOR],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["True", "bare_insert"]
+    refused = subprocess.run(
+        [sys.executable, "-c", "import bench.bare_wsgi"],
+        cwd=ROOT,
+        env=PRODUCTION_ENV,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert refused.returncode != 0
+    assert "BENCH_ENDPOINTS" in refused.stderr

@@ -1,6 +1,7 @@
-"""What an idempotent POST costs the database: a new key is one statement after the key's read
-(the record and the deployment written together), a retry with the very same bytes is the
-key's read alone, and the answers are those of the whole way, byte for byte."""
+"""What an idempotent POST costs the database: a new key is one statement that inserts first
+(the record and the deployment written together, nothing read), a retry is that same statement
+finding the key's record (nothing written), and the answers are those of the whole way, byte
+for byte."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import time
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
+from prometheus_client import REGISTRY
 
 from core.models import ApiClient
 from deployments.models import Deployment
@@ -35,6 +37,11 @@ def client_http():
     return bearer_http(token)
 
 
+def conflicts() -> float:
+    labels = {"operation": "deployment.create", "outcome": "conflict"}
+    return REGISTRY.get_sample_value("idempotency_requests_total", labels) or 0.0
+
+
 def statements(queries) -> list[str]:
     return [q["sql"] for q in queries]
 
@@ -42,16 +49,17 @@ def statements(queries) -> list[str]:
 @pytest.mark.skipif(
     connection.vendor != "postgresql", reason="one statement is PostgreSQL's"
 )
-def test_a_new_key_is_its_read_and_one_statement(client_http):
+def test_a_new_key_is_one_statement_that_inserts_first(client_http):
     body = json.dumps(deployment_body()).encode()
     with CaptureQueriesContext(connection) as queries:
         response = post(client_http, body, "fast-new")
     assert response.status_code == 202, response.content
     sql = statements(queries)
-    # The token's client, the key's live record, then the record and the deployment.
-    assert len(sql) == 3, sql
-    assert "INSERT INTO" in sql[2] and Deployment._meta.db_table in sql[2]
-    assert IdempotencyRecord._meta.db_table in sql[2]
+    # The token's client, then the record and the deployment: no read of the key before.
+    assert len(sql) == 2, sql
+    assert sql[1].startswith("WITH record AS (INSERT INTO"), sql[1]
+    assert Deployment._meta.db_table in sql[1]
+    assert IdempotencyRecord._meta.db_table in sql[1]
     record = IdempotencyRecord.objects.get(key="fast-new")
     deployment = Deployment.objects.get(public_id=record.resource_id)
     answered = response.json()
@@ -62,10 +70,15 @@ def test_a_new_key_is_its_read_and_one_statement(client_http):
     )
 
 
-def test_a_byte_identical_retry_is_answered_from_the_key_alone(client_http):
+@pytest.mark.skipif(
+    connection.vendor != "postgresql", reason="one statement is PostgreSQL's"
+)
+def test_a_retry_is_the_same_one_statement_and_writes_nothing(client_http):
     body = json.dumps(deployment_body()).encode()
     first = post(client_http, body, "fast-retry")
     assert first.status_code == 202
+    records = IdempotencyRecord.objects.values_list("pk", "updated_at")
+    before = list(records)
     with CaptureQueriesContext(connection) as queries:
         retry = post(client_http, body, "fast-retry")
     assert retry.status_code == 200
@@ -73,19 +86,21 @@ def test_a_byte_identical_retry_is_answered_from_the_key_alone(client_http):
     assert retry["Location"] == first["Location"]
     assert retry["Idempotent-Replayed"] == "true"
     sql = statements(queries)
-    # The token's client, the key's record, and the replay counted on it (one UPDATE).
+    # The token's client, the insert that met the key's record and returned it, and the
+    # replay counted on the record (one UPDATE).
     assert len(sql) == 3, sql
     assert sql[2].startswith("UPDATE idempotency_idempotencyrecord SET replay_count"), (
         sql
     )
     assert Deployment.objects.count() == 1
+    assert list(records) == before
 
 
-def test_a_retry_with_other_bytes_but_the_same_operation_goes_the_whole_way(
+def test_a_retry_with_other_bytes_but_the_same_operation_is_the_same_replay(
     client_http,
 ):
     """Whitespace and member order change the bytes, not the fingerprint: the answer is the
-    same replay, reached through validation."""
+    same replay."""
     body = deployment_body()
     first = post(client_http, json.dumps(body).encode(), "fast-spaces")
     reordered = json.dumps(dict(reversed(list(body.items()))), indent=2).encode()
@@ -94,11 +109,19 @@ def test_a_retry_with_other_bytes_but_the_same_operation_goes_the_whole_way(
     assert retry.status_code == 200
     assert retry.content == first.content
     assert retry["Idempotent-Replayed"] == "true"
-    # No second read of the key: its client, its record, the replay counted on it.
+    # No second read of the key: its client, the insert that met it, the replay counted.
     assert len(statements(queries)) == 3
-    # Headers the whole way adds, the short way adds too.
-    identical = post(client_http, json.dumps(body).encode(), "fast-spaces")
-    assert sorted(identical.headers.items()) == sorted(retry.headers.items())
+    # Headers the whole way adds, the fast lane adds too: a charset other than UTF-8 is
+    # left to the whole way (DRF's parser reads it).
+    whole = client_http.post(
+        URL,
+        data=json.dumps(body).encode(),
+        content_type="application/json; charset=iso-8859-1",
+        HTTP_IDEMPOTENCY_KEY="fast-spaces",
+    )
+    assert whole.status_code == 200, whole.content
+    assert whole.content == retry.content
+    assert sorted(whole.headers.items()) == sorted(retry.headers.items())
 
 
 def test_a_changed_operation_under_the_key_is_still_409(client_http):
@@ -107,6 +130,32 @@ def test_a_changed_operation_under_the_key_is_still_409(client_http):
     response = post(client_http, other, "fast-409")
     assert response.status_code == 409
     assert response.json()["differing_fields"] == ["commit_sha"]
+
+
+def test_a_reused_key_is_counted_and_answered_once(client_http):
+    """The fast lane leaves a reused key's 409 to the whole way, which raises what the lane
+    met instead of running the key's statement again."""
+    post(client_http, json.dumps(deployment_body()).encode(), "fast-409-once")
+    before = conflicts()
+    other = json.dumps(deployment_body(environment="production")).encode()
+    with CaptureQueriesContext(connection) as queries:
+        response = post(client_http, other, "fast-409-once")
+    assert response.status_code == 409
+    assert response.json() == {
+        "error": "idempotency_key_reused",
+        "differing_fields": ["environment"],
+    }
+    assert conflicts() == before + 1
+    assert len(statements(queries)) <= 3, statements(queries)
+
+
+def test_a_body_the_fast_lane_refuses_is_the_serializers_422(client_http):
+    body = deployment_body(repository="not a repository")
+    response = post(client_http, json.dumps(body).encode(), "fast-422")
+    assert response.status_code == 422
+    assert response.json()["error"] == "invalid_payload"
+    assert list(response.json()["details"]) == ["repository"]
+    assert not IdempotencyRecord.objects.filter(key="fast-422").exists()
 
 
 def test_without_a_valid_token_an_identical_retry_is_still_401(client_http):
@@ -140,9 +189,9 @@ def test_a_client_deactivated_elsewhere_is_refused_within_the_period(settings):
 
 @pytest.mark.django_db(transaction=True)
 def test_the_database_down_is_503_on_every_path_and_the_retry_goes_through(client_http):
-    """Every request of an idempotent POST reads the database before DRF takes over (the token,
-    the key's record, for the identical-retry path): a database that refuses connections is a
-    503 to retry, never a 500, whether the key is new or a retry; and nothing is lost."""
+    """Every request of an idempotent POST meets the database before DRF takes over (the token,
+    the key's statement, on the fast lane): a database that refuses connections is a 503 to
+    retry, never a 500, whether the key is new or a retry; and nothing is lost."""
     body = json.dumps(deployment_body()).encode()
     assert post(client_http, body, "down-retry").status_code == 202
     for key in ("down-retry", "down-new"):
@@ -159,8 +208,8 @@ def test_the_database_down_is_503_on_every_path_and_the_retry_goes_through(clien
 def test_an_identical_retry_in_another_media_type_is_refused_as_the_whole_way_refuses_it(
     client_http,
 ):
-    """The identical-retry answer is for a retry the whole way would accept: the same bytes
-    sent as text/plain are a 400, not the first response."""
+    """The fast lane answers only what the whole way would accept: the same bytes sent as
+    text/plain are a 400, not the first response."""
     body = json.dumps(deployment_body()).encode()
     assert post(client_http, body, "media-type").status_code == 202
     response = client_http.post(
@@ -169,3 +218,26 @@ def test_an_identical_retry_in_another_media_type_is_refused_as_the_whole_way_re
     assert response.status_code == 400, response.content
     assert response.json()["error"] == "invalid_json"
     assert Deployment.objects.count() == 1
+
+
+def test_an_accept_header_the_api_cannot_answer_is_refused_as_the_whole_way_refuses_it(
+    client_http,
+):
+    body = json.dumps(deployment_body()).encode()
+    response = client_http.post(
+        URL,
+        data=body,
+        content_type="application/json",
+        HTTP_ACCEPT="text/html",
+        HTTP_IDEMPOTENCY_KEY="accept-html",
+    )
+    assert response.status_code == 406, response.content
+    assert not IdempotencyRecord.objects.filter(key="accept-html").exists()
+    accepted = client_http.post(
+        URL,
+        data=body,
+        content_type="application/json",
+        HTTP_ACCEPT="application/json",
+        HTTP_IDEMPOTENCY_KEY="accept-html",
+    )
+    assert accepted.status_code == 202, accepted.content

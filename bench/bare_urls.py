@@ -1,0 +1,11 @@
+"""The URLs of the bare floor (``bench.bare_wsgi``): the raw insert, and a health answer for
+the harness to wait on."""
+
+from django.urls import path
+
+from . import views
+
+urlpatterns = [
+    path("healthz", views.bare),
+    path("_bench/bare-insert", views.bare_insert),
+]
