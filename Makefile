@@ -55,12 +55,13 @@ test-alerts: system-tools
 ## While working: the suite without the tests that start processes, a browser or the chaos run
 ## (marked slow) and those that migrate the database back and forth (marked migrations), in
 ## two processes, on test databases kept from the last run while the migrations are the same.
+## The Hypothesis tests draw a third of their examples (tests/examples.py); `make test` draws all.
 test-fast: setup
 	$(PY) scripts/check_services.py
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports --no-cache
 	$(VENV)/bin/mypy
-	$(PYTEST) -m "not slow and not migrations" -n 2 --reuse-db --durations=15 $(PYTEST_ARGS)
+	TEST_EXAMPLES=fast $(PYTEST) -m "not slow and not migrations" -n 2 --reuse-db --durations=15 $(PYTEST_ARGS)
 	@if command -v promtool >/dev/null; then \
 	  promtool check rules deploy/prometheus/alerts.yml && \
 	  promtool test rules deploy/prometheus/tests/*.yml && \

@@ -42,29 +42,51 @@ OPERATOR_EXTRA_PERMISSIONS = (
 )
 
 
-def _permission(dotted: str) -> Permission:
-    app_label, codename = dotted.split(".", 1)
-    return Permission.objects.get(content_type__app_label=app_label, codename=codename)
+def _permissions(wanted: list[tuple[str, str]]) -> dict[tuple[str, str], Permission]:
+    """The permissions named by (app label, codename) that exist, read in one query. When
+    one is missing, the audited apps' content types and permissions are created first (they
+    are created after ``migrate``; models added since get theirs here)."""
+
+    def read() -> dict[tuple[str, str], Permission]:
+        return {
+            (p.content_type.app_label, p.codename): p
+            for p in Permission.objects.select_related("content_type").filter(
+                content_type__app_label__in={label for label, _ in wanted},
+                codename__in={codename for _, codename in wanted},
+            )
+        }
+
+    found = read()
+    if all(key in found for key in wanted):
+        return found
+    for app_label in audited_app_labels():
+        config = apps.get_app_config(app_label)
+        create_contenttypes(config, verbosity=0)
+        create_permissions(config, verbosity=0)
+    return read()
 
 
 def view_permissions() -> list[Permission]:
     """Every ``view_*`` permission of the audited apps' installed models (proxies included)."""
-    wanted = []
-    for app_label in audited_app_labels():
-        config = apps.get_app_config(app_label)
-        # Permissions are created after migrate; make sure models added since exist too.
-        create_contenttypes(config, verbosity=0)
-        create_permissions(config, verbosity=0)
-        for model in config.get_models():
-            wanted.append((app_label, f"view_{model._meta.model_name}"))
-    permissions: list[Permission] = []
-    for app_label, codename in wanted:
-        permissions.extend(
-            Permission.objects.filter(
-                content_type__app_label=app_label, codename=codename
-            )
-        )
-    return permissions
+    wanted = [
+        (config.label, f"view_{model._meta.model_name}")
+        for config in map(apps.get_app_config, audited_app_labels())
+        for model in config.get_models()
+    ]
+    found = _permissions(wanted)
+    return [found[key] for key in wanted if key in found]
+
+
+def _operator_extra_permissions() -> list[Permission]:
+    wanted = [
+        (app_label, codename)
+        for app_label, codename in (p.split(".", 1) for p in OPERATOR_EXTRA_PERMISSIONS)
+    ]
+    found = _permissions(wanted)
+    missing = [".".join(key) for key in wanted if key not in found]
+    if missing:
+        raise Permission.DoesNotExist(f"no permission {', '.join(missing)}")
+    return [found[key] for key in wanted]
 
 
 @transaction.atomic
@@ -75,9 +97,7 @@ def roles_bootstrap() -> dict[str, int]:
     auditors, _ = Group.objects.get_or_create(name=AUDITORS)
     auditors.permissions.set(views)
     operators, _ = Group.objects.get_or_create(name=OPERATORS)
-    operators.permissions.set(
-        views + [_permission(p) for p in OPERATOR_EXTRA_PERMISSIONS]
-    )
+    operators.permissions.set(views + _operator_extra_permissions())
     return {
         AUDITORS: auditors.permissions.count(),
         OPERATORS: operators.permissions.count(),

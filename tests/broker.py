@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import functools
 import json
 import os
 
@@ -17,7 +18,14 @@ QUEUE = "celery"
 
 
 def redis_client() -> redis.Redis:
-    return redis.Redis.from_url(settings.CELERY_BROKER_URL)
+    return _redis_client(settings.CELERY_BROKER_URL)
+
+
+@functools.cache
+def _redis_client(url: str) -> redis.Redis:
+    """One client (and its connection pool) per URL, kept: connecting again for every read
+    cost more than the read."""
+    return redis.Redis.from_url(url)
 
 
 def broker_reset() -> None:

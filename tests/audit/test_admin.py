@@ -188,6 +188,25 @@ def test_bootstrap_roles_removes_permissions_granted_by_hand():
     assert not auditors.permissions.filter(codename="replay_inboxevent").exists()
 
 
+def test_bootstrap_roles_creates_a_permission_missing_since_migrate():
+    from django.contrib.auth.models import Group, Permission
+
+    Permission.objects.filter(
+        codename__in=["view_inboxevent", "replay_inboxevent"]
+    ).delete()
+    roles_bootstrap()
+    assert (
+        Group.objects.get(name=AUDITORS)
+        .permissions.filter(codename="view_inboxevent")
+        .exists()
+    )
+    assert (
+        Group.objects.get(name=OPERATORS)
+        .permissions.filter(codename="replay_inboxevent")
+        .exists()
+    )
+
+
 # --- anonymous -----------------------------------------------------------------------------
 
 

@@ -166,7 +166,10 @@ class Witness:
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_port}/add-checkpoint"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        # shutdown() is seen within 50 ms, not the default 0.5 s.
+        self.thread = threading.Thread(
+            target=self.server.serve_forever, args=(0.05,), daemon=True
+        )
         self.thread.start()
 
     def close(self) -> None:

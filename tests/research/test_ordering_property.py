@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from research.models import DocumentRevision, ResearchDocument
+from tests.examples import max_examples
 from tests.integrations.research.factories import BASE_TIME, research_event
 from tests.threads import run_together
 from tests.webhooks.factories import inbox_events_bulk_create
@@ -30,7 +31,7 @@ KINDS = st.sampled_from(
     ]
 )
 PROPERTY_SETTINGS = settings(
-    max_examples=25,
+    max_examples=max_examples(25),
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )

@@ -8,13 +8,14 @@ from django.test import Client
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
+from tests.examples import max_examples
 from tests.webhooks.factories import WebhookSourceFactory, signed_headers, webhook_post
 from webhooks.models import InboxEvent
 
 pytestmark = pytest.mark.django_db
 
 FUZZ = settings(
-    max_examples=150,
+    max_examples=max_examples(150),
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )

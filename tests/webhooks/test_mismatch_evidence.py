@@ -1,6 +1,7 @@
 """The fingerprint-mismatch evidence page stays fast whatever the two bodies are, and both
 bodies can be downloaded whole (docs/security.md, "The evidence page")."""
 
+import functools
 import json
 import random
 import sys
@@ -23,11 +24,18 @@ HANG_GUARD_SECONDS = 5.0
 def similar_lines(count: int, *, seed: int, width: int = 40) -> list[str]:
     """``count`` lines that differ from each other by a few characters: the worst case for
     a character-level diff."""
+    return list(_similar_lines(count, seed, width))
+
+
+@functools.cache
+def _similar_lines(count: int, seed: int, width: int) -> tuple[str, ...]:
+    """Drawn once per process for each set of arguments: several tests use the same full-size
+    bodies, and drawing their characters one by one takes about a second."""
     rng = random.Random(seed)
-    return [
+    return tuple(
         f"sync record {n:05d} " + "".join(rng.choice("ab") for _ in range(width))
         for n in range(count)
-    ]
+    )
 
 
 def reordered_pair(count: int, *, width: int = 30) -> tuple[list[str], list[str]]:
