@@ -47,7 +47,7 @@ def settings_reset(apps, schema_editor):
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("webhooks", "0018_source_client_and_deploy_target_actions"),
+        ("webhooks", "0019_prefix_search_indexes"),
     ]
 
     operations = [migrations.RunPython(settings_set, settings_reset)]
