@@ -8,7 +8,7 @@ worker while wrk drives one endpoint, folded into the share of samples that each
     python -m bench.profile processing      # one worker's pool process draining research events
 
 ``processing`` samples the pool process of one Celery worker (pool of one, with its relay)
-while it drains a fixed backlog of PROFILE_PROCESSING_EVENTS research events (6,000 by
+while it drains a fixed backlog of PROFILE_PROCESSING_EVENTS research events (20,000 by
 default, published as the relay publishes them), twice at once: once on CPU only and once wall
 clock (``--idle``, ``profile-processing-wall.*``), and reads the CPU time of the worker's
 processes and of their database backends over the drain.
@@ -158,7 +158,7 @@ def _processing() -> int:
     """One worker's pool process while it drains a fixed backlog of research events."""
     from bench.processing import _django_setup, _inbox_fill, _publish_inbox
 
-    events = int(os.environ.get("PROFILE_PROCESSING_EVENTS", "6000"))
+    events = int(os.environ.get("PROFILE_PROCESSING_EVENTS", "20000"))
     _django_setup()
     from django.db.models import Max, Min
 
