@@ -136,7 +136,7 @@ VACUUMED = (
 
 def _vacuum_if_autovacuum_off() -> None:
     """On a server whose autovacuum is off, vacuums the tables an earlier drain left dead
-    row versions in, as autovacuum would have by then (webhooks 0019 sets the inbox's
+    row versions in, as autovacuum would have by then (webhooks 0020 sets the inbox's
     thresholds), and says so: otherwise each measurement would walk the dead versions of the
     ones before it."""
     if sql("SHOW autovacuum")[0][0] == "on":

@@ -5,6 +5,13 @@ worker while wrk drives one endpoint, folded into the share of samples that each
     python -m bench.profile ingest          # signed new events, POST /webhooks/<slug>/
     python -m bench.profile deployments     # POST /api/deployments/ with new keys
     python -m bench.profile raw_insert      # the floor, to read the others against
+    python -m bench.profile processing      # one worker's pool process draining research events
+
+``processing`` samples the pool process of one Celery worker (pool of one, with its relay)
+while it drains a fixed backlog of PROFILE_PROCESSING_EVENTS research events (20,000 by
+default, published as the relay publishes them), twice at once: once on CPU only and once wall
+clock (``--idle``, ``profile-processing-wall.*``), and reads the CPU time of the worker's
+processes and of their database backends over the drain.
 
 Writes ``var/bench/profile-<name>.txt`` (the summary) and ``profile-<name>.folded`` (the
 collapsed stacks, for a flame graph tool). py-spy reads another process's memory: run as
@@ -27,6 +34,7 @@ from bench.harness import (
     OUT_DIR,
     BenchContext,
     Request,
+    broker_purge,
     database_reset,
     http_get,
     load_run,
@@ -61,7 +69,9 @@ def _requests(name: str, base: str) -> tuple[str, list[Request]]:
 
         manage("api_client", "create", "bench", "--token", TOKEN)
         return f"{base}/api/deployments/", deployment_requests(count, prefix="profile")
-    raise SystemExit(f"unknown profile {name!r}: ingest, deployments or raw_insert")
+    raise SystemExit(
+        f"unknown profile {name!r}: ingest, deployments, raw_insert or processing"
+    )
 
 
 def _cpu_seconds(pid: int) -> float:
@@ -82,7 +92,7 @@ def _database_backends() -> list[int]:
     ]
 
 
-def _summary(folded: str) -> str:
+def _summary(folded: str, what: str = "one gunicorn worker") -> str:
     inclusive: collections.Counter[str] = collections.Counter()
     by_file: collections.Counter[str] = collections.Counter()
     total = 0
@@ -100,7 +110,7 @@ def _summary(folded: str) -> str:
         leaf = frames[-1]
         by_file[leaf.rpartition("(")[2].split(":")[0]] += samples
     lines = [
-        f"{total} samples of one gunicorn worker\n",
+        f"{total} samples of {what}\n",
         "inclusive (function and callees):",
     ]
     for frame, samples in inclusive.most_common(TOP):
@@ -111,6 +121,125 @@ def _summary(folded: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _spy(pid: int, output: Path, seconds: float, *, wall: bool) -> subprocess.Popen:
+    return subprocess.Popen(
+        [
+            str(BIN / "py-spy"),
+            "record",
+            "--pid",
+            str(pid),
+            "--rate",
+            str(RATE),
+            "--format",
+            "raw",
+            "--duration",
+            str(int(seconds)),
+            "--nonblocking",
+            # CPU: samples only while the process holds the GIL; wall: every sample, waits
+            # included.
+            "--idle" if wall else "--gil",
+            "--output",
+            str(output),
+        ],
+        env=stack_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+
+
+def _children(pid: int) -> list[int]:
+    found = subprocess.run(
+        ["pgrep", "-P", str(pid)], capture_output=True, text=True, check=False
+    )
+    return [int(p) for p in found.stdout.split()]
+
+
+def _processing() -> int:
+    """One worker's pool process while it drains a fixed backlog of research events."""
+    from bench.processing import _django_setup, _inbox_fill, _publish_inbox
+
+    events = int(os.environ.get("PROFILE_PROCESSING_EVENTS", "20000"))
+    _django_setup()
+    from django.db.models import Max, Min
+
+    from webhooks.models import TERMINAL_STATUSES, InboxEvent
+
+    filled = _inbox_fill(events, tag="profile")
+    ids = [pk for pk, _ in filled]
+    rows = InboxEvent.objects.filter(pk__in=ids)
+    broker_purge()
+    _publish_inbox(filled)
+    OUT_DIR.mkdir(parents=True, exist_ok=True)
+    cpu_path = OUT_DIR / "profile-processing.folded"
+    wall_path = OUT_DIR / "profile-processing-wall.folded"
+    with BenchContext() as ctx:
+        worker = ctx.celery_worker(
+            name=f"profile-{time.monotonic_ns()}",
+            # The relay's sweep must not add messages for rows that wait in the queue.
+            INBOX_REDISPATCH_AFTER_SECONDS="3600",
+        )
+        main_pid = worker.popen.pid
+        deadline = time.monotonic() + 60
+        while not (pool := _children(main_pid)) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        if not pool:
+            raise SystemExit("the worker started no pool process")
+        pool_pid = pool[0]
+        # The drain starts when the pool process takes its first message.
+        while not rows.filter(processing_status__in=TERMINAL_STATUSES).exists():
+            if time.monotonic() > deadline:
+                raise SystemExit("the worker processed nothing within 60 s")
+            time.sleep(0.05)
+        from django.db import connection
+
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_backend_pid()")
+            (own,) = cursor.fetchone()
+        backends = [pid for pid in _database_backends() if pid != own]
+        watched = [main_pid, pool_pid, *backends]
+        before = {pid: _cpu_seconds(pid) for pid in watched}
+        t0 = time.monotonic()
+        spies = [
+            _spy(pool_pid, cpu_path, SECONDS, wall=False),
+            _spy(pool_pid, wall_path, SECONDS, wall=True),
+        ]
+        for spy in spies:
+            spy.wait(timeout=60)
+        after = {
+            pid: _cpu_seconds(pid) for pid in watched if Path(f"/proc/{pid}").exists()
+        }
+        elapsed = time.monotonic() - t0
+        done = rows.filter(processing_status__in=TERMINAL_STATUSES).count()
+        wait_until_done = time.monotonic() + 600
+        while rows.exclude(processing_status__in=TERMINAL_STATUSES).exists():
+            if time.monotonic() > wait_until_done:
+                raise SystemExit("the backlog was not drained within 600 s")
+            time.sleep(0.2)
+        ctx.stop(worker)
+    span = rows.aggregate(first=Min("processed_at"), last=Max("processed_at"))
+    rate = (events - 1) / (span["last"] - span["first"]).total_seconds()
+
+    def share(pid: int) -> str:
+        if pid not in after:
+            return "gone"
+        return f"{100 * (after[pid] - before[pid]) / elapsed:.0f}% of a core"
+
+    summary = (
+        f"processing: {events} research events, {rate:,.1f} events/s over the whole drain "
+        f"(profiled: the samplers slow the pool process down)\n"
+        f"over the {elapsed:.1f} s sampled ({done} events done by its end): pool process "
+        f"{share(pool_pid)}, worker main process {share(main_pid)}, database backends "
+        + ", ".join(share(pid) for pid in backends)
+        + "\n\nCPU (samples holding the GIL):\n"
+        + _summary(cpu_path.read_text(), "the pool process on CPU")
+        + "\nwall clock (every sample, waits included):\n"
+        + _summary(wall_path.read_text(), "the pool process, wall clock")
+    )
+    (OUT_DIR / "profile-processing.txt").write_text(summary)
+    print(summary)
+    return 0
+
+
 def main(argv: list[str]) -> int:
     name = argv[0] if argv else "ingest"
     if shutil.which("py-spy", path=str(BIN)) is None:
@@ -118,6 +247,8 @@ def main(argv: list[str]) -> int:
             "py-spy is not installed (pip install -r requirements/local.txt)"
         )
     database_reset()
+    if name == "processing":
+        return _processing()
     manage(
         "webhook_source", "create", SLUG, "--handler", "research", "--secret", SECRET
     )

@@ -183,6 +183,28 @@ def test_a_batch_of_mixed_outcomes_ends_as_the_per_event_path_does():
     assert len(batch["revisions"]) == 8
 
 
+def test_the_statement_binds_its_arrays_in_binary_where_the_server_binds(monkeypatch):
+    """Server-side binding on (the test settings, as production): the arrays go in binary;
+    off (a client-side cursor, which binds no binary parameter), the text form, which gives
+    the same outcome."""
+    assert connection.settings_dict["OPTIONS"]["server_side_binding"] is True
+    sql = research_services._documents_apply_sql()
+    assert sql == research_services._DOCUMENTS_APPLY_SQL_BINARY
+    assert "%(d_summary)b::text[]" in sql and ")s::text[]" not in sql
+
+    monkeypatch.setitem(
+        connection.settings_dict["OPTIONS"], "server_side_binding", False
+    )
+    assert (
+        research_services._documents_apply_sql()
+        == research_services._DOCUMENTS_APPLY_SQL
+    )
+    batch, single = both_paths(MIXED)
+
+    assert batch == single
+    assert len(batch["revisions"]) == 8
+
+
 @settings(
     max_examples=30,
     deadline=None,
