@@ -3,12 +3,14 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from django.db import connection
 from django.db.models import Count, F, Sum
 from django.db.models.functions import TruncHour
 from django.utils import timezone
+from django.utils.dateparse import parse_datetime
 
 from core.selectors import COUNT_CAP, capped_count
 from idempotency.selectors import idempotency_records_stuck
@@ -22,14 +24,32 @@ from webhooks.selectors import webhook_source_held_count, webhook_sources_paused
 
 
 def _percentiles(values: list[float]) -> tuple[float | None, float | None]:
+    """p50 and p95 of ``values`` interpolated between the closest ranks, as PostgreSQL's
+    ``percentile_cont`` gives them (the same figures on either database)."""
     if not values:
         return None, None
     values = sorted(values)
 
     def pick(q: float) -> float:
-        return values[min(len(values) - 1, int(q * len(values)))]
+        position = q * (len(values) - 1)
+        low = int(position)
+        high = min(low + 1, len(values) - 1)
+        return values[low] + (values[high] - values[low]) * (position - low)
 
     return pick(0.5), pick(0.95)
+
+
+def _instant(value: Any) -> datetime | None:
+    """A stored instant as SQLite gives it back (text), or None when Python cannot hold it."""
+    if value is None or isinstance(value, datetime):
+        return value
+    try:
+        parsed = parse_datetime(str(value))
+    except ValueError:
+        return None
+    if parsed is not None and timezone.is_naive(parsed):
+        parsed = timezone.make_aware(parsed, UTC)
+    return parsed
 
 
 def _latency_percentiles(since: datetime) -> dict[str, float | None]:
@@ -57,11 +77,24 @@ def _latency_percentiles(since: datetime) -> dict[str, float | None]:
             row = cursor.fetchone()
         p50, p95, d50, d95 = (None if v is None else float(v) for v in row)
     else:
-        rows = InboxEvent.objects.filter(received_at__gte=since).values_list(
-            "received_at", "processed_at", "occurred_at"
-        )
+        # Read as the stored text and parsed here, each instant alone: one that Python cannot
+        # hold (a producer's year 0, stored as given) leaves its delay out instead of failing
+        # the page.
+        table = InboxEvent._meta.db_table
+        with connection.cursor() as cursor:
+            columns = ", ".join(
+                f"CAST({name} AS TEXT)"
+                for name in ("received_at", "processed_at", "occurred_at")
+            )
+            cursor.execute(
+                f"SELECT {columns} FROM {table} WHERE received_at >= %s",  # noqa: S608 - the model's names, values are parameters
+                [connection.ops.adapt_datetimefield_value(since)],
+            )
+            rows = cursor.fetchall()
         processing, delay = [], []
-        for received, processed, occurred in rows:
+        for received, processed, occurred in (map(_instant, row) for row in rows):
+            if received is None:
+                continue
             if processed is not None:
                 processing.append((processed - received).total_seconds())
             if occurred is not None:
