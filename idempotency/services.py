@@ -317,19 +317,28 @@ def _differing_fields(stored: dict, current: dict) -> list[str]:
 
 
 def _record_seen(*, pk: int, conflict: bool) -> None:
-    """Counts a replay (or a 409 conflict) on the record: one UPDATE, outside any
-    transaction, of the counters the console shows (docs/console.md)."""
+    """Counts a replay (or a 409 conflict) on the record: one UPDATE of the counters the
+    console shows (docs/console.md). On PostgreSQL its commit does not wait for the WAL flush
+    (``synchronous_commit`` off for that transaction alone): the counters are the console's
+    telemetry, a crash may lose the last few counts, and a retry's answer does not wait on
+    the disk for them."""
     table = IdempotencyRecord._meta.db_table
     count, last = (
         ("conflict_count", "last_conflict_at")
         if conflict
         else ("replay_count", "last_replayed_at")
     )
+    sql = f"UPDATE {table} SET {count} = {count} + 1, {last} = %s WHERE id = %s"  # noqa: S608 - our names, values are parameters
+    params: tuple[datetime, int] = (timezone.now(), pk)
+    # Only in a transaction of its own: inside another, SET LOCAL would reach that one's
+    # commit too, so there the UPDATE simply joins it.
+    if connection.vendor == "postgresql" and not connection.in_atomic_block:
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute("SET LOCAL synchronous_commit TO OFF")
+            cursor.execute(sql, params)
+        return
     with connection.cursor() as cursor:
-        cursor.execute(
-            f"UPDATE {table} SET {count} = {count} + 1, {last} = %s WHERE id = %s",  # noqa: S608 - our names, values are parameters
-            [timezone.now(), pk],
-        )
+        cursor.execute(sql, params)
 
 
 def idempotency_replay(
