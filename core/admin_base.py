@@ -26,23 +26,8 @@ from django.utils.html import format_html, format_html_join
 from rapidfuzz.distance import Indel
 
 from .selectors import COUNT_CAP, capped_count
-from .times import duration_display, time_display
 
 # --- How the console shows a time and a status (docs/console.md) ---------------------------
-
-
-def time_shown(value: Any) -> str:
-    """``value`` (an aware datetime, or None) as the console shows every time:
-    ``2026-12-01 15:41:02 UTC``, in ``TIME_ZONE``; ``-`` when there is none. The one format
-    is ``core.times.time_display``'s; the admin's own fields use the same
-    (``config/formats/en/formats.py``)."""
-    return time_display(value)
-
-
-def duration_shown(seconds: float | None) -> str:
-    """A duration with its unit, as the console writes every one: ``0.320 s``, ``3 min 5 s``,
-    ``2 h 10 min``, ``334 d 11 h`` (``core.times.duration_display``); ``-`` for none."""
-    return duration_display(seconds)
 
 
 # One wording and one colour per status, on every page that shows one (the inbox's

@@ -13,8 +13,8 @@ from core.admin_base import (
     status_badge,
     text_head,
     text_head_annotate,
-    time_shown,
 )
+from core.times import time_display
 from idempotency.admin import resource_model_register
 from idempotency.models import IdempotencyRecord
 
@@ -130,7 +130,7 @@ class JobAdmin(ReadOnlyAdminMixin, LogEntryAdminMixin, admin.ModelAdmin):
 
     @admin.display(description="created", ordering="created_at")
     def created(self, obj):
-        return time_shown(obj.created_at)
+        return time_display(obj.created_at)
 
     @admin.display(description="detail")
     def detail_shown(self, obj):

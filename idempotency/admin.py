@@ -9,8 +9,8 @@ from core.admin_base import (
     ReadOnlyAdminMixin,
     StatusFilter,
     status_badge,
-    time_shown,
 )
+from core.times import time_display
 
 from .models import IdempotencyRecord
 from .selectors import idempotency_stuck_q
@@ -73,7 +73,7 @@ class IdempotencyRecordAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
 
     @admin.display(description="created", ordering="created_at")
     def created(self, record):
-        return time_shown(record.created_at)
+        return time_display(record.created_at)
 
     @admin.display(description="resource", ordering="resource_id")
     def resource(self, record):
@@ -102,14 +102,16 @@ class IdempotencyRecordAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         """Retries answered with the stored response."""
         if not record.replay_count:
             return "none"
-        return f"{record.replay_count}, last at {time_shown(record.last_replayed_at)}"
+        return f"{record.replay_count}, last at {time_display(record.last_replayed_at)}"
 
     @admin.display(description="conflicts (409)")
     def conflicts(self, record):
         """Requests with this key and another body, refused with 409."""
         if not record.conflict_count:
             return "none"
-        return f"{record.conflict_count}, last at {time_shown(record.last_conflict_at)}"
+        return (
+            f"{record.conflict_count}, last at {time_display(record.last_conflict_at)}"
+        )
 
     def get_queryset(self, request):
         return (

@@ -5,12 +5,13 @@ from django import template
 from django.contrib.admin.models import LogEntry
 from django.contrib.contenttypes.models import ContentType
 
-from core.admin_base import duration_shown, status_badge, status_words, time_shown
+from core.admin_base import status_badge, status_words
+from core.times import duration_display, time_display
 
 register = template.Library()
 
-register.filter("time_shown", time_shown)
-register.filter("duration_shown", duration_shown)
+register.filter("time_shown", time_display)
+register.filter("duration_shown", duration_display)
 register.filter("status_badge", status_badge)
 register.filter("status_words", status_words)
 

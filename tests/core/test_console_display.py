@@ -6,7 +6,9 @@ import pytest
 from django.test import override_settings
 from django.urls import reverse
 
-from core.admin_base import duration_shown, status_badge, time_shown
+from core.admin_base import status_badge
+from core.times import duration_display as duration_shown
+from core.times import time_display as time_shown
 from tests.deployments.factories import DeploymentFactory
 from tests.webhooks.factories import DeadLetteredEventFactory
 

@@ -223,12 +223,6 @@ def story_entry_html(entry: StoryEntry, *, event: InboxEvent) -> SafeString:
     raise ValueError(f"no story entry kind {entry.kind!r}")
 
 
-def seconds_display(seconds: float) -> str:
-    """A duration with its unit: ``0.312 s``, ``3 min 12 s``, ``334 d 2 h`` (the console's
-    one format, ``core.times.duration_display``)."""
-    return duration_display(seconds)
-
-
 # How much of a body each column shows: a page of a few hundred kilobytes, whatever the body;
 # the download and the hash check take all of it.
 BODY_SHOWN_MAX = 262_144
@@ -410,14 +404,14 @@ class EventPageMixin(_ModelAdmin):
         """The product's own latency; the producer's delay before it is apart."""
         if obj.processed_at is None:
             return "-"
-        return seconds_display((obj.processed_at - obj.received_at).total_seconds())
+        return duration_display((obj.processed_at - obj.received_at).total_seconds())
 
     @admin.display(description="producer delay (occurred → received)")
     def producer_delay(self, obj: InboxEvent) -> str:
         occurred = inbox_event_occurred_at(inbox_event_id=obj.pk)
         if not isinstance(occurred, datetime):
             return "-"
-        return seconds_display((obj.received_at - occurred).total_seconds())
+        return duration_display((obj.received_at - occurred).total_seconds())
 
     @admin.display(description="attempts")
     def attempts_summary(self, obj: InboxEvent) -> str:

@@ -19,13 +19,12 @@ from core.admin_base import (
     StatusFilter,
     admin_link,
     confirm_with_reason,
-    duration_shown,
     fieldset_fields,
     json_block,
     status_badge,
 )
 from core.errors import ServiceError
-from core.times import time_display
+from core.times import duration_display, time_display
 
 from ..errors import SelectionTooLarge
 from ..models import DeadLetteredEvent, InboxAttempt, InboxEvent, ProcessingStatus
@@ -276,7 +275,7 @@ class InboxEventAdmin(
         """The product's own latency, received to processed; the producer's delay before it
         sent the event (``occurred_at`` to ``received_at``) is not in it."""
         if obj.latency_interval is not None:
-            return duration_shown(obj.latency_interval.total_seconds())
+            return duration_display(obj.latency_interval.total_seconds())
         return "-"
 
     @admin.display(description="occurred at")

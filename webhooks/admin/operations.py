@@ -19,9 +19,9 @@ from core.admin_base import (
     confirm_with_reason,
     status_badge,
     status_words,
-    time_shown,
 )
 from core.errors import ServiceError
+from core.times import time_display
 
 from ..models import (
     BULK_REPLAY_RATE_MAX,
@@ -99,7 +99,7 @@ class OperatorActionAdmin(ReadOnlyAdminMixin, LogEntryAdminMixin, admin.ModelAdm
 
     @admin.display(description="at", ordering="created_at")
     def created(self, obj):
-        return time_shown(obj.created_at)
+        return time_display(obj.created_at)
 
     @admin.display(description="reason")
     def reason_summary(self, obj):
@@ -292,7 +292,7 @@ class BulkReplayJobAdmin(admin.ModelAdmin):
 
     @admin.display(description="created", ordering="created_at")
     def created(self, obj):
-        return time_shown(obj.created_at)
+        return time_display(obj.created_at)
 
     @admin.display(description="created / started by")
     def people(self, obj):
@@ -308,7 +308,7 @@ class BulkReplayJobAdmin(admin.ModelAdmin):
         if obj.source_id:
             parts.append(f"source={obj.source.slug}")
         if obj.since:
-            parts.append(f"since={time_shown(obj.since)}")
+            parts.append(f"since={time_display(obj.since)}")
         if obj.event_ids:
             parts.append(f"{len(obj.event_ids)} event id(s)")
         return ", ".join(parts)
@@ -384,7 +384,7 @@ class BulkReplayJobAdmin(admin.ModelAdmin):
         end = obj.finish_estimated()
         if end is None:
             return "-"
-        return time_shown(end)
+        return time_display(end)
 
     @admin.display(description="operator actions")
     def trail(self, obj):
@@ -401,7 +401,7 @@ class BulkReplayJobAdmin(admin.ModelAdmin):
             (
                 (
                     reverse("admin:webhooks_operatoraction_change", args=[a.pk]),
-                    time_shown(a.created_at),
+                    time_display(a.created_at),
                     a.action,
                     a.actor_name,
                     a.reason or "-",

@@ -18,10 +18,10 @@ from core.admin_base import (
     ReasonForm,
     confirm_with_reason,
     status_badge,
-    time_shown,
 )
 from core.errors import ServiceError
 from core.selectors import COUNT_CAP
+from core.times import time_display
 
 from ..models import SignatureFailure, SourceHold, WebhookSource
 from ..pausing import webhook_source_pause, webhook_source_resume
@@ -193,7 +193,7 @@ class WebhookSourceAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         if hold is not None:
             badge = status_badge(
                 "paused",
-                f"since {time_shown(hold.paused_at)} by {hold.paused_by_name or '-'}",
+                f"since {time_display(hold.paused_at)} by {hold.paused_by_name or '-'}",
             )
             why = self.pause_reason_summary(obj)
             if why:
@@ -209,7 +209,7 @@ class WebhookSourceAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     @admin.display(description="paused since")
     def paused_since(self, obj):
         hold = self._paused(obj)
-        return time_shown(hold.paused_at) if hold else "-"
+        return time_display(hold.paused_at) if hold else "-"
 
     @admin.display(description="paused by")
     def paused_by(self, obj):
@@ -245,7 +245,7 @@ class WebhookSourceAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         rate = f"at most {hold.drain_rate:g}/s" if hold.drain_rate else "no rate limit"
         return format_html(
             "since {}, {}, {} released so far",
-            time_shown(hold.drain_started_at),
+            time_display(hold.drain_started_at),
             rate,
             hold.drain_released,
         )
