@@ -58,10 +58,11 @@ def assert_each_event_applied_at_most_once() -> None:
     assert DocumentRevision.objects.count() == processed.count()
 
 
-def test_a_backlog_is_recovered_by_a_worker_alone(tmp_path, running):
+def test_a_backlog_is_recovered_by_a_worker_alone(tmp_path, running, broker_url):
     """Rows committed while no worker ran: most never published, some whose message was
     lost with the broker's data. Then one worker starts, with no beat: its relay publishes
-    the first and its sweep the others; everything reaches a terminal status."""
+    the first and its sweep the others; everything reaches a terminal status. On each
+    broker the product runs on."""
     old = timezone.now() - timedelta(seconds=30)
     rng = random.Random(4)
     envelopes = []
@@ -96,7 +97,8 @@ def test_a_backlog_is_recovered_by_a_worker_alone(tmp_path, running):
     )
     InboxAttempt.objects.create(event=orphan, number=1, worker="dead@host")
 
-    worker = running(processes.celery_worker(tmp_path, concurrency=2, env=FAST_SWEEP))
+    env = {**FAST_SWEEP, "CELERY_BROKER_URL": broker_url}
+    worker = running(processes.celery_worker(tmp_path, concurrency=2, env=env))
     wait_all_terminal(90, [worker])
 
     total = len(rows) + 2
@@ -189,9 +191,14 @@ def test_worker_killed_mid_batch_then_restarted_loses_and_repeats_nothing(
     )
 
 
-def test_poison_event_dead_letters_after_exactly_max_attempts(tmp_path, running):
+def test_poison_event_dead_letters_after_exactly_max_attempts(
+    tmp_path, running, broker_url
+):
+    """On each broker the product runs on: the retries' messages and their delays are the
+    relay's, whatever carries them."""
     env = {
         **FAST_SWEEP,
+        "CELERY_BROKER_URL": broker_url,
         "INBOX_MAX_ATTEMPTS": "4",
         "INBOX_RETRY_BASE_SECONDS": "0.2",
         "INBOX_RETRY_MAX_SECONDS": "0.8",
