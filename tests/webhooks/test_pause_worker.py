@@ -82,14 +82,18 @@ def assert_processed_once_in_id_order(source, count: int) -> None:
 
 
 def test_nothing_of_a_paused_source_is_processed_then_each_held_event_once_in_order(
-    tmp_path, running
+    tmp_path, running, broker_url
 ):
     paused, normal = research_source("paused-sync"), research_source("normal-sync")
     webhook_source_pause(
         source=paused, reason="the indexer is down", actor=Actor.system()
     )
     # One worker process: it takes the messages in the order the relay published them.
-    worker = running(processes.celery_worker(tmp_path, concurrency=1))
+    worker = running(
+        processes.celery_worker(
+            tmp_path, concurrency=1, env={"CELERY_BROKER_URL": broker_url}
+        )
+    )
     inbox_events_bulk_create(versions_of_one_document("doc_held", 30), source=paused)
     inbox_events_bulk_create([research_event() for _ in range(10)], source=normal)
     wait_terminal(normal, 10, [worker])
@@ -176,7 +180,9 @@ def test_a_message_published_before_the_pause_processes_nothing_until_the_resume
     assert_processed_once_in_id_order(paused, 3)
 
 
-def test_a_drain_at_a_rate_is_kept_by_two_workers_relays_together(tmp_path, running):
+def test_a_drain_at_a_rate_is_kept_by_two_workers_relays_together(
+    tmp_path, running, broker_url
+):
     """60 held events resumed at 20 events/s, two workers (two relays): the drain takes about
     three seconds, measured from the relays' releases and from the workers' processing."""
     rate, count = 20.0, 60
@@ -192,7 +198,7 @@ def test_a_drain_at_a_rate_is_kept_by_two_workers_relays_together(tmp_path, runn
                 tmp_path,
                 concurrency=1,
                 name=name,
-                env={"RELAY_HEARTBEAT_SECONDS": "0.5"},
+                env={"RELAY_HEARTBEAT_SECONDS": "0.5", "CELERY_BROKER_URL": broker_url},
             )
         )
         for name in ("w1", "w2")
@@ -238,7 +244,7 @@ def test_a_drain_at_a_rate_is_kept_by_two_workers_relays_together(tmp_path, runn
 
 
 def test_a_documents_held_versions_resumed_at_a_pace_apply_in_order_on_two_workers(
-    tmp_path, running
+    tmp_path, running, broker_url
 ):
     """v7 and v8 of one document held among others, resumed at 2 events/s with two worker
     processes (two relays): both make a revision, v7's first. Released one a token they
@@ -259,7 +265,14 @@ def test_a_documents_held_versions_resumed_at_a_pace_apply_in_order_on_two_worke
     v7, v8 = rows[0], rows[3]
     Relay().run_once(sweep=False)  # sets them aside
     workers = [
-        running(processes.celery_worker(tmp_path, concurrency=1, name=name))
+        running(
+            processes.celery_worker(
+                tmp_path,
+                concurrency=1,
+                name=name,
+                env={"CELERY_BROKER_URL": broker_url},
+            )
+        )
         for name in ("w1", "w2")
     ]
     processes.wait_until(

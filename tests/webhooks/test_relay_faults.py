@@ -121,13 +121,14 @@ def test_rows_committed_while_the_broker_restarts_are_all_processed(tmp_path, ru
 
 
 def test_fifty_copies_of_one_event_at_once_are_one_row_and_one_application(
-    tmp_path, running
+    tmp_path, running, broker_url
 ):
     port = processes.free_port()
     running(processes.gunicorn(tmp_path, port=port, workers=2))
     url = f"http://127.0.0.1:{port}"
     processes.wait_http_ok(f"{url}/healthz")
-    running(processes.celery_worker(tmp_path, concurrency=2, env=FAST_SWEEP))
+    env = {**FAST_SWEEP, "CELERY_BROKER_URL": broker_url}
+    running(processes.celery_worker(tmp_path, concurrency=2, env=env))
     WebhookSourceFactory(slug="fifty")
     body = research_event()
     raw = encode(body)
@@ -155,13 +156,14 @@ def test_fifty_copies_of_one_event_at_once_are_one_row_and_one_application(
 
 
 def test_every_relay_and_worker_killed_at_once_loses_and_repeats_nothing(
-    tmp_path, running
+    tmp_path, running, broker_url
 ):
     """Workers (each with its relay) and a relay apart, all killed with SIGKILL at the same
     moment mid-stream: rows stamped but not published, messages taken but not acknowledged,
     events claimed but not finished. Rows committed while nothing runs wait. One worker
-    started afterwards processes every event, each applied once."""
-    env = FAST_SWEEP
+    started afterwards processes every event, each applied once. On each broker the
+    product runs on."""
+    env = {**FAST_SWEEP, "CELERY_BROKER_URL": broker_url}
     inbox_events_bulk_create(bodies(600, "e"))
     everyone = [
         running(processes.celery_worker(tmp_path, name=name, env=env))
