@@ -52,16 +52,25 @@ test-alerts: system-tools
 	promtool test rules deploy/prometheus/tests/*.yml
 	promtool check config deploy/prometheus/prometheus.yml
 
-## While working: the suite without the tests that start processes, a browser or the chaos run
-## (marked slow) and those that migrate the database back and forth (marked migrations), in
-## two processes, on test databases kept from the last run while the migrations are the same.
-## The Hypothesis tests draw a third of their examples (tests/examples.py); `make test` draws all.
+## While working: the suite without the tests that start processes, a browser or the chaos run,
+## or fill tables with tens of thousands of rows (marked slow) and those that migrate the
+## database back and forth (marked migrations), in two processes that steal each other's
+## remaining tests at the end, on test databases kept from the last run while the migrations
+## are the same. The Hypothesis tests draw a third of their examples (tests/examples.py);
+## `make test` draws all. ruff, lint-imports and mypy run alongside the tests; their output is
+## printed after the tests', and the target fails if any of them or the tests failed.
 test-fast: setup
 	$(PY) scripts/check_services.py
-	$(VENV)/bin/ruff check .
-	$(VENV)/bin/lint-imports --no-cache
-	$(VENV)/bin/mypy
-	TEST_EXAMPLES=fast $(PYTEST) -m "not slow and not migrations" -n 2 --reuse-db --durations=15 $(PYTEST_ARGS)
+	@checks=$$(mktemp); \
+	{ $(VENV)/bin/ruff check . && $(VENV)/bin/lint-imports --no-cache && $(VENV)/bin/mypy; } \
+	  >$$checks 2>&1 & checks_pid=$$!; \
+	TEST_EXAMPLES=fast $(PYTEST) -m "not slow and not migrations" -n 2 --dist worksteal \
+	  --reuse-db --durations=15 $(PYTEST_ARGS); tests=$$?; \
+	wait $$checks_pid; checked=$$?; \
+	echo "--- ruff check, lint-imports, mypy (run alongside the tests):"; cat $$checks; \
+	rm -f $$checks; \
+	if [ $$checked -ne 0 ]; then echo "test-fast: ruff, lint-imports or mypy failed (above)"; fi; \
+	[ $$tests -eq 0 ] && [ $$checked -eq 0 ]
 	@if command -v promtool >/dev/null; then \
 	  promtool check rules deploy/prometheus/alerts.yml && \
 	  promtool test rules deploy/prometheus/tests/*.yml && \

@@ -185,7 +185,18 @@ def _tables_emptied_by_delete():
 
 @pytest.fixture
 def roles(db):
-    roles_bootstrap()
+    """The console's roles (``roles_bootstrap``): made by the first test of a process, copied
+    back for the others (tests/snapshots.py) while the permissions are the rows they were
+    made over (a flush that created them again gives them new ids: the roles are made again)."""
+    from django.contrib.auth.models import Permission
+    from django.db.models import Count, Max
+
+    from tests.snapshots import rows_snapshot
+
+    permissions = Permission.objects.aggregate(count=Count("id"), last=Max("id"))
+    rows_snapshot(
+        f"the console's roles over the permissions {permissions}", roles_bootstrap
+    )
 
 
 @pytest.fixture

@@ -12,9 +12,6 @@ import json
 from dataclasses import dataclass
 from datetime import timedelta
 
-from django.apps import apps
-from django.core.management.color import no_style
-from django.db import connection, transaction
 from django.test import Client
 from django.utils import timezone
 
@@ -26,6 +23,7 @@ from tests.core.factories import api_client_make, bearer_http
 from tests.deployments.factories import build_body, deployment_body, idempotent_post
 from tests.deployments.receiver import Receiver
 from tests.integrations.research.factories import research_event
+from tests.snapshots import rows_snapshot
 from tests.webhooks.factories import conflicting_body, research_source, signed_post
 from webhooks.models import InboxEvent, OperatorAction, WebhookSource
 from webhooks.processing import inbox_event_process
@@ -102,93 +100,22 @@ def every_ledger(settings) -> Trail:
     )
 
 
-@dataclass
-class _Snapshot:
-    """The rows a sealed trail left, table by table (PostgreSQL's binary ``COPY``), and
-    what the ``Trail`` names, by primary key."""
-
-    tables: list[tuple[str, bytes]]
-    pks: dict[str, int]
-    body: dict
-
-
-_SNAPSHOTS: dict[str, _Snapshot] = {}
-
-
-def _row_counts() -> dict[str, int]:
-    with connection.cursor() as cursor:
-        counts = {}
-        for table in connection.introspection.django_table_names(only_existing=True):
-            cursor.execute(f'SELECT count(*) FROM "{table}"')  # noqa: S608
-            counts[table] = cursor.fetchone()[0]
-        return counts
-
-
-def _trail_of(pks: dict[str, int], body: dict) -> Trail:
-    event = InboxEvent.objects.get(pk=pks["event"])
-    revision = DocumentRevision.objects.get(pk=pks["revision"])
-    return Trail(
-        source=WebhookSource.objects.get(pk=pks["source"]),
-        event=event,
-        document=revision.document,
-        revision=revision,
-        deployment=Deployment.objects.get(pk=pks["deployment"]),
-        build=Build.objects.get(pk=pks["build"]),
-        rotation=OperatorAction.objects.get(pk=pks["rotation"]),
-        body=body,
-    )
-
-
 def sealed_trail(settings) -> Trail:
     """``every_ledger``, sealed and signed in a checkpoint: what most tests of the log start
     from. Made through the product's paths by the first test of a process that asks for it;
     the others (on tables a flush emptied) get the same rows back from a binary copy of
-    them, in a few milliseconds instead of a second, and the sequences set past them."""
+    them, in a few milliseconds instead of a second (tests/snapshots.py)."""
     settings.DEPLOY_SIMULATED_SECONDS = 0
-    snapshot = _SNAPSHOTS.get(connection.settings_dict["NAME"])
-    if snapshot is None:
-        before = _row_counts()
+
+    def build() -> Trail:
         trail = every_ledger(settings)
         seal_all()
         from audit.checkpoints import checkpoint_make
 
         checkpoint_make()
-        filled = [
-            table
-            for table, count in _row_counts().items()
-            if count and not before.get(table)
-        ]
-        raw = connection.connection
-        tables = []
-        with raw.cursor() as cursor:
-            for table in filled:
-                with cursor.copy(f'COPY "{table}" TO STDOUT (FORMAT BINARY)') as copy:
-                    tables.append((table, b"".join(bytes(chunk) for chunk in copy)))
-        _SNAPSHOTS[connection.settings_dict["NAME"]] = _Snapshot(
-            tables=tables,
-            pks={
-                "source": trail.source.pk,
-                "event": trail.event.pk,
-                "revision": trail.revision.pk,
-                "deployment": trail.deployment.pk,
-                "build": trail.build.pk,
-                "rotation": trail.rotation.pk,
-            },
-            body=trail.body,
-        )
         return trail
-    connection.ensure_connection()
-    with transaction.atomic(), connection.connection.cursor() as cursor:
-        for table, data in snapshot.tables:
-            cursor.execute(f'SELECT 1 FROM "{table}" LIMIT 1')  # noqa: S608
-            assert cursor.fetchone() is None, f"{table} is not empty: no trail restored"
-            with cursor.copy(f'COPY "{table}" FROM STDIN (FORMAT BINARY)') as copy:
-                copy.write(data)
-        for statement in connection.ops.sequence_reset_sql(
-            no_style(), apps.get_models()
-        ):
-            cursor.execute(statement)
-    return _trail_of(snapshot.pks, snapshot.body)
+
+    return rows_snapshot("a sealed trail", build)
 
 
 def seal_all():

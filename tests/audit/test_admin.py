@@ -12,8 +12,9 @@ from django.utils import timezone
 from audit.roles import AUDITORS, OPERATORS, roles_bootstrap
 from audit.sealer import ledger_rows_seal
 from tests.audit.hmac_chain import hmac_seal
-from tests.console import admin_action
+from tests.console import admin_action, make_user
 from tests.integrations.research.factories import research_event
+from tests.snapshots import rows_snapshot
 from tests.webhooks.factories import (
     DeadLetteredEventFactory,
     FingerprintMismatchFactory,
@@ -55,8 +56,7 @@ def body_with_markup() -> dict:
     return body
 
 
-@pytest.fixture
-def trail(operator):
+def console_rows(operator) -> dict:
     """One of everything the console shows."""
     source = WebhookSourceFactory(slug="papers", secret="s3cr3t-papers-do-not-show")
     WebhookSecretFactory(source=source, secret="s3cr3t-papers-rotated-old")
@@ -88,12 +88,40 @@ def trail(operator):
         source=source, reason="outage", created_by=operator
     )
     return {
+        "operator": operator,
         "source": source,
         "processed": processed,
         "dead": dead,
         "mismatch": mismatch,
         "job": job,
     }
+
+
+@pytest.fixture
+def console(db) -> dict:
+    """The roles, the operator and ``console_rows``: sealed by the first test of a process
+    that asks for them, copied back for the others (tests/snapshots.py)."""
+
+    def build() -> dict:
+        roles_bootstrap()
+        return console_rows(make_user("operator", OPERATORS))
+
+    return rows_snapshot("the audit console", build)
+
+
+@pytest.fixture
+def roles(console):
+    """The roles, as ``console`` made them."""
+
+
+@pytest.fixture
+def operator(console):
+    return console["operator"]
+
+
+@pytest.fixture
+def trail(console) -> dict:
+    return console
 
 
 def detail_urls(trail):

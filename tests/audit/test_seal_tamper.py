@@ -19,6 +19,7 @@ from django.utils import timezone
 from audit.models import AuditSeal, AuditSealEntry
 from audit.sealer import ledger_rows_seal
 from audit.services import audit_trail_verify
+from tests.snapshots import rows_snapshot
 from tests.webhooks.factories import InboxEventFactory, WebhookSourceFactory
 from webhooks.models import InboxEvent, OperatorAction
 
@@ -53,6 +54,35 @@ def seal_everything():
     return seals
 
 
+def sealed(make):
+    """``make()``, then every row it made sealed into the chain and the chain into the log:
+    made by the first test of a process with the same ``make``, copied back for the others
+    (tests/snapshots.py)."""
+
+    def build():
+        made = make()
+        seal_everything()
+        return made
+
+    return rows_snapshot(f"{make.__qualname__} sealed", build)
+
+
+def two_old_events():
+    return old_events(2)
+
+
+def two_processed_events():
+    return old_events(2, processing_status="processed")
+
+
+def three_events_and_another_source():
+    return old_events(3), WebhookSourceFactory()
+
+
+def three_operator_actions():
+    return operator_actions(3)
+
+
 # --- Sealed fields and bodies of inbox rows ---------------------------------------------------
 
 SEALED_FIELD_EDITS = {
@@ -74,9 +104,7 @@ SEALED_FIELD_EDITS = {
 
 @pytest.mark.parametrize("field", sorted(SEALED_FIELD_EDITS))
 def test_audit_verify_names_a_row_whose_sealed_field_was_changed(capsys, field):
-    events = old_events(3)
-    other_source = WebhookSourceFactory()
-    seal_everything()
+    events, other_source = sealed(three_events_and_another_source)
     victim = events[1]
     sql(
         f"UPDATE {INBOX} SET {SEALED_FIELD_EDITS[field]} WHERE id = %(id)s",  # noqa: S608
@@ -92,8 +120,7 @@ def test_audit_verify_names_a_row_whose_sealed_field_was_changed(capsys, field):
 
 
 def test_processing_state_is_not_sealed_it_changes_legitimately():
-    events = old_events(2)
-    seal_everything()
+    events = sealed(two_old_events)
     sql(
         f"UPDATE {INBOX} SET processing_status = 'dead_lettered', attempts = 8,"  # noqa: S608
         " error_message = 'boom', processed_at = now(), next_attempt_at = now(),"
@@ -132,8 +159,7 @@ def test_audit_verify_names_a_row_whose_body_was_changed(capsys, size):
 
 
 def test_a_changed_body_with_a_matching_payload_hash_is_named(capsys):
-    events = old_events(2)
-    seal_everything()
+    events = sealed(two_old_events)
     forged = b'{"event_id": "forged"}'
     sql(
         f"UPDATE {INBOX} SET raw_body = %s, payload_hash = %s WHERE id = %s",  # noqa: S608
@@ -157,8 +183,7 @@ def test_purged_bodies_verify(capsys):
 
 
 def test_a_row_marked_purged_whose_body_is_still_there_is_still_checked(capsys):
-    events = old_events(2, processing_status="processed")
-    seal_everything()
+    events = sealed(two_processed_events)
     sql(
         f"UPDATE {INBOX} SET raw_body = convert_to('{{}}', 'UTF8'),"  # noqa: S608
         " body_purged_at = now() WHERE id = %s",
@@ -169,8 +194,7 @@ def test_a_row_marked_purged_whose_body_is_still_there_is_still_checked(capsys):
 
 @pytest.mark.parametrize("stamp", ["NULL", "now()"])
 def test_a_body_dropped_outside_purge_inbox_is_named(capsys, stamp):
-    events = old_events(2, processing_status="processed")
-    seal_everything()
+    events = sealed(two_processed_events)
     sql(
         f"UPDATE {INBOX} SET raw_body = NULL, body_purged_at = {stamp}"  # noqa: S608
         " WHERE id = %s",
@@ -223,8 +247,7 @@ def operator_actions(n):
 
 
 def test_audit_verify_names_an_altered_operator_action(capsys):
-    actions = operator_actions(3)
-    seal_everything()
+    actions = sealed(three_operator_actions)
     sql(
         f"UPDATE {ACTIONS} SET actor_name = 'somebody-else' WHERE id = %s",  # noqa: S608
         [actions[1].pk],
@@ -236,8 +259,7 @@ def test_audit_verify_names_an_altered_operator_action(capsys):
 
 
 def test_audit_verify_names_a_deleted_operator_action(capsys):
-    actions = operator_actions(3)
-    seal_everything()
+    actions = sealed(three_operator_actions)
     sql(f"DELETE FROM {ACTIONS} WHERE id = %s", [actions[2].pk])  # noqa: S608
     err = verify_fails(capsys)
     assert f"DELETED operator action {actions[2].pk} (HMAC chain)" in err
@@ -265,8 +287,7 @@ def legacy_digest(pk, payload_hash, received_at):
 
 def test_a_chain_recomputed_with_the_published_unkeyed_formula_is_caught():
     """Without a key, anyone who reads the code can recompute every digest of a chain."""
-    events = old_events(2)
-    seal_everything()
+    events = sealed(two_old_events)
     victim = events[0]
     sql(
         f"UPDATE {INBOX} SET payload_hash = %s WHERE id = %s",  # noqa: S608
@@ -302,8 +323,7 @@ def test_a_chain_recomputed_with_the_published_unkeyed_formula_is_caught():
 def test_a_chain_forged_with_the_code_but_without_the_key_is_caught(settings):
     from audit import services
 
-    events = old_events(2)
-    seal_everything()
+    events = sealed(two_old_events)
     victim = events[1]
     sql(
         f"UPDATE {INBOX} SET event_type = 'forged' WHERE id = %s",  # noqa: S608
@@ -336,16 +356,14 @@ def test_a_chain_forged_with_the_code_but_without_the_key_is_caught(settings):
 
 
 def test_the_seal_key_is_needed_to_verify(settings):
-    old_events(2)
-    seal_everything()
+    sealed(two_old_events)
     assert audit_trail_verify().ok
     settings.AUDIT_SEAL_KEY = "another-key-0123456789abcdef0123456789"
     assert len(audit_trail_verify().broken_seals) == 1
 
 
 def test_downgrading_a_seal_to_the_legacy_version_is_caught():
-    old_events(2)
-    seal_everything()
+    sealed(two_old_events)
     sql("UPDATE audit_auditseal SET version = 1")
     report = audit_trail_verify()
     assert not report.ok

@@ -16,9 +16,12 @@ from deployments.apis import (
     build_input_validate,
     deployment_input_validate,
 )
+from tests.examples import max_examples
 
 PROPERTY = settings(
-    max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+    max_examples=max_examples(400),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
 )
 
 # Texts near every rule's edge: valid shapes, their case, whitespace around them, characters

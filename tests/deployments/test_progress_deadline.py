@@ -88,7 +88,7 @@ def test_a_new_key_has_a_deadline_for_its_job_to_be_picked_up(api, settings):
 def test_a_running_report_on_a_queued_job_gives_it_a_lease_that_the_sweep_enforces(
     api, settings
 ):
-    settings.DEPLOY_RUNNING_LEASE_SECONDS = 2
+    settings.DEPLOY_RUNNING_LEASE_SECONDS = 1
     deployment = deployment_create(api)
 
     before = timezone.now()
@@ -97,7 +97,7 @@ def test_a_running_report_on_a_queued_job_gives_it_a_lease_that_the_sweep_enforc
     deployment.refresh_from_db()
     assert deployment.status == "running"
     lease = deployment.lease_expires_at
-    assert before + timedelta(seconds=2) <= lease <= after + timedelta(seconds=2)
+    assert before + timedelta(seconds=1) <= lease <= after + timedelta(seconds=1)
     record = record_of(deployment)
     assert record.status == "processing"
     assert record.progress_deadline == lease
@@ -228,7 +228,7 @@ def test_a_job_reported_running_past_its_workers_result_is_failed_when_the_lease
     """The worker finished, but a running report newer than its result had applied: the
     job is running on the reporter's word alone, and the relay's sweep fails it once that
     report's lease runs out with nothing more said."""
-    settings.DEPLOY_RUNNING_LEASE_SECONDS = 2
+    settings.DEPLOY_RUNNING_LEASE_SECONDS = 1
 
     def execute_while_reported(job):
         later = timezone.now() + timedelta(seconds=30)

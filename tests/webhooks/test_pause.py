@@ -304,6 +304,7 @@ def _history(source, n: int) -> None:
         cursor.execute(f"ANALYZE {table}")
 
 
+@pytest.mark.slow  # tens of thousands of rows: make test only (README)
 def test_the_claims_keep_their_partial_indexes_with_a_source_paused(paused, normal):
     """EXPLAIN on PostgreSQL, over an inbox with a past: with a source paused and its rows
     set aside, the claim of new rows still walks ``webhooks_inbox_outbox_idx`` (the paused

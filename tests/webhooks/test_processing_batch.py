@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from research import services as research_services
 from research.models import Citation, DocumentRevision, ResearchDocument
+from tests.examples import max_examples
 from tests.integrations.research.factories import (
     BASE_TIME,
     DOCUMENT_CREATED,
@@ -206,7 +207,7 @@ def test_the_statement_binds_its_arrays_in_binary_where_the_server_binds(monkeyp
 
 
 @settings(
-    max_examples=30,
+    max_examples=max_examples(30),
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
