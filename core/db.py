@@ -2,7 +2,7 @@
 request standing in for the connection's health check."""
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 from django.db import (
     InterfaceError,
@@ -41,26 +41,29 @@ def _fetchone(sql: str, params: Sequence[Any]) -> tuple | None:
 def fetchone_checking_connection(sql: str, params: Sequence[Any]) -> tuple | None:
     """Runs one statement in autocommit and returns its first row. As the request's first
     use of a connection kept from an earlier request, the statement is the connection's
-    health check (docs/benchmarks.md, "The health check's round trip"): instead of Django's
-    ``SELECT 1`` before it (``CONN_HEALTH_CHECKS``, one more round trip on every request),
-    a statement that fails on a connection found dead afterwards (the database restarted
-    since) runs once more on a new connection, as it would have after the check.
+    health check (docs/benchmarks.md, "The health check's round trip, and a retry of the
+    same bytes"): instead of Django's ``SELECT 1`` before it (``CONN_HEALTH_CHECKS``, one
+    more round trip on every request), a statement that fails on a connection found dead
+    afterwards (the database restarted since) runs once more on a new connection, as it
+    would have after the check.
 
     Only for a statement that may run twice: a read, or a write that another run of finds
     done (an upsert), since a connection may die after the database committed the first
     run and before its answer came back, which the producer's own retry would meet alike."""
+    # The health check's flags, which Django's type stubs do not declare.
+    wrapper = cast(Any, connection)
     if (
-        connection.connection is None
-        or not connection.health_check_enabled
-        or connection.health_check_done
-        or connection.in_atomic_block
+        wrapper.connection is None
+        or not wrapper.health_check_enabled
+        or wrapper.health_check_done
+        or wrapper.in_atomic_block
     ):
         return _fetchone(sql, params)
-    connection.health_check_done = True
+    wrapper.health_check_done = True
     try:
         return _fetchone(sql, params)
     except (OperationalError, InterfaceError):
-        if connection.is_usable():
+        if wrapper.is_usable():
             raise  # the database answered: the statement's own failure
-        connection.close()
+        wrapper.close()
     return _fetchone(sql, params)

@@ -11,7 +11,9 @@ NOTHING RETURNING``, the row only if the record was inserted, and, only when the
 a committed live record, returns that record instead; so a new key and a retry each cost one
 round trip, and a new key reads nothing. A concurrent first request with the same key blocks on
 the other's uncommitted record; when that one commits, the insert does nothing, and the record
-(committed after the statement's snapshot, so not returned with it) is read once.
+(committed after the statement's snapshot, so not returned with it) is read once. Before any
+of this, a retry of the very same bytes is answered by one statement that finds its record by
+the request's hash (``idempotency_identical_replay``), before its body is parsed.
 
 Any other operation (a status sync, whose ``perform`` writes) reads the key's record first, one
 indexed read outside any transaction. A request that finds no live record runs ``perform`` and
