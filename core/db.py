@@ -1,6 +1,15 @@
-"""Database connections in long-lived Celery worker processes."""
+"""Database connections: in long-lived Celery worker processes, and the first statement of a
+request standing in for the connection's health check."""
 
-from django.db import close_old_connections
+from collections.abc import Sequence
+from typing import Any, cast
+
+from django.db import (
+    InterfaceError,
+    OperationalError,
+    close_old_connections,
+    connection,
+)
 
 
 def celery_signals_connect() -> None:
@@ -21,3 +30,40 @@ def celery_signals_connect() -> None:
 
     signals.task_prerun.connect(_recycle, weak=False)
     signals.task_postrun.connect(_recycle, weak=False)
+
+
+def _fetchone(sql: str, params: Sequence[Any]) -> tuple | None:
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return cursor.fetchone()
+
+
+def fetchone_checking_connection(sql: str, params: Sequence[Any]) -> tuple | None:
+    """Runs one statement in autocommit and returns its first row. As the request's first
+    use of a connection kept from an earlier request, the statement is the connection's
+    health check (docs/benchmarks.md, "The health check's round trip, and a retry of the
+    same bytes"): instead of Django's ``SELECT 1`` before it (``CONN_HEALTH_CHECKS``, one
+    more round trip on every request), a statement that fails on a connection found dead
+    afterwards (the database restarted since) runs once more on a new connection, as it
+    would have after the check.
+
+    Only for a statement that may run twice: a read, or a write that another run of finds
+    done (an upsert), since a connection may die after the database committed the first
+    run and before its answer came back, which the producer's own retry would meet alike."""
+    # The health check's flags, which Django's type stubs do not declare.
+    wrapper = cast(Any, connection)
+    if (
+        wrapper.connection is None
+        or not wrapper.health_check_enabled
+        or wrapper.health_check_done
+        or wrapper.in_atomic_block
+    ):
+        return _fetchone(sql, params)
+    wrapper.health_check_done = True
+    try:
+        return _fetchone(sql, params)
+    except (OperationalError, InterfaceError):
+        if wrapper.is_usable():
+            raise  # the database answered: the statement's own failure
+        wrapper.close()
+    return _fetchone(sql, params)

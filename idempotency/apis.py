@@ -26,6 +26,7 @@ from .selectors import idempotency_record_get
 from .services import (
     IdempotentResponse,
     OperationResult,
+    idempotency_identical_replay,
     idempotent_execute,
 )
 
@@ -120,6 +121,15 @@ class IdempotentPostMixin(_View):
             return None
         client = found[0]
         raw = request.body
+        # A retry of the very same bytes: its replay, before the body is parsed.
+        replay = idempotency_identical_replay(
+            client=client,
+            operation_type=self.operation_type,
+            key=key,
+            request_hash=hashlib.sha256(raw).hexdigest(),
+        )
+        if replay is not None:
+            return _response(replay)
         try:
             # DRF's JSON, strict as its parser is (no NaN or Infinity).
             body = drf_json.loads(raw.decode("utf-8"))

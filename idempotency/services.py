@@ -11,7 +11,9 @@ NOTHING RETURNING``, the row only if the record was inserted, and, only when the
 a committed live record, returns that record instead; so a new key and a retry each cost one
 round trip, and a new key reads nothing. A concurrent first request with the same key blocks on
 the other's uncommitted record; when that one commits, the insert does nothing, and the record
-(committed after the statement's snapshot, so not returned with it) is read once.
+(committed after the statement's snapshot, so not returned with it) is read once. Before any
+of this, a retry of the very same bytes is answered by one statement that finds its record by
+the request's hash (``idempotency_identical_replay``), before its body is parsed.
 
 Any other operation (a status sync, whose ``perform`` writes) reads the key's record first, one
 indexed read outside any transaction. A request that finds no live record runs ``perform`` and
@@ -38,6 +40,7 @@ from django.db.models.expressions import DatabaseDefault
 from django.utils import timezone
 
 from core.canonical import canonical_json
+from core.db import fetchone_checking_connection
 from core.errors import TemporarilyUnavailable
 from core.models import ApiClient
 
@@ -330,15 +333,60 @@ def _record_seen(*, pk: int, conflict: bool) -> None:
     )
     sql = f"UPDATE {table} SET {count} = {count} + 1, {last} = %s WHERE id = %s"  # noqa: S608 - our names, values are parameters
     params: tuple[datetime, int] = (timezone.now(), pk)
-    # Only in a transaction of its own: inside another, SET LOCAL would reach that one's
-    # commit too, so there the UPDATE simply joins it.
+    # Only in a transaction of its own (one statement in autocommit, the setting local to
+    # it): inside another, the setting would reach that one's commit too, so there the
+    # UPDATE simply joins it.
     if connection.vendor == "postgresql" and not connection.in_atomic_block:
-        with transaction.atomic(), connection.cursor() as cursor:
-            cursor.execute("SET LOCAL synchronous_commit TO OFF")
-            cursor.execute(sql, params)
-        return
+        sql = f"{_ASYNC_COMMIT_CTE} {sql} AND EXISTS (SELECT 1 FROM commit_mode)"  # noqa: S608
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
+
+
+# An UPDATE of the console's counters, which a crash may lose, in a statement that is its own
+# transaction (autocommit): set_config(..., true) holds for that transaction alone, so that
+# its commit does not wait for the WAL flush (the statement must read ``commit_mode``).
+_ASYNC_COMMIT_CTE = (
+    "WITH commit_mode AS (SELECT set_config('synchronous_commit', 'off', true))"
+)
+
+
+@functools.cache
+def _identical_replay_sql() -> str:
+    table = IdempotencyRecord._meta.db_table
+    return (
+        f"{_ASYNC_COMMIT_CTE} UPDATE {table}"  # noqa: S608 - our names, values are parameters
+        f" SET replay_count = replay_count + 1, last_replayed_at = %s"
+        " WHERE client_id = %s AND operation_type = %s AND key = %s"
+        " AND expired_at IS NULL AND expires_at > %s AND request_hash = %s"
+        " AND request_hash <> '' AND EXISTS (SELECT 1 FROM commit_mode)"
+        " RETURNING response_body, response_location"
+    )
+
+
+def idempotency_identical_replay(
+    *, client: ApiClient, operation_type: str, key: str, request_hash: str
+) -> IdempotentResponse | None:
+    """The replay of a retry whose body is byte for byte the body of the request that made
+    the key's live, unexpired record (``request_hash``), counted on the record, or ``None``:
+    one statement, before the body is parsed (docs/architecture.md, "An idempotent API
+    call"). On PostgreSQL, in autocommit only (elsewhere ``None``). The statement is the
+    request's first (``core.db.fetchone_checking_connection``): for a new key it takes the
+    place of the connection's health check, so that a new key still costs two round trips;
+    the count it writes, the console's telemetry, commits without waiting for the WAL flush,
+    as ``_record_seen`` does."""
+    if connection.vendor != "postgresql" or connection.in_atomic_block:
+        return None
+    now = timezone.now()
+    row = fetchone_checking_connection(
+        _identical_replay_sql(),
+        [now, client.pk, operation_type, key, now, request_hash],
+    )
+    if row is None:
+        return None
+    IDEMPOTENCY_REQUESTS.labels(operation_type, "replayed").inc()
+    return IdempotentResponse(
+        status_code=200, body=bytes(row[0]), location=row[1], replayed=True
+    )
 
 
 def idempotency_replay(

@@ -18,6 +18,8 @@ from django.db import IntegrityError, connection, models, transaction
 from django.utils import timezone
 from django.views.decorators.debug import sensitive_variables
 
+from core.db import fetchone_checking_connection
+
 from .envelopes import Envelope, body_parse
 from .errors import InconsistentDuplicate, InvalidSignature, StaleTimestamp
 from .integrations import integration_get, integration_names
@@ -231,9 +233,9 @@ def _inbox_upsert_sql(vendor: str, *, on: str) -> str:
 
 
 def _upsert_execute(sql: str, params: list) -> tuple | None:
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        return cursor.fetchone()
+    # An upsert may run twice: as a request's first statement it stands in for the
+    # connection's health check (``core.db``).
+    return fetchone_checking_connection(sql, params)
 
 
 def _inbox_upsert_execute(*, params: list, by_body: bool) -> tuple | None:

@@ -210,14 +210,14 @@ def test_a_job_a_worker_runs_long_is_not_stuck_within_its_lease(
 
 @pytest.mark.django_db(transaction=True)
 def test_a_new_deployment_key_carries_its_deadline_in_its_one_statement(api):
-    """The deadline costs no statement of its own: the token lookup, then the record
-    (deadline included) and the deployment written together, inserted first
-    (tests/idempotency/test_fast_paths.py counts them too)."""
+    """The deadline costs no statement of its own: the token lookup, the check for a
+    byte-identical retry, then the record (deadline included) and the deployment written
+    together, inserted first (tests/idempotency/test_fast_paths.py counts them too)."""
     with CaptureQueriesContext(connection) as queries:
         response = post(api, "/api/deployments/", deployment_body(), "count-1")
     assert response.status_code == 202
     sql = [q["sql"] for q in queries.captured_queries]
-    expected = 2 if connection.vendor == "postgresql" else 6
+    expected = 3 if connection.vendor == "postgresql" else 6
     assert len(sql) == expected, [q[:80] for q in sql]
     assert IdempotencyRecord.objects.get(key="count-1").progress_deadline is not None
 

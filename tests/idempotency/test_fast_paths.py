@@ -1,16 +1,21 @@
-"""What an idempotent POST costs the database: a new key is one statement that inserts first
-(the record and the deployment written together, nothing read), a retry is that same statement
-finding the key's record (nothing written), and the answers are those of the whole way, byte
-for byte."""
+"""What an idempotent POST costs the database: a retry of the very same bytes is one
+statement that finds the key's record and counts the replay, before the body is read; a new key
+is that statement finding nothing (it stands in for the connection's health check) and one
+statement that inserts first (the record and the deployment written together); a retry with
+other bytes is the insert meeting the key's record; and the answers are those of the whole way,
+byte for byte. The statement counts are taken outside a test transaction, as a request runs
+(in autocommit)."""
 
 from __future__ import annotations
 
 import json
 import time
+from datetime import timedelta
 
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 from prometheus_client import REGISTRY
 
 from core.models import ApiClient
@@ -46,21 +51,28 @@ def statements(queries) -> list[str]:
     return [q["sql"] for q in queries]
 
 
-@pytest.mark.skipif(
-    connection.vendor != "postgresql", reason="one statement is PostgreSQL's"
+postgresql_only = pytest.mark.skipif(
+    connection.vendor != "postgresql", reason="these statements are PostgreSQL's"
 )
+
+
+@postgresql_only
+@pytest.mark.django_db(transaction=True)
 def test_a_new_key_is_one_statement_that_inserts_first(client_http):
     body = json.dumps(deployment_body()).encode()
     with CaptureQueriesContext(connection) as queries:
         response = post(client_http, body, "fast-new")
     assert response.status_code == 202, response.content
     sql = statements(queries)
-    # The token's client, then the record and the deployment: no read of the key before.
-    assert len(sql) == 2, sql
-    assert sql[1].startswith("WITH record AS (INSERT INTO"), sql[1]
-    assert Deployment._meta.db_table in sql[1]
-    assert IdempotencyRecord._meta.db_table in sql[1]
+    # The token's client, the check for a byte-identical retry (which finds nothing and
+    # writes nothing), then the record and the deployment.
+    assert len(sql) == 3, sql
+    assert sql[1].startswith("WITH commit_mode AS"), sql[1]
+    assert sql[2].startswith("WITH record AS (INSERT INTO"), sql[2]
+    assert Deployment._meta.db_table in sql[2]
+    assert IdempotencyRecord._meta.db_table in sql[2]
     record = IdempotencyRecord.objects.get(key="fast-new")
+    assert (record.replay_count, record.last_replayed_at) == (0, None)
     deployment = Deployment.objects.get(public_id=record.resource_id)
     answered = response.json()
     assert answered["deployment_id"] == deployment.public_id
@@ -70,15 +82,22 @@ def test_a_new_key_is_one_statement_that_inserts_first(client_http):
     )
 
 
-@pytest.mark.skipif(
-    connection.vendor != "postgresql", reason="one statement is PostgreSQL's"
-)
-def test_a_retry_is_the_same_one_statement_and_writes_nothing(client_http):
+def replays() -> float:
+    labels = {"operation": "deployment.create", "outcome": "replayed"}
+    return REGISTRY.get_sample_value("idempotency_requests_total", labels) or 0.0
+
+
+@postgresql_only
+@pytest.mark.django_db(transaction=True)
+def test_a_byte_identical_retry_is_one_statement_that_counts_the_replay(client_http):
     body = json.dumps(deployment_body()).encode()
     first = post(client_http, body, "fast-retry")
     assert first.status_code == 202
-    records = IdempotencyRecord.objects.values_list("pk", "updated_at")
+    records = IdempotencyRecord.objects.values_list(
+        "pk", "updated_at", "response_body", "status"
+    )
     before = list(records)
+    counted = replays()
     with CaptureQueriesContext(connection) as queries:
         retry = post(client_http, body, "fast-retry")
     assert retry.status_code == 200
@@ -86,16 +105,60 @@ def test_a_retry_is_the_same_one_statement_and_writes_nothing(client_http):
     assert retry["Location"] == first["Location"]
     assert retry["Idempotent-Replayed"] == "true"
     sql = statements(queries)
-    # The token's client, the insert that met the key's record and returned it, and the
-    # replay counted on the record (one UPDATE).
-    assert len(sql) == 3, sql
-    assert sql[2].startswith("UPDATE idempotency_idempotencyrecord SET replay_count"), (
-        sql
-    )
+    # The token's client, and the one statement that found the record and counted.
+    assert len(sql) == 2, sql
+    assert sql[1].startswith("WITH commit_mode AS"), sql[1]
     assert Deployment.objects.count() == 1
     assert list(records) == before
+    record = IdempotencyRecord.objects.get(key="fast-retry")
+    assert record.replay_count == 1
+    assert record.last_replayed_at is not None
+    assert replays() == counted + 1
+    # The same answer, headers included, as the whole way gives it (a charset other than
+    # UTF-8 is left to the whole way: DRF's parser reads it).
+    whole = client_http.post(
+        URL,
+        data=body,
+        content_type="application/json; charset=iso-8859-1",
+        HTTP_IDEMPOTENCY_KEY="fast-retry",
+    )
+    assert whole.status_code == 200, whole.content
+    assert whole.content == retry.content
+    assert sorted(whole.headers.items()) == sorted(retry.headers.items())
+    assert IdempotencyRecord.objects.get(key="fast-retry").replay_count == 2
 
 
+@postgresql_only
+@pytest.mark.django_db(transaction=True)
+def test_a_byte_identical_retry_past_the_ttl_is_a_new_operation(client_http):
+    body = json.dumps(deployment_body()).encode()
+    first = post(client_http, body, "fast-expired")
+    assert first.status_code == 202
+    IdempotencyRecord.objects.filter(key="fast-expired").update(
+        expires_at=timezone.now() - timedelta(seconds=1)
+    )
+    again = post(client_http, body, "fast-expired")
+    assert again.status_code == 202, again.content
+    assert again.json()["deployment_id"] != first.json()["deployment_id"]
+    assert Deployment.objects.count() == 2
+    old, new = IdempotencyRecord.objects.filter(key="fast-expired").order_by("pk")
+    assert old.expired_at is not None and old.replay_count == 0
+    assert new.expired_at is None
+
+
+@postgresql_only
+@pytest.mark.django_db(transaction=True)
+def test_the_same_bytes_under_another_clients_key_are_not_its_replay(client_http):
+    body = json.dumps(deployment_body()).encode()
+    assert post(client_http, body, "fast-shared").status_code == 202
+    _, token = api_client_make(token="fast-paths-other-0123456789abcdef")
+    other = post(bearer_http(token), body, "fast-shared")
+    assert other.status_code == 202, other.content
+    assert Deployment.objects.count() == 2
+
+
+@postgresql_only
+@pytest.mark.django_db(transaction=True)
 def test_a_retry_with_other_bytes_but_the_same_operation_is_the_same_replay(
     client_http,
 ):
@@ -109,19 +172,10 @@ def test_a_retry_with_other_bytes_but_the_same_operation_is_the_same_replay(
     assert retry.status_code == 200
     assert retry.content == first.content
     assert retry["Idempotent-Replayed"] == "true"
-    # No second read of the key: its client, the insert that met it, the replay counted.
-    assert len(statements(queries)) == 3
-    # Headers the whole way adds, the fast lane adds too: a charset other than UTF-8 is
-    # left to the whole way (DRF's parser reads it).
-    whole = client_http.post(
-        URL,
-        data=json.dumps(body).encode(),
-        content_type="application/json; charset=iso-8859-1",
-        HTTP_IDEMPOTENCY_KEY="fast-spaces",
-    )
-    assert whole.status_code == 200, whole.content
-    assert whole.content == retry.content
-    assert sorted(whole.headers.items()) == sorted(retry.headers.items())
+    # No second read of the key: its client, the check for the same bytes (other bytes:
+    # nothing found), the insert that met the key, the replay counted.
+    assert len(statements(queries)) == 4, [q[:70] for q in statements(queries)]
+    assert IdempotencyRecord.objects.get(key="fast-spaces").replay_count == 1
 
 
 def test_a_changed_operation_under_the_key_is_still_409(client_http):
@@ -146,7 +200,7 @@ def test_a_reused_key_is_counted_and_answered_once(client_http):
         "differing_fields": ["environment"],
     }
     assert conflicts() == before + 1
-    assert len(statements(queries)) <= 3, statements(queries)
+    assert len(statements(queries)) <= 4, statements(queries)
 
 
 def test_a_body_the_fast_lane_refuses_is_the_serializers_422(client_http):
