@@ -156,10 +156,11 @@ def _children(pid: int) -> list[int]:
 
 def _processing() -> int:
     """One worker's pool process while it drains a fixed backlog of research events."""
-    from bench.processing import _django_setup, _inbox_fill, _publish_inbox
+    from bench.harness import django_setup
+    from bench.processing import _inbox_fill, _publish_inbox
 
     events = int(os.environ.get("PROFILE_PROCESSING_EVENTS", "20000"))
-    _django_setup()
+    django_setup()
     from django.db.models import Max, Min
 
     from webhooks.models import TERMINAL_STATUSES, InboxEvent
@@ -211,7 +212,9 @@ def _processing() -> int:
         elapsed = time.monotonic() - t0
         done = rows.filter(processing_status__in=TERMINAL_STATUSES).count()
         wait_until_done = time.monotonic() + 600
-        while rows.exclude(processing_status__in=TERMINAL_STATUSES).exists():
+        # The ids' range, not a statement binding every id (see ``bench.processing``).
+        span_rows = InboxEvent.objects.filter(pk__range=(min(ids), max(ids)))
+        while span_rows.exclude(processing_status__in=TERMINAL_STATUSES).exists():
             if time.monotonic() > wait_until_done:
                 raise SystemExit("the backlog was not drained within 600 s")
             time.sleep(0.2)

@@ -335,11 +335,15 @@ def document_change_apply(
 
 # Locks every existing document the batch touches in one statement, in entity_id order: two
 # batches (or a batch and a single event) never wait on each other in a cycle. A lock writes
-# no row version; a document the batch creates is inserted once, with its final state.
+# no row version; a document the batch creates is inserted once, with its final state. The
+# wait gives up after INBOX_LOCK_TIMEOUT_MS: the transaction's lock_timeout, set by the same
+# statement (an InitPlan, evaluated once before any row is locked), so that a batch sends no
+# statement of its own to set and reset it.
 _DOCUMENTS_LOCK_SQL = f"""
 SELECT id, entity_id, current_source_version, last_occurred_at, last_event_id
   FROM {_DOCUMENTS}
  WHERE entity_id = ANY(%(entity_ids)s::text[])
+   AND (SELECT set_config('lock_timeout', %(lock_timeout)s, true)) IS NOT NULL
  ORDER BY entity_id
    FOR UPDATE
 """  # noqa: S608 - table names from the models, values bound
@@ -461,11 +465,17 @@ class DocumentCreatedMeanwhile(TransientProcessingError):
 
 def _documents_lock(*, entity_ids: list[str]) -> dict[str, LockedDocument]:
     """The existing documents of ``entity_ids``, locked until the transaction ends, in one
-    statement (see ``_DOCUMENTS_LOCK_SQL``); a wait past the session's ``lock_timeout`` is a
+    statement (see ``_DOCUMENTS_LOCK_SQL``); a wait past ``INBOX_LOCK_TIMEOUT_MS`` is a
     transient error, as for one document."""
     try:
         with connection.cursor() as cursor:
-            cursor.execute(_DOCUMENTS_LOCK_SQL, {"entity_ids": sorted(entity_ids)})
+            cursor.execute(
+                _DOCUMENTS_LOCK_SQL,
+                {
+                    "entity_ids": sorted(entity_ids),
+                    "lock_timeout": f"{int(settings.INBOX_LOCK_TIMEOUT_MS)}ms",
+                },
+            )
             rows = cursor.fetchall()
     except OperationalError as exc:
         if not isinstance(exc.__cause__, LockNotAvailable):

@@ -50,12 +50,23 @@ def run_together(
 def document_locked(entity_id: str, *, at_most: float = 120) -> Iterator[None]:
     """Inside, another connection holds the document's row lock, as a stuck transaction would:
     every attempt to apply an event to that document waits on the lock and times out."""
+    with row_locked(
+        lambda: ResearchDocument.objects.select_for_update().get(entity_id=entity_id),
+        at_most=at_most,
+    ):
+        yield
+
+
+@contextlib.contextmanager
+def row_locked(lock: Callable[[], Any], *, at_most: float = 120) -> Iterator[None]:
+    """Inside, another connection holds the row lock that ``lock`` takes (a
+    ``select_for_update`` of it), as a stuck transaction would."""
     locked, release = threading.Event(), threading.Event()
 
     def hold() -> None:
         try:
             with transaction.atomic():
-                ResearchDocument.objects.select_for_update().get(entity_id=entity_id)
+                lock()
                 locked.set()
                 release.wait(timeout=at_most)
         finally:
@@ -64,7 +75,7 @@ def document_locked(entity_id: str, *, at_most: float = 120) -> Iterator[None]:
     holder = threading.Thread(target=hold, daemon=True)
     holder.start()
     try:
-        assert locked.wait(timeout=10), f"document {entity_id} was not locked"
+        assert locked.wait(timeout=10), "the row was not locked"
         yield
     finally:
         release.set()

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import re
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -41,6 +42,7 @@ from datetime import UTC, datetime, timedelta
 
 from django.conf import settings
 from django.db import DataError, connection, transaction
+from django.db.models import DEFERRED, Model
 from django.utils import timezone
 
 from core.backoff import full_jitter_delay
@@ -93,6 +95,9 @@ WITH claimed AS (
       FROM {_SOURCES} AS s
      WHERE e.id = ANY(%(ids)s)
        AND s.id = e.source_id
+       -- The claim's row locks give up after INBOX_LOCK_TIMEOUT_MS: the statement's own
+       -- transaction's lock_timeout, set once (an InitPlan) before any row is locked.
+       AND (SELECT set_config('lock_timeout', %(lock_timeout)s, true)) IS NOT NULL
        AND NOT EXISTS (
            SELECT 1 FROM {_HOLDS} AS h
             WHERE h.source_id = e.source_id
@@ -170,6 +175,14 @@ UPDATE {_ATTEMPTS} AS a
  WHERE a.id = v.attempt
 RETURNING a.id
 """  # noqa: S608 - table names from the models, values bound
+
+# The same statement with its arrays bound in binary, where the server binds parameters
+# (``config.settings.base.database_binding_apply``): psycopg writes a text array element by
+# element in Python, quoting and escaping each, about ten times the cost of the binary form
+# (docs/benchmarks.md, "Processing and the relay"). A client-side cursor keeps the text form.
+_BATCH_CLOSE_SQL_BINARY = re.sub(
+    r"%\((\w+)\)s::(\w+)\[\]", r"%(\1)b::\2[]", _BATCH_CLOSE_SQL
+)
 
 # The columns the one-by-one claim reads: never the ones ingest filled from the body, so
 # that a row whose stored values cannot be read back can still be claimed and closed.
@@ -268,6 +281,45 @@ def _instant(epoch) -> datetime | None:
 # --- claim ---------------------------------------------------------------------------------
 
 
+class _Loaded:
+    """Instances of ``model`` built from some of its columns, as a query loads them
+    (``Model.from_db``): the other fields deferred, read from the database if ever touched.
+    ``model(**columns)`` would compute every other field's default, per row, which cost
+    the claim about as much as the rest of it (docs/benchmarks.md, "Processing and the
+    relay")."""
+
+    def __init__(self, model: type[Model], names: tuple[str, ...]) -> None:
+        self.model = model
+        attnames = [field.attname for field in model._meta.concrete_fields]
+        self.attnames = attnames
+        self.positions = [attnames.index(name) for name in names]
+
+    def build(self, *values):
+        row = [DEFERRED] * len(self.attnames)
+        for position, value in zip(self.positions, values, strict=True):
+            row[position] = value
+        return self.model.from_db(connection.alias, self.attnames, row)
+
+
+_CLAIMED_EVENT = _Loaded(
+    InboxEvent,
+    (
+        "id",
+        "attempts",
+        "event_id",
+        "event_type",
+        "source_id",
+        "entity_id",
+        "entity_type",
+        "source_version",
+        "occurred_at",
+        "raw_body",
+        "processing_status",
+    ),
+)
+_CLAIMED_SOURCE = _Loaded(WebhookSource, ("id", "slug", "handler"))
+
+
 def _batch_claim_fast(*, ids: list[int], worker: str) -> list[_Claim]:
     """The common case in one statement (PostgreSQL): see ``_BATCH_CLAIM_SQL``. The UPDATE
     takes the rows' locks and PostgreSQL re-checks its condition on each row's latest version
@@ -285,6 +337,7 @@ def _batch_claim_fast(*, ids: list[int], worker: str) -> list[_Claim]:
                 "lease": now
                 + timedelta(seconds=settings.INBOX_PROCESSING_LEASE_SECONDS),
                 "worker": worker[:255],
+                "lock_timeout": _lock_timeout_setting(),
             },
         )
         rows = cursor.fetchall()
@@ -304,21 +357,20 @@ def _batch_claim_fast(*, ids: list[int], worker: str) -> list[_Claim]:
         handler,
         attempt_pk,
     ) in rows:
-        event = InboxEvent(
-            id=pk,
-            attempts=attempts,
-            event_id=event_id,
-            event_type=event_type,
-            source_id=source_id,
-            entity_id=entity_id,
-            entity_type=entity_type,
-            source_version=source_version,
-            occurred_at=_instant(occurred_epoch),
-            raw_body=raw_body,
-            processing_status=ProcessingStatus.PROCESSING,
+        event = _CLAIMED_EVENT.build(
+            pk,
+            attempts,
+            event_id,
+            event_type,
+            source_id,
+            entity_id,
+            entity_type,
+            source_version,
+            _instant(occurred_epoch),
+            raw_body,
+            ProcessingStatus.PROCESSING,
         )
-        event._state.adding = False
-        event.source = WebhookSource(id=source_id, slug=slug, handler=handler)
+        event.source = _CLAIMED_SOURCE.build(source_id, slug, handler)
         claims.append(_Claim(event=event, attempt_pk=attempt_pk, handler=handler))
     return claims
 
@@ -619,9 +671,10 @@ def _batch_close(claims: list[_Claim], closes: list[_Close]) -> None:
     of the claims no longer holds."""
     now = timezone.now()
     processed_at = [now if c.status in HANDLER_STATUSES else None for c in closes]
+    binary = connection.settings_dict.get("OPTIONS", {}).get("server_side_binding")
     with connection.cursor() as cursor:
         cursor.execute(
-            _BATCH_CLOSE_SQL,
+            _BATCH_CLOSE_SQL_BINARY if binary is True else _BATCH_CLOSE_SQL,
             {
                 "ids": [claim.event.pk for claim in claims],
                 "numbers": [claim.event.attempts for claim in claims],
@@ -771,23 +824,35 @@ class _BatchRecord:
             logger.info("inbox.batch_processed", extra=extra)
 
 
-@contextlib.contextmanager
-def _lock_timeout() -> Iterator[None]:
-    """The handlers' row locks (a research document's) give up after
-    ``INBOX_LOCK_TIMEOUT_MS`` (a transient error, retried): set for the session
-    once per batch rather than once per event."""
-    if connection.vendor != "postgresql":
-        yield
-        return
-    with connection.cursor() as cursor:
-        cursor.execute(
-            # set_config, not SET: a parameter bound by the server cannot stand in SET.
-            "SELECT set_config('lock_timeout', %s, false)",
-            [f"{int(settings.INBOX_LOCK_TIMEOUT_MS)}ms"],
-        )
-    try:
-        yield
-    finally:
+def _lock_timeout_setting() -> str:
+    return f"{int(settings.INBOX_LOCK_TIMEOUT_MS)}ms"
+
+
+class _SessionLockTimeout:
+    """The session's ``lock_timeout`` (``INBOX_LOCK_TIMEOUT_MS``) for the claims taken one by
+    one and the events run one at a time: set the first time one of them comes, reset once
+    the batch is over. A batch that needs neither (every row claimed by the batch claim, and
+    applied as a set) sends neither statement: those statements set the timeout in their
+    own transactions (``_BATCH_CLAIM_SQL``, ``research.services._DOCUMENTS_LOCK_SQL``)."""
+
+    def __init__(self) -> None:
+        self.is_set = False
+
+    def ensure(self) -> None:
+        if self.is_set or connection.vendor != "postgresql":
+            return
+        with connection.cursor() as cursor:
+            cursor.execute(
+                # set_config, not SET: a parameter bound by the server cannot stand in SET.
+                "SELECT set_config('lock_timeout', %s, false)",
+                [_lock_timeout_setting()],
+            )
+        self.is_set = True
+
+    def reset(self) -> None:
+        if not self.is_set:
+            return
+        self.is_set = False
         with contextlib.suppress(Exception), connection.cursor() as cursor:
             cursor.execute("RESET lock_timeout")
 
@@ -807,12 +872,14 @@ def inbox_events_process(
     unique = list(dict.fromkeys(ids))  # an id given twice is processed once
     outcomes: dict[int, ProcessingOutcome] = {}
     record = _BatchRecord(worker=worker)
-    with _lock_timeout():
+    session_timeout = _SessionLockTimeout()
+    try:
         claims = _batch_claim_fast(ids=unique, worker=worker)
         claimed = {claim.event.pk for claim in claims}
         for pk in unique:
             if pk in claimed:
                 continue
+            session_timeout.ensure()
             claim = _inbox_event_claim(inbox_event_id=pk, worker=worker)
             if isinstance(claim, _Claim):
                 claims.append(claim)
@@ -833,7 +900,7 @@ def inbox_events_process(
                     extra={"inbox_event_id": pk, "reason": claim.skipped},
                 )
         claims.sort(key=lambda c: c.event.pk)
-        for claim, outcome, as_set in _claims_run(claims):
+        for claim, outcome, as_set in _claims_run(claims, session_timeout):
             if outcome.skipped:
                 record.count(outcome.skipped)
             else:
@@ -841,12 +908,14 @@ def inbox_events_process(
                 with correlation_id_bound(claim.event.event_id):
                     record.outcome(claim.event, outcome)
             outcomes[claim.event.pk] = outcome
+    finally:
+        session_timeout.reset()
     record.write(events=len(unique), started=started)
     return [outcomes[pk] for pk in ids]
 
 
 def _claims_run(
-    claims: list[_Claim],
+    claims: list[_Claim], session_timeout: _SessionLockTimeout
 ) -> Iterator[tuple[_Claim, ProcessingOutcome, bool]]:
     """Runs the claims, in id order within each integration: as a set for an integration that
     offers ``handle_batch`` (on PostgreSQL), else (and when its batch does not commit) one
@@ -879,6 +948,8 @@ def _claims_run(
             continue
         for claim, outcome in zip(group, batch, strict=True):
             yield claim, outcome, True
+    if per_event:
+        session_timeout.ensure()
     for claim in sorted(per_event, key=lambda c: c.event.pk):
         with correlation_id_bound(claim.event.event_id):
             outcome = _claimed_event_run(claim)

@@ -1,14 +1,15 @@
 """The processing service on the real PostgreSQL: claims, leases, retries, dead letters."""
 
+import time
 from datetime import timedelta
 
 import pytest
-from django.db import transaction
+from django.db import OperationalError, connection, transaction
 from django.utils import timezone
 
 from research.models import DocumentRevision, ResearchDocument
 from tests.integrations.research.factories import research_event
-from tests.threads import document_locked
+from tests.threads import document_locked, row_locked
 from tests.webhooks.factories import InboxEventFactory
 from webhooks import metrics
 from webhooks.models import InboxAttempt, InboxEvent, WebhookSource
@@ -347,3 +348,67 @@ def test_transient_failures_back_off_then_dead_letter_after_max_attempts(setting
     assert outcomes == [(1, "retry"), (2, "retry"), (3, "dead_lettered")]
     assert sample(metrics.DEAD_LETTERS) == dead_before + 1
     assert ResearchDocument.objects.get(entity_id="doc_p").current_source_version == 1
+
+
+def session_lock_timeout() -> str:
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW lock_timeout")
+        return cursor.fetchone()[0]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_set_whose_document_stays_locked_gives_up_after_the_lock_timeout(settings):
+    """The documents' lock sets its own transaction's lock_timeout: a set whose document
+    another transaction holds gives up after INBOX_LOCK_TIMEOUT_MS and runs per event, whose
+    events give up as long after (the session's timeout, set for them); the session is left
+    with the lock_timeout it had."""
+    settings.INBOX_LOCK_TIMEOUT_MS = 50
+    inbox_event_process(
+        inbox_event_id=InboxEventFactory(
+            body=research_event(entity_id="doc_set_locked", source_version=1)
+        ).pk
+    )
+    events = [
+        InboxEventFactory(
+            body=research_event(entity_id="doc_set_locked", source_version=version)
+        )
+        for version in (2, 3)
+    ]
+    before = session_lock_timeout()
+    with document_locked("doc_set_locked", at_most=60):
+        started = time.monotonic()
+        outcomes = inbox_events_process(ids=[e.pk for e in events], worker="w")
+        elapsed = time.monotonic() - started
+    assert [o.status for o in outcomes] == ["failed", "failed"]
+    assert elapsed < 10  # not the 60 s the other transaction holds the lock
+    for event in events:
+        event.refresh_from_db()
+        assert "stayed locked by another transaction" in event.error_message
+    assert session_lock_timeout() == before
+    assert (
+        ResearchDocument.objects.get(entity_id="doc_set_locked").current_source_version
+        == 1
+    )
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_batch_claim_gives_up_on_a_row_locked_for_longer_than_the_lock_timeout(
+    settings,
+):
+    """The claim's statement sets its own lock_timeout: a row another transaction holds
+    fails the claim after INBOX_LOCK_TIMEOUT_MS (the task retries), not after the other
+    transaction; nothing is claimed, and the session keeps its lock_timeout."""
+    settings.INBOX_LOCK_TIMEOUT_MS = 50
+    event = InboxEventFactory(body=research_event(entity_id="doc_claim_locked"))
+    before = session_lock_timeout()
+    with row_locked(
+        lambda: InboxEvent.objects.select_for_update().get(pk=event.pk), at_most=60
+    ):
+        started = time.monotonic()
+        with pytest.raises(OperationalError, match="lock timeout"):
+            _batch_claim_fast(ids=[event.pk], worker="w")
+        assert time.monotonic() - started < 10
+    assert session_lock_timeout() == before
+    event.refresh_from_db()
+    assert (event.processing_status, event.attempts) == ("received", 0)
+    assert not InboxAttempt.objects.filter(event=event).exists()
