@@ -60,7 +60,7 @@ CONNECTIONS = int(os.environ.get("BENCH_E2E_CONNECTIONS", "32"))
 LAG_LIMIT_SECONDS = 5.0
 MAX_PROBES = 6
 STEP = 1.15
-TARGET_RATIO = 0.5
+TARGET_RATIO = 0.6
 TERMINAL_OK = ("processed", "ignored_out_of_order", "ignored_duplicate_version")
 VACUUM_SECONDS = 20.0
 
