@@ -342,30 +342,13 @@ def _batch_claim_fast(*, ids: list[int], worker: str) -> list[_Claim]:
         )
         rows = cursor.fetchall()
     claims = []
-    for (
-        pk,
-        attempts,
-        event_id,
-        event_type,
-        source_id,
-        entity_id,
-        entity_type,
-        source_version,
-        occurred_epoch,
-        raw_body,
-        slug,
-        handler,
-        attempt_pk,
-    ) in rows:
+    for row in rows:
+        # The statement's columns: the event's fields as _CLAIMED_EVENT takes them up to its
+        # source version, then its occurred instant, body, source and attempt.
+        *fields, occurred_epoch, raw_body, slug, handler, attempt_pk = row
+        source_id = fields[4]
         event = _CLAIMED_EVENT.build(
-            pk,
-            attempts,
-            event_id,
-            event_type,
-            source_id,
-            entity_id,
-            entity_type,
-            source_version,
+            *fields,
             _instant(occurred_epoch),
             raw_body,
             ProcessingStatus.PROCESSING,
