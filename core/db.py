@@ -1,5 +1,6 @@
-"""Database connections: in long-lived Celery worker processes, and the first statement of a
-request standing in for the connection's health check."""
+"""Database connections: in long-lived Celery worker processes, the first statement of a
+request standing in for the connection's health check, and a statement that sets its own
+transaction's lock timeout."""
 
 from collections.abc import Sequence
 from typing import Any, cast
@@ -67,3 +68,17 @@ def fetchone_checking_connection(sql: str, params: Sequence[Any]) -> tuple | Non
             raise  # the database answered: the statement's own failure
         wrapper.close()
     return _fetchone(sql, params)
+
+
+# The condition, in a statement's WHERE, that sets the lock_timeout of the statement's own
+# transaction to the bound ``%(lock_timeout)s`` (``lock_timeout_value``): an InitPlan,
+# evaluated once before any row is locked, so that the statement needs none of its own to set
+# and reset the session's.
+LOCK_TIMEOUT_IN_STATEMENT = (
+    "(SELECT set_config('lock_timeout', %(lock_timeout)s, true)) IS NOT NULL"
+)
+
+
+def lock_timeout_value(milliseconds: float) -> str:
+    """``lock_timeout``'s value for a wait of ``milliseconds``."""
+    return f"{int(milliseconds)}ms"

@@ -121,12 +121,13 @@ class IdempotentPostMixin(_View):
             return None
         client = found[0]
         raw = request.body
+        request_hash = hashlib.sha256(raw).hexdigest()
         # A retry of the very same bytes: its replay, before the body is parsed.
         replay = idempotency_identical_replay(
             client=client,
             operation_type=self.operation_type,
             key=key,
-            request_hash=hashlib.sha256(raw).hexdigest(),
+            request_hash=request_hash,
         )
         if replay is not None:
             return _response(replay)
@@ -142,19 +143,25 @@ class IdempotentPostMixin(_View):
         if data is None:
             return None
         try:
-            return _response(self._execute(request, client=client, key=key, data=data))
+            return _response(
+                self._execute(
+                    client=client, key=key, data=data, request_hash=request_hash
+                )
+            )
         except ServiceError as exc:
             request._idempotency_error = (client.pk, key, exc)
             return None
 
-    def _execute(self, request, *, client, key: str, data: dict) -> IdempotentResponse:
+    def _execute(
+        self, *, client, key: str, data: dict, request_hash: str
+    ) -> IdempotentResponse:
         return idempotent_execute(
             client=client,
             operation_type=self.operation_type,
             key=key,
             fingerprint_fields=self.fingerprint_values(data),
             perform=lambda: self.perform(client=client, key=key, data=data),
-            request_hash=hashlib.sha256(request.body).hexdigest(),
+            request_hash=request_hash,
             perform_returns_unsaved_row=self.perform_returns_unsaved_row,
         )
 
@@ -169,7 +176,14 @@ class IdempotentPostMixin(_View):
             # What the fast lane met for this very request (a reused key): raised here,
             # after the whole way's checks, so that it is answered as the whole way answers.
             raise met[2]
-        return _response(self._execute(request, client=client, key=key, data=data))
+        return _response(
+            self._execute(
+                client=client,
+                key=key,
+                data=data,
+                request_hash=hashlib.sha256(request.body).hexdigest(),
+            )
+        )
 
 
 def _response(result: IdempotentResponse) -> HttpResponse:

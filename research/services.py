@@ -15,6 +15,7 @@ from django.db import OperationalError, connection
 from django.utils import timezone
 from psycopg.errors import LockNotAvailable
 
+from core.db import LOCK_TIMEOUT_IN_STATEMENT, lock_timeout_value
 from core.errors import PermanentProcessingError, TransientProcessingError
 
 from .models import Citation, DocumentRevision, ResearchDocument
@@ -343,7 +344,7 @@ _DOCUMENTS_LOCK_SQL = f"""
 SELECT id, entity_id, current_source_version, last_occurred_at, last_event_id
   FROM {_DOCUMENTS}
  WHERE entity_id = ANY(%(entity_ids)s::text[])
-   AND (SELECT set_config('lock_timeout', %(lock_timeout)s, true)) IS NOT NULL
+   AND {LOCK_TIMEOUT_IN_STATEMENT}
  ORDER BY entity_id
    FOR UPDATE
 """  # noqa: S608 - table names from the models, values bound
@@ -473,7 +474,7 @@ def _documents_lock(*, entity_ids: list[str]) -> dict[str, LockedDocument]:
                 _DOCUMENTS_LOCK_SQL,
                 {
                     "entity_ids": sorted(entity_ids),
-                    "lock_timeout": f"{int(settings.INBOX_LOCK_TIMEOUT_MS)}ms",
+                    "lock_timeout": lock_timeout_value(settings.INBOX_LOCK_TIMEOUT_MS),
                 },
             )
             rows = cursor.fetchall()

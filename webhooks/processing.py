@@ -46,6 +46,7 @@ from django.db.models import DEFERRED, Model
 from django.utils import timezone
 
 from core.backoff import full_jitter_delay
+from core.db import LOCK_TIMEOUT_IN_STATEMENT, lock_timeout_value
 from core.errors import PermanentProcessingError
 from core.logging import correlation_id_bound
 
@@ -97,7 +98,7 @@ WITH claimed AS (
        AND s.id = e.source_id
        -- The claim's row locks give up after INBOX_LOCK_TIMEOUT_MS: the statement's own
        -- transaction's lock_timeout, set once (an InitPlan) before any row is locked.
-       AND (SELECT set_config('lock_timeout', %(lock_timeout)s, true)) IS NOT NULL
+       AND {LOCK_TIMEOUT_IN_STATEMENT}
        AND NOT EXISTS (
            SELECT 1 FROM {_HOLDS} AS h
             WHERE h.source_id = e.source_id
@@ -808,7 +809,7 @@ class _BatchRecord:
 
 
 def _lock_timeout_setting() -> str:
-    return f"{int(settings.INBOX_LOCK_TIMEOUT_MS)}ms"
+    return lock_timeout_value(settings.INBOX_LOCK_TIMEOUT_MS)
 
 
 class _SessionLockTimeout:
