@@ -277,7 +277,10 @@ CELERY_TASK_REJECT_ON_WORKER_LOST = (
 CELERY_WORKER_PREFETCH_MULTIPLIER = (
     1  # a worker holds at most one unacked message per process
 )
-CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = True
+# A task running when the broker's connection is lost runs on to its end (the pool processes
+# ignore the SIGTERM a cancel would send; config/celery_worker.py): its work is idempotent, and
+# its message, not acknowledged on the lost connection, comes back and finds it done.
+CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = False
 CELERY_TASK_SERIALIZER = "json"
 CELERY_RESULT_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
@@ -307,6 +310,8 @@ CELERY_TASK_PUBLISH_RETRY = False
 # Celery's Django fixup closes the connection around every task unless this is set.
 CELERY_DB_REUSE_MAX = env.int("CELERY_DB_REUSE_MAX", default=1000)
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+# A consumer whose reconnect after a lost broker connection cannot end the worker.
+CELERY_WORKER_CONSUMER = "config.celery_worker:Consumer"
 
 # --- Webhook schemes and integrations -------------------------------------------------------
 # What a source's ``scheme`` may name: a signature scheme's class, a generic one of the inbox or

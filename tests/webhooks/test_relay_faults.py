@@ -6,13 +6,15 @@ is processed, and applied at most once."""
 from __future__ import annotations
 
 import functools
+import threading
 
 import pytest
 import requests
+from django.db import connection, transaction
 from django.db.models import Count
 
 from chaos.services import PrivateRedis
-from research.models import DocumentRevision
+from research.models import DocumentRevision, ResearchDocument
 from tests import processes
 from tests.integrations.research.factories import research_event
 from tests.threads import run_together
@@ -22,7 +24,7 @@ from tests.webhooks.factories import (
     inbox_events_bulk_create,
     signed_headers,
 )
-from webhooks.models import TERMINAL_STATUSES, InboxEvent
+from webhooks.models import TERMINAL_STATUSES, InboxEvent, ProcessingStatus
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -59,6 +61,12 @@ def assert_each_applied_once(count: int) -> None:
         DocumentRevision.objects.count()
         == InboxEvent.objects.filter(processing_status="processed").count()
     )
+
+
+def terminal_while_alive(worker: processes.Process) -> int:
+    """``terminal()``, failing at once if ``worker`` has ended."""
+    assert worker.alive(), f"the worker ended:\n{worker.log()[-4000:]}"
+    return terminal()
 
 
 def bodies(count: int, tag: str) -> list[dict]:
@@ -100,22 +108,112 @@ def test_a_relay_killed_while_it_publishes_loses_nothing(tmp_path, running, brok
 
 
 def test_rows_committed_while_the_broker_restarts_are_all_processed(tmp_path, running):
-    """The broker goes away under load and comes back: publishes fail meanwhile (their stamps
-    roll back), and the relay publishes everything once it is back."""
+    """The broker goes away under load and comes back, four times: publishes fail meanwhile
+    (their stamps roll back), the worker that lost its connection reconnects each time (it
+    is never the process that ends: docs/scaling.md, "When the broker goes away"), and the
+    relay publishes everything once the broker is back."""
     redis = PrivateRedis(tmp_path)
     redis.start()
     try:
         env = {**FAST_SWEEP, "CELERY_BROKER_URL": redis.url}
-        running(processes.celery_worker(tmp_path, concurrency=2, env=env))
-        inbox_events_bulk_create(bodies(300, "c"))
-        processes.wait_until(lambda: terminal() >= 30, timeout=90, interval=0.05)
-        redis.stop()
-        inbox_events_bulk_create(bodies(300, "d"))
+        worker = running(processes.celery_worker(tmp_path, concurrency=2, env=env))
+        for restart, tag in enumerate("cdef"):
+            inbox_events_bulk_create(bodies(300, tag))
+            processes.wait_until(
+                lambda done=restart * 300 + 30: terminal() >= done,
+                timeout=90,
+                interval=0.05,
+                what="work under way",
+            )
+            redis.stop()
+            inbox_events_bulk_create(bodies(100, tag.upper()))
+            redis.start()
+            processes.wait_until(
+                lambda done=(restart + 1) * 400: terminal_while_alive(worker) == done,
+                timeout=120,
+                interval=0.2,
+                what="all processed",
+            )
+        assert worker.alive(), worker.log()[-4000:]
+        assert_each_applied_once(1600)
+    finally:
+        redis.destroy()
+
+
+def test_a_worker_that_loses_the_broker_while_a_task_waits_keeps_running(
+    tmp_path, running
+):
+    """The broker goes away while the worker has a message taken and not acknowledged (its
+    task waits on a document's lock) and waits on the broker for the next: the worker
+    reconnects, the event is processed once the broker is back, and so is the next one."""
+    redis = PrivateRedis(tmp_path)
+    redis.start()
+    try:
+        env = {
+            **FAST_SWEEP,
+            "CELERY_BROKER_URL": redis.url,
+            "INBOX_BATCH_SIZE": "1",
+            "INBOX_LOCK_TIMEOUT_MS": "20000",
+        }
+        worker = running(processes.celery_worker(tmp_path, concurrency=2, env=env))
+        inbox_events_bulk_create(
+            [research_event(entity_id="doc_held", source_version=1)]
+        )
+        processes.wait_until(
+            lambda: terminal() == 1, timeout=60, what="the first event"
+        )
+
+        locked, release = threading.Event(), threading.Event()
+
+        def hold_the_document() -> None:
+            try:
+                with transaction.atomic():
+                    ResearchDocument.objects.select_for_update().get(
+                        entity_id="doc_held"
+                    )
+                    locked.set()
+                    release.wait(timeout=60)
+            finally:
+                connection.close()
+
+        holder = threading.Thread(target=hold_the_document)
+        holder.start()
+        try:
+            assert locked.wait(timeout=30)
+            (waiting,) = inbox_events_bulk_create(
+                [research_event(entity_id="doc_held", source_version=2)]
+            )
+            processes.wait_until(
+                lambda: InboxEvent.objects.filter(
+                    pk=waiting.pk, processing_status=ProcessingStatus.PROCESSING
+                ).exists(),
+                timeout=60,
+                what="the second event claimed",
+            )
+            redis.stop()
+        finally:
+            release.set()
+            holder.join(timeout=30)
         redis.start()
         processes.wait_until(
-            lambda: terminal() == 600, timeout=180, interval=0.2, what="all processed"
+            lambda: terminal_while_alive(worker) == 2,
+            timeout=120,
+            what="both processed",
         )
-        assert_each_applied_once(600)
+        # The worker consumes from the broker again: an event committed now is processed.
+        inbox_events_bulk_create(
+            [research_event(entity_id="doc_held", source_version=3)]
+        )
+        processes.wait_until(
+            lambda: terminal_while_alive(worker) == 3,
+            timeout=60,
+            what="the third event",
+        )
+        assert_each_applied_once(3)
+        assert (
+            ResearchDocument.objects.get(entity_id="doc_held").current_source_version
+            == 3
+        )
     finally:
         redis.destroy()
 
