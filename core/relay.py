@@ -227,6 +227,9 @@ class Relay:
             if idle_poll_seconds is not None
             else settings.RELAY_IDLE_POLL_SECONDS
         )
+        self.busy_poll_seconds = min(
+            settings.RELAY_BUSY_POLL_SECONDS, self.idle_poll_seconds
+        )
         self.sweep_interval_seconds = (
             sweep_interval_seconds
             if sweep_interval_seconds is not None
@@ -340,7 +343,7 @@ class Relay:
                 if full:
                     pause = 0.0
                 elif taken:
-                    pause = 0.002
+                    pause = self.busy_poll_seconds
                 else:  # idle: back off towards the idle poll
                     pause = min(max(pause * 2, 0.002), self.idle_poll_seconds)
             except Exception as exc:  # the database or the broker is away: wait, retry

@@ -368,6 +368,9 @@ RELAY_SWEEP_INTERVAL_SECONDS = env_renamed(
 )
 RELAY_BATCH_LIMIT = env.int("RELAY_BATCH_LIMIT", default=500)  # rows per claim
 RELAY_IDLE_POLL_SECONDS = env.float("RELAY_IDLE_POLL_SECONDS", default=0.025)
+# The pause after a round that took rows but not a full batch: rows arriving meanwhile go out
+# together, in fewer rounds and fuller messages (docs/architecture.md, "How fast it wakes").
+RELAY_BUSY_POLL_SECONDS = env.float("RELAY_BUSY_POLL_SECONDS", default=0.02)
 RELAY_HEARTBEAT_SECONDS = env.float("RELAY_HEARTBEAT_SECONDS", default=5)
 # /readyz says the relays do not keep up when a row has waited longer than this.
 RELAY_LAG_ALERT_SECONDS = env.float("RELAY_LAG_ALERT_SECONDS", default=5)

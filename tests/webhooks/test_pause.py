@@ -307,10 +307,10 @@ def _history(source, n: int) -> None:
 @pytest.mark.slow  # tens of thousands of rows: make test only (README)
 def test_the_claims_keep_their_partial_indexes_with_a_source_paused(paused, normal):
     """EXPLAIN on PostgreSQL, over an inbox with a past: with a source paused and its rows
-    set aside, the claim of new rows still walks ``webhooks_inbox_outbox_idx`` (the paused
-    sources are a hashed subplan over the sources table), the claim of retries one of the
-    indexes on the status, and a drain reads the set-aside rows through
-    ``webhooks_inbox_held_idx``."""
+    set aside, the relay's claim (``outbox._CLAIM_SQL``) and its look before it walk
+    ``webhooks_inbox_outbox_idx`` for new rows (the paused sources are a hashed subplan over
+    the holds) and one of the indexes on the status for retries, and a drain reads the
+    set-aside rows through ``webhooks_inbox_held_idx``."""
     _history(normal, 20_000)
     inbox_events_bulk_create([research_event() for _ in range(50)], source=paused)
     inbox_events_bulk_create([research_event() for _ in range(5)], source=normal)
@@ -319,24 +319,29 @@ def test_the_claims_keep_their_partial_indexes_with_a_source_paused(paused, norm
     with connection.cursor() as cursor:
         cursor.execute(f"ANALYZE {InboxEvent._meta.db_table}")
 
-    def plan(queryset) -> str:
-        with transaction.atomic():
-            return (
-                queryset.select_for_update(skip_locked=True)
-                .order_by("id")
-                .values_list("id", "event_id")[:500]
-                .explain()
-            )
+    def explain(sql: str, params: dict) -> str:
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute(f"EXPLAIN {sql}", params)
+            return "\n".join(row[0] for row in cursor.fetchall())
 
-    new = plan(outbox._waiting_new())
-    assert "webhooks_inbox_outbox_idx" in new, new
-    assert "hashed SubPlan" in new, new
-    retries = plan(outbox._waiting_retries(timezone.now()))
+    now = timezone.now()
     status_indexes = ("retry_idx", "sweep_idx", "status_idx")  # the planner's pick
-    assert any(f"webhooks_inbox_{name}" in retries for name in status_indexes), retries
-    held = plan(InboxEvent.objects.filter(source_id=paused.pk, held_at__isnull=False))
+    claim = explain(outbox._CLAIM_SQL, {"limit": 500, "now": now})
+    looks = explain(outbox._HAS_WAITING_SQL, {"now": now})
+    for text in (claim, looks):
+        assert "webhooks_inbox_outbox_idx" in text, text
+        assert "hashed SubPlan" in text, text
+        assert any(f"webhooks_inbox_{name}" in text for name in status_indexes), text
+    with transaction.atomic():
+        held = (
+            InboxEvent.objects.filter(source_id=paused.pk, held_at__isnull=False)
+            .select_for_update(skip_locked=True)
+            .order_by("id")
+            .values_list("id", "event_id")[:500]
+            .explain()
+        )
     assert "webhooks_inbox_held_idx" in held, held
-    for text in (new, retries, held):
+    for text in (claim, looks, held):
         assert "Seq Scan on webhooks_inboxevent" not in text, text
 
 
