@@ -174,13 +174,13 @@ def _take(queryset: QuerySet[InboxEvent], limit: int, now: datetime) -> list[tup
 # querysets' are. The embedded default (SQLite) takes the querysets' way.
 _EVENTS = InboxEvent._meta.db_table
 _HOLDS = SourceHold._meta.db_table
-_NEW = f"""
-    processing_status = 'received' AND dispatched_at IS NULL AND held_at IS NULL
+# No message yet, not set aside, of a source not held.
+_WAITING = f"""dispatched_at IS NULL AND held_at IS NULL
     AND source_id NOT IN (SELECT source_id FROM {_HOLDS})"""  # noqa: S608 - table names
-_DUE_RETRY = f"""
-    processing_status = 'failed' AND dispatched_at IS NULL AND held_at IS NULL
-    AND next_attempt_at <= %(now)s
-    AND source_id NOT IN (SELECT source_id FROM {_HOLDS})"""  # noqa: S608 - table names
+_NEW = f"processing_status = 'received' AND {_WAITING}"
+_DUE_RETRY = (
+    f"processing_status = 'failed' AND next_attempt_at <= %(now)s AND {_WAITING}"
+)
 _HAS_WAITING_SQL = f"""
 SELECT EXISTS (SELECT 1 FROM {_EVENTS} WHERE {_NEW})
     OR EXISTS (SELECT 1 FROM {_EVENTS} WHERE {_DUE_RETRY})
