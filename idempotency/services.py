@@ -35,7 +35,7 @@ from typing import Any
 
 from django.conf import settings
 from django.core.serializers.json import DjangoJSONEncoder
-from django.db import connection, models, transaction
+from django.db import DEFAULT_DB_ALIAS, connection, connections, models, transaction
 from django.db.models.expressions import DatabaseDefault
 from django.utils import timezone
 
@@ -168,23 +168,32 @@ def _row_parts(row: models.Model) -> tuple[str, list]:
     """The columns and values of a new row as it was built: a value the builder set (its
     timestamps, which the response already shows) is written as it is; one left unset takes
     its field's default, and a column with a database default of its own (a ledger's
-    ``log_ticket``) is left to the database."""
-    fields = []
+    ``log_ticket``) is left to the database. The fields prepare their values for the
+    connection itself, not through the ``connection`` proxy, which would look the connection
+    up again for every value."""
+    database = connections[DEFAULT_DB_ALIAS]
+    model = type(row)
+    left: list[models.Field] = []
     values = []
-    for field in _row_fields(type(row)):
+    for field in _row_fields(model):
         value = getattr(row, field.attname)
         if isinstance(value, DatabaseDefault):
+            left.append(field)
             continue
         if value is None:
             value = field.pre_save(row, add=True)
-        fields.append(field)
-        values.append(field.get_db_prep_save(value, connection))
-    return _columns(tuple(fields)), values
+        values.append(field.get_db_prep_save(value, database))
+    return _columns(model, tuple(left)), values
 
 
 @functools.cache
-def _columns(fields: tuple[models.Field, ...]) -> str:
-    return ", ".join(connection.ops.quote_name(field.column) for field in fields)
+def _columns(model: type[models.Model], left: tuple[models.Field, ...]) -> str:
+    """The quoted columns of ``model``'s new row, without those ``left`` to the database."""
+    return ", ".join(
+        connection.ops.quote_name(field.column)
+        for field in _row_fields(model)
+        if field not in left
+    )
 
 
 def _row_insert(row: models.Model) -> None:
@@ -223,6 +232,26 @@ def _live_record_columns(table: str) -> str:
     )
 
 
+@functools.cache
+def _record_and_row_insert_first_sql(
+    model: type[models.Model], columns: str, count: int
+) -> str:
+    """The statement of ``_record_and_row_insert_first``, built once per kind of row."""
+    table = IdempotencyRecord._meta.db_table
+    return (
+        f"WITH record AS ({_record_insert_sql()}),"  # noqa: S608 - names from the models
+        f" resource AS (INSERT INTO {connection.ops.quote_name(model._meta.db_table)}"
+        f" ({columns}) SELECT {', '.join(['%s'] * count)}"
+        " WHERE EXISTS (SELECT 1 FROM record))"
+        " SELECT true, id, NULL, NULL::jsonb, NULL::boolean, NULL::bytea, NULL, NULL"
+        " FROM record"
+        f" UNION ALL SELECT false, {_live_record_columns(table)} FROM {table}"
+        f" WHERE {table}.client_id = %s AND {table}.operation_type = %s"
+        f" AND {table}.key = %s AND {table}.expired_at IS NULL"
+        " AND NOT EXISTS (SELECT 1 FROM record)"
+    )
+
+
 def _record_and_row_insert_first(
     *, values: list, row: models.Model, client: ApiClient, operation_type: str, key: str
 ) -> tuple[int | None, LiveRecord | None]:
@@ -232,19 +261,7 @@ def _record_and_row_insert_first(
     ``(None, None)``: the insert met a record committed after the statement began (a
     concurrent first request it waited for), which only a read of its own can see."""
     columns, row_values = _row_parts(row)
-    table = IdempotencyRecord._meta.db_table
-    sql = (
-        f"WITH record AS ({_record_insert_sql()}),"  # noqa: S608 - names from the models
-        f" resource AS (INSERT INTO {connection.ops.quote_name(row._meta.db_table)}"
-        f" ({columns}) SELECT {', '.join(['%s'] * len(row_values))}"
-        " WHERE EXISTS (SELECT 1 FROM record))"
-        " SELECT true, id, NULL, NULL::jsonb, NULL::boolean, NULL::bytea, NULL, NULL"
-        " FROM record"
-        f" UNION ALL SELECT false, {_live_record_columns(table)} FROM {table}"
-        f" WHERE {table}.client_id = %s AND {table}.operation_type = %s"
-        f" AND {table}.key = %s AND {table}.expired_at IS NULL"
-        " AND NOT EXISTS (SELECT 1 FROM record)"
-    )
+    sql = _record_and_row_insert_first_sql(type(row), columns, len(row_values))
     with connection.cursor() as cursor:
         cursor.execute(
             sql,

@@ -5,6 +5,8 @@ that the database itself refused is not run again."""
 
 from __future__ import annotations
 
+import json
+
 import psycopg
 import pytest
 from django.db import OperationalError, connection
@@ -12,6 +14,9 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
 from core.db import fetchone_checking_connection
+from deployments.models import Deployment
+from tests.core.factories import api_client_make, bearer_http
+from tests.deployments.factories import deployment_body
 from tests.integrations.research.factories import research_event
 from tests.webhooks.factories import RESEARCH_SOURCE, research_source, signed_post
 from webhooks.models import InboxEvent
@@ -22,6 +27,15 @@ pytestmark = [
         connection.vendor != "postgresql", reason="a PostgreSQL backend to end"
     ),
 ]
+
+
+def post_deployment(http, body: bytes, key: str):
+    return http.post(
+        "/api/deployments/",
+        data=body,
+        content_type="application/json",
+        HTTP_IDEMPOTENCY_KEY=key,
+    )
 
 
 def _later_request_with_its_backend_gone() -> int:
@@ -100,3 +114,27 @@ def test_a_delivery_on_a_dead_connection_is_accepted_once(health_checks, setting
     assert sql and all(q.startswith(f'INSERT INTO "{table}"') for q in sql), sql
     event = InboxEvent.objects.get(event_id=body["event_id"])
     assert event.delivery_count == 1
+
+
+def test_a_new_idempotency_key_on_a_dead_connection_is_created_once(
+    health_checks, settings
+):
+    """The check for a byte-identical retry is the request's first statement (the token's
+    client kept by the web process): on a connection whose backend is gone it runs again on
+    a new one, and the operation is created once."""
+    settings.API_CLIENT_CACHE_SECONDS = 60
+    _, token = api_client_make(token="first-statement-token-0123456789ab")
+    http = bearer_http(token)
+    body = json.dumps(deployment_body()).encode()
+    assert post_deployment(http, body, "first-1").status_code == 202
+    gone = _later_request_with_its_backend_gone()
+    with CaptureQueriesContext(connection) as queries:
+        response = post_deployment(http, body, "first-2")
+    assert response.status_code == 202, response.content
+    sql = [q["sql"] for q in queries.captured_queries]
+    assert [q.split(" ", 3)[:3] for q in sql] == [
+        ["WITH", "commit_mode", "AS"],
+        ["WITH", "record", "AS"],
+    ], sql
+    assert connection.connection.info.backend_pid != gone
+    assert Deployment.objects.filter(idempotency_key="first-2").count() == 1
