@@ -320,6 +320,22 @@ def reused_database_mark_set(connection, mark: str | None) -> None:
         cursor.execute(f"COMMENT ON DATABASE {name} IS {literal}")
 
 
+def database_commits_unflushed(connection) -> None:
+    """``synchronous_commit`` off on the test database, for every connection to it (this
+    one, the tests' threads' and the processes they start): a commit returns before its
+    write-ahead log is flushed to the disk, a wait of about 0.2 ms a commit here that the
+    transactional tests pay thousands of times. What other connections see, and when, is the
+    same; only a crash of the server could lose the last commits, and a test database's
+    rows matter to no later run. The product's own statements, and the settings it runs
+    with elsewhere, are left as they are."""
+    if connection.vendor != "postgresql":
+        return
+    name = connection.ops.quote_name(connection.settings_dict["NAME"])
+    with connection.cursor() as cursor:
+        cursor.execute(f"ALTER DATABASE {name} SET synchronous_commit = off")
+        cursor.execute("SET synchronous_commit = off")
+
+
 @pytest.fixture(scope="session")
 def django_db_createdb(
     django_db_createdb,
@@ -358,14 +374,21 @@ def django_db_setup(
     rows a stopped test left go, and so does every row version earlier runs deleted or rolled
     back, which ``DELETE`` would leave (the server may run without autovacuum: here the inbox
     table of a reused database had grown to 512 MB of dead rows, and every scan of it with
-    it). It loses its mark until the run ends (``django_db_createdb`` above)."""
+    it). It loses its mark until the run ends (``django_db_createdb`` above).
+
+    Every test database, reused or new, commits without waiting for the write-ahead log to
+    reach the disk (``database_commits_unflushed``)."""
+    from django.db import connection
+
     if not django_db_keepdb:
+        with django_db_blocker.unblock():
+            database_commits_unflushed(connection)
         yield
         return
     from django.core.management import call_command
-    from django.db import connection
 
     with django_db_blocker.unblock():
+        database_commits_unflushed(connection)
         reused_database_mark_set(connection, None)
         if not django_db_createdb:
             call_command("flush", verbosity=0, interactive=False, reset_sequences=True)

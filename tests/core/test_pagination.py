@@ -6,10 +6,14 @@ from urllib.parse import quote
 
 import pytest
 
+from core.actors import Actor
+from core.services import api_client_create
+from tests.core.factories import bearer_http
 from tests.deployments.factories import build_body, deployment_body
 from tests.deployments.factories import idempotent_post as post
 from tests.integrations.research.factories import research_event
 from tests.research.factories import document_event_apply
+from tests.snapshots import rows_snapshot
 
 pytestmark = pytest.mark.django_db
 
@@ -25,12 +29,30 @@ def cursor(querystring: str) -> str:
     return quote(b64encode(querystring.encode()).decode())
 
 
+CLIENT_TOKEN = "test-token-ci-0123456789abcdef"
+
+
+@pytest.fixture
+def api(db):
+    """The ``ci`` API client, as the suite's ``api``, with a row on every list, so that a
+    cursor's position is compared with real ids: made through the API by the first test of
+    a process and copied back for the others (tests/snapshots.py): every test here starts
+    from the same rows."""
+
+    def build() -> None:
+        api_client_create(name="ci", token=CLIENT_TOKEN, actor=Actor.system())
+        http = bearer_http(CLIENT_TOKEN)
+        assert post(http, "/api/deployments/", deployment_body()).status_code == 202
+        assert post(http, "/api/builds/", build_body()).status_code == 202
+        document_event_apply(research_event(entity_id="doc_c", source_version=1))
+
+    rows_snapshot("the pagination tests' rows", build)
+    return bearer_http(CLIENT_TOKEN)
+
+
 @pytest.fixture
 def rows(api):
-    """A row on every list, so that a cursor's position is compared with real ids."""
-    post(api, "/api/deployments/", deployment_body())
-    post(api, "/api/builds/", build_body())
-    document_event_apply(research_event(entity_id="doc_c", source_version=1))
+    """The rows ``api`` starts with (named for the tests that rely on them)."""
 
 
 @pytest.mark.parametrize("url", LISTS)

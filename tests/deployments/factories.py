@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 import factory
+from django.utils import timezone
 
 from deployments.models import Build, Deployment
 from tests.core.factories import api_client_make
@@ -44,6 +45,16 @@ def idempotent_post(http, url: str, body: Any, key: str | None = "key-1", **head
         headers["HTTP_IDEMPOTENCY_KEY"] = key
     return http.post(
         url, data=json.dumps(body), content_type="application/json", **headers
+    )
+
+
+def retry_come_due(job: Deployment | Build) -> None:
+    """The job's waiting trigger retry as it stands once the clock reaches its time: its
+    ``next_attempt_at`` moved back to now, without the wait (the claim and the run decide
+    due against the time they run at; the closed attempt keeps the ``retry_at`` it
+    recorded)."""
+    type(job).objects.filter(pk=job.pk, next_attempt_at__isnull=False).update(
+        next_attempt_at=timezone.now()
     )
 
 

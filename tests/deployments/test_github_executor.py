@@ -13,7 +13,12 @@ from django.db import transaction
 from deployments.models import Deployment, TriggerAttempt
 from deployments.outbox import JOBS_OUTBOX
 from deployments.services import job_run
-from tests.deployments.factories import build_body, deployment_body, idempotent_post
+from tests.deployments.factories import (
+    build_body,
+    deployment_body,
+    idempotent_post,
+    retry_come_due,
+)
 from tests.deployments.fake_github import GITHUB_TOKEN, FakeGitHub
 from tests.deployments.receiver import Receiver
 from tests.integrations.github.factories import github_headers, github_source_create
@@ -157,6 +162,11 @@ def test_a_rate_limit_waits_for_its_reset(api, github):
     [attempt] = TriggerAttempt.objects.filter(deployment=job)
     assert (attempt.outcome, attempt.status_code) == ("transient", 403)
     assert (attempt.retry_at - attempt.finished_at).total_seconds() >= 1
+    job.refresh_from_db()
+    assert job.next_attempt_at == attempt.retry_at
+    with transaction.atomic():
+        assert JOBS_OUTBOX.claim(500) == (0, [])  # not before the reset
+    retry_come_due(job)  # the reset reached, without waiting one to two seconds for it
     assert run_when_due(job) == "triggered"
 
 

@@ -1,6 +1,6 @@
 """The Idempotency-Key contract of POST /api/deployments/ and /api/builds/ (docs/http-api.md)."""
 
-import time
+from datetime import timedelta
 
 import pytest
 from django.test import override_settings
@@ -12,6 +12,7 @@ from idempotency.models import IdempotencyRecord
 from tests.core.factories import bearer_http
 from tests.deployments.factories import build_body, deployment_body
 from tests.deployments.factories import idempotent_post as post
+from tests.idempotency.factories import idempotency_records_aged
 
 pytestmark = pytest.mark.django_db
 
@@ -197,7 +198,9 @@ def test_keys_are_scoped_per_operation_type(api):
 @override_settings(IDEMPOTENCY_KEY_TTL_SECONDS=1)
 def test_expired_key_starts_a_new_operation_and_keeps_the_old_record(api):
     first = post(api, "/api/deployments/", deployment_body())
-    time.sleep(1.1)
+    record = IdempotencyRecord.objects.get()
+    assert record.expires_at - record.created_at == timedelta(seconds=1)  # the TTL
+    idempotency_records_aged(1.1)
     before = metric("deployment.create", "expired")
     second = post(api, "/api/deployments/", deployment_body(commit_sha="f" * 40))
 

@@ -27,7 +27,12 @@ from deployments.models import (
 from deployments.outbox import JOBS_OUTBOX
 from deployments.services import job_run
 from idempotency.models import IdempotencyRecord
-from tests.deployments.factories import build_body, deployment_body, idempotent_post
+from tests.deployments.factories import (
+    build_body,
+    deployment_body,
+    idempotent_post,
+    retry_come_due,
+)
 from tests.deployments.receiver import Fault, Receiver, closed_port_url
 
 pytestmark = pytest.mark.django_db
@@ -86,6 +91,14 @@ def run_when_due(job, *, timeout: float = 10) -> str:
 
 def attempts(job) -> list[TriggerAttempt]:
     return list(TriggerAttempt.objects.filter(deployment=job).order_by("number"))
+
+
+def retry_waits_a_second(job) -> None:
+    """The job's retry is due when its receiver's ``Retry-After: 1`` said, and not before."""
+    job.refresh_from_db()
+    last = attempts(job)[-1]
+    assert job.next_attempt_at == last.retry_at
+    assert last.retry_at - last.finished_at == timedelta(seconds=1)
 
 
 def test_a_2xx_moves_the_job_to_running_after_one_signed_request(api, receiver):
@@ -266,7 +279,8 @@ def test_a_retry_waits_out_of_the_broker_until_the_relay_publishes_it(api, recei
     assert run(job) == "retry_scheduled"
     assert claimed_ids() == []
     assert swept_ids() == []  # nothing lost: nothing for the sweep either
-    time.sleep(1.05)
+    retry_waits_a_second(job)
+    retry_come_due(job)
     assert claimed_ids() == [job.public_id]  # due: published once
     assert claimed_ids() == []
     job.refresh_from_db()
@@ -339,7 +353,13 @@ def test_an_attempt_whose_worker_is_lost_is_closed_and_the_job_triggered_again(
     first.start()
     try:
         assert receiver.holding.wait(10)
-        time.sleep(1.1)
+        # Its lease of one second, run out: moved into the past rather than waited for.
+        job.refresh_from_db()
+        [sent] = attempts(job)
+        assert job.lease_expires_at == sent.started_at + timedelta(seconds=1)
+        Deployment.objects.filter(pk=job.pk).update(
+            lease_expires_at=timezone.now() - timedelta(milliseconds=1)
+        )
         assert run(job, "w2") == "triggered"
     finally:
         receiver.release()
@@ -475,7 +495,8 @@ def test_the_relays_probe_sees_new_jobs_and_due_retries_only(api, receiver):
     assert JOBS_OUTBOX.has_waiting() is False  # published: nothing waits
     assert run(job) == "retry_scheduled"
     assert JOBS_OUTBOX.has_waiting() is False  # its retry is not due yet
-    time.sleep(1.05)
+    retry_waits_a_second(job)
+    retry_come_due(job)
     assert JOBS_OUTBOX.has_waiting() is True
     assert claimed_ids() == [job.public_id]
     assert JOBS_OUTBOX.has_waiting() is False

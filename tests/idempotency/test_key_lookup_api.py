@@ -1,14 +1,16 @@
 """GET /api/idempotency-keys/<operation>/<key>/ (docs/http-api.md): what a client learns about
 one of its keys, whatever the key's characters, and nothing about another client's."""
 
-import time
+from datetime import timedelta
 from urllib.parse import quote
 
 import pytest
 from django.test import override_settings
 
+from idempotency.models import IdempotencyRecord
 from tests.deployments.factories import deployment_body
 from tests.deployments.factories import idempotent_post as post
+from tests.idempotency.factories import idempotency_records_aged
 
 pytestmark = pytest.mark.django_db
 
@@ -33,6 +35,8 @@ def test_idempotency_key_lookup_with_awkward_keys(api, other_api, key):
 @override_settings(IDEMPOTENCY_KEY_TTL_SECONDS=1)
 def test_idempotency_key_lookup_says_expired(api):
     post(api, "/api/deployments/", deployment_body())
-    time.sleep(1.1)
+    record = IdempotencyRecord.objects.get()
+    assert record.expires_at - record.created_at == timedelta(seconds=1)  # the TTL
+    idempotency_records_aged(1.1)
     body = api.get("/api/idempotency-keys/deployment.create/key-1/").json()
     assert body["status"] == "expired"

@@ -80,12 +80,12 @@ def test_a_source_disabled_here_answers_404_at_once(cached, source):
 
 
 def test_a_source_disabled_elsewhere_answers_404_within_the_period(settings, source):
-    settings.WEBHOOK_SOURCE_CACHE_SECONDS = 0.3
+    settings.WEBHOOK_SOURCE_CACHE_SECONDS = 0.1
     webhook_source_snapshot_forget()
     http = Client()
     assert signed_post(http, "snap", research_event()).status_code == 202
     WebhookSource.objects.filter(pk=source.pk).update(is_enabled=False)
-    time.sleep(0.4)
+    time.sleep(0.15)
     assert signed_post(http, "snap", research_event()).status_code == 404
     assert InboxEvent.objects.count() == 1
 
