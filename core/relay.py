@@ -33,8 +33,10 @@ stopped. It loops:
   transaction of its own (``Outbox.held_claim``): the outbox sets the group's rows aside, or
   releases them in order within the group's rate. The claim of everything else stays what it
   was; see docs/architecture.md, "Pausing a source";
-- poll adaptively: at once again while batches come back full, a few milliseconds while work
-  trickles in, up to ``RELAY_IDLE_POLL_SECONDS`` when idle. Polling costs nothing on the
+- poll adaptively: at once again while batches come back full; after a round that took rows,
+  a pause in proportion to them (``Relay.busy_pause``): a few milliseconds while work trickles
+  in, up to ``RELAY_BUSY_POLL_SECONDS`` under load, so that messages fill; up to
+  ``RELAY_IDLE_POLL_SECONDS`` when idle. Polling costs nothing on the
   request path (a ``NOTIFY`` from every inserting transaction was measured to cost about a
   third of the database's commit rate; see docs/benchmarks.md), and a lost wake-up cannot
   exist: the database, not a notification, says what is waiting.
@@ -227,9 +229,8 @@ class Relay:
             if idle_poll_seconds is not None
             else settings.RELAY_IDLE_POLL_SECONDS
         )
-        self.busy_poll_seconds = min(
-            settings.RELAY_BUSY_POLL_SECONDS, self.idle_poll_seconds
-        )
+        self.busy_poll_seconds = settings.RELAY_BUSY_POLL_SECONDS
+        self.busy_fill_rows = max(settings.RELAY_BUSY_FILL_ROWS, 1)
         self.sweep_interval_seconds = (
             sweep_interval_seconds
             if sweep_interval_seconds is not None
@@ -321,6 +322,15 @@ class Relay:
         for publication in published:
             rows.update(dict.fromkeys(publication.rows, now))
 
+    def busy_pause(self, taken: int) -> float:
+        """The pause after a round that took ``taken`` rows, not a full batch: the whole
+        ``RELAY_BUSY_POLL_SECONDS`` from ``RELAY_BUSY_FILL_ROWS`` rows on, that share of it
+        below. Rows arrive in proportion to the pause, so a relay that takes a row or two at a
+        time (a light load) goes on within milliseconds, and one that takes many (a busy
+        system) waits the whole pause, its next message fuller for it: where the two meet
+        is the rate at which a worker's cost per message starts to matter."""
+        return self.busy_poll_seconds * min(taken / self.busy_fill_rows, 1.0)
+
     def heartbeat(self) -> None:
         from .models import RelayHeartbeat
 
@@ -343,7 +353,7 @@ class Relay:
                 if full:
                     pause = 0.0
                 elif taken:
-                    pause = self.busy_poll_seconds
+                    pause = self.busy_pause(taken)
                 else:  # idle: back off towards the idle poll
                     pause = min(max(pause * 2, 0.002), self.idle_poll_seconds)
             except Exception as exc:  # the database or the broker is away: wait, retry

@@ -355,8 +355,9 @@ DEPLOY_SIMULATED_SECONDS = env.float("DEPLOY_SIMULATED_SECONDS", default=1)
 
 # --- The outbox relay (docs/architecture.md, "Request paths") --------------------------------
 # Every worker runs a relay that publishes committed work (new events, retries that came due,
-# new jobs) to the broker. It polls the database: at once while there is work, up to
-# RELAY_IDLE_POLL_SECONDS when idle.
+# new jobs) to the broker. It polls the database: at once while batches come back full, after a
+# pause in proportion to the rows taken while work arrives, up to RELAY_IDLE_POLL_SECONDS when
+# idle.
 RELAY_ENABLED = env.bool("RELAY_ENABLED", default=True)
 # How often each relay sweeps every outbox (publishes again what a lost message left behind).
 # INBOX_SWEEP_INTERVAL_SECONDS, its name when the inbox was the only outbox, is still read.
@@ -370,7 +371,10 @@ RELAY_BATCH_LIMIT = env.int("RELAY_BATCH_LIMIT", default=500)  # rows per claim
 RELAY_IDLE_POLL_SECONDS = env.float("RELAY_IDLE_POLL_SECONDS", default=0.025)
 # The pause after a round that took rows but not a full batch: rows arriving meanwhile go out
 # together, in fewer rounds and fuller messages (docs/architecture.md, "How fast it wakes").
-RELAY_BUSY_POLL_SECONDS = env.float("RELAY_BUSY_POLL_SECONDS", default=0.02)
+# The whole pause follows a round that took RELAY_BUSY_FILL_ROWS rows or more; a round that
+# took fewer waits that share of it, so that a lightly loaded relay stays quick.
+RELAY_BUSY_POLL_SECONDS = env.float("RELAY_BUSY_POLL_SECONDS", default=0.1)
+RELAY_BUSY_FILL_ROWS = env.int("RELAY_BUSY_FILL_ROWS", default=20)
 RELAY_HEARTBEAT_SECONDS = env.float("RELAY_HEARTBEAT_SECONDS", default=5)
 # /readyz says the relays do not keep up when a row has waited longer than this.
 RELAY_LAG_ALERT_SECONDS = env.float("RELAY_LAG_ALERT_SECONDS", default=5)

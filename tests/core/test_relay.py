@@ -115,17 +115,22 @@ def test_a_heartbeat_forgets_relays_silent_for_a_day_and_keeps_the_others():
 def test_after_a_round_that_took_rows_the_relay_waits_its_busy_pause(
     settings, monkeypatch
 ):
-    """A full batch: the next round at once; rows but not a full batch:
-    ``RELAY_BUSY_POLL_SECONDS`` (never more than the idle pause); nothing: the idle backoff."""
+    """A full batch: the next round at once; rows but not a full batch: the share of
+    ``RELAY_BUSY_POLL_SECONDS`` that the rows are of ``RELAY_BUSY_FILL_ROWS``, the whole
+    pause from there on (longer than the idle pause if so configured); nothing: the idle
+    backoff."""
     settings.RELAY_HEARTBEAT_SECONDS = 3600
-    settings.RELAY_BUSY_POLL_SECONDS = 0.005
-    rounds = iter([(5, True), (3, False), (0, False), (0, False)])
+    settings.RELAY_BUSY_POLL_SECONDS = 0.04
+    settings.RELAY_BUSY_FILL_ROWS = 8
+    rounds = iter(
+        [(5, True), (2, False), (8, False), (30, False), (0, False), (0, False)]
+    )
     pauses: list[float] = []
 
     class Stop(threading.Event):
         def wait(self, timeout=None):
             pauses.append(timeout)
-            if len(pauses) == 4:
+            if len(pauses) == 6:
                 self.set()
             return self.is_set()
 
@@ -133,7 +138,4 @@ def test_after_a_round_that_took_rows_the_relay_waits_its_busy_pause(
     relay.stop = Stop()
     monkeypatch.setattr(relay, "run_once", lambda: next(rounds))
     relay.run()
-    assert pauses == [0.0, 0.005, 0.01, 0.02]
-
-    settings.RELAY_BUSY_POLL_SECONDS = 1.0
-    assert Relay(idle_poll_seconds=0.025).busy_poll_seconds == 0.025
+    assert pauses == [0.0, 0.01, 0.04, 0.04, 0.025, 0.025]
