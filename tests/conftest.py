@@ -380,15 +380,14 @@ def django_db_setup(
     reach the disk (``database_commits_unflushed``)."""
     from django.db import connection
 
+    with django_db_blocker.unblock():
+        database_commits_unflushed(connection)
     if not django_db_keepdb:
-        with django_db_blocker.unblock():
-            database_commits_unflushed(connection)
         yield
         return
     from django.core.management import call_command
 
     with django_db_blocker.unblock():
-        database_commits_unflushed(connection)
         reused_database_mark_set(connection, None)
         if not django_db_createdb:
             call_command("flush", verbosity=0, interactive=False, reset_sequences=True)

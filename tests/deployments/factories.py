@@ -4,6 +4,7 @@ tests post with an ``Idempotency-Key``."""
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 from typing import Any
 
 import factory
@@ -55,6 +56,14 @@ def retry_come_due(job: Deployment | Build) -> None:
     recorded)."""
     type(job).objects.filter(pk=job.pk, next_attempt_at__isnull=False).update(
         next_attempt_at=timezone.now()
+    )
+
+
+def lease_ended(job: Deployment | Build) -> None:
+    """The job's lease as it stands once its time has passed: moved to just before now
+    rather than waited out (the sweep and the run decide against the time they run at)."""
+    type(job).objects.filter(pk=job.pk).update(
+        lease_expires_at=timezone.now() - timedelta(milliseconds=1)
     )
 
 

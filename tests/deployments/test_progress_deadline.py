@@ -17,7 +17,7 @@ from deployments.outbox import JOBS_OUTBOX
 from deployments.services import job_run
 from idempotency.models import IdempotencyRecord
 from idempotency.selectors import idempotency_records_stuck
-from tests.deployments.factories import deployment_body
+from tests.deployments.factories import deployment_body, lease_ended
 
 pytestmark = pytest.mark.django_db
 
@@ -61,14 +61,6 @@ def record_of(job) -> IdempotencyRecord:
 def jobs_sweep() -> int:
     """One sweep of the jobs outbox, as a worker's relay runs it."""
     return relay_round(JOBS_OUTBOX, JOBS_OUTBOX.sweep, 500)
-
-
-def lease_ended(job: Deployment) -> None:
-    """The job's lease as it stands once its time has passed: moved to just before now
-    rather than waited out (the sweep and the run decide against the time they run at)."""
-    Deployment.objects.filter(pk=job.pk).update(
-        lease_expires_at=timezone.now() - timedelta(milliseconds=1)
-    )
 
 
 def test_a_new_key_has_a_deadline_for_its_job_to_be_picked_up(api, settings):

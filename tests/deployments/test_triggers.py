@@ -31,6 +31,7 @@ from tests.deployments.factories import (
     build_body,
     deployment_body,
     idempotent_post,
+    lease_ended,
     retry_come_due,
 )
 from tests.deployments.receiver import Fault, Receiver, closed_port_url
@@ -357,9 +358,7 @@ def test_an_attempt_whose_worker_is_lost_is_closed_and_the_job_triggered_again(
         job.refresh_from_db()
         [sent] = attempts(job)
         assert job.lease_expires_at == sent.started_at + timedelta(seconds=1)
-        Deployment.objects.filter(pk=job.pk).update(
-            lease_expires_at=timezone.now() - timedelta(milliseconds=1)
-        )
+        lease_ended(job)
         assert run(job, "w2") == "triggered"
     finally:
         receiver.release()
