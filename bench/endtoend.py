@@ -109,7 +109,28 @@ def _max_id() -> int:
     return sql("SELECT coalesce(max(id), 0) FROM webhooks_inboxevent")[0][0]
 
 
+def _wait_settled(after_id: int, timeout: float = 30) -> None:
+    """Waits until the rows of the run stop growing. When wrk stops, requests it sent may
+    still wait in the server's backlog: the server answers them to closed connections, and
+    their rows commit after the load is over. Their events belong to the run, and reading
+    its rows before they come would count them as not processed."""
+    seen = [-1]
+
+    def still() -> bool:
+        count = sql(
+            "SELECT count(*) FROM webhooks_inboxevent WHERE id > %s", [after_id]
+        )[0][0]
+        settled = count == seen[0]
+        seen[0] = count
+        return settled
+
+    deadline = time.monotonic() + timeout
+    while not still() and time.monotonic() < deadline:
+        time.sleep(0.5)
+
+
 def _wait_drained(after_id: int, timeout: float = 180) -> None:
+    _wait_settled(after_id)
     wait_for(
         lambda: (
             sql(
