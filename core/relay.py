@@ -34,9 +34,9 @@ stopped. It loops:
   releases them in order within the group's rate. The claim of everything else stays what it
   was; see docs/architecture.md, "Pausing a source";
 - poll adaptively: at once again while batches come back full; after a round that took rows,
-  a pause in proportion to them (``Relay.busy_pause``): a few milliseconds while work trickles
-  in, up to ``RELAY_BUSY_POLL_SECONDS`` under load, so that messages fill; up to
-  ``RELAY_IDLE_POLL_SECONDS`` when idle. Polling costs nothing on the
+  a pause in proportion to the rate it takes them at (``Relay.busy_pause``): a few
+  milliseconds while work trickles in, up to ``RELAY_BUSY_POLL_SECONDS`` under load, so that
+  messages fill; up to ``RELAY_IDLE_POLL_SECONDS`` when idle. Polling costs nothing on the
   request path (a ``NOTIFY`` from every inserting transaction was measured to cost about a
   third of the database's commit rate; see docs/benchmarks.md), and a lost wake-up cannot
   exist: the database, not a notification, says what is waiting.
@@ -230,7 +230,10 @@ class Relay:
             else settings.RELAY_IDLE_POLL_SECONDS
         )
         self.busy_poll_seconds = settings.RELAY_BUSY_POLL_SECONDS
-        self.busy_fill_rows = max(settings.RELAY_BUSY_FILL_ROWS, 1)
+        # Rows per second at which the whole busy pause collects RELAY_BUSY_FILL_ROWS rows.
+        self.busy_fill_rate = max(settings.RELAY_BUSY_FILL_ROWS, 1) / max(
+            self.busy_poll_seconds, 0.001
+        )
         self.sweep_interval_seconds = (
             sweep_interval_seconds
             if sweep_interval_seconds is not None
@@ -322,14 +325,24 @@ class Relay:
         for publication in published:
             rows.update(dict.fromkeys(publication.rows, now))
 
-    def busy_pause(self, taken: int) -> float:
-        """The pause after a round that took ``taken`` rows, not a full batch: the whole
-        ``RELAY_BUSY_POLL_SECONDS`` from ``RELAY_BUSY_FILL_ROWS`` rows on, that share of it
-        below. Rows arrive in proportion to the pause, so a relay that takes a row or two at a
-        time (a light load) goes on within milliseconds, and one that takes many (a busy
-        system) waits the whole pause, its next message fuller for it: where the two meet
-        is the rate at which a worker's cost per message starts to matter."""
-        return self.busy_poll_seconds * min(taken / self.busy_fill_rows, 1.0)
+    def busy_pause(self, taken: int, *, seconds: float | None = None) -> float:
+        """The pause after a round that took ``taken`` rows, not a full batch, ``seconds``
+        after this relay's previous round began: in proportion to the rate at which this
+        relay takes rows, the whole ``RELAY_BUSY_POLL_SECONDS`` from the rate at which that
+        pause collects ``RELAY_BUSY_FILL_ROWS`` rows (``busy_fill_rate``).
+
+        A relay that takes rows slowly (a light load) goes on within milliseconds, and one
+        that takes them fast (a busy system) waits the whole pause, its next message fuller
+        for it. The rate, not the rows of one round, decides: several relays share what
+        arrives, each taking a part of it in each round, and a pause read from that part
+        would shrink with every relay added (with two relays at 400 rows/s in all, each
+        round took fewer rows and waited less, until messages were a few rows each). The
+        rate each relay takes is its share of the arrivals whatever the pauses are, so the
+        pause settles where it should."""
+        if seconds is None or seconds <= 0:
+            seconds = self.busy_poll_seconds
+        rate = taken / seconds
+        return self.busy_poll_seconds * min(rate / self.busy_fill_rate, 1.0)
 
     def heartbeat(self) -> None:
         from .models import RelayHeartbeat
@@ -339,7 +352,9 @@ class Relay:
     def run(self) -> None:
         pause = 0.0
         backoff = 0.5
+        previous: float | None = None  # when the last round began
         while not self.stop.is_set():
+            started = time.monotonic()
             try:
                 close_old_connections()
                 if (
@@ -353,7 +368,10 @@ class Relay:
                 if full:
                     pause = 0.0
                 elif taken:
-                    pause = self.busy_pause(taken)
+                    pause = self.busy_pause(
+                        taken,
+                        seconds=started - previous if previous is not None else None,
+                    )
                 else:  # idle: back off towards the idle poll
                     pause = min(max(pause * 2, 0.002), self.idle_poll_seconds)
             except Exception as exc:  # the database or the broker is away: wait, retry
@@ -368,6 +386,7 @@ class Relay:
                     connection.close()
                 pause = backoff
                 backoff = min(backoff * 2, 10.0)
+            previous = started
             self.stop.wait(pause)
         with contextlib.suppress(Exception):
             connection.close()

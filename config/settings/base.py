@@ -371,8 +371,9 @@ RELAY_BATCH_LIMIT = env.int("RELAY_BATCH_LIMIT", default=500)  # rows per claim
 RELAY_IDLE_POLL_SECONDS = env.float("RELAY_IDLE_POLL_SECONDS", default=0.025)
 # The pause after a round that took rows but not a full batch: rows arriving meanwhile go out
 # together, in fewer rounds and fuller messages (docs/architecture.md, "How fast it wakes").
-# The whole pause follows a round that took RELAY_BUSY_FILL_ROWS rows or more; a round that
-# took fewer waits that share of it, so that a lightly loaded relay stays quick.
+# The whole pause from the rate (rows of a round over the time since the relay's previous round
+# began) at which it collects RELAY_BUSY_FILL_ROWS rows; below that rate, that share of it, so
+# that a lightly loaded relay stays quick.
 RELAY_BUSY_POLL_SECONDS = env.float("RELAY_BUSY_POLL_SECONDS", default=0.1)
 RELAY_BUSY_FILL_ROWS = env.int("RELAY_BUSY_FILL_ROWS", default=20)
 RELAY_HEARTBEAT_SECONDS = env.float("RELAY_HEARTBEAT_SECONDS", default=5)

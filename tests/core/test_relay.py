@@ -116,26 +116,98 @@ def test_after_a_round_that_took_rows_the_relay_waits_its_busy_pause(
     settings, monkeypatch
 ):
     """A full batch: the next round at once; rows but not a full batch: the share of
-    ``RELAY_BUSY_POLL_SECONDS`` that the rows are of ``RELAY_BUSY_FILL_ROWS``, the whole
-    pause from there on (longer than the idle pause if so configured); nothing: the idle
-    backoff."""
+    ``RELAY_BUSY_POLL_SECONDS`` that the rate the relay took them at (rows over the time since
+    its previous round began) is of the rate at which that pause collects
+    ``RELAY_BUSY_FILL_ROWS`` rows, the whole pause from there on (longer than the idle pause
+    if so configured); nothing: the idle backoff."""
     settings.RELAY_HEARTBEAT_SECONDS = 3600
     settings.RELAY_BUSY_POLL_SECONDS = 0.04
-    settings.RELAY_BUSY_FILL_ROWS = 8
+    settings.RELAY_BUSY_FILL_ROWS = 8  # the whole pause from 200 rows/s
+    # (rows, full, seconds since the previous round began)
     rounds = iter(
-        [(5, True), (2, False), (8, False), (30, False), (0, False), (0, False)]
+        [
+            (5, True, None),
+            (2, False, 0.04),  # 2 rows in 40 ms: 50 rows/s
+            (8, False, 0.04),  # 8 rows in 40 ms: 200 rows/s
+            (30, False, 0.04),
+            (2, False, 0.01),  # few rows, taken quickly: 200 rows/s
+            (8, False, 0.16),  # many rows, taken slowly: 50 rows/s
+            (0, False, 0.02),
+            (0, False, 0.02),
+        ]
     )
     pauses: list[float] = []
+    # When each round begins; the clock moves on while the relay waits.
+    starts = iter([0.04, 0.08, 0.12, 0.13, 0.29, 0.31, 0.33])
+    clock = [0.0]
+
+    def run_once():
+        taken, full, _ = next(rounds)
+        return taken, full
 
     class Stop(threading.Event):
         def wait(self, timeout=None):
             pauses.append(timeout)
-            if len(pauses) == 6:
+            if len(pauses) == 8:
                 self.set()
+            else:
+                clock[0] = next(starts)
             return self.is_set()
 
     relay = Relay(idle_poll_seconds=0.025)
     relay.stop = Stop()
-    monkeypatch.setattr(relay, "run_once", lambda: next(rounds))
+    monkeypatch.setattr(relay, "run_once", run_once)
+    monkeypatch.setattr("core.relay.time.monotonic", lambda: clock[0])
     relay.run()
-    assert pauses == [0.0, 0.01, 0.04, 0.04, 0.025, 0.025]
+    assert pauses == pytest.approx([0.0, 0.01, 0.04, 0.04, 0.04, 0.01, 0.02, 0.025])
+
+
+def _rows_per_round(pause_of, *, arrivals: float, rounds: int = 250) -> float:
+    """Two relays taking turns at the rows that arrive at ``arrivals`` per second, each
+    round 2 ms long and followed by ``pause_of(taken, seconds since the relay's previous
+    round began)`` (the idle pause when it took nothing): the mean rows per round that took
+    rows, once settled."""
+    last_taken = -0.01
+    next_round = [0.0, 0.005]
+    began: list[float | None] = [None, None]
+    taken_by_round = []
+    for _ in range(rounds):
+        which = 0 if next_round[0] <= next_round[1] else 1
+        now = next_round[which]
+        taken = round(arrivals * (now - last_taken))
+        if taken:
+            last_taken = now
+        previous = began[which]
+        seconds = now - previous if previous is not None else None
+        pause = pause_of(taken, seconds) if taken else 0.025
+        began[which] = now
+        next_round[which] = now + pause + 0.002
+        taken_by_round.append(taken)
+    settled = [taken for taken in taken_by_round[50:] if taken]
+    return sum(settled) / len(settled)
+
+
+def test_with_two_relays_sharing_the_rows_messages_stay_as_full_as_one_relays(
+    settings,
+):
+    """Two relays share what arrives, each taking what came since the other's round. The
+    pause read from the rate each takes leaves their rounds about as full as one relay's
+    would be; a pause read from the rows of one round (what the relay did before) shrinks
+    with each shorter round, and at 300 rows/s its rounds took a third as many rows."""
+    settings.RELAY_BUSY_POLL_SECONDS = 0.1
+    settings.RELAY_BUSY_FILL_ROWS = 20  # the whole pause from 200 rows/s per relay
+    relay = Relay()
+
+    def by_rate(taken, seconds):
+        return relay.busy_pause(taken, seconds=seconds)
+
+    def by_rows(taken, seconds):
+        return 0.1 * min(taken / 20, 1.0)
+
+    at_300 = _rows_per_round(by_rate, arrivals=300)
+    assert at_300 >= 9
+    assert _rows_per_round(by_rows, arrivals=300) < at_300 / 2
+    assert _rows_per_round(by_rate, arrivals=400) >= 15
+    # Under a light load the rounds stay short: a row or two each, tens of milliseconds apart.
+    assert _rows_per_round(by_rate, arrivals=100) < 3
+    assert relay.busy_pause(2, seconds=0.02) == pytest.approx(0.05)
