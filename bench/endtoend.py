@@ -5,7 +5,8 @@ their relays, PostgreSQL and the load generator share the cores), at a fixed off
    same figure as ``bench.ingest``, measured again on this server in this run).
 2. Short probes at fixed offered rates (``BENCH_E2E_PROBE_SECONDS``, 30 s), from half the
    ingest-only rate up or down by 15% steps, find the highest rate that holds.
-3. That rate is held for ``BENCH_E2E_SECONDS`` (300 s); if it does not hold, 10% less is tried.
+3. That rate is held for ``BENCH_E2E_SECONDS`` (300 s); if it does not hold, 10% less is tried
+   (or 97% of the rate the web answered over that run, if lower), up to ``CONFIRMATIONS`` runs.
    A rate holds when every request is answered 202 (no error, no timeout), the offered rate is
    achieved, every event is processed, and the queue lag stays under ``LAG_LIMIT_SECONDS``.
    The queue lag at an instant is the age of the oldest event not yet processed, so its highest
@@ -59,6 +60,9 @@ WORKERS = int(os.environ.get("BENCH_E2E_WORKERS", "2"))
 CONNECTIONS = int(os.environ.get("BENCH_E2E_CONNECTIONS", "32"))
 LAG_LIMIT_SECONDS = 5.0
 MAX_PROBES = 6
+# Long runs at a rate the short probes held: each one that does not hold is followed by one
+# at a lower rate (``_find_rate``).
+CONFIRMATIONS = 3
 STEP = 1.15
 TARGET_RATIO = 0.6
 TERMINAL_OK = ("processed", "ignored_out_of_order", "ignored_duplicate_version")
@@ -247,13 +251,15 @@ def _find_rate(base: str, numbers: _Numbers, ingest_rps: float):
     confirmations = []
     if best is not None:
         rate = best
-        for _ in range(2):
+        for _ in range(CONFIRMATIONS):
             confirmation = _run_at(base, numbers, rate=rate, seconds=SECONDS)
             confirmations.append(confirmation)
             if confirmation["holds"]:
                 sustained = confirmation
                 break
-            rate *= 0.9
+            # 10% less, or less again when the run's own answered rate says the web stood
+            # lower than that over the whole run.
+            rate = min(rate * 0.9, confirmation["achieved_rps"] * 0.97)
 
     latency = None
     if sustained is not None:
