@@ -1,6 +1,7 @@
 """The outbox relay itself (``core.relay``): every worker runs one, beat runs no sweep, and its
 loop publishes what waits, keeps going when a round fails, and stops when told."""
 
+import itertools
 import threading
 
 import pytest
@@ -124,22 +125,21 @@ def test_after_a_round_that_took_rows_the_relay_waits_its_busy_pause(
     settings.RELAY_BUSY_POLL_SECONDS = 0.04
     settings.RELAY_BUSY_FILL_ROWS = 8  # the whole pause from 200 rows/s
     # (rows, full, seconds since the previous round began)
-    rounds = iter(
-        [
-            (5, True, None),
-            (2, False, 0.04),  # 2 rows in 40 ms: 50 rows/s
-            (8, False, 0.04),  # 8 rows in 40 ms: 200 rows/s
-            (30, False, 0.04),
-            (2, False, 0.01),  # few rows, taken quickly: 200 rows/s
-            (8, False, 0.16),  # many rows, taken slowly: 50 rows/s
-            (0, False, 0.02),
-            (0, False, 0.02),
-        ]
-    )
-    pauses: list[float] = []
-    # When each round begins; the clock moves on while the relay waits.
-    starts = iter([0.04, 0.08, 0.12, 0.13, 0.29, 0.31, 0.33])
+    plan = [
+        (5, True, None),
+        (2, False, 0.04),  # 2 rows in 40 ms: 50 rows/s
+        (8, False, 0.04),  # 8 rows in 40 ms: 200 rows/s
+        (30, False, 0.04),
+        (2, False, 0.01),  # few rows, taken quickly: 200 rows/s
+        (8, False, 0.16),  # many rows, taken slowly: 50 rows/s
+        (0, False, 0.02),
+        (0, False, 0.02),
+    ]
+    rounds = iter(plan)
+    # When each round begins: the clock moves on while the relay waits.
+    starts = itertools.accumulate(seconds for _, _, seconds in plan[1:])
     clock = [0.0]
+    pauses: list[float] = []
 
     def run_once():
         taken, full, _ = next(rounds)
@@ -148,7 +148,7 @@ def test_after_a_round_that_took_rows_the_relay_waits_its_busy_pause(
     class Stop(threading.Event):
         def wait(self, timeout=None):
             pauses.append(timeout)
-            if len(pauses) == 8:
+            if len(pauses) == len(plan):
                 self.set()
             else:
                 clock[0] = next(starts)
@@ -190,10 +190,10 @@ def _rows_per_round(pause_of, *, arrivals: float, rounds: int = 250) -> float:
 def test_with_two_relays_sharing_the_rows_messages_stay_as_full_as_one_relays(
     settings,
 ):
-    """Two relays share what arrives, each taking what came since the other's round. The
-    pause read from the rate each takes leaves their rounds about as full as one relay's
-    would be; a pause read from the rows of one round (what the relay did before) shrinks
-    with each shorter round, and at 300 rows/s its rounds took a third as many rows."""
+    """Two relays share what arrives, each taking what came since the other's round. With
+    the pause read from the rate each takes, their rounds fill as the load grows; with a
+    pause read from the rows of one round (what the relay did before), each shorter round
+    makes the next shorter, and at 300 rows/s its rounds took less than half as many rows."""
     settings.RELAY_BUSY_POLL_SECONDS = 0.1
     settings.RELAY_BUSY_FILL_ROWS = 20  # the whole pause from 200 rows/s per relay
     relay = Relay()
