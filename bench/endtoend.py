@@ -49,6 +49,7 @@ from bench.harness import (
     report,
     sql,
     wait_for,
+    wait_until,
 )
 from bench.ingest import SECRET, SLUG, signed_events
 
@@ -120,17 +121,17 @@ def _wait_settled(after_id: int, timeout: float = 30) -> None:
     its rows before they come would count them as not processed."""
     seen = [-1]
 
-    def still() -> bool:
+    def settled() -> bool:
         count = sql(
             "SELECT count(*) FROM webhooks_inboxevent WHERE id > %s", [after_id]
         )[0][0]
-        settled = count == seen[0]
+        same = count == seen[0]
         seen[0] = count
-        return settled
+        return same
 
-    deadline = time.monotonic() + timeout
-    while not still() and time.monotonic() < deadline:
-        time.sleep(0.5)
+    wait_until(
+        settled, timeout=timeout, interval=0.5, what="the run's last requests committed"
+    )
 
 
 def _wait_drained(after_id: int, timeout: float = 180) -> None:

@@ -356,8 +356,8 @@ DEPLOY_SIMULATED_SECONDS = env.float("DEPLOY_SIMULATED_SECONDS", default=1)
 # --- The outbox relay (docs/architecture.md, "Request paths") --------------------------------
 # Every worker runs a relay that publishes committed work (new events, retries that came due,
 # new jobs) to the broker. It polls the database: at once while batches come back full, after a
-# pause in proportion to the rows taken while work arrives, up to RELAY_IDLE_POLL_SECONDS when
-# idle.
+# pause in proportion to the rate it takes rows at while work arrives, up to
+# RELAY_IDLE_POLL_SECONDS when idle.
 RELAY_ENABLED = env.bool("RELAY_ENABLED", default=True)
 # How often each relay sweeps every outbox (publishes again what a lost message left behind).
 # INBOX_SWEEP_INTERVAL_SECONDS, its name when the inbox was the only outbox, is still read.
