@@ -7,6 +7,7 @@ import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from django.db import connection
 from django.utils import timezone
 from prometheus_client import REGISTRY
 from standardwebhooks.webhooks import Webhook
@@ -152,6 +153,30 @@ def test_redelivery_changing_only_delivery_fields_is_a_duplicate(http, source):
     assert row.last_seen_at > row.received_at
     assert bytes(row.raw_body) == encode(first)  # the stored body never changes
     assert metric("webhook_duplicates_total") == before + 1
+
+
+def hot_updates_in_this_transaction() -> int:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pg_stat_get_xact_tuples_hot_updated(%s::regclass)",
+            [InboxEvent._meta.db_table],
+        )
+        return cursor.fetchone()[0]
+
+
+def test_a_duplicate_counts_itself_on_its_row_without_touching_an_index(http, source):
+    """The count and the last-seen time are read by no index, and the inbox's pages keep
+    room (fillfactor 85, ``webhooks.0021``): the update of a duplicate is a HOT update even
+    on a page that inserts filled, with no entry written in the inbox's indexes."""
+    events = [research_event() for _ in range(20)]  # the first pages filled
+    for event in events:
+        assert post_signed(http, event).status_code == 202
+    before = hot_updates_in_this_transaction()
+
+    assert post_signed(http, events[0]).status_code == 200
+
+    assert hot_updates_in_this_transaction() == before + 1
+    assert InboxEvent.objects.get(event_id=events[0]["event_id"]).delivery_count == 2
 
 
 def test_same_id_with_other_content_is_409_with_evidence_and_original_untouched(

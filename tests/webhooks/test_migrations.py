@@ -1,6 +1,7 @@
 """The inbox's migrations carry existing state over, as an existing deployment would be
 migrated: a paused or draining source keeps its hold (0013), a row dead-lettered before causes
-were recorded gets one (0014); the inbox tables get their autovacuum settings (0020)."""
+were recorded gets one (0014); the inbox tables get their autovacuum settings (0020), and the
+inbox room on its pages (0021)."""
 
 from __future__ import annotations
 
@@ -123,3 +124,13 @@ def test_the_inbox_tables_get_a_queues_autovacuum_settings_and_lose_them_back(
 
     assert reloptions(events) == set()
     assert reloptions(attempts) == set()
+
+
+def test_the_inbox_keeps_room_on_its_pages_and_loses_it_back(migrated_back):
+    events = "webhooks_inboxevent"
+    assert "fillfactor=85" in reloptions(events)
+
+    migrated_back("0020_inbox_autovacuum_settings")
+
+    assert "fillfactor=85" not in reloptions(events)
+    assert "autovacuum_vacuum_scale_factor=0.01" in reloptions(events)
