@@ -88,18 +88,10 @@ WRITTEN_TABLES = (
     "research_documentrevision",
     "research_citation",
 )
+_VACUUM_SQL = f"VACUUM (ANALYZE) {', '.join(WRITTEN_TABLES)}"
 # Held by the stand-in's vacuum while it runs, and by a floor's measurement for all of its
 # duration: no vacuum loads the machine while the ingest-only floor is read.
 _VACUUM_LOCK = threading.Lock()
-
-
-def _tables_vacuum(connection=None) -> None:
-    statement = f"VACUUM (ANALYZE) {', '.join(WRITTEN_TABLES)}"
-    if connection is not None:
-        connection.execute(statement)
-        return
-    with psycopg.connect(BENCH_DATABASE_URL, autocommit=True) as own:
-        own.execute(statement)
 
 
 @contextlib.contextmanager
@@ -121,7 +113,7 @@ def _autovacuum_stand_in():
         with psycopg.connect(BENCH_DATABASE_URL, autocommit=True) as connection:
             while not stop.wait(VACUUM_SECONDS):
                 with _VACUUM_LOCK:
-                    _tables_vacuum(connection)
+                    connection.execute(_VACUUM_SQL)
 
     thread = threading.Thread(target=vacuum, name="vacuum", daemon=True)
     thread.start()
@@ -366,7 +358,7 @@ def run(ctx: BenchContext) -> list[Figure]:
             for worker in workers:
                 ctx.stop(worker)
             workers.clear()
-            _tables_vacuum()
+            sql(_VACUUM_SQL)
             after_id = _max_id()
             rps, _ = _ingest_only(base, numbers)
             _ingest_only_rows_set_aside(after_id)
