@@ -3,9 +3,14 @@ import os
 from celery import Celery
 from kombu.utils.objects import cached_property
 
+from core import broker
+
 # A forgotten DJANGO_SETTINGS_MODULE means production (DEBUG off, no published key), as
 # cookiecutter-django does: only manage.py and `make run` default to the local settings.
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.production")
+# `filesystem://` (the embedded default's broker) writes a message whole before a consumer can
+# see it (docs/architecture.md, "The embedded default's broker").
+broker.register()
 
 
 class App(Celery):
