@@ -8,8 +8,9 @@ their relays, PostgreSQL and the load generator share the cores), at a fixed off
    sustained rate is judged against the mean of those two: this machine's speed drifts by up
    to a factor of two within minutes, and a floor read ten minutes before the run it judges
    measures the drift as much as the product. The first floor is reported beside it.
-2. Short probes at fixed offered rates (``BENCH_E2E_PROBE_SECONDS``, 30 s), from half the
-   ingest-only rate up or down by 15% steps, find the highest rate that holds.
+2. Short probes at fixed offered rates (``BENCH_E2E_PROBE_SECONDS``, 30 s), from the target (0.6
+   of the ingest-only rate) up or down by 15% steps, find the highest rate that holds; two more
+   probes halve the gap between it and the lowest rate that did not hold, twice (to ~4%).
 3. That rate is held for ``BENCH_E2E_SECONDS`` (300 s); if it does not hold, 10% less is tried
    (or 97% of the rate the web answered over that run, if lower), up to ``CONFIRMATIONS`` runs.
    A rate holds when every request is answered 202 (no error, no timeout), the offered rate is
@@ -73,6 +74,7 @@ MAX_PROBES = 6
 # at a lower rate (``_find_rate``).
 CONFIRMATIONS = 3
 STEP = 1.15
+REFINEMENTS = 2
 TARGET_RATIO = 0.6
 TERMINAL_OK = ("processed", "ignored_out_of_order", "ignored_duplicate_version")
 VACUUM_SECONDS = 20.0
@@ -291,6 +293,19 @@ def _find_rate(
             if best is not None:
                 break
             rate /= STEP
+    # A 15% step leaves the rate that holds up to 15% below the one that does not: halve the
+    # gap between them REFINEMENTS times.
+    for _ in range(REFINEMENTS):
+        if best is None:
+            break
+        failed = [p["rate"] for p in probes if not p["holds"] and p["rate"] > best]
+        if not failed:
+            break
+        rate = (best * min(failed)) ** 0.5
+        probe = _run_at(base, numbers, rate=rate, seconds=PROBE_SECONDS)
+        probes.append(probe)
+        if probe["holds"]:
+            best = rate
 
     sustained = None
     confirmations = []
