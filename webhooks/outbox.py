@@ -206,6 +206,21 @@ RETURNING taken.retry, e.id, e.event_id, e.entity_id
 """  # noqa: S608 - table names, values bound
 
 
+_HELD_SQL = f"SELECT source_id FROM {_HOLDS} ORDER BY source_id"  # noqa: S608 - a table name
+# A row a relay published is unfinished while still waiting, being processed, or a published
+# retry (``InboxOutbox.unfinished``).
+_UNFINISHED_STATUSES = (
+    ProcessingStatus.RECEIVED,
+    ProcessingStatus.PROCESSING,
+    ProcessingStatus.FAILED,
+)
+_UNFINISHED_SQL = f"""
+SELECT id FROM {_EVENTS}
+ WHERE id = ANY(%(ids)s::bigint[]) AND dispatched_at IS NOT NULL
+   AND processing_status IN ({", ".join(f"'{status}'" for status in _UNFINISHED_STATUSES)})
+"""  # noqa: S608 - table names and the statuses' own values
+
+
 # --- held sources -----------------------------------------------------------------------
 
 
@@ -280,10 +295,12 @@ class InboxOutbox(Outbox[int]):
             return bool(cursor.fetchone()[0])
 
     def held(self) -> list[int]:
-        """The sources whose events are held back now (paused or draining)."""
-        return list(
-            SourceHold.objects.order_by("source_id").values_list("source_id", flat=True)
-        )
+        """The sources whose events are held back now (paused or draining): one statement
+        written once, read in every round of the relay (a queryset built each time was a
+        tenth of a busy relay's CPU: docs/benchmarks.md, "One relay at a time")."""
+        with connection.cursor() as cursor:
+            cursor.execute(_HELD_SQL)
+            return [source_id for (source_id,) in cursor.fetchall()]
 
     def held_claim(self, source_id: int, limit: int) -> tuple[int, list[Publication]]:
         """Serves one held source, under its hold's row lock (``SKIP LOCKED``: a relay that
@@ -348,15 +365,17 @@ class InboxOutbox(Outbox[int]):
         source paused clears ``dispatched_at`` or moves the row on). Primary key probes."""
         if not ids:
             return set()
+        if connection.vendor == "postgresql":
+            # One statement of one text whatever the number of ids (an array, not a list of
+            # placeholders): prepared once per connection, not parsed again each time.
+            with connection.cursor() as cursor:
+                cursor.execute(_UNFINISHED_SQL, {"ids": list(ids)})
+                return {pk for (pk,) in cursor.fetchall()}
         return set(
             InboxEvent.objects.filter(
                 id__in=ids,
                 dispatched_at__isnull=False,
-                processing_status__in=[
-                    ProcessingStatus.RECEIVED,
-                    ProcessingStatus.PROCESSING,
-                    ProcessingStatus.FAILED,
-                ],
+                processing_status__in=_UNFINISHED_STATUSES,
             ).values_list("id", flat=True)
         )
 
