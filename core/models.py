@@ -170,12 +170,20 @@ class WorkerHeartbeat(models.Model):
 
 class RelayHeartbeat(models.Model):
     """One outbox relay (a thread of a worker process), as it last reported itself: how
-    ``/metrics`` and ``/readyz`` tell how many relays are alive."""
+    ``/metrics`` and ``/readyz`` tell how many relays are alive and which one publishes, how
+    the relay that publishes learns how many worker processes it publishes for, and how a
+    standing-by relay tells that the one publishing went silent (docs/architecture.md, "One
+    relay publishes at a time")."""
 
     relay_id = models.CharField(max_length=255)
     started_at = models.DateTimeField(auto_now_add=True)
     last_seen_at = models.DateTimeField()
     published = models.BigIntegerField(default=0)
+    # Whether the relay was publishing when it last reported (it held the active relay's
+    # lock, or no lock applies); a relay standing by reports false.
+    active = models.BooleanField(default=True, db_default=True)
+    # The processes of its worker's pool (0: a relay apart from any worker).
+    processes = models.PositiveIntegerField(default=1, db_default=1)
 
     class Meta:
         constraints = [
@@ -192,9 +200,22 @@ class RelayHeartbeat(models.Model):
     FORGET_AFTER = timedelta(days=1)
 
     @classmethod
-    def beat(cls, *, relay_id: str, published: int) -> None:
+    def beat(
+        cls,
+        *,
+        relay_id: str,
+        published: int,
+        active: bool = True,
+        processes: int = 1,
+    ) -> None:
         now = timezone.now()
         cls.objects.update_or_create(
-            relay_id=relay_id, defaults={"last_seen_at": now, "published": published}
+            relay_id=relay_id,
+            defaults={
+                "last_seen_at": now,
+                "published": published,
+                "active": active,
+                "processes": processes,
+            },
         )
         cls.objects.filter(last_seen_at__lt=now - cls.FORGET_AFTER).delete()

@@ -53,7 +53,7 @@ import threading
 import time
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Generic, TypeVar
 
 from celery import bootsteps, current_app, signals
@@ -62,11 +62,19 @@ from django.db import close_old_connections, connection, transaction
 from django.utils import timezone
 
 from .logging import correlation_id_bound
+from .relay_lock import ActiveRelayLock, active_relay_lock_supported
 
 logger = logging.getLogger(__name__)
 
 # Under flow control, a published row stops counting as in flight after this long.
 IN_FLIGHT_FORGET_SECONDS = 60.0
+
+# What a relay does (``Relay.role``): publishes (it holds the active relay's lock, or no such
+# lock applies); stands by, trying to take the lock; stands in for an active relay that went
+# silent, publishing beside whichever relay holds the lock.
+ROLE_ACTIVE = "active"
+ROLE_STANDBY = "standby"
+ROLE_STAND_IN = "stand_in"
 
 
 # What identifies a group of rows an outbox holds back (the inbox: a source's id).
@@ -214,13 +222,26 @@ class Relay:
         idle_poll_seconds: float | None = None,
         sweep_interval_seconds: float | None = None,
         in_flight_limit: int | None = None,
+        processes: int = 1,
+        one_active: bool | None = None,
     ):
         self.batch_limit = batch_limit or settings.RELAY_BATCH_LIMIT
-        self.in_flight_limit = (
-            in_flight_limit
-            if in_flight_limit is not None
-            else settings.RELAY_IN_FLIGHT_LIMIT
+        # The processes of this relay's worker's pool (0: a relay apart from any worker).
+        self.processes = processes
+        # Given: the limit in all, whatever the relay serves; otherwise RELAY_IN_FLIGHT_LIMIT
+        # per worker process it publishes for (``in_flight_limit``).
+        self._in_flight_limit_given = in_flight_limit
+        # The worker processes of every relay seen alive at the last heartbeat, this one's
+        # included: what the active relay publishes for.
+        self._processes_alive = processes
+        # One relay publishes at a time (``run``), unless turned off or not on PostgreSQL.
+        self.one_active = (
+            settings.RELAY_ONE_ACTIVE if one_active is None else one_active
         )
+        self.standby_poll_seconds = settings.RELAY_STANDBY_POLL_SECONDS
+        self.role = ROLE_ACTIVE
+        self._lock: ActiveRelayLock | None = None
+        self._standby_since: float | None = None
         # Per outbox with flow control: the rows this relay published and not yet seen
         # finished, with when they went (``time.monotonic()``).
         self._in_flight: dict[str, dict[int, float]] = {}
@@ -245,7 +266,7 @@ class Relay:
         self._last_sweep: float | None = None  # never: the first round sweeps
         # Outboxes whose last sweep batch came back full: their sweep goes on next round.
         self._sweep_unfinished: set[str] = set()
-        self._last_heartbeat = 0.0
+        self._last_heartbeat: float | None = None  # None: beat in the next turn
 
     def run_once(self, *, sweep: bool | None = None) -> tuple[int, bool]:
         """One round: new rows of every outbox, and a batch of the sweep when it is due (or
@@ -291,6 +312,18 @@ class Relay:
         self.stats.rounds += 1
         self.stats.published_rows += taken
         return taken, full
+
+    @property
+    def in_flight_limit(self) -> int:
+        """Inbox rows this relay keeps in flight: the limit it was given, or
+        ``RELAY_IN_FLIGHT_LIMIT`` per worker process it publishes for. The active relay of
+        several publishes for every worker seen alive; any other relay for its own."""
+        if self._in_flight_limit_given is not None:
+            return self._in_flight_limit_given
+        processes = self.processes
+        if self._lock is not None and self.role == ROLE_ACTIVE:
+            processes = max(self._processes_alive, processes)
+        return settings.RELAY_IN_FLIGHT_LIMIT * max(processes, 1)
 
     def in_flight(self, outbox: Outbox) -> int:
         """The rows of ``outbox`` this relay published and has not seen finished yet."""
@@ -345,61 +378,131 @@ class Relay:
         return self.busy_poll_seconds * min(rate / self.busy_fill_rate, 1.0)
 
     def heartbeat(self) -> None:
+        """Reports this relay alive (and whether it publishes), then reads the others'
+        reports: the worker processes the active relay publishes for, and, for a relay
+        standing by, whether the active one went silent (``_role_from_heartbeats``)."""
         from .models import RelayHeartbeat
 
-        RelayHeartbeat.beat(relay_id=self.relay_id, published=self.stats.published_rows)
+        RelayHeartbeat.beat(
+            relay_id=self.relay_id,
+            published=self.stats.published_rows,
+            active=self.role == ROLE_ACTIVE,
+            processes=self.processes,
+        )
+        horizon = timezone.now() - timedelta(
+            seconds=3 * settings.RELAY_HEARTBEAT_SECONDS
+        )
+        others = list(
+            RelayHeartbeat.objects.filter(last_seen_at__gte=horizon)
+            .exclude(relay_id=self.relay_id)
+            .values_list("active", "processes")
+        )
+        self._processes_alive = self.processes + sum(n for _, n in others)
+        self._role_from_heartbeats(any(active for active, _ in others))
+
+    def _role_from_heartbeats(self, other_active: bool) -> None:
+        """A relay standing by stands in for an active relay that stopped reporting (its
+        loop hung with the lock held, or its machine went away and the database has not
+        noticed yet): after three heartbeat periods with no relay reporting itself active, it
+        publishes as every relay did before one was made the active one; it stands by again
+        once an active relay reports."""
+        if self.role == ROLE_STANDBY and not other_active:
+            silent_for = time.monotonic() - (self._standby_since or time.monotonic())
+            if silent_for >= 3 * settings.RELAY_HEARTBEAT_SECONDS:
+                self.role = ROLE_STAND_IN
+                logger.warning("relay.standing_in", extra={"relay": self.relay_id})
+        elif self.role == ROLE_STAND_IN and other_active:
+            self.role = ROLE_STANDBY
+            self._standby_since = time.monotonic()
+            logger.info("relay.standing_by", extra={"relay": self.relay_id})
+
+    def _role_update(self) -> None:
+        """Takes (or keeps) the active relay's lock when that is due: the relay that holds
+        it publishes; another stands by, or stands in (``_role_from_heartbeats``)."""
+        if self._lock is None:
+            return
+        if self._lock.hold():
+            if self.role != ROLE_ACTIVE:
+                self.role = ROLE_ACTIVE
+                self._last_heartbeat = None  # say so at once
+                logger.info("relay.active", extra={"relay": self.relay_id})
+            return
+        if self.role == ROLE_ACTIVE:
+            self.role = ROLE_STANDBY
+            self._standby_since = time.monotonic()
+            self._last_heartbeat = None
+            self._in_flight.clear()  # what it published is the active relay's now
+            logger.info("relay.standing_by", extra={"relay": self.relay_id})
 
     def run(self) -> None:
+        """Rounds until ``stop`` is set. On PostgreSQL, with ``RELAY_ONE_ACTIVE``, only the
+        relay holding the active relay's lock runs them (docs/architecture.md, "One relay
+        publishes at a time"); the others stand by, trying to take the lock every
+        ``RELAY_STANDBY_POLL_SECONDS``."""
         pause = 0.0
         backoff = 0.5
         previous: float | None = None  # when the last round began
-        while not self.stop.is_set():
-            started = time.monotonic()
-            try:
-                close_old_connections()
-                if (
-                    time.monotonic() - self._last_heartbeat
-                    >= settings.RELAY_HEARTBEAT_SECONDS
-                ):
-                    self.heartbeat()
-                    self._last_heartbeat = time.monotonic()
-                taken, full = self.run_once()
-                backoff = 0.5
-                if full:
-                    pause = 0.0
-                elif taken:
-                    pause = self.busy_pause(
-                        taken,
-                        seconds=started - previous if previous is not None else None,
+        if self.one_active and active_relay_lock_supported():
+            self._lock = ActiveRelayLock(check_seconds=self.standby_poll_seconds)
+            self.role = ROLE_STANDBY
+            self._standby_since = time.monotonic()
+        try:
+            while not self.stop.is_set():
+                started = time.monotonic()
+                try:
+                    pause = self._turn(pause, since_previous=previous, started=started)
+                    backoff = 0.5
+                except Exception as exc:
+                    # The database or the broker is away: wait, then try again.
+                    self.stats.errors += 1
+                    self.stats.last_error = type(exc).__name__
+                    logger.warning(
+                        "relay.round_failed",
+                        extra={"relay": self.relay_id, "error": type(exc).__name__},
+                        exc_info=True,
                     )
-                else:  # idle: back off towards the idle poll
-                    pause = min(max(pause * 2, 0.002), self.idle_poll_seconds)
-            except Exception as exc:  # the database or the broker is away: wait, retry
-                self.stats.errors += 1
-                self.stats.last_error = type(exc).__name__
-                logger.warning(
-                    "relay.round_failed",
-                    extra={"relay": self.relay_id, "error": type(exc).__name__},
-                    exc_info=True,
-                )
-                with contextlib.suppress(Exception):
-                    connection.close()
-                pause = backoff
-                backoff = min(backoff * 2, 10.0)
-            previous = started
-            self.stop.wait(pause)
-        with contextlib.suppress(Exception):
-            connection.close()
+                    with contextlib.suppress(Exception):
+                        connection.close()
+                    pause = backoff
+                    backoff = min(backoff * 2, 10.0)
+                previous = started if self.role != ROLE_STANDBY else None
+                self.stop.wait(pause)
+        finally:
+            if self._lock is not None:
+                self._lock.release()  # a relay standing by takes over at its next try
+            with contextlib.suppress(Exception):
+                connection.close()
+
+    def _turn(
+        self, pause: float, *, since_previous: float | None, started: float
+    ) -> float:
+        """One turn of the loop: the role, the heartbeat when due, and a round unless the
+        relay stands by. Returns the pause before the next turn."""
+        close_old_connections()
+        self._role_update()
+        last = self._last_heartbeat
+        if last is None or time.monotonic() - last >= settings.RELAY_HEARTBEAT_SECONDS:
+            self.heartbeat()
+            self._last_heartbeat = time.monotonic()
+        if self.role == ROLE_STANDBY:
+            return self.standby_poll_seconds
+        taken, full = self.run_once()
+        if full:
+            return 0.0
+        if taken:
+            seconds = started - since_previous if since_previous is not None else None
+            return self.busy_pause(taken, seconds=seconds)
+        # Idle: back off towards the idle poll.
+        return min(max(pause * 2, 0.002), self.idle_poll_seconds)
 
 
 class RelayThread:
     """A relay in a daemon thread of the worker's main process. Its in-flight limit is
-    ``RELAY_IN_FLIGHT_LIMIT`` per process of the worker's pool."""
+    ``RELAY_IN_FLIGHT_LIMIT`` per process of the worker's pool (of every worker seen alive
+    while it is the active relay)."""
 
     def __init__(self, *, concurrency: int = 1) -> None:
-        self.relay = Relay(
-            in_flight_limit=settings.RELAY_IN_FLIGHT_LIMIT * max(concurrency, 1)
-        )
+        self.relay = Relay(processes=max(concurrency, 1))
         self.thread = threading.Thread(
             target=self._run, name="outbox-relay", daemon=True
         )

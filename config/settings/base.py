@@ -359,6 +359,11 @@ DEPLOY_SIMULATED_SECONDS = env.float("DEPLOY_SIMULATED_SECONDS", default=1)
 # pause in proportion to the rate it takes rows at while work arrives, up to
 # RELAY_IDLE_POLL_SECONDS when idle.
 RELAY_ENABLED = env.bool("RELAY_ENABLED", default=True)
+# On PostgreSQL one relay publishes at a time (it holds an advisory lock); the others stand by
+# and try to take over every RELAY_STANDBY_POLL_SECONDS (docs/architecture.md, "One relay
+# publishes at a time"). Off: every relay publishes, sharing the rows.
+RELAY_ONE_ACTIVE = env.bool("RELAY_ONE_ACTIVE", default=True)
+RELAY_STANDBY_POLL_SECONDS = env.float("RELAY_STANDBY_POLL_SECONDS", default=1.0)
 # How often each relay sweeps every outbox (publishes again what a lost message left behind).
 # INBOX_SWEEP_INTERVAL_SECONDS, its name when the inbox was the only outbox, is still read.
 RELAY_SWEEP_INTERVAL_SECONDS = env_renamed(
@@ -375,7 +380,7 @@ RELAY_IDLE_POLL_SECONDS = env.float("RELAY_IDLE_POLL_SECONDS", default=0.025)
 # began) at which it collects RELAY_BUSY_FILL_ROWS rows; below that rate, that share of it, so
 # that a lightly loaded relay stays quick.
 RELAY_BUSY_POLL_SECONDS = env.float("RELAY_BUSY_POLL_SECONDS", default=0.1)
-RELAY_BUSY_FILL_ROWS = env.int("RELAY_BUSY_FILL_ROWS", default=20)
+RELAY_BUSY_FILL_ROWS = env.int("RELAY_BUSY_FILL_ROWS", default=60)
 RELAY_HEARTBEAT_SECONDS = env.float("RELAY_HEARTBEAT_SECONDS", default=5)
 # /readyz says the relays do not keep up when a row has waited longer than this.
 RELAY_LAG_ALERT_SECONDS = env.float("RELAY_LAG_ALERT_SECONDS", default=5)

@@ -14,6 +14,7 @@ from django.db import connection, transaction
 from django.db.models import Count
 
 from chaos.services import PrivateRedis
+from core.models import RelayHeartbeat
 from research.models import DocumentRevision, ResearchDocument
 from tests import processes
 from tests.integrations.research.factories import research_event
@@ -105,6 +106,61 @@ def test_a_relay_killed_while_it_publishes_loses_nothing(tmp_path, running, brok
         lambda: terminal() == 900, timeout=180, interval=0.2, what="all 900 processed"
     )
     assert_each_applied_once(900)
+
+
+def _relays_seen() -> dict[int, bool]:
+    """The relays that reported lately, by the pid of their worker: whether each publishes."""
+    return {
+        int(relay_id.rsplit(":", 1)[1]): active
+        for relay_id, active in RelayHeartbeat.objects.values_list("relay_id", "active")
+    }
+
+
+def test_the_publishing_relays_worker_killed_another_relay_takes_over(
+    tmp_path, running, broker_url
+):
+    """Two workers with a relay each: one relay publishes, the other stands by
+    (docs/architecture.md, "One relay publishes at a time"). kill -9 of the publishing one's
+    worker ends its lock with its connection: the other relay takes over within its standby
+    poll, and every event is processed once, those committed after the kill included."""
+    env = {
+        **FAST_SWEEP,
+        "CELERY_BROKER_URL": broker_url,
+        "RELAY_HEARTBEAT_SECONDS": "0.5",
+        "RELAY_STANDBY_POLL_SECONDS": "0.2",
+    }
+    workers = [
+        running(processes.celery_worker(tmp_path, name=name, env=env))
+        for name in ("w1", "w2")
+    ]
+    by_pid = {worker.pid: worker for worker in workers}
+    processes.wait_until(
+        lambda: (
+            set(_relays_seen()) == set(by_pid)
+            and sorted(_relays_seen().values()) == [False, True]
+        ),
+        timeout=60,
+        what="one relay publishing and one standing by",
+    )
+    inbox_events_bulk_create(bodies(300, "a"))
+    processes.wait_until(
+        lambda: terminal() == 300, timeout=120, interval=0.1, what="300 processed"
+    )
+    assert sorted(_relays_seen().values()) == [False, True]
+    (publishing,) = [pid for pid, active in _relays_seen().items() if active]
+    by_pid[publishing].kill()
+    (survivor,) = [pid for pid in by_pid if pid != publishing]
+
+    inbox_events_bulk_create(bodies(300, "b"))
+    processes.wait_until(
+        lambda: terminal() == 600, timeout=120, interval=0.1, what="600 processed"
+    )
+    processes.wait_until(
+        lambda: _relays_seen().get(survivor) is True,
+        timeout=30,
+        what="the surviving relay to say it publishes",
+    )
+    assert_each_applied_once(600)
 
 
 def test_rows_committed_while_the_broker_restarts_are_all_processed(tmp_path, running):

@@ -13,7 +13,7 @@ class Command(BaseCommand):
     )
 
     def handle(self, *args, **options):
-        relay = Relay()
+        relay = Relay(processes=0)  # no pool of its own
         for stop_signal in (signal.SIGTERM, signal.SIGINT):
             signal.signal(stop_signal, lambda *_: relay.stop.set())
         self.stdout.write(f"relay {relay.relay_id} running")
