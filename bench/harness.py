@@ -267,6 +267,31 @@ def broker_purge(url: str = BENCH_BROKER_URL) -> None:
     redis.Redis.from_url(url).flushdb()
 
 
+# --- CPU time of processes ------------------------------------------------------------------
+
+
+def cpu_seconds(pid: int, *, ended_children: bool = False) -> float:
+    """User + system CPU time of a process so far (``/proc/<pid>/stat``); 0 once it is gone.
+    With ``ended_children``, that of its children that ended and that it waited for too: a
+    server's workers recycled meanwhile (gunicorn's, PostgreSQL's backends) count in their
+    parent once gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    except (FileNotFoundError, ProcessLookupError):
+        return 0.0
+    ticks = int(fields[11]) + int(fields[12])
+    if ended_children:
+        ticks += int(fields[13]) + int(fields[14])
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def child_pids(pid: int) -> list[int]:
+    found = subprocess.run(
+        ["pgrep", "-P", str(pid)], capture_output=True, text=True, check=False
+    )
+    return [int(p) for p in found.stdout.split()]
+
+
 # --- load: wrk ----------------------------------------------------------------------------
 
 

@@ -35,6 +35,8 @@ from bench.harness import (
     BenchContext,
     Request,
     broker_purge,
+    child_pids,
+    cpu_seconds,
     database_reset,
     http_get,
     load_run,
@@ -72,12 +74,6 @@ def _requests(name: str, base: str) -> tuple[str, list[Request]]:
     raise SystemExit(
         f"unknown profile {name!r}: ingest, deployments, raw_insert or processing"
     )
-
-
-def _cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process so far (``/proc/<pid>/stat``)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _database_backends() -> list[int]:
@@ -147,13 +143,6 @@ def _spy(pid: int, output: Path, seconds: float, *, wall: bool) -> subprocess.Po
     )
 
 
-def _children(pid: int) -> list[int]:
-    found = subprocess.run(
-        ["pgrep", "-P", str(pid)], capture_output=True, text=True, check=False
-    )
-    return [int(p) for p in found.stdout.split()]
-
-
 def _processing() -> int:
     """One worker's pool process while it drains a fixed backlog of research events."""
     from bench.harness import django_setup
@@ -181,7 +170,7 @@ def _processing() -> int:
         )
         main_pid = worker.popen.pid
         deadline = time.monotonic() + 60
-        while not (pool := _children(main_pid)) and time.monotonic() < deadline:
+        while not (pool := child_pids(main_pid)) and time.monotonic() < deadline:
             time.sleep(0.2)
         if not pool:
             raise SystemExit("the worker started no pool process")
@@ -198,7 +187,7 @@ def _processing() -> int:
             (own,) = cursor.fetchone()
         backends = [pid for pid in _database_backends() if pid != own]
         watched = [main_pid, pool_pid, *backends]
-        before = {pid: _cpu_seconds(pid) for pid in watched}
+        before = {pid: cpu_seconds(pid) for pid in watched}
         t0 = time.monotonic()
         spies = [
             _spy(pool_pid, cpu_path, SECONDS, wall=False),
@@ -207,7 +196,7 @@ def _processing() -> int:
         for spy in spies:
             spy.wait(timeout=60)
         after = {
-            pid: _cpu_seconds(pid) for pid in watched if Path(f"/proc/{pid}").exists()
+            pid: cpu_seconds(pid) for pid in watched if Path(f"/proc/{pid}").exists()
         }
         elapsed = time.monotonic() - t0
         done = rows.filter(processing_status__in=TERMINAL_STATUSES).count()
@@ -293,9 +282,9 @@ def main(argv: list[str]) -> int:
         time.sleep(1)
         http_get(f"{base}/readyz")  # the worker opens its database connection
         backends = _database_backends()
-        before = {pid: _cpu_seconds(pid) for pid in [worker_pid, *backends]}
+        before = {pid: cpu_seconds(pid) for pid in [worker_pid, *backends]}
         load = load_run(url, requests_=requests_, seconds=SECONDS, connections=4)
-        after = {pid: _cpu_seconds(pid) for pid in before}
+        after = {pid: cpu_seconds(pid) for pid in before}
         spy.wait(timeout=60)
     web_us = 1e6 * (after[worker_pid] - before[worker_pid]) / load.requests
     db_us = 1e6 * sum(after[p] - before[p] for p in backends) / load.requests

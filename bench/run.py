@@ -16,6 +16,7 @@ MODULES = [
     "triggers",
     "processing",
     "endtoend",
+    "costs",
     "admin",
     "auditlog",
 ]
