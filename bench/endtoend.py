@@ -74,6 +74,8 @@ MAX_PROBES = 6
 # at a lower rate (``_find_rate``).
 CONFIRMATIONS = 3
 STEP = 1.15
+# Rates within this factor of each other are one rate: 1% is finer than any probe's step.
+SAME_RATE = 1.01
 REFINEMENTS = 2
 TARGET_RATIO = 0.6
 TERMINAL_OK = ("processed", "ignored_out_of_order", "ignored_duplicate_version")
@@ -286,7 +288,11 @@ def _find_rate(
         probes.append(probe)
         if probe["holds"]:
             best = rate if best is None else max(best, rate)
-            if any(not p["holds"] and p["rate"] <= rate * STEP for p in probes):
+            # The next step up already failed (``SAME_RATE``: a rate reached again by
+            # multiplying back is the same rate, whatever its last bits say).
+            if any(
+                not p["holds"] and p["rate"] <= rate * STEP * SAME_RATE for p in probes
+            ):
                 break
             rate *= STEP
         else:
@@ -298,7 +304,9 @@ def _find_rate(
     for _ in range(REFINEMENTS):
         if best is None:
             break
-        failed = [p["rate"] for p in probes if not p["holds"] and p["rate"] > best]
+        failed = [
+            p["rate"] for p in probes if not p["holds"] and p["rate"] > best * SAME_RATE
+        ]
         if not failed:
             break
         rate = (best * min(failed)) ** 0.5
