@@ -81,8 +81,8 @@ def inbox_sweep_due_q(*, now) -> Q:
     """The sweep's rows, whose message may be lost: ``received`` for longer than
     ``INBOX_REDISPATCH_AFTER_SECONDS``, ``failed`` rows whose retry time has come, and
     ``processing`` rows whose lease expired; in each case not dispatched within the last
-    ``INBOX_REDISPATCH_AFTER_SECONDS``. Served by ``webhooks_inbox_sweep_idx`` (partial on
-    these three statuses).
+    ``INBOX_REDISPATCH_AFTER_SECONDS``. Served by ``webhooks_inbox_status_idx`` (one range
+    per status, the ``received`` one bounded by the received time).
 
     A ``received`` row may just be waiting in a long queue: re-publishing it every interval
     would add a message per queued row each time and feed the backlog. Its re-dispatches are
