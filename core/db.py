@@ -6,10 +6,11 @@ from collections.abc import Sequence
 from typing import Any, cast
 
 from django.db import (
+    DEFAULT_DB_ALIAS,
     InterfaceError,
     OperationalError,
     close_old_connections,
-    connection,
+    connections,
 )
 
 
@@ -33,8 +34,8 @@ def celery_signals_connect() -> None:
     signals.task_postrun.connect(_recycle, weak=False)
 
 
-def _fetchone(sql: str, params: Sequence[Any]) -> tuple | None:
-    with connection.cursor() as cursor:
+def _fetchone(wrapper: Any, sql: str, params: Sequence[Any]) -> tuple | None:
+    with wrapper.cursor() as cursor:
         cursor.execute(sql, params)
         return cursor.fetchone()
 
@@ -51,23 +52,25 @@ def fetchone_checking_connection(sql: str, params: Sequence[Any]) -> tuple | Non
     Only for a statement that may run twice: a read, or a write that another run of finds
     done (an upsert), since a connection may die after the database committed the first
     run and before its answer came back, which the producer's own retry would meet alike."""
-    # The health check's flags, which Django's type stubs do not declare.
-    wrapper = cast(Any, connection)
+    # The thread's connection itself, looked up once rather than through the ``connection``
+    # proxy at each use (a lookup in the thread's connections every time); the health
+    # check's flags, which Django's type stubs do not declare.
+    wrapper = cast(Any, connections[DEFAULT_DB_ALIAS])
     if (
         wrapper.connection is None
         or not wrapper.health_check_enabled
         or wrapper.health_check_done
         or wrapper.in_atomic_block
     ):
-        return _fetchone(sql, params)
+        return _fetchone(wrapper, sql, params)
     wrapper.health_check_done = True
     try:
-        return _fetchone(sql, params)
+        return _fetchone(wrapper, sql, params)
     except (OperationalError, InterfaceError):
         if wrapper.is_usable():
             raise  # the database answered: the statement's own failure
         wrapper.close()
-    return _fetchone(sql, params)
+    return _fetchone(wrapper, sql, params)
 
 
 # The condition, in a statement's WHERE, that sets the lock_timeout of the statement's own

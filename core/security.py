@@ -1,3 +1,4 @@
+import functools
 import ipaddress
 
 from django.conf import settings
@@ -27,6 +28,9 @@ def client_ip(request: HttpRequest) -> str | None:
     return client_key(peer)
 
 
+# Requests come from a bounded set of addresses (producers, proxies, operators): each is
+# parsed once while it stays among the last 4,096 seen, not on every request.
+@functools.lru_cache(maxsize=4096)
 def client_key(address: str | None) -> str | None:
     """What throttling counts an address as (see ``client_ip``); an unparsable one as it is."""
     if not address:

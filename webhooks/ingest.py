@@ -103,19 +103,23 @@ def _inbox_field(name: str) -> models.Field:
     return cast(models.Field, InboxEvent._meta.get_field(name))
 
 
-def _inbox_db_value(name: str, value: Any) -> Any:
-    """``_db_value`` for the inbox row's adapted columns, per delivery: the instants and the
-    JSON go straight to the backend's adapters, which is what the fields' own preparation
-    ends with for an aware instant and a dict (a naive instant, which the field warns about
-    and makes aware, takes the field's whole way)."""
-    field = _inbox_field(name)
-    if isinstance(field, models.JSONField) and isinstance(value, dict):
-        return connection.ops.adapt_json_value(value, field.encoder)
-    if isinstance(field, models.DateTimeField) and (
-        value is None or (isinstance(value, datetime) and timezone.is_aware(value))
-    ):
-        return connection.ops.adapt_datetimefield_value(value)
-    return field.get_db_prep_save(value, connection)
+def _inbox_db_values(values: dict[str, Any]) -> None:
+    """``_db_value`` for the inbox row's adapted columns, in place, per delivery: the
+    instants and the JSON go straight to the backend's adapters, which is what the fields'
+    own preparation ends with for an aware instant and a dict (a naive instant, which the
+    field warns about and makes aware, takes the field's whole way). The connection's
+    operations are looked up once for all of them."""
+    ops = connection.ops
+    for name in _ADAPTED_COLUMNS:
+        field, value = _inbox_field(name), values[name]
+        if isinstance(field, models.JSONField) and isinstance(value, dict):
+            values[name] = ops.adapt_json_value(value, field.encoder)
+        elif isinstance(field, models.DateTimeField) and (
+            value is None or (isinstance(value, datetime) and timezone.is_aware(value))
+        ):
+            values[name] = ops.adapt_datetimefield_value(value)
+        else:
+            values[name] = field.get_db_prep_save(value, connection)
 
 
 def signature_failure_record(
@@ -435,8 +439,7 @@ def _inbox_upsert(
         "received_at": now,
         "last_seen_at": now,
     }
-    for name in _ADAPTED_COLUMNS:
-        values[name] = _inbox_db_value(name, values[name])
+    _inbox_db_values(values)
     params = [values[name] for name in _INBOX_COLUMNS]
     log_extra = {"source": source.slug, "event_id": envelope.event_id}
     # One statement in autocommit is its own transaction: when execute() returns, the row is

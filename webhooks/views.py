@@ -5,6 +5,7 @@ envelope, then the one upsert."""
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import json
 import logging
@@ -80,7 +81,11 @@ def _remote_addr(request: HttpRequest) -> str | None:
     """The client's address: the peer's, or behind TRUSTED_PROXY_COUNT proxies the one the
     first of them saw (``core.security.client_ip``); None when it is not an IP (a unix
     socket)."""
-    value = client_ip(request) or ""
+    return _address_stored(client_ip(request) or "")
+
+
+@functools.lru_cache(maxsize=4096)  # a bounded set of producers' addresses
+def _address_stored(value: str) -> str | None:
     try:
         return str(ipaddress.ip_address(value))
     except ValueError:
