@@ -248,7 +248,7 @@ def run(ctx: BenchContext) -> list[Figure]:
         "WHERE slug = %s",
         [SLUG],
     )
-    base = ctx.gunicorn(workers=2)
+    base = ctx.gunicorn()
     web = ctx.processes[-1].pid
     numbers = _Numbers()
     after_id = _max_id()

@@ -67,7 +67,7 @@ def _keys_created() -> set[str]:
 
 def run(ctx: BenchContext) -> list[Figure]:
     manage("api_client", "create", "bench-deployments", "--token", TOKEN)
-    base = ctx.gunicorn(workers=2)
+    base = ctx.gunicorn()
     url = f"{base}/api/deployments/"
     floors = floors_measure(base)
     bare = floors["bare"]

@@ -45,6 +45,7 @@ import psycopg
 from bench.harness import (
     BENCH_DATABASE_URL,
     BENCH_SECONDS,
+    BENCH_WEB_WORKERS,
     BenchContext,
     Figure,
     LoadResult,
@@ -358,7 +359,7 @@ def run(ctx: BenchContext) -> list[Figure]:
         "WHERE slug = %s",
         [SLUG],
     )
-    base = ctx.gunicorn(workers=2)
+    base = ctx.gunicorn()
     numbers = _Numbers()
 
     after_id = _max_id()
@@ -400,7 +401,7 @@ def run(ctx: BenchContext) -> list[Figure]:
         "probes": probes,
         "confirmations": confirmations,
         "workers": WORKERS,
-        "gunicorn_workers": 2,
+        "gunicorn_workers": BENCH_WEB_WORKERS,
         "connections": CONNECTIONS,
         "lag_limit_s": LAG_LIMIT_SECONDS,
         "tables_vacuumed_every_s": VACUUM_SECONDS if vacuumed else None,

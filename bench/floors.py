@@ -33,7 +33,7 @@ def _inserts(path: str, count: int, tag: str):
 
 
 def run(ctx: BenchContext) -> list[Figure]:
-    base = ctx.gunicorn(workers=2)
+    base = ctx.gunicorn()
     floors = floors_measure(base)
     bare, insert = floors["bare"], floors["raw_insert"]
     # A listener, as a relay woken by notifications would hold: without one, PostgreSQL

@@ -48,6 +48,10 @@ BENCH_BROKER_URL = os.environ.get("BENCH_BROKER_URL", "redis://127.0.0.1:6379/9"
 # Seconds of load per measurement; `make bench BENCH_SECONDS=15` for steadier figures.
 BENCH_SECONDS = float(os.environ.get("BENCH_SECONDS", "8"))
 BENCH_CONNECTIONS = int(os.environ.get("BENCH_CONNECTIONS", "8"))
+# gunicorn's sync workers per server in every benchmark (floors and product alike). Two by
+# default, as every figure in docs/benchmarks.md was read; gunicorn.conf.py's own default is
+# 2 x cores + 1 (docs/benchmarks.md, "One relay at a time").
+BENCH_WEB_WORKERS = int(os.environ.get("BENCH_WEB_WORKERS", "2"))
 
 
 @dataclass
@@ -213,7 +217,7 @@ class BenchContext:
         return process
 
     def gunicorn(
-        self, *, workers: int = 2, app: str = "config.wsgi", **env: str
+        self, *, workers: int = BENCH_WEB_WORKERS, app: str = "config.wsgi", **env: str
     ) -> str:
         """Starts gunicorn (sync workers, found stable; the repository's gunicorn.conf.py)
         serving ``app``; returns its base URL."""

@@ -149,8 +149,8 @@ def run(ctx: BenchContext) -> list[Figure]:
     manage(
         "webhook_source", "create", SLUG, "--handler", "research", "--secret", SECRET
     )
-    base = ctx.gunicorn(workers=2)
-    bare_base = ctx.gunicorn(workers=2, app="bench.bare_wsgi")
+    base = ctx.gunicorn()
+    bare_base = ctx.gunicorn(app="bench.bare_wsgi")
     seconds = max(BENCH_SECONDS / 2, 3)
     rounds = []
     first = 0
