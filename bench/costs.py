@@ -29,27 +29,25 @@ from pathlib import Path
 from bench.endtoend import (
     SLUG,
     WRITTEN_TABLES,
-    _ingest_only,
     _ingest_only_rows_set_aside,
     _max_id,
     _Numbers,
     _wait_drained,
     _wait_settled,
+    stack_start,
 )
 from bench.harness import (
     BenchContext,
     Figure,
-    broker_purge,
     child_pids,
     cpu_seconds,
     database_reset,
     load_run,
-    manage,
     percentile,
     report,
     sql,
 )
-from bench.ingest import SECRET, signed_events
+from bench.ingest import signed_events
 
 SHARES = [float(s) for s in os.environ.get("BENCH_COSTS_SHARES", "0.3,0.6").split(",")]
 SECONDS = float(os.environ.get("BENCH_COSTS_SECONDS", "20"))
@@ -239,22 +237,8 @@ def _print(label: str, run: dict) -> None:
 
 
 def run(ctx: BenchContext) -> list[Figure]:
-    broker_purge()
-    manage(
-        "webhook_source", "create", SLUG, "--handler", "research", "--secret", SECRET
-    )
-    sql(
-        "UPDATE webhooks_webhooksource SET timestamp_tolerance_seconds = 7200 "
-        "WHERE slug = %s",
-        [SLUG],
-    )
-    base = ctx.gunicorn()
-    web = ctx.processes[-1].pid
-    numbers = _Numbers()
-    after_id = _max_id()
-    ingest_rps, _ = _ingest_only(base, numbers)
-    _ingest_only_rows_set_aside(after_id)
-    print(f"[costs] ingest only: {ingest_rps:,.0f} req/s", flush=True)
+    base, numbers, ingest_rps, _ = stack_start(ctx, label="costs")
+    web = next(p for p in ctx.processes if "gunicorn" in p.args[0]).pid
 
     runs = []
     for share in SHARES:

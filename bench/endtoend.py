@@ -348,7 +348,10 @@ def _find_rate(
     return probes, confirmations, sustained, latency
 
 
-def run(ctx: BenchContext) -> list[Figure]:
+def stack_start(ctx: BenchContext, *, label: str) -> tuple[str, _Numbers, float, list]:
+    """The research source and a gunicorn server, and the ingest-only rate read on it first
+    (its rows then set aside): the base URL, the event numbers handed out so far, the rate
+    and its runs."""
     broker_purge()
     manage(
         "webhook_source", "create", SLUG, "--handler", "research", "--secret", SECRET
@@ -361,11 +364,15 @@ def run(ctx: BenchContext) -> list[Figure]:
     )
     base = ctx.gunicorn()
     numbers = _Numbers()
-
     after_id = _max_id()
     ingest_rps, ingest_runs = _ingest_only(base, numbers)
-    print(f"[endtoend] ingest only: {ingest_rps:,.0f} req/s", flush=True)
+    print(f"[{label}] ingest only: {ingest_rps:,.0f} req/s", flush=True)
     _ingest_only_rows_set_aside(after_id)
+    return base, numbers, ingest_rps, ingest_runs
+
+
+def run(ctx: BenchContext) -> list[Figure]:
+    base, numbers, ingest_rps, ingest_runs = stack_start(ctx, label="endtoend")
 
     # Worker processes as production runs them: one Celery worker each, pool of one, each
     # with its relay.
