@@ -12,6 +12,8 @@ import logging
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 
+from .headers import EnvironHeaders
+
 correlation_id_var: contextvars.ContextVar[str] = contextvars.ContextVar(
     "correlation_id", default=""
 )
@@ -69,13 +71,11 @@ class CorrelationIdMiddleware:
         self.get_response = get_response
 
     def __call__(self, request):
+        # The environ read directly: building request.headers for these two lookups cost
+        # every request more than the lookups (core/headers.py).
+        headers = EnvironHeaders(request.META)
         value = next(
-            (
-                request.headers[h]
-                for h in correlation_headers()
-                if request.headers.get(h)
-            ),
-            "",
+            (value for h in correlation_headers() if (value := headers.get(h))), ""
         )
         if not value.isprintable():
             value = ""

@@ -23,6 +23,7 @@ from core.errors import (
     UnreadableBody,
 )
 from core.exceptions import error_json_response
+from core.headers import EnvironHeaders
 from core.security import client_ip
 
 from .errors import UnknownSource
@@ -117,7 +118,8 @@ def webhook_receive(request: HttpRequest, slug: str) -> HttpResponse:
         result = inbox_event_record(
             source=source,
             raw_body=raw_body,
-            headers=request.headers,
+            # One environ read per header (core/headers.py).
+            headers=EnvironHeaders(request.META),
             remote_addr=_remote_addr(request),
             secrets=snapshot.secrets_valid(),
             # A signature that none of the remembered secrets verifies is checked again
