@@ -104,7 +104,16 @@ def _admin_connect(url: str):
 
 
 def database_reset(url: str = BENCH_DATABASE_URL) -> None:
-    """Drops and recreates the bench database, then migrates it: every run starts empty."""
+    """Drops and recreates the bench database, then migrates it: every run starts empty.
+    This process's own Django connections (a benchmark run before may have opened them) are
+    closed first: the drop ends them, and Django would not see it before their next
+    statement failed."""
+    from django.conf import settings
+
+    if settings.configured:
+        from django.db import connections
+
+        connections.close_all()
     name = urlparse(url).path.lstrip("/")
     with _admin_connect(url) as conn:
         conn.execute(
