@@ -1,0 +1,126 @@
+"""A request's cost without the server around it: the WSGI application called in this process
+for each of ``count`` signed deliveries, after 200 to warm it up, and the CPU time per request
+of this process and of its database backend printed.
+
+    python -m bench.inprocess ingest 2000   # POST /webhooks/<slug>/ through config.wsgi
+    python -m bench.inprocess bare 2000     # the bare floor's view (bench.bare_wsgi)
+
+On a machine whose speed drifts (a shared host), the times of two runs differ more than the
+code does; the instructions do not: run it under valgrind's callgrind twice with two counts
+(``valgrind --tool=callgrind python -m bench.inprocess ingest 100``, then ``600``), and the
+difference of the two totals divided by 500 is the instructions one request runs in this
+process, the same from one run to the next within a fraction of a percent
+(docs/benchmarks.md, "Headers read from the environ").
+
+The bench database is reset first with ``--reset`` (else it must hold the bench source:
+``python -m bench.ingest`` leaves it)."""
+
+from __future__ import annotations
+
+import io
+import os
+import sys
+import time
+
+from bench.harness import cpu_seconds, database_reset, manage, sql, stack_env
+
+WARM_UP = 200
+# Requests built ahead whatever the count, so that two counts differ by their requests only.
+BUILT = 1000
+
+
+def _environ(request, *, path: str) -> dict:
+    environ = {
+        "REQUEST_METHOD": request.method,
+        "PATH_INFO": path,
+        "SCRIPT_NAME": "",
+        "QUERY_STRING": "",
+        "SERVER_NAME": "127.0.0.1",
+        "SERVER_PORT": "8000",
+        "SERVER_PROTOCOL": "HTTP/1.1",
+        "REMOTE_ADDR": "127.0.0.1",
+        "HTTP_HOST": "127.0.0.1:8000",
+        "wsgi.url_scheme": "http",
+        "wsgi.input": io.BytesIO(request.body),
+        "wsgi.errors": sys.stderr,
+        "CONTENT_LENGTH": str(len(request.body)),
+    }
+    for name, value in request.headers.items():
+        key = name.upper().replace("-", "_")
+        environ[key if key == "CONTENT_TYPE" else f"HTTP_{key}"] = value
+    return environ
+
+
+def main(argv: list[str]) -> int:
+    reset = "--reset" in argv
+    args = [a for a in argv if a != "--reset"]
+    what = args[0] if args else "ingest"
+    count = int(args[1]) if len(args) > 1 else 2000
+    if what not in ("ingest", "bare"):
+        raise SystemExit("python -m bench.inprocess {ingest|bare} [count] [--reset]")
+    os.environ.update(stack_env())
+    if reset:
+        from bench.ingest import SECRET, SLUG
+
+        database_reset()
+        manage(
+            "webhook_source",
+            "create",
+            SLUG,
+            "--handler",
+            "research",
+            "--secret",
+            SECRET,
+        )
+    if what == "bare":
+        from bench.bare_wsgi import application
+        from bench.views import floor_table_create
+
+        floor_table_create()
+    else:
+        from config.wsgi import application
+    from django.db import connection
+
+    from bench.ingest import signed_events
+
+    # Event numbers no earlier run used: each request is a new event.
+    first = int(sql("SELECT coalesce(max(id), 0) FROM webhooks_inboxevent")[0][0])
+    first = first * 10 + 10_000_000 + int(time.time()) % 1_000_000 * 10_000
+    requests = signed_events(range(first, first + max(BUILT, WARM_UP + count)))
+    statuses: dict[str, int] = {}
+
+    def call(n: int) -> None:
+        request = requests[n]
+        if what == "bare":
+            request.headers["X-Bench-Id"] = f"inprocess-{first}-{n}"
+            path = "/_bench/bare-insert"
+        else:
+            path = request.path
+        answered = []
+        body = application(
+            _environ(request, path=path), lambda s, h, e=None: answered.append(s)
+        )
+        for _ in body:
+            pass
+        body.close()
+        statuses[answered[0]] = statuses.get(answered[0], 0) + 1
+
+    for n in range(WARM_UP):
+        call(n)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        backend = cursor.fetchone()[0]
+    started, backend_started = time.process_time(), cpu_seconds(backend)
+    for n in range(WARM_UP, WARM_UP + count):
+        call(n)
+    process = time.process_time() - started
+    database = cpu_seconds(backend) - backend_started
+    print(
+        f"{what}: {statuses}; per request: this process {1e6 * process / count:.0f} us, "
+        f"its database backend {1e6 * database / count:.0f} us"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
