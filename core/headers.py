@@ -40,21 +40,18 @@ class EnvironHeaders(Mapping[str, str]):
     def __init__(self, environ: Mapping[str, object]):
         self._environ = environ
 
-    def __getitem__(self, name: str) -> str:
-        key = environ_key(name)
-        if not key:
-            raise KeyError(name)
-        value = self._environ[key]
-        if not isinstance(value, str):  # an environ entry that is not a header
-            raise KeyError(name)
-        return value
-
     def get(self, name, default=None):
         # One dictionary read: what Mapping.get would do through __getitem__ and a KeyError
-        # for every absent header.
+        # for every absent header. Environ entries that are not strings are not headers.
         key = environ_key(name)
         value = self._environ.get(key) if key else None
         return value if isinstance(value, str) else default
+
+    def __getitem__(self, name: str) -> str:
+        value = self.get(name)
+        if value is None:
+            raise KeyError(name)
+        return value
 
     def __contains__(self, name: object) -> bool:
         return isinstance(name, str) and self.get(name) is not None
