@@ -8,4 +8,5 @@ from . import views
 urlpatterns = [
     path("healthz", views.bare),
     path("_bench/bare-insert", views.bare_insert),
+    path("_bench/bare-insert-wide", views.bare_insert_wide),
 ]

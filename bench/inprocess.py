@@ -2,8 +2,9 @@
 for each of ``count`` signed deliveries, after 200 to warm it up, and the CPU time per request
 of this process and of its database backend printed.
 
-    python -m bench.inprocess ingest 2000   # POST /webhooks/<slug>/ through config.wsgi
-    python -m bench.inprocess bare 2000     # the bare floor's view (bench.bare_wsgi)
+    python -m bench.inprocess ingest 2000       # POST /webhooks/<slug>/ through config.wsgi
+    python -m bench.inprocess bare 2000         # the bare floor's view (bench.bare_wsgi)
+    python -m bench.inprocess bare-narrow 2000  # its narrow insert (the id and the body)
 
 On a machine whose speed drifts (a shared host), the times of two runs differ more than the
 code does; the instructions do not: run it under valgrind's callgrind twice with two counts
@@ -57,8 +58,11 @@ def main(argv: list[str]) -> int:
     args = [a for a in argv if a != "--reset"]
     what = args[0] if args else "ingest"
     count = int(args[1]) if len(args) > 1 else 2000
-    if what not in ("ingest", "bare"):
-        raise SystemExit("python -m bench.inprocess {ingest|bare} [count] [--reset]")
+    paths = {"bare": "/_bench/bare-insert-wide", "bare-narrow": "/_bench/bare-insert"}
+    if what not in ("ingest", *paths):
+        raise SystemExit(
+            "python -m bench.inprocess {ingest|bare|bare-narrow} [count] [--reset]"
+        )
     os.environ.update(stack_env())
     if reset:
         from bench.ingest import SECRET, SLUG
@@ -73,11 +77,13 @@ def main(argv: list[str]) -> int:
             "--secret",
             SECRET,
         )
-    if what == "bare":
+    if what in paths:
         from bench.bare_wsgi import application
-        from bench.views import floor_table_create
+        from bench.views import floor_table_create, wide_floor_table_sql
 
         floor_table_create()
+        for statement in wide_floor_table_sql():
+            sql(statement)
     else:
         from config.wsgi import application
     from django.db import connection
@@ -94,9 +100,9 @@ def main(argv: list[str]) -> int:
 
     def call(n: int) -> None:
         request = requests[n]
-        if what == "bare":
+        if what in paths:
             request.headers["X-Bench-Id"] = f"inprocess-{first}-{n}"
-            path = "/_bench/bare-insert"
+            path = paths[what]
         else:
             path = request.path
         answered = []

@@ -5,9 +5,14 @@ figure measures what the product adds, not what the machine can do."""
 
 from django.db import connection
 from django.http import HttpResponse, JsonResponse
+from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
+from psycopg.types.json import Jsonb
 
 FLOOR_TABLE = "bench_floor"
+# The bare floor's table: the inbox row's columns, types and defaults (``LIKE``), with its
+# primary key and nothing else: no other index, no foreign key.
+WIDE_FLOOR_TABLE = "bench_floor_wide"
 
 
 def bare(request):
@@ -53,6 +58,81 @@ def bare_insert(request):
             [request.headers.get("X-Bench-Id", ""), request.body],
         )
     return HttpResponse(b'{"status":"ok"}', status=202, content_type="application/json")
+
+
+# The inbox row's values that a bare view has no work for, at the widths a bench delivery
+# gives them (bench.ingest): the types and the event's fields, the two fingerprints, the
+# headers kept, the secret's fingerprint. Only the id, the body, the peer and the instants
+# come from the request.
+_WIDE_TEMPLATE = {
+    "source_id": 1,
+    "event_type": "research.document.updated",
+    "entity_id": "doc-0",
+    "entity_type": "research_document",
+    "source_version": 1,
+    "tenant_id": "",
+    "idempotency_key": "",
+    "payload_hash": "0" * 64,
+    "content_fingerprint": "0" * 64,
+    "body_key": None,
+    "headers": Jsonb(
+        {
+            "x-webhook-id": "evt-bench-1000000000",
+            "x-webhook-signature": "v1=cc536e13b...",
+            "x-webhook-timestamp": "1796320171",
+        }
+    ),
+    "secret_fingerprint": "0" * 16,
+    "signature_valid": True,
+    "processing_status": "received",
+    "http_status": 202,
+    "error_message": "",
+    "attempts": 0,
+    "delivery_count": 1,
+}
+_WIDE_COLUMNS = (
+    "event_id",
+    "raw_body",
+    "remote_addr",
+    "occurred_at",
+    "received_at",
+    "last_seen_at",
+    *_WIDE_TEMPLATE,
+)
+_WIDE_INSERT = (
+    f"INSERT INTO {WIDE_FLOOR_TABLE} ({', '.join(_WIDE_COLUMNS)})"  # noqa: S608 - constant
+    f" VALUES ({', '.join(['%s'] * len(_WIDE_COLUMNS))})"
+)
+
+
+def bare_insert_wide(request):
+    """The bare floor (``bench.bare_wsgi``: no middleware at all): one raw insert of a row as
+    wide as the inbox's, into a table with the inbox's columns, as a plain Django view would
+    write it, committed. The request gives the event id (``X-Bench-Id``), the body and the
+    peer; the rest is the template above."""
+    now = timezone.now()
+    params = [
+        request.headers.get("X-Bench-Id", ""),
+        request.body,
+        request.META.get("REMOTE_ADDR"),
+        now,
+        now,
+        now,
+        *_WIDE_TEMPLATE.values(),
+    ]
+    with connection.cursor() as cursor:
+        cursor.execute(_WIDE_INSERT, params)
+    return HttpResponse(b'{"status":"ok"}', status=202, content_type="application/json")
+
+
+def wide_floor_table_sql() -> list[str]:
+    """The statements that (re)create the bare floor's table, empty, after the migrations."""
+    return [
+        f"DROP TABLE IF EXISTS {WIDE_FLOOR_TABLE}",
+        f"CREATE TABLE {WIDE_FLOOR_TABLE} (LIKE webhooks_inboxevent"
+        " INCLUDING DEFAULTS INCLUDING IDENTITY)",
+        f"ALTER TABLE {WIDE_FLOOR_TABLE} ADD PRIMARY KEY (id)",
+    ]
 
 
 def floor_table_create() -> None:
