@@ -49,6 +49,7 @@ from bench.harness import (
     BenchContext,
     Figure,
     LoadResult,
+    autovacuum_off,
     broker_purge,
     database_reset,
     load_run,
@@ -103,7 +104,7 @@ _VACUUM_LOCK = threading.Lock()
 def _autovacuum_stand_in():
     """Yields whether the server's autovacuum is off, vacuuming and analyzing the tables the
     run writes every ``VACUUM_SECONDS`` in a thread meanwhile if it is."""
-    if sql("SHOW autovacuum")[0][0] == "on":
+    if not autovacuum_off():
         yield False
         return
     print(

@@ -135,6 +135,12 @@ def sql(statement: str, params: Sequence | None = None, url: str = BENCH_DATABAS
 # --- the processes ------------------------------------------------------------------------
 
 
+def autovacuum_off() -> bool:
+    """Whether the bench server runs without autovacuum (this machine's does): a benchmark
+    whose rows are updated then vacuums them itself where autovacuum would, and says so."""
+    return sql("SHOW autovacuum")[0][0] != "on"
+
+
 def stack_env(**overrides: str) -> dict[str, str]:
     """Production settings with the floor endpoints (``config.settings.bench``), plain HTTP
     on loopback, the bench database and broker."""

@@ -1,9 +1,11 @@
 """Webhook ingest (``POST /webhooks/<slug>/``) on gunicorn and PostgreSQL, next to the floors
 measured in the same rounds: signed new events against the raw ``INSERT ... ON CONFLICT``
 floor on the same server, through the product's middleware (target >= 0.8), and against the
-bare floor, a plain Django view with no middleware at all doing the same raw insert of the
-same requests' bodies on a server of its own with the same gunicorn settings
-(``bench.bare_wsgi``, target >= 0.75); 100% duplicates against new events (target >= 1.0).
+bare floor, a plain Django view with no middleware at all doing one raw insert of a row as
+wide as the inbox's (its columns, into a table with only a primary key) for the same
+requests, on a server of its own with the same gunicorn settings (``bench.bare_wsgi``,
+target >= 0.75); 100% duplicates against new events (target >= 1.0). The narrow bare insert
+of earlier runs (the id and the body alone) is measured beside it, without a target.
 The product path is complete: signature check, envelope validation, the one upsert and the
 commit; no broker call (a worker's relay publishes the row; none runs here).
 
@@ -22,6 +24,7 @@ from bench.harness import (
     Figure,
     LoadResult,
     Request,
+    autovacuum_off,
     broker_purge,
     database_reset,
     django_setup,
@@ -32,14 +35,14 @@ from bench.harness import (
     report,
     sql,
 )
-from bench.views import FLOOR_TABLE
+from bench.views import FLOOR_TABLE, WIDE_FLOOR_TABLE, wide_floor_table_sql
 from tests.integrations.research.factories import research_event
 from webhooks.schemes import signature_headers
 
 SLUG = "bench"
 SECRET = "bench-webhook-secret-0123456789abcdef"  # noqa: S105 - a benchmark-only secret
 DUPLICATE_POOL = 2000
-ROUNDS = 3  # medians of interleaved rounds: the machine may be shared
+ROUNDS = 5  # medians of interleaved rounds: the machine is shared, its disk too (fsync)
 
 
 def event_body(n: int) -> bytes:
@@ -81,32 +84,49 @@ def _check(result: LoadResult, *, expected: str, what: str) -> None:
         )
 
 
-def bare_floor_requests(numbers) -> list[Request]:
+def bare_floor_requests(numbers, *, path: str = "/_bench/bare-insert") -> list[Request]:
     """The bare floor's requests: the same signed deliveries, bytes and headers, each with an
-    id of its own for the floor's insert."""
+    id of its own for the floor's insert; ``path``: the narrow insert or the wide one
+    (``/_bench/bare-insert-wide``)."""
     requests = []
     for request in signed_events(numbers):
         headers = {**request.headers, "X-Bench-Id": f"bare-{len(requests)}"}
-        requests.append(Request("POST", "/_bench/bare-insert", headers, request.body))
+        requests.append(Request("POST", path, headers, request.body))
     return requests
 
 
-def _round(
-    base: str, bare_base: str, *, first: int, seconds: float
-) -> dict[str, LoadResult]:
-    """One round: the floors, then new events, then duplicates, back to back, so that a
-    neighbour's load on the machine hits every figure of the round alike."""
-    floors = floors_measure(base, seconds=seconds)
-    sql(f"TRUNCATE {FLOOR_TABLE}")
-    count = int(floors["raw_insert"].rps * seconds * 3) + 2000
-    bare = load_run(
-        f"{bare_base}/_bench/bare-insert",
-        requests_=bare_floor_requests(range(first, first + count)),
+def _bare_run(bare_base: str, path: str, *, first: int, count: int, seconds: float):
+    result = load_run(
+        f"{bare_base}{path}",
+        requests_=bare_floor_requests(range(first, first + count), path=path),
         seconds=seconds,
     )
-    _check(bare, expected="202", what="bare floor")
-    if bare.wrapped:
-        raise RuntimeError("the bare floor's list wrapped: raise its size")
+    _check(result, expected="202", what=f"bare floor {path}")
+    if result.wrapped:
+        raise RuntimeError(f"the bare floor's list ({path}) wrapped: raise its size")
+    return result
+
+
+def _round(
+    base: str, bare_base: str, *, first: int, seconds: float, vacuum: bool
+) -> dict[str, LoadResult]:
+    """One round: the floors, then new events, then duplicates, back to back, so that a
+    neighbour's load on the machine hits every figure of the round alike. With ``vacuum``
+    (a server with autovacuum off), the inbox is vacuumed and analyzed first, outside every
+    measured window: the duplicates of the round before left a dead version of each row they
+    counted, which autovacuum would have removed."""
+    if vacuum:
+        sql("VACUUM (ANALYZE) webhooks_inboxevent")
+    floors = floors_measure(base, seconds=seconds)
+    sql(f"TRUNCATE {FLOOR_TABLE}")
+    sql(f"TRUNCATE {WIDE_FLOOR_TABLE}")
+    count = int(floors["raw_insert"].rps * seconds * 3) + 2000
+    bare = _bare_run(
+        bare_base, "/_bench/bare-insert-wide", first=first, count=count, seconds=seconds
+    )
+    narrow = _bare_run(
+        bare_base, "/_bench/bare-insert", first=first, count=count, seconds=seconds
+    )
 
     # New events: every request a new signed event id, sent once (``wrapped`` must stay 0).
     count = int(floors["raw_insert"].rps * seconds * 2) + 2000
@@ -138,6 +158,7 @@ def _round(
     return {
         **floors,
         "bare_insert": bare,
+        "bare_insert_narrow": narrow,
         "new": new,
         "duplicates": duplicates,
         "next": first + count,
@@ -149,13 +170,22 @@ def run(ctx: BenchContext) -> list[Figure]:
     manage(
         "webhook_source", "create", SLUG, "--handler", "research", "--secret", SECRET
     )
+    for statement in wide_floor_table_sql():
+        sql(statement)
     base = ctx.gunicorn()
     bare_base = ctx.gunicorn(app="bench.bare_wsgi")
     seconds = max(BENCH_SECONDS / 2, 3)
+    vacuum = autovacuum_off()
+    if vacuum:
+        print(
+            "[ingest] the server runs with autovacuum off: the inbox is vacuumed and "
+            "analyzed before each round, outside the measured windows, as autovacuum would",
+            flush=True,
+        )
     rounds = []
     first = 0
     for _ in range(ROUNDS):
-        result = _round(base, bare_base, first=first, seconds=seconds)
+        result = _round(base, bare_base, first=first, seconds=seconds, vacuum=vacuum)
         first = result.pop("next")
         rounds.append(result)
 
@@ -177,12 +207,20 @@ def run(ctx: BenchContext) -> list[Figure]:
         ),
         Figure(
             "ingest",
-            "signed new events / bare floor, no middleware",
+            "signed new events / bare floor, no middleware, a row as wide as the inbox's",
             new_rps,
             "req/s",
             floor_name="bare_insert",
             floor_value=med("bare_insert", "rps"),
             target_ratio=0.75,
+        ),
+        Figure(
+            "ingest",
+            "signed new events / narrow bare insert (id and body), no target",
+            new_rps,
+            "req/s",
+            floor_name="bare_insert_narrow",
+            floor_value=med("bare_insert_narrow", "rps"),
         ),
         Figure(
             "ingest",
