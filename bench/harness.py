@@ -132,13 +132,13 @@ def sql(statement: str, params: Sequence | None = None, url: str = BENCH_DATABAS
         return cursor.fetchall() if cursor.description else None
 
 
-# --- the processes ------------------------------------------------------------------------
-
-
 def autovacuum_off() -> bool:
     """Whether the bench server runs without autovacuum (this machine's does): a benchmark
     whose rows are updated then vacuums them itself where autovacuum would, and says so."""
     return sql("SHOW autovacuum")[0][0] != "on"
+
+
+# --- the processes ------------------------------------------------------------------------
 
 
 def stack_env(**overrides: str) -> dict[str, str]:
