@@ -46,7 +46,8 @@ def recreate_database(admin_url: str, name: str) -> None:
 
 def insert_rows(start: int, stop: int, total_days: float) -> None:
     """Rows start..stop-1 (1-based position in time order), spread over ``total_days`` up to
-    now: 97% processed, 1% each dead_lettered, failed and received; 3 sources; 5 types."""
+    now: 97% processed, 1% each dead_lettered, failed and received; 3 sources; 5 types; event
+    ids of one width (``evt-0000001``, ...), as a producer's ids are."""
     from django.db import connection
 
     from webhooks.models import InboxEvent
@@ -64,7 +65,7 @@ def insert_rows(start: int, stop: int, total_days: float) -> None:
             )
             SELECT
                 (SELECT min(id) FROM webhooks_webhooksource) + g %% 3,
-                'evt-' || g, 'research.document.' || (ARRAY['created','updated','deleted',
+                event_id, 'research.document.' || (ARRAY['created','updated','deleted',
                     'archived','restored'])[1 + g %% 5],
                 'doc-' || (g %% 50000), 'document', g,
                 ts - interval '2 seconds', '', '', encode(sha256(body), 'hex'),
@@ -78,10 +79,12 @@ def insert_rows(start: int, stop: int, total_days: float) -> None:
                 202, CASE WHEN g %% 100 = 97 THEN 'permanent: bad data' ELSE '' END,
                 1, 1 + (g %% 10 = 0)::int, ts
             FROM (
-                SELECT g, now() - (%s::int - g) * (%s::float8 * interval '1 day') / %s::int AS ts,
-                    convert_to('{{"event_id": "evt-' || g || '", "data": {{"summary": "x"}}}}',
+                SELECT g, event_id,
+                    now() - (%s::int - g) * (%s::float8 * interval '1 day') / %s::int AS ts,
+                    convert_to('{{"event_id": "' || event_id || '", "data": {{"summary": "x"}}}}',
                                'UTF8') AS body
-                FROM generate_series(%s::int, %s::int) AS g
+                FROM generate_series(%s::int, %s::int) AS g,
+                    LATERAL (SELECT 'evt-' || lpad(g::text, 7, '0') AS event_id) AS ids
             ) AS series
             """,  # noqa: S608 - the table name is the model's
             [stop, total_days, stop, start, stop - 1],
@@ -172,7 +175,10 @@ def main() -> int:
         "inbox_status_filter": "/admin/webhooks/inboxevent/?processing_status__exact=processed",
         "inbox_source_filter": f"/admin/webhooks/inboxevent/?source__id__exact={source_id}",
         "inbox_type_filter": "/admin/webhooks/inboxevent/?event_type=research.document.updated",
-        "inbox_search": "/admin/webhooks/inboxevent/?q=evt-5000",
+        # Event ids are of one width (as a producer's ids are), so that a term finds the same
+        # rows in both tables: a page of matches (evt-0005000 to evt-0005099) and one.
+        "inbox_search": "/admin/webhooks/inboxevent/?q=evt-00050",
+        "inbox_search_one": "/admin/webhooks/inboxevent/?q=evt-0005000",
         "dead_letter_queue": "/admin/webhooks/deadletteredevent/",
         "dashboard": "/admin/",
     }
