@@ -5,6 +5,8 @@ of this process and of its database backend printed.
     python -m bench.inprocess ingest 2000       # POST /webhooks/<slug>/ through config.wsgi
     python -m bench.inprocess bare 2000         # the bare floor's view (bench.bare_wsgi)
     python -m bench.inprocess bare-narrow 2000  # its narrow insert (the id and the body)
+    python -m bench.inprocess deployments 2000  # POST /api/deployments/, a new key each
+    python -m bench.inprocess insert 2000       # their floor: /_bench/insert through config.wsgi
 
 On a machine whose speed drifts (a shared host), the times of two runs differ more than the
 code does; the instructions do not: run it under valgrind's callgrind twice with two counts
@@ -59,9 +61,10 @@ def main(argv: list[str]) -> int:
     what = args[0] if args else "ingest"
     count = int(args[1]) if len(args) > 1 else 2000
     paths = {"bare": "/_bench/bare-insert-wide", "bare-narrow": "/_bench/bare-insert"}
-    if what not in ("ingest", *paths):
+    if what not in ("ingest", "deployments", "insert", *paths):
         raise SystemExit(
-            "python -m bench.inprocess {ingest|bare|bare-narrow} [count] [--reset]"
+            "python -m bench.inprocess {ingest|bare|bare-narrow|deployments|insert} "
+            "[count] [--reset]"
         )
     os.environ.update(stack_env())
     if reset:
@@ -88,14 +91,29 @@ def main(argv: list[str]) -> int:
         from config.wsgi import application
     from django.db import connection
 
+    from bench.deployments import TOKEN, deployment_requests
     from bench.ingest import signed_events
+
+    if what == "insert":
+        from bench.views import floor_table_create
+
+        floor_table_create()
+    if what == "deployments":
+        from core.models import ApiClient
+
+        if not ApiClient.objects.filter(name="bench-deployments").exists():
+            manage("api_client", "create", "bench-deployments", "--token", TOKEN)
 
     # Event numbers no earlier run used, so that each request is a new event: past the rows
     # stored, and apart from a run a second earlier. Kept below about 10^10: an event's
     # number also sets its dates (bench.ingest.event_body).
     stored = int(sql("SELECT coalesce(max(id), 0) FROM webhooks_inboxevent")[0][0])
     first = stored * 10 + 10_000_000 + int(time.time()) % 1_000_000 * 10_000
-    requests = signed_events(range(first, first + max(BUILT, WARM_UP + count)))
+    built = max(BUILT, WARM_UP + count)
+    if what == "deployments":
+        requests = deployment_requests(built, prefix=f"inprocess-{first}")
+    else:
+        requests = signed_events(range(first, first + built))
     statuses: dict[str, int] = {}
 
     def call(n: int) -> None:
@@ -103,6 +121,9 @@ def main(argv: list[str]) -> int:
         if what in paths:
             request.headers["X-Bench-Id"] = f"inprocess-{first}-{n}"
             path = paths[what]
+        elif what == "insert":
+            request.headers["X-Bench-Id"] = f"inprocess-{first}-{n}"
+            path = "/_bench/insert"
         else:
             path = request.path
         answered = []
