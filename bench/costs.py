@@ -40,9 +40,13 @@ from bench.harness import (
     BenchContext,
     Figure,
     child_pids,
+    cores_busy,
+    cpu_pressure_total,
     cpu_seconds,
+    cpu_steal,
     database_reset,
     load_run,
+    machine_cpu_ticks,
     percentile,
     report,
     sql,
@@ -102,19 +106,6 @@ def _cpu(kinds: dict[int, tuple[str, bool]], web: int, workers: list[int]) -> di
     }
 
 
-def _psi_total() -> int | None:
-    """Microseconds some task has waited for a CPU since boot (Linux PSI), if present."""
-    try:
-        line = Path("/proc/pressure/cpu").read_text().splitlines()[0]
-    except OSError:
-        return None
-    return int(line.rpartition("total=")[2])
-
-
-def _cpu_times() -> list[int]:
-    return [int(v) for v in Path("/proc/stat").read_text().split("\n")[0].split()[1:]]
-
-
 def _load_cpu_seconds() -> float:
     """CPU time of the ended children of this process: wrk's, once it has run."""
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -144,8 +135,8 @@ def _measured_run(
     before = _cpu(kinds, web, workers)
     load_before, psi_before, stat_before = (
         _load_cpu_seconds(),
-        _psi_total(),
-        _cpu_times(),
+        cpu_pressure_total(),
+        machine_cpu_ticks(),
     )
     started = time.monotonic()
     result = load_run(
@@ -164,8 +155,7 @@ def _measured_run(
     for pid, (kind, seconds) in _cpu(kinds, web, workers).items():
         cpu[kind] += seconds - before.get(pid, (kind, 0.0))[1]
     cpu["load"] = _load_cpu_seconds() - load_before
-    psi_after, stat_after = _psi_total(), _cpu_times()
-    ticks = [b - a for a, b in zip(stat_before, stat_after, strict=True)]
+    psi_after, stat_after = cpu_pressure_total(), machine_cpu_ticks()
     events = sql("SELECT count(*) FROM webhooks_inboxevent WHERE id > %s", [after_id])[
         0
     ][0]
@@ -177,7 +167,8 @@ def _measured_run(
         "cpu_us_per_event": {k: 1e6 * v / max(events, 1) for k, v in cpu.items()},
         "all_us_per_event": 1e6 * sum(cpu.values()) / max(events, 1),
         # idle and iowait over all ticks
-        "cores_busy": 1 - (ticks[3] + ticks[4]) / max(sum(ticks), 1),
+        "cores_busy": cores_busy(stat_before, stat_after),
+        "steal": cpu_steal(stat_before, stat_after),
         "cpu_pressure": (psi_after - psi_before) / 1e6 / elapsed
         if psi_before is not None and psi_after is not None
         else None,
@@ -229,7 +220,7 @@ def _print(label: str, run: dict) -> None:
     print(
         f"[costs] {label} at {run['rate']:,.0f}/s (answered {run['achieved_rps']:,.0f}/s):"
         f" {run['all_us_per_event']:,.0f} us of CPU per event ({per_kind}); cores busy "
-        f"{run['cores_busy']:.0%}"
+        f"{run['cores_busy']:.0%} (steal {run['steal']:.0%})"
         + (f", CPU pressure {pressure:.0%}" if pressure is not None else "")
         + extra,
         flush=True,

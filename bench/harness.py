@@ -16,6 +16,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -302,6 +303,81 @@ def cpu_seconds(pid: int, *, ended_children: bool = False) -> float:
     if ended_children:
         ticks += int(fields[13]) + int(fields[14])
     return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def machine_cpu_ticks() -> list[int]:
+    """The machine's CPU ticks since boot by state, summed over its cores (``/proc/stat``):
+    user, nice, system, idle, iowait, ..."""
+    return [int(v) for v in Path("/proc/stat").read_text().split("\n")[0].split()[1:]]
+
+
+def cpu_pressure_total() -> int | None:
+    """Microseconds some task has waited for a CPU since boot (Linux PSI), if present."""
+    try:
+        line = Path("/proc/pressure/cpu").read_text().splitlines()[0]
+    except OSError:
+        return None
+    return int(line.rpartition("total=")[2])
+
+
+def cores_busy(before: list[int], after: list[int]) -> float:
+    """The share of the machine's CPU time between two ``machine_cpu_ticks`` readings that
+    was neither idle nor waiting for I/O (the time the hypervisor took, steal, included)."""
+    ticks = [b - a for a, b in zip(before, after, strict=True)]
+    return 1 - (ticks[3] + ticks[4]) / max(sum(ticks), 1)
+
+
+def cpu_steal(before: list[int], after: list[int]) -> float:
+    """The share of the machine's CPU time between two readings that the hypervisor gave to
+    others (steal): on a shared host, a core the machine had and could not use."""
+    ticks = [b - a for a, b in zip(before, after, strict=True)]
+    return ticks[7] / max(sum(ticks), 1) if len(ticks) > 7 else 0.0
+
+
+class CoreSampler:
+    """Reads ``machine_cpu_ticks`` and ``cpu_pressure_total`` every ``interval`` seconds
+    while it runs (a ``with`` block), so that how busy the cores were can be read over a
+    window known only afterwards (``over``): a drain's, from its first to its last row
+    processed, without the workers' start-up."""
+
+    def __init__(self, interval: float = 0.25) -> None:
+        self.interval = interval
+        self.samples: list[tuple[float, list[int], int | None]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> CoreSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        while True:
+            self.samples.append(
+                (time.time(), machine_cpu_ticks(), cpu_pressure_total())
+            )
+            if self._stop.wait(self.interval):
+                return
+
+    def over(self, start: float, end: float) -> dict:
+        """Cores busy (a share of all of them) and CPU pressure (the share of the time some
+        task waited for a CPU) between the samples inside ``start``..``end`` (Unix times);
+        empty when fewer than two samples fall inside."""
+        inside = [sample for sample in self.samples if start <= sample[0] <= end]
+        if len(inside) < 2:
+            return {}
+        (t0, ticks0, psi0), (t1, ticks1, psi1) = inside[0], inside[-1]
+        return {
+            "cores_busy": cores_busy(ticks0, ticks1),
+            "steal": cpu_steal(ticks0, ticks1),
+            "cpu_pressure": (psi1 - psi0) / 1e6 / (t1 - t0)
+            if psi0 is not None and psi1 is not None
+            else None,
+            "window_s": t1 - t0,
+        }
 
 
 def child_pids(pid: int) -> list[int]:

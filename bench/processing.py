@@ -27,6 +27,7 @@ import time
 
 from bench.harness import (
     BenchContext,
+    CoreSampler,
     Figure,
     Process,
     broker_purge,
@@ -174,7 +175,9 @@ def _vacuum_if_autovacuum_off() -> None:
 
 def _drain_inbox(
     ctx: BenchContext, workers: int, filled: list[tuple[int, str]]
-) -> float:
+) -> tuple[float, dict]:
+    """The drain's rate, and how busy the cores were from its first row processed to its
+    last (``CoreSampler``)."""
     from webhooks.models import TERMINAL_STATUSES, InboxEvent
 
     _vacuum_if_autovacuum_off()
@@ -191,22 +194,25 @@ def _drain_inbox(
     # while the workers drained, on the cores they share (docs/benchmarks.md, "Processing
     # and the relay").
     span_rows = InboxEvent.objects.filter(pk__range=(min(ids), max(ids)))
-    wait_for(
-        lambda: (
-            not span_rows.exclude(processing_status__in=TERMINAL_STATUSES).exists()
-            and not rows.exclude(processing_status__in=TERMINAL_STATUSES).exists()
-        ),
-        timeout=DRAIN_TIMEOUT,
-        what=f"{len(ids)} inbox events processed by {workers} worker(s)",
-    )
+    with CoreSampler() as cores:
+        wait_for(
+            lambda: (
+                not span_rows.exclude(processing_status__in=TERMINAL_STATUSES).exists()
+                and not rows.exclude(processing_status__in=TERMINAL_STATUSES).exists()
+            ),
+            timeout=DRAIN_TIMEOUT,
+            what=f"{len(ids)} inbox events processed by {workers} worker(s)",
+        )
     _stop(ctx, started)
     from django.db.models import Max, Min
 
     span = rows.aggregate(first=Min("processed_at"), last=Max("processed_at"))
-    return _rate(span["first"], span["last"], len(ids))
+    busy = cores.over(span["first"].timestamp(), span["last"].timestamp())
+    return _rate(span["first"], span["last"], len(ids)), busy
 
 
-def _drain_floor(ctx: BenchContext, workers: int, n: int) -> float:
+def _drain_floor(ctx: BenchContext, workers: int, n: int) -> tuple[float, dict]:
+    """As ``_drain_inbox``, for the floor's tasks."""
     from bench.processing_floor import floor_update_task
 
     sql(
@@ -221,17 +227,29 @@ def _drain_floor(ctx: BenchContext, workers: int, n: int) -> float:
     broker_purge()
     _publish_all(floor_update_task, list(range(1, n + 1)))
     started = _workers(ctx, workers)
-    wait_for(
-        lambda: (
-            sql(f"SELECT count(*) FROM {FLOOR_TABLE} WHERE done_at IS NULL")[0][0]  # noqa: S608
-            == 0
-        ),
-        timeout=DRAIN_TIMEOUT,
-        what=f"{n} floor tasks",
-    )
+    with CoreSampler() as cores:
+        wait_for(
+            lambda: (
+                sql(f"SELECT count(*) FROM {FLOOR_TABLE} WHERE done_at IS NULL")[0][0]  # noqa: S608
+                == 0
+            ),
+            timeout=DRAIN_TIMEOUT,
+            what=f"{n} floor tasks",
+        )
     _stop(ctx, started)
     first, last = sql(f"SELECT min(done_at), max(done_at) FROM {FLOOR_TABLE}")[0]  # noqa: S608
-    return _rate(first, last, n)
+    return _rate(first, last, n), cores.over(first.timestamp(), last.timestamp())
+
+
+def _cores_text(cores: dict) -> str:
+    """How busy the machine's cores were over a drain, for the printed line: a drain of
+    work that needs the CPU cannot scale past the cores its one-worker drain left idle."""
+    if not cores:
+        return "cores not read"
+    text = f"cores {cores['cores_busy']:.0%} busy, steal {cores['steal']:.0%}"
+    if cores.get("cpu_pressure") is not None:
+        text += f", CPU pressure {cores['cpu_pressure']:.0%}"
+    return text
 
 
 def _latency(ctx: BenchContext) -> dict:
@@ -283,20 +301,31 @@ def _latency(ctx: BenchContext) -> dict:
 def run(ctx: BenchContext) -> list[Figure]:
     django_setup()
     figures: list[Figure] = []
-    rounds: dict[int, list[tuple[float, float]]] = {n: [] for n in WORKER_COUNTS}
+    rounds: dict[int, list[dict]] = {n: [] for n in WORKER_COUNTS}
     for round_ in range(ROUNDS):
         for workers in WORKER_COUNTS:
-            floor = _drain_floor(ctx, workers, EVENTS)
+            floor, floor_cores = _drain_floor(ctx, workers, EVENTS)
             filled = _inbox_fill(EVENTS, tag=f"w{workers}r{round_}")
-            processing = _drain_inbox(ctx, workers, filled)
-            rounds[workers].append((processing, floor))
+            processing, cores = _drain_inbox(ctx, workers, filled)
+            rounds[workers].append(
+                {
+                    "events_per_s": processing,
+                    "cores": cores,
+                    "floor_tasks_per_s": floor,
+                    "floor_cores": floor_cores,
+                }
+            )
             print(
                 f"[processing] round {round_}, {workers} worker(s): "
-                f"{processing:,.1f} events/s, floor {floor:,.1f} tasks/s",
+                f"{processing:,.1f} events/s ({_cores_text(cores)}), "
+                f"floor {floor:,.1f} tasks/s ({_cores_text(floor_cores)})",
                 flush=True,
             )
     results = {
-        workers: (median([p for p, _ in done]), median([f for _, f in done]))
+        workers: (
+            median([r["events_per_s"] for r in done]),
+            median([r["floor_tasks_per_s"] for r in done]),
+        )
         for workers, done in rounds.items()
     }
     for workers in WORKER_COUNTS:
@@ -320,10 +349,7 @@ def run(ctx: BenchContext) -> list[Figure]:
                 extra={
                     "events": EVENTS,
                     "workers": workers,
-                    "rounds": [
-                        {"events_per_s": p, "floor_tasks_per_s": f}
-                        for p, f in rounds[workers]
-                    ],
+                    "rounds": rounds[workers],
                 },
             )
         )
