@@ -40,10 +40,9 @@ from bench.harness import (
     BenchContext,
     Figure,
     child_pids,
-    cores_busy,
     cpu_pressure_total,
     cpu_seconds,
-    cpu_steal,
+    cpu_shares,
     database_reset,
     load_run,
     machine_cpu_ticks,
@@ -166,9 +165,7 @@ def _measured_run(
         "seconds": elapsed,
         "cpu_us_per_event": {k: 1e6 * v / max(events, 1) for k, v in cpu.items()},
         "all_us_per_event": 1e6 * sum(cpu.values()) / max(events, 1),
-        # idle and iowait over all ticks
-        "cores_busy": cores_busy(stat_before, stat_after),
-        "steal": cpu_steal(stat_before, stat_after),
+        **cpu_shares(stat_before, stat_after),
         "cpu_pressure": (psi_after - psi_before) / 1e6 / elapsed
         if psi_before is not None and psi_after is not None
         else None,

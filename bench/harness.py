@@ -320,18 +320,17 @@ def cpu_pressure_total() -> int | None:
     return int(line.rpartition("total=")[2])
 
 
-def cores_busy(before: list[int], after: list[int]) -> float:
-    """The share of the machine's CPU time between two ``machine_cpu_ticks`` readings that
-    was neither idle nor waiting for I/O (the time the hypervisor took, steal, included)."""
+def cpu_shares(before: list[int], after: list[int]) -> dict[str, float]:
+    """Between two ``machine_cpu_ticks`` readings, the share of the machine's CPU time that
+    was neither idle nor waiting for I/O (``cores_busy``, the hypervisor's share included),
+    and the share the hypervisor gave to others (``steal``): on a shared host, a core the
+    machine had and could not use."""
     ticks = [b - a for a, b in zip(before, after, strict=True)]
-    return 1 - (ticks[3] + ticks[4]) / max(sum(ticks), 1)
-
-
-def cpu_steal(before: list[int], after: list[int]) -> float:
-    """The share of the machine's CPU time between two readings that the hypervisor gave to
-    others (steal): on a shared host, a core the machine had and could not use."""
-    ticks = [b - a for a, b in zip(before, after, strict=True)]
-    return ticks[7] / max(sum(ticks), 1) if len(ticks) > 7 else 0.0
+    total = max(sum(ticks), 1)
+    return {
+        "cores_busy": 1 - (ticks[3] + ticks[4]) / total,
+        "steal": ticks[7] / total if len(ticks) > 7 else 0.0,
+    }
 
 
 class CoreSampler:
@@ -371,8 +370,7 @@ class CoreSampler:
             return {}
         (t0, ticks0, psi0), (t1, ticks1, psi1) = inside[0], inside[-1]
         return {
-            "cores_busy": cores_busy(ticks0, ticks1),
-            "steal": cpu_steal(ticks0, ticks1),
+            **cpu_shares(ticks0, ticks1),
             "cpu_pressure": (psi1 - psi0) / 1e6 / (t1 - t0)
             if psi0 is not None and psi1 is not None
             else None,

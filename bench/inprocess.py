@@ -60,8 +60,10 @@ def main(argv: list[str]) -> int:
     args = [a for a in argv if a != "--reset"]
     what = args[0] if args else "ingest"
     count = int(args[1]) if len(args) > 1 else 2000
+    # The bare floors (served by bench.bare_wsgi), then every floor view by its path.
     paths = {"bare": "/_bench/bare-insert-wide", "bare-narrow": "/_bench/bare-insert"}
-    if what not in ("ingest", "deployments", "insert", *paths):
+    floor_paths = {**paths, "insert": "/_bench/insert"}
+    if what not in ("ingest", "deployments", *floor_paths):
         raise SystemExit(
             "python -m bench.inprocess {ingest|bare|bare-narrow|deployments|insert} "
             "[count] [--reset]"
@@ -118,12 +120,9 @@ def main(argv: list[str]) -> int:
 
     def call(n: int) -> None:
         request = requests[n]
-        if what in paths:
+        if what in floor_paths:
             request.headers["X-Bench-Id"] = f"inprocess-{first}-{n}"
-            path = paths[what]
-        elif what == "insert":
-            request.headers["X-Bench-Id"] = f"inprocess-{first}-{n}"
-            path = "/_bench/insert"
+            path = floor_paths[what]
         else:
             path = request.path
         answered = []
