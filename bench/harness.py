@@ -68,9 +68,21 @@ class Figure:
     target_ratio: float | None = None
     higher_is_better: bool = True
     extra: dict = field(default_factory=dict)
+    # Each round's value over its own floor, when the two were measured back to back in
+    # interleaved rounds. The figure's ratio is then their median, the ratio of the two
+    # medians kept beside it (docs/benchmarks.md, "How to read it").
+    round_ratios: list[float] = field(default_factory=list)
 
     @property
     def ratio(self) -> float | None:
+        if self.round_ratios:
+            return median(self.round_ratios)
+        return self.ratio_of_medians
+
+    @property
+    def ratio_of_medians(self) -> float | None:
+        """The value over the floor as reported: with rounds, the ratio of two medians,
+        each perhaps from a different round."""
         if not self.floor_value:
             return None
         return self.value / self.floor_value
@@ -86,6 +98,7 @@ class Figure:
     def as_dict(self) -> dict:
         data = asdict(self)
         data["ratio"] = self.ratio
+        data["ratio_of_medians"] = self.ratio_of_medians
         data["meets_target"] = self.meets_target
         return data
 
@@ -632,6 +645,17 @@ def median(values: Sequence[float]) -> float:
     return statistics.median(values) if values else float("nan")
 
 
+def round_ratios(
+    values: Sequence[LoadResult], floors: Sequence[LoadResult]
+) -> list[float]:
+    """Each round's rate over its own floor's, rounds in order (``Figure.round_ratios``)."""
+    if len(values) != len(floors):
+        raise ValueError(
+            f"{len(values)} rounds of the figure, {len(floors)} of its floor"
+        )
+    return [value.rps / floor.rps for value, floor in zip(values, floors, strict=True)]
+
+
 # --- the report ---------------------------------------------------------------------------
 
 
@@ -657,6 +681,12 @@ def report(figures: Sequence[Figure], *, name: str) -> Path:
         print(
             f"{fig.benchmark:<12} {fig.name:<44} {value:>12} {floor:>28} {ratio:>7} {target}"
         )
+        if fig.round_ratios:
+            print(
+                f"{'':<12}   ratio: the median of the rounds' own "
+                f"({', '.join(f'{r:.2f}' for r in fig.round_ratios)}); "
+                f"of the two medians {fig.ratio_of_medians:.2f}"
+            )
     path = OUT_DIR / f"{name}.json"
     path.write_text(
         json.dumps(

@@ -33,6 +33,7 @@ from bench.harness import (
     manage,
     median,
     report,
+    round_ratios,
     sql,
 )
 from bench.views import FLOOR_TABLE, WIDE_FLOOR_TABLE, wide_floor_table_sql
@@ -192,6 +193,9 @@ def run(ctx: BenchContext) -> list[Figure]:
     def med(name: str, attr: str) -> float:
         return median([getattr(r[name], attr) for r in rounds])
 
+    def paired(name: str, floor: str) -> list[float]:
+        return round_ratios([r[name] for r in rounds], [r[floor] for r in rounds])
+
     per_round = [{k: v.as_dict() for k, v in r.items()} for r in rounds]
     new_rps, dup_rps = med("new", "rps"), med("duplicates", "rps")
     figures = [
@@ -204,6 +208,7 @@ def run(ctx: BenchContext) -> list[Figure]:
             floor_value=med("raw_insert", "rps"),
             target_ratio=0.8,
             extra={"rounds": per_round, "bare_rps": med("bare", "rps")},
+            round_ratios=paired("new", "raw_insert"),
         ),
         Figure(
             "ingest",
@@ -213,6 +218,7 @@ def run(ctx: BenchContext) -> list[Figure]:
             floor_name="bare_insert",
             floor_value=med("bare_insert", "rps"),
             target_ratio=0.75,
+            round_ratios=paired("new", "bare_insert"),
         ),
         Figure(
             "ingest",
@@ -221,6 +227,7 @@ def run(ctx: BenchContext) -> list[Figure]:
             "req/s",
             floor_name="bare_insert_narrow",
             floor_value=med("bare_insert_narrow", "rps"),
+            round_ratios=paired("new", "bare_insert_narrow"),
         ),
         Figure(
             "ingest",
@@ -230,6 +237,7 @@ def run(ctx: BenchContext) -> list[Figure]:
             floor_name="new events",
             floor_value=new_rps,
             target_ratio=1.0,
+            round_ratios=paired("duplicates", "new"),
         ),
     ]
     for name, label in (
