@@ -31,6 +31,8 @@ from typing import TYPE_CHECKING, ClassVar
 from django.conf import settings
 from django.utils.module_loading import import_string
 
+from .trigger_urls import url_credential_errors
+
 if TYPE_CHECKING:
     from .models import Job
 
@@ -197,9 +199,11 @@ def executor_choices() -> list[tuple[str, str]]:
 def executor_settings_check() -> None:
     """Raises ``ImproperlyConfigured`` when ``DEPLOY_EXECUTOR`` names no executor, or one
     whose own settings are missing or invalid (``http`` without ``DEPLOY_HTTP_URL`` and a
-    ``whsec_`` ``DEPLOY_HTTP_SECRET``, ``github`` without ``GITHUB_TOKEN``)."""
+    ``whsec_`` ``DEPLOY_HTTP_SECRET``, ``github`` without ``GITHUB_TOKEN``), or when a
+    trigger URL of the environment is refused (``trigger_url_settings_check``)."""
     from django.core.exceptions import ImproperlyConfigured
 
+    trigger_url_settings_check()
     try:
         executor = executor_get(settings.DEPLOY_EXECUTOR)
     except UnknownExecutor as exc:
@@ -210,3 +214,20 @@ def executor_settings_check() -> None:
         raise ImproperlyConfigured(
             f"DEPLOY_EXECUTOR={executor.name} cannot run: {problems}"
         )
+
+
+# The trigger URLs of the environment: the executors' own, and what a deploy target that
+# names no URL falls back on, whatever DEPLOY_EXECUTOR is.
+TRIGGER_URL_SETTINGS = ("DEPLOY_HTTP_URL", "GITHUB_API_URL")
+
+
+def trigger_url_settings_check() -> None:
+    """Raises ``ImproperlyConfigured`` when a trigger URL of the environment carries user
+    information (docs/security.md, "Deploy targets"), with a message that does not repeat
+    it."""
+    from django.core.exceptions import ImproperlyConfigured
+
+    for name in TRIGGER_URL_SETTINGS:
+        problems = url_credential_errors(getattr(settings, name) or "")
+        if problems:
+            raise ImproperlyConfigured(f"{name}: {' '.join(problems)}")

@@ -17,6 +17,7 @@ from core.models import (
 )
 
 from .executors import executor_choices
+from .trigger_urls import url_query_fingerprint, url_shown
 
 
 class JobStatus(models.TextChoices):
@@ -121,7 +122,8 @@ class DeployTarget(models.Model):
 
     def settings_snapshot(self) -> dict[str, Any]:
         """What an operator action records of the target: its settings, the secret only as
-        its fingerprint."""
+        its fingerprint, the URL without its query (a Jenkins ``?token=``) and the query
+        as its fingerprint (docs/security.md, "Deploy targets")."""
         return {
             "name": self.name,
             "repository_pattern": self.repository_pattern,
@@ -129,7 +131,8 @@ class DeployTarget(models.Model):
             "applies_to": self.applies_to,
             "priority": self.priority,
             "executor": self.executor,
-            "url": self.url,
+            "url": url_shown(self.url) if self.url else "",
+            "url_query": url_query_fingerprint(self.url),
             "secret": self.secret_fingerprint,
             "is_enabled": self.is_enabled,
         }

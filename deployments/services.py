@@ -6,7 +6,6 @@ import logging
 import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from urllib.parse import urlsplit, urlunsplit
 
 from django.conf import settings
 from django.db import transaction
@@ -47,6 +46,7 @@ from .models import (
 )
 from .outbound import outcome_classify
 from .selectors import deploy_target_for
+from .trigger_urls import url_shown
 
 logger = logging.getLogger(__name__)
 
@@ -402,16 +402,6 @@ def trigger_retry_delay(*, attempt: int, retry_after: float | None = None) -> fl
         base=settings.DEPLOY_TRIGGER_RETRY_BASE_SECONDS,
         ceiling=ceiling,
     )
-
-
-def url_shown(url: str) -> str:
-    """A URL as attempts, logs and the admin's lists show it: no user info, no query (a
-    Jenkins token, say), no fragment."""
-    parts = urlsplit(url)
-    host = parts.hostname or ""
-    if parts.port:
-        host = f"{host}:{parts.port}"
-    return urlunsplit((parts.scheme, host, parts.path, "", ""))[:500]
 
 
 def _attempts_of(job: Job) -> QuerySet[TriggerAttempt]:

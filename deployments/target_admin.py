@@ -18,13 +18,13 @@ from core.actors import Actor
 from core.admin_base import BoundedCountPaginator
 
 from .models import DeployTarget
-from .services import url_shown
 from .targets import (
     deploy_target_errors,
     deploy_target_save,
     deploy_target_test,
     deploy_target_test_summary,
 )
+from .trigger_urls import url_query_fingerprint, url_shown
 
 # At most this many targets per "Send test trigger": each is a call made in the request.
 TEST_TRIGGER_MAX_TARGETS = 5
@@ -49,7 +49,17 @@ class DeployTargetForm(forms.ModelForm):
         required=False,
         max_length=500,
         assume_scheme="https",
-        help_text=DeployTarget._meta.get_field("url").help_text,
+        help_text=(
+            f"{DeployTarget._meta.get_field('url').help_text} Its query (a Jenkins "
+            "?token=) is write-only: the page shows the URL without it, and its "
+            "fingerprint. Saved as shown, the URL keeps its query; another address "
+            "never does. No user information (user:password@)."
+        ),
+    )
+    url_query_clear = forms.BooleanField(
+        label="Remove the URL's query",
+        required=False,
+        help_text="The URL as shown, without the query it has now.",
     )
     secret = forms.CharField(
         label="Secret",
@@ -69,14 +79,31 @@ class DeployTargetForm(forms.ModelForm):
         model = DeployTarget
         fields = TARGET_FIELDS
 
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if self.instance.url:
+            # The query is write-only, as the secret is: never rendered.
+            self.initial["url"] = url_shown(self.instance.url)
+
     @sensitive_variables()
     def clean(self):
         cleaned = super().clean() or {}
         if self.errors:
             return cleaned
+        current = (
+            DeployTarget.objects.get(pk=self.instance.pk)
+            if self.instance.pk is not None
+            else None
+        )
         secret = cleaned.get("secret") or ""
-        if not secret and self.instance.pk is not None:
-            secret = DeployTarget.objects.get(pk=self.instance.pk).secret
+        if not secret and current is not None:
+            secret = current.secret
+        if current is not None:
+            cleaned["url"] = url_kept(
+                typed=cleaned.get("url") or "",
+                stored=current.url,
+                clear_query=bool(cleaned.get("url_query_clear")),
+            )
         # The target as it would be saved (the form sets the instance's fields only after
         # this).
         candidate = DeployTarget(**{name: cleaned.get(name) for name in TARGET_FIELDS})
@@ -86,6 +113,16 @@ class DeployTargetForm(forms.ModelForm):
             for problem in problems:
                 self.add_error(field if field in self.fields else None, problem)
         return cleaned
+
+
+def url_kept(*, typed: str, stored: str, clear_query: bool) -> str:
+    """The URL a target is saved with: the stored one (its query with it) when the URL
+    typed is the one the form showed (the stored URL without its query) and the query is
+    not to be removed; else the URL typed. An address changed never keeps the query: a
+    token meant for one receiver goes to no other."""
+    if typed and typed == url_shown(stored) and not clear_query:
+        return stored
+    return typed
 
 
 @admin.register(DeployTarget)
@@ -106,21 +143,25 @@ class DeployTargetAdmin(admin.ModelAdmin):
     list_filter = ["executor", "is_enabled"]
     search_fields = ["name", "repository_pattern"]
     ordering = ["priority", "id"]
-    readonly_fields = ["secret_fingerprint", "created_at", "updated_at"]
+    readonly_fields = ["url_query", "secret_fingerprint", "created_at", "updated_at"]
     paginator = BoundedCountPaginator
     show_full_result_count = False
     actions = ["send_test_trigger"]
 
     def get_fields(self, request, obj=None):
         fields = list(TARGET_FIELDS)
-        # The write-only field, for those who may write: a page shown read-only would show
-        # the stored value.
+        # The write-only fields, for those who may write: a page shown read-only would show
+        # the stored value (the URL is shown without its query).
         if (
             self.has_change_permission(request, obj)
             if obj is not None
             else self.has_add_permission(request)
         ):
             fields.append("secret")
+            if obj is not None and url_query_fingerprint(obj.url):
+                fields.insert(fields.index("url") + 1, "url_query_clear")
+        else:
+            fields[fields.index("url")] = "url_display"
         if obj is not None:
             fields += self.readonly_fields
         return fields
@@ -133,7 +174,15 @@ class DeployTargetAdmin(admin.ModelAdmin):
 
     @admin.display(description="URL")
     def url_display(self, obj):
-        return url_shown(obj.url) if obj.url else "-"
+        if not obj.url:
+            return "-"
+        query = url_query_fingerprint(obj.url)
+        shown = url_shown(obj.url)
+        return f"{shown} (query {query})" if query else shown
+
+    @admin.display(description="URL query")
+    def url_query(self, obj):
+        return url_query_fingerprint(obj.url) or "-"
 
     @admin.display(description="secret")
     def secret_fingerprint(self, obj):
@@ -148,7 +197,8 @@ class DeployTargetAdmin(admin.ModelAdmin):
             reason="changed in the admin" if change else "created in the admin",
         )
 
-    @method_decorator(sensitive_post_parameters("secret"))
+    # The URL too: its query may hold a token.
+    @method_decorator(sensitive_post_parameters("secret", "url"))
     def changeform_view(self, request, object_id=None, form_url="", extra_context=None):
         return super().changeform_view(request, object_id, form_url, extra_context)
 

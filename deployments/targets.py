@@ -32,12 +32,26 @@ from .executors import (
     executor_get,
 )
 from .models import DeployTarget, TriggerAttempt
-from .services import url_shown
+from .trigger_urls import url_credential_errors, url_shown
 from .triggers import post_signed, result_of
 
 logger = logging.getLogger(__name__)
 
 TEST_MESSAGE_TYPE = "deploy_target.test"
+
+
+def deploy_target_url_errors(url: str) -> list[str]:
+    """What is wrong with a trigger target's ``url``: user information (refused, and checked
+    no further: a message about the destination would repeat the URL), or a destination in
+    a denied network (``outbound.destination_check``)."""
+    problems = url_credential_errors(url)
+    if problems:
+        return problems
+    try:
+        outbound.destination_check(url)
+    except outbound.DeniedDestination as exc:
+        return [str(exc)]
+    return []
 
 
 @sensitive_variables()
@@ -60,11 +74,9 @@ def deploy_target_errors(*, target: DeployTarget, secret: str) -> dict[str, list
         ]
     if executor.mode == ExecutorMode.TRIGGER:
         errors.update(executor.config_errors(url=target.url, secret=secret))
-        if target.url:
-            try:
-                outbound.destination_check(target.url)
-            except outbound.DeniedDestination as exc:
-                errors.setdefault("url", []).append(str(exc))
+        url_problems = deploy_target_url_errors(target.url) if target.url else []
+        if url_problems:
+            errors.setdefault("url", []).extend(url_problems)
     elif target.url or secret:
         errors["url"] = [
             f"The {executor.name} executor calls nothing: no URL or secret."

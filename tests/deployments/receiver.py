@@ -88,6 +88,7 @@ class Received:
     fault: Fault | None
     acted: bool
     answered: int | None = None  # the status sent (None: no answer)
+    path: str = ""  # the request's path and query, as the caller sent them
     at: float = field(default_factory=time.monotonic)
 
     @property
@@ -200,6 +201,7 @@ class Receiver:
                 record = Received(
                     webhook_id, verified, error, headers, body, fault, acted
                 )
+                record.path = self.path
                 with receiver.lock:
                     receiver.received.append(record)
                 if not verified:
