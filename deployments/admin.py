@@ -85,7 +85,7 @@ class JobAdmin(ReadOnlyAdminMixin, LogEntryAdminMixin, admin.ModelAdmin):
     date_hierarchy = "created_at"
     inlines = [TransitionInline, TriggerAttemptInline]
     exclude = ["detail"]
-    readonly_fields = ["detail_shown", "idempotency_record", "log_entry"]
+    readonly_fields = ["detail_shown", "route", "idempotency_record", "log_entry"]
     list_display_links = ["public_id"]
     # A job's URL in the API needs a client's token: no "View on site" to a 401.
     view_on_site = False
@@ -116,6 +116,24 @@ class JobAdmin(ReadOnlyAdminMixin, LogEntryAdminMixin, admin.ModelAdmin):
             record.key,
             record.replay_count,
             record.conflict_count,
+        )
+
+    @admin.display(description="route")
+    def route(self, obj):
+        """Where the claim sent the job: its deploy target, with the API clients that target
+        serves, or DEPLOY_EXECUTOR."""
+        if obj.executor_started_at is None:
+            return "not routed yet: the worker that claims the job chooses its target"
+        if obj.target_id is None:
+            return f"DEPLOY_EXECUTOR ({obj.executor or '-'}): no target of its client matched"
+        target = obj.target
+        names = sorted(client.name for client in target.clients.all())
+        return format_html(
+            '<a href="{}">{}</a> ({}; serves {})',
+            reverse("admin:deployments_deploytarget_change", args=[target.pk]),
+            target.name,
+            obj.executor,
+            ", ".join(names) if names else "every client",
         )
 
     @admin.display(description="status", ordering="status")

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+from collections.abc import Iterable
 from typing import Any
 
 from django.db import models
@@ -100,6 +101,18 @@ class DeployTarget(models.Model):
     )
     # Write-only in the admin (shown as its fingerprint); needed in clear to sign and call.
     secret = models.CharField(max_length=255, blank=True, default="")
+    # A target that names API clients serves their jobs only; unnamed, it serves every
+    # client's (one tenant: docs/security.md, "Deploy targets and API clients").
+    clients = models.ManyToManyField(
+        ApiClient,
+        blank=True,
+        related_name="+",
+        verbose_name="API clients",
+        help_text=(
+            "The API clients whose jobs this target serves; another client's jobs go "
+            "past it. Empty: every client's (a single tenant)."
+        ),
+    )
     is_enabled = models.BooleanField(default=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
@@ -120,10 +133,15 @@ class DeployTarget(models.Model):
     def secret_fingerprint(self) -> str:
         return secret_fingerprint(self.secret)
 
-    def settings_snapshot(self) -> dict[str, Any]:
+    def settings_snapshot(
+        self, *, clients: Iterable[ApiClient] | None = None
+    ) -> dict[str, Any]:
         """What an operator action records of the target: its settings, the secret only as
         its fingerprint, the URL without its query (a Jenkins ``?token=``) and the query
-        as its fingerprint (docs/security.md, "Deploy targets")."""
+        as its fingerprint (docs/security.md, "Deploy targets"), the API clients it serves
+        by id and name (``clients``: as it is to be saved; default: as it is stored)."""
+        if clients is None:
+            clients = self.clients.all() if self.pk is not None else ()
         return {
             "name": self.name,
             "repository_pattern": self.repository_pattern,
@@ -134,6 +152,10 @@ class DeployTarget(models.Model):
             "url": url_shown(self.url) if self.url else "",
             "url_query": url_query_fingerprint(self.url),
             "secret": self.secret_fingerprint,
+            "clients": [
+                {"id": client.pk, "name": client.name}
+                for client in sorted(clients, key=lambda client: client.pk)
+            ],
             "is_enabled": self.is_enabled,
         }
 

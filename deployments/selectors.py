@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fnmatch import fnmatchcase
 
-from django.db.models import OuterRef, QuerySet, Subquery
+from django.db.models import Exists, OuterRef, QuerySet, Subquery
 
 from core.models import ApiClient
 from idempotency.keys import idempotency_key_is_well_formed
@@ -35,13 +35,31 @@ def job_list_by_key(
     return jobs.filter(idempotency_key=idempotency_key, pk=Subquery(latest))
 
 
+def _serving(targets: QuerySet[DeployTarget], *, client_id: int) -> QuerySet:
+    """Of ``targets``, those that serve the client's jobs: those that name it, and those
+    that name no client (docs/security.md, "Deploy targets and API clients")."""
+    named = DeployTarget.clients.through.objects.filter(deploytarget_id=OuterRef("pk"))
+    return targets.filter(~Exists(named) | Exists(named.filter(apiclient_id=client_id)))
+
+
+def deploy_target_serves(*, target_id: int, client_id: int) -> bool:
+    """Whether the target serves the client's jobs as it is now (a job routed to it
+    earlier is not sent there again once it does not)."""
+    return _serving(
+        DeployTarget.objects.filter(pk=target_id), client_id=client_id
+    ).exists()
+
+
 def deploy_target_for(
-    *, kind: str, repository: str, environment: str = ""
+    *, kind: str, client_id: int, repository: str, environment: str = ""
 ) -> DeployTarget | None:
-    """The deploy target of a job: the first enabled one (lowest ``priority``, then oldest)
-    whose repository glob matches the job's repository (lower-cased) and whose environment
-    glob matches its environment (a build has none: only ``*`` routes builds). ``None``: the
-    job goes to ``DEPLOY_EXECUTOR``. Targets are few; one read of the enabled ones."""
+    """The deploy target of a job: of the enabled targets that serve the job's client (those
+    that name it, and those that name no client), the first (lowest ``priority``, then
+    oldest) whose repository glob matches the job's repository (lower-cased) and whose
+    environment glob matches its environment (a build has none: only ``*`` routes builds).
+    A target that names other clients is not the job's, whatever it matches: the job goes
+    on past it (docs/security.md, "Deploy targets and API clients"). ``None``: the job goes
+    to ``DEPLOY_EXECUTOR``. Targets are few; one read of the enabled ones."""
     skip = (
         DeployTarget.AppliesTo.BUILDS
         if kind == "deployment"
@@ -49,7 +67,7 @@ def deploy_target_for(
     )
     repository = repository.lower()
     targets = (
-        DeployTarget.objects.filter(is_enabled=True)
+        _serving(DeployTarget.objects.filter(is_enabled=True), client_id=client_id)
         .exclude(applies_to=skip)
         .order_by("priority", "id")
     )

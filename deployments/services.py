@@ -45,7 +45,7 @@ from .models import (
     public_id_generate,
 )
 from .outbound import outcome_classify
-from .selectors import deploy_target_for
+from .selectors import deploy_target_for, deploy_target_serves
 from .trigger_urls import url_shown
 
 logger = logging.getLogger(__name__)
@@ -214,10 +214,11 @@ class Route:
 
 
 def job_route(*, job: Job) -> Route:
-    """The executor of a job about to be claimed: its deploy target's, else
-    ``DEPLOY_EXECUTOR`` (``selectors.deploy_target_for``)."""
+    """The executor of a job about to be claimed: its deploy target's (one that serves the
+    job's client), else ``DEPLOY_EXECUTOR`` (``selectors.deploy_target_for``)."""
     target = deploy_target_for(
         kind=job_kind(job),
+        client_id=job.client_id,
         repository=job.repository,
         environment=getattr(job, "environment", ""),
     )
@@ -485,6 +486,17 @@ def _trigger_resume(
             return "failed"
     elif job.next_attempt_at is not None and job.next_attempt_at > now:
         return "not_due"  # an early copy of a message; the relay publishes it when due
+    if job.target_id is not None and not deploy_target_serves(
+        target_id=job.target_id, client_id=job.client_id
+    ):
+        # Named for other clients since the claim: never sent there again.
+        _trigger_give_up(
+            job=job,
+            at=now,
+            actor=worker,
+            detail="trigger_rejected: its deploy target no longer serves this API client",
+        )
+        return "failed"
     return _trigger_attempt_open(
         job=job, kind=kind, executor=executor, now=now, worker=worker
     )

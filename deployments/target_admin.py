@@ -37,10 +37,13 @@ TARGET_FIELDS = [
     "repository_pattern",
     "environment_pattern",
     "applies_to",
+    "clients",
     "priority",
     "url",
     "is_enabled",
 ]
+# Of those, the target's own columns (the clients are a relation, set by the service).
+COLUMN_FIELDS = [name for name in TARGET_FIELDS if name != "clients"]
 
 
 class DeployTargetForm(forms.ModelForm):
@@ -106,7 +109,7 @@ class DeployTargetForm(forms.ModelForm):
             )
         # The target as it would be saved (the form sets the instance's fields only after
         # this).
-        candidate = DeployTarget(**{name: cleaned.get(name) for name in TARGET_FIELDS})
+        candidate = DeployTarget(**{name: cleaned.get(name) for name in COLUMN_FIELDS})
         for field, problems in deploy_target_errors(
             target=candidate, secret=secret
         ).items():
@@ -134,13 +137,15 @@ class DeployTargetAdmin(admin.ModelAdmin):
         "repository_pattern",
         "environment_pattern",
         "applies_to",
+        "clients_served",
         "priority",
         "url_display",
         "secret_fingerprint",
         "is_enabled",
         "updated_at",
     ]
-    list_filter = ["executor", "is_enabled"]
+    list_filter = ["executor", "is_enabled", "clients"]
+    filter_horizontal = ["clients"]
     search_fields = ["name", "repository_pattern"]
     ordering = ["priority", "id"]
     readonly_fields = ["url_query", "secret_fingerprint", "created_at", "updated_at"]
@@ -166,6 +171,9 @@ class DeployTargetAdmin(admin.ModelAdmin):
             fields += self.readonly_fields
         return fields
 
+    def get_queryset(self, request):
+        return super().get_queryset(request).prefetch_related("clients")
+
     def has_delete_permission(self, request, obj=None):
         return False  # the jobs it routed name it: disable it instead
 
@@ -184,6 +192,11 @@ class DeployTargetAdmin(admin.ModelAdmin):
     def url_query(self, obj):
         return url_query_fingerprint(obj.url) or "-"
 
+    @admin.display(description="API clients")
+    def clients_served(self, obj):
+        names = sorted(client.name for client in obj.clients.all())
+        return ", ".join(names) if names else "every client"
+
     @admin.display(description="secret")
     def secret_fingerprint(self, obj):
         return obj.secret_fingerprint or "-"
@@ -195,7 +208,11 @@ class DeployTargetAdmin(admin.ModelAdmin):
             secret=form.cleaned_data.get("secret") or None,
             actor=Actor.of(request.user),
             reason="changed in the admin" if change else "created in the admin",
+            clients=list(form.cleaned_data.get("clients") or []),
         )
+
+    def save_related(self, request, form, formsets, change):
+        pass  # the clients are set by deploy_target_save, in its operator action
 
     # The URL too: its query may hold a token.
     @method_decorator(sensitive_post_parameters("secret", "url"))

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import secrets as random_secrets
+from collections.abc import Sequence
 
 from django.db import transaction
 from django.utils import timezone
@@ -16,6 +17,7 @@ from django.views.decorators.debug import sensitive_variables
 
 from core.actors import Actor
 from core.errors import InvalidPayload
+from core.models import ApiClient
 from webhooks.models import OperatorAction
 from webhooks.operator_actions import (
     DeployTargetDetails,
@@ -87,14 +89,21 @@ def deploy_target_errors(*, target: DeployTarget, secret: str) -> dict[str, list
 @sensitive_variables()
 @transaction.atomic
 def deploy_target_save(
-    *, target: DeployTarget, secret: str | None, actor: Actor, reason: str = ""
+    *,
+    target: DeployTarget,
+    secret: str | None,
+    actor: Actor,
+    reason: str = "",
+    clients: Sequence[ApiClient] | None = None,
 ) -> bool:
     """Creates ``target`` (no primary key yet) or saves the changes made to it, with a new
-    ``secret`` (``None`` or ``""``: the one it has), as one operator action that records
-    its settings before and after (the secret as its fingerprint). Validated with
-    ``deploy_target_errors`` (``InvalidPayload`` with the field errors). Returns whether
-    anything changed (an unchanged target records nothing). An existing target is changed
-    under its row lock: two changes at once each record what they found."""
+    ``secret`` (``None`` or ``""``: the one it has) and the API clients it serves
+    (``clients``; ``None``: those it serves, none for a new target: every client), as one
+    operator action that records its settings before and after (the secret as its
+    fingerprint, the clients by id and name). Validated with ``deploy_target_errors``
+    (``InvalidPayload`` with the field errors). Returns whether anything changed (an
+    unchanged target records nothing). An existing target is changed under its row lock:
+    two changes at once each record what they found."""
     creating = target.pk is None
     before: dict = {}
     if not creating:
@@ -102,16 +111,20 @@ def deploy_target_save(
         before = current.settings_snapshot()
         if not secret:
             target.secret = current.secret
+        if clients is None:
+            clients = list(current.clients.all())
     if secret:
         target.secret = secret
+    clients = list(clients or [])
     errors = deploy_target_errors(target=target, secret=target.secret)
     if errors:
         raise InvalidPayload(details=errors)
-    after = target.settings_snapshot()
+    after = target.settings_snapshot(clients=clients)
     if not creating and after == before:
         return False
     target.updated_at = timezone.now()
     target.save()
+    target.clients.set(clients)
     operator_action_record(
         action=(
             OperatorAction.Action.CREATE_DEPLOY_TARGET
