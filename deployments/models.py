@@ -3,8 +3,10 @@ from __future__ import annotations
 import hashlib
 import secrets
 from collections.abc import Iterable
+from datetime import datetime, timedelta
 from typing import Any
 
+from django.conf import settings
 from django.db import models
 from django.db.models import Q
 from django.utils import timezone
@@ -158,6 +160,90 @@ class DeployTarget(models.Model):
             ],
             "is_enabled": self.is_enabled,
         }
+
+
+# A test trigger no worker took within this long is never sent (it would surprise whoever
+# asked for it long after), and is shown as not sent.
+TEST_EXPIRES_SECONDS = 300
+
+
+class DeployTargetTest(models.Model):
+    """One "Send test trigger" of a deploy target (docs/security.md, "Deploy targets"):
+    asked for in the admin (an operator action, recorded with this row), sent by a worker,
+    which records here what came back, in coarse words only: delivered, the receiver's
+    answer by its class (``4xx``), or not reached. Which of refused, timed out, unresolvable
+    or denied it was, and any address, are kept from it: the test must not tell an operator
+    which internal ports answer."""
+
+    class State(models.TextChoices):
+        QUEUED = "queued", "waiting for a worker"
+        SENDING = "sending", "being sent"
+        DONE = "done", "done"
+        NOT_SENT = "not_sent", "not sent"
+
+    class Outcome(models.TextChoices):
+        NONE = "", "-"
+        DELIVERED = "delivered", "delivered (HTTP 2xx)"
+        ANSWERED = "answered", "the receiver answered"
+        NOT_REACHED = "not_reached", "not reached (no HTTP answer)"
+        NOTHING = "nothing", "nothing to send: this executor calls nothing"
+
+    target = models.ForeignKey(
+        DeployTarget, on_delete=models.PROTECT, related_name="tests"
+    )
+    # The test message's webhook-id (tst_...), fresh per test.
+    message_id = models.CharField(max_length=32)
+    requested_at = models.DateTimeField(default=timezone.now)
+    requested_by_name = models.CharField(max_length=255)
+    state = models.CharField(max_length=16, choices=State.choices, default=State.QUEUED)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    outcome = models.CharField(
+        max_length=16, choices=Outcome.choices, blank=True, default=Outcome.NONE
+    )
+    # Of an answer other than a 2xx, its class only: "4xx".
+    status_class = models.CharField(max_length=3, blank=True, default="")
+    # Why a test was not sent.
+    reason = models.CharField(max_length=200, blank=True, default="")
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["target", "-id"], name="deployments_test_target_idx")
+        ]
+
+    def __str__(self) -> str:
+        return f"test {self.message_id} of {self.target_id}"
+
+    def summary(self, *, now: datetime | None = None) -> str:
+        """What the admin shows of the test."""
+        now = now or timezone.now()
+        if self.state == self.State.QUEUED:
+            if self.expired(now=now):
+                return f"not sent: no worker took it within {TEST_EXPIRES_SECONDS} s"
+            return str(self.State.QUEUED.label)
+        if self.state == self.State.SENDING:
+            if self.lost(now=now):
+                return "no outcome: its worker was lost"
+            return str(self.State.SENDING.label)
+        if self.state == self.State.NOT_SENT:
+            return f"not sent: {self.reason}"
+        if self.outcome == self.Outcome.ANSWERED:
+            return f"the receiver answered HTTP {self.status_class}"
+        return str(self.Outcome(self.outcome).label)
+
+    def expired(self, *, now: datetime) -> bool:
+        return self.requested_at + timedelta(seconds=TEST_EXPIRES_SECONDS) < now
+
+    def lost(self, *, now: datetime) -> bool:
+        started = self.started_at or self.requested_at
+        return started + timedelta(seconds=settings.CELERY_TASK_TIME_LIMIT) < now
+
+    def pending(self, *, now: datetime | None = None) -> bool:
+        """Whether an outcome may still come (the admin reloads meanwhile)."""
+        now = now or timezone.now()
+        if self.state == self.State.QUEUED:
+            return not self.expired(now=now)
+        return self.state == self.State.SENDING and not self.lost(now=now)
 
 
 class Job(BaseModel):

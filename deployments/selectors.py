@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from fnmatch import fnmatchcase
 
 from django.db.models import Exists, OuterRef, QuerySet, Subquery
@@ -9,7 +10,7 @@ from django.db.models import Exists, OuterRef, QuerySet, Subquery
 from core.models import ApiClient
 from idempotency.keys import idempotency_key_is_well_formed
 
-from .models import DeployTarget, Job
+from .models import DeployTarget, DeployTargetTest, Job
 
 
 def job_get(*, model: type[Job], client: ApiClient, public_id: str) -> Job | None:
@@ -80,3 +81,19 @@ def deploy_target_for(
         elif target.environment_pattern == "*":
             return target
     return None
+
+
+def deploy_target_last_tests(
+    *, target_ids: Iterable[int]
+) -> dict[int, DeployTargetTest]:
+    """The latest "Send test trigger" of each of the targets that had one, by target id, in
+    one read."""
+    latest = (
+        DeployTargetTest.objects.filter(target_id=OuterRef("target_id"))
+        .order_by("-id")
+        .values("pk")[:1]
+    )
+    tests = DeployTargetTest.objects.filter(
+        target_id__in=list(target_ids), pk=Subquery(latest)
+    )
+    return {test.target_id: test for test in tests}

@@ -1,13 +1,15 @@
 """The deploy targets' admin (operators create and change them; auditors view them): the
 secret is write-only (a password field that never shows the stored value; the lists and
 pages show its fingerprint), every save is an operator action (``targets.deploy_target_save``),
-and "Send test trigger" sends a test to each selected target."""
+and "Send test trigger" asks a worker to send a test to each selected target: the list shows
+each target's last test, and reloads itself until its outcome comes."""
 
 from __future__ import annotations
 
 from django import forms
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
+from django.template.response import TemplateResponse
 from django.utils.decorators import method_decorator
 from django.views.decorators.debug import (
     sensitive_post_parameters,
@@ -16,18 +18,21 @@ from django.views.decorators.debug import (
 
 from core.actors import Actor
 from core.admin_base import BoundedCountPaginator
+from core.times import time_display
 
 from .models import DeployTarget
+from .selectors import deploy_target_last_tests
 from .targets import (
     deploy_target_errors,
     deploy_target_save,
-    deploy_target_test,
-    deploy_target_test_summary,
+    deploy_target_test_request,
 )
 from .trigger_urls import url_query_fingerprint, url_shown
 
-# At most this many targets per "Send test trigger": each is a call made in the request.
+# At most this many targets per "Send test trigger": each is a task for the workers.
 TEST_TRIGGER_MAX_TARGETS = 5
+# While a test shown waits for its outcome, the list reloads itself this often.
+TEST_REFRESH_SECONDS = 2
 
 
 # The fields an operator edits (the secret apart: write-only).
@@ -142,13 +147,20 @@ class DeployTargetAdmin(admin.ModelAdmin):
         "url_display",
         "secret_fingerprint",
         "is_enabled",
+        "last_test",
         "updated_at",
     ]
     list_filter = ["executor", "is_enabled", "clients"]
     filter_horizontal = ["clients"]
     search_fields = ["name", "repository_pattern"]
     ordering = ["priority", "id"]
-    readonly_fields = ["url_query", "secret_fingerprint", "created_at", "updated_at"]
+    readonly_fields = [
+        "url_query",
+        "secret_fingerprint",
+        "last_test",
+        "created_at",
+        "updated_at",
+    ]
     paginator = BoundedCountPaginator
     show_full_result_count = False
     actions = ["send_test_trigger"]
@@ -174,6 +186,29 @@ class DeployTargetAdmin(admin.ModelAdmin):
     def get_queryset(self, request):
         return super().get_queryset(request).prefetch_related("clients")
 
+    def get_changelist_instance(self, request):
+        changelist = super().get_changelist_instance(request)
+        # Each target's last test, for the page's rows, in one read.
+        targets = list(changelist.result_list)
+        tests = deploy_target_last_tests(target_ids=[target.pk for target in targets])
+        for target in targets:
+            target.last_test_shown = tests.get(target.pk)
+        return changelist
+
+    def changelist_view(self, request, extra_context=None):
+        response = super().changelist_view(request, extra_context)
+        if not isinstance(response, TemplateResponse) or response.context_data is None:
+            return response  # a redirect (after an action), an error page
+        context = response.context_data
+        changelist = context.get("cl")
+        if changelist is not None and any(
+            target.last_test_shown is not None and target.last_test_shown.pending()
+            for target in changelist.result_list
+        ):
+            # The page reloads itself until the tests it shows have an outcome.
+            context["test_refresh_seconds"] = TEST_REFRESH_SECONDS
+        return response
+
     def has_delete_permission(self, request, obj=None):
         return False  # the jobs it routed name it: disable it instead
 
@@ -196,6 +231,16 @@ class DeployTargetAdmin(admin.ModelAdmin):
     def clients_served(self, obj):
         names = sorted(client.name for client in obj.clients.all())
         return ", ".join(names) if names else "every client"
+
+    @admin.display(description="last test")
+    def last_test(self, obj):
+        if hasattr(obj, "last_test_shown"):
+            test = obj.last_test_shown
+        else:
+            test = deploy_target_last_tests(target_ids=[obj.pk]).get(obj.pk)
+        if test is None:
+            return "-"
+        return f"{test.summary()} ({time_display(test.requested_at)})"
 
     @admin.display(description="secret")
     def secret_fingerprint(self, obj):
@@ -235,12 +280,18 @@ class DeployTargetAdmin(admin.ModelAdmin):
             return None
         actor = Actor.of(request.user)
         for target in targets:
-            ok, summary = deploy_target_test_summary(
-                deploy_target_test(target=target, actor=actor)
-            )
+            test = deploy_target_test_request(target=target, actor=actor)
+            if test is None:
+                self.message_user(
+                    request,
+                    f"{target.name}: nothing to send: this executor calls nothing",
+                    messages.INFO,
+                )
+                continue
             self.message_user(
                 request,
-                f"{target.name}: {summary}",
-                messages.SUCCESS if ok else messages.WARNING,
+                f"{target.name}: test trigger queued; a worker sends it, and the "
+                "list's last test column shows what came back.",
+                messages.SUCCESS,
             )
         return None

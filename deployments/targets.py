@@ -1,8 +1,9 @@
 """Deploy targets (docs/http-api.md, "Executors"): where operators route jobs, by repository
 and environment, to an executor with its URL and secret. Creating and changing one is an
 operator action (``webhooks.operator_actions``), recorded with the change in one transaction;
-a target's secret is recorded only as its fingerprint. Sending a test message records the
-action first, commits, then calls (never a call inside a transaction)."""
+a target's secret is recorded only as its fingerprint. "Send test trigger" records the
+action and the test, commits, and a worker calls (never the web process, never a call inside
+a transaction); the admin shows the test's coarse outcome when it comes."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import logging
 import secrets as random_secrets
 from collections.abc import Sequence
 
+from celery import current_app
 from django.db import transaction
 from django.utils import timezone
 from django.views.decorators.debug import sensitive_variables
@@ -33,13 +35,20 @@ from .executors import (
     UnknownExecutor,
     executor_get,
 )
-from .models import DeployTarget, TriggerAttempt
+from .models import (
+    TEST_EXPIRES_SECONDS,
+    DeployTarget,
+    DeployTargetTest,
+    TriggerAttempt,
+)
 from .trigger_urls import url_credential_errors, url_shown
 from .triggers import post_signed, result_of
 
 logger = logging.getLogger(__name__)
 
 TEST_MESSAGE_TYPE = "deploy_target.test"
+# Published by name (``deploy_target_test_publish``), run by ``tasks.deploy_target_test_task``.
+TEST_TASK = "deployments.deploy_target_test"
 
 
 def deploy_target_url_errors(url: str) -> list[str]:
@@ -157,18 +166,22 @@ def test_message(*, target: DeployTarget, message_id: str) -> bytes:
     ).encode()
 
 
-@sensitive_variables()
-def deploy_target_test(*, target: DeployTarget, actor: Actor) -> TriggerResult | None:
-    """Sends a test to ``target``: an ``http`` target gets a signed test message under a
-    fresh id (``tst_...``), a ``github`` target's token is checked with
-    ``GET /rate_limit``. Recorded as an operator action, committed before anything leaves.
-    Returns the classified outcome, ``None`` for an executor that calls nothing."""
+def deploy_target_test_request(
+    *, target: DeployTarget, actor: Actor
+) -> DeployTargetTest | None:
+    """Asks a worker to send a test to ``target`` (``deploy_target_test_run``): the test's
+    row and the operator action are committed together, then the task is published (never
+    a call from the web process: the workers' egress rules apply to tests as to jobs).
+    ``None`` for an executor that calls nothing: nothing is recorded."""
     executor = executor_get(target.executor)
     if not isinstance(executor, TriggerExecutor):
         return None
-    url = target.url or executor.default_url()
-    secret = target.secret or executor.default_secret()
     with transaction.atomic():
+        test = DeployTargetTest.objects.create(
+            target=target,
+            message_id=f"tst_{random_secrets.token_hex(12)}",
+            requested_by_name=actor.name[:255],
+        )
         operator_action_record(
             action=OperatorAction.Action.TEST_DEPLOY_TARGET,
             actor=actor,
@@ -176,10 +189,118 @@ def deploy_target_test(*, target: DeployTarget, actor: Actor) -> TriggerResult |
             details=TestDeployTargetDetails(
                 target=target.name,
                 target_id=target.pk,
+                test_id=test.pk,
                 executor=executor.name,
-                url=url_shown(url),
+                url=url_shown(target.url or executor.default_url()),
             ),
         )
+        transaction.on_commit(lambda: deploy_target_test_publish(test_id=test.pk))
+    logger.info(
+        "deploy_target.test_requested",
+        extra={"target": target.name, "test_id": test.pk, "actor": actor.name},
+    )
+    return test
+
+
+def deploy_target_test_publish(*, test_id: int) -> bool:
+    """Publishes the task of a test; ``False`` if the broker refused it, and the test then
+    says it was not sent (never raises: the operator sends another)."""
+    try:
+        current_app.send_task(TEST_TASK, args=[test_id])
+    except Exception as exc:  # the broker is down
+        logger.warning(
+            "deploy_target.test_publish_failed",
+            extra={"test_id": test_id, "error": type(exc).__name__},
+        )
+        DeployTargetTest.objects.filter(
+            pk=test_id, state=DeployTargetTest.State.QUEUED
+        ).update(
+            state=DeployTargetTest.State.NOT_SENT,
+            reason="the broker was unreachable",
+            finished_at=timezone.now(),
+        )
+        return False
+    return True
+
+
+def deploy_target_test_run(*, test_id: int, worker: str) -> str:
+    """Sends a test once, however often its message is delivered, to its target as the
+    target is now: an ``http`` target gets a signed test message under the test's id
+    (``tst_...``), a ``github`` target's token is checked with ``GET /rate_limit``. The
+    test is claimed (``sending``) in a committed transaction before the call and its
+    coarse outcome recorded after (``test_outcome_of``). A test older than
+    ``TEST_EXPIRES_SECONDS`` is not sent. Returns what happened."""
+    now = timezone.now()
+    with transaction.atomic():
+        test = (
+            DeployTargetTest.objects.select_for_update()
+            .select_related("target")
+            .filter(pk=test_id)
+            .first()
+        )
+        if test is None:
+            return "missing"
+        if test.state != DeployTargetTest.State.QUEUED:
+            return "already_sent"
+        if test.expired(now=now):
+            test.state = DeployTargetTest.State.NOT_SENT
+            test.reason = f"no worker took it within {TEST_EXPIRES_SECONDS} s"
+            test.finished_at = now
+            test.save(update_fields=["state", "reason", "finished_at"])
+            return "expired"
+        test.state = DeployTargetTest.State.SENDING
+        test.started_at = now
+        test.save(update_fields=["state", "started_at"])
+    executor = executor_get(test.target.executor)
+    result = (
+        _test_send(target=test.target, executor=executor, message_id=test.message_id)
+        if isinstance(executor, TriggerExecutor)
+        else None
+    )
+    outcome, status_class = test_outcome_of(result)
+    DeployTargetTest.objects.filter(pk=test.pk).update(
+        state=DeployTargetTest.State.DONE,
+        outcome=outcome,
+        status_class=status_class,
+        finished_at=timezone.now(),
+    )
+    # The worker's log has the class of error, for whoever runs the workers; the admin
+    # shows the coarse outcome only.
+    logger.info(
+        "deploy_target.tested",
+        extra={
+            "target": test.target.name,
+            "test_id": test.pk,
+            "worker": worker,
+            "outcome": outcome,
+            "status_code": result.status_code if result else None,
+            "error_class": result.error_class if result else "",
+        },
+    )
+    return outcome
+
+
+def test_outcome_of(result: TriggerResult | None) -> tuple[str, str]:
+    """The coarse outcome of a test's classified result (``outbound.outcome_classify``),
+    and the class of a status that is not a 2xx: whether an HTTP answer came, and its
+    class, nothing else. Refused, timed out, unresolvable, denied and dropped are all
+    ``not_reached``, so that a test cannot map which internal ports answer."""
+    Outcome = DeployTargetTest.Outcome
+    if result is None:
+        return Outcome.NOTHING, ""
+    if result.status_code is None:
+        return Outcome.NOT_REACHED, ""
+    if result.outcome == TriggerAttempt.Outcome.DELIVERED:
+        return Outcome.DELIVERED, ""
+    return Outcome.ANSWERED, f"{result.status_code // 100}xx"
+
+
+@sensitive_variables()
+def _test_send(
+    *, target: DeployTarget, executor: TriggerExecutor, message_id: str
+) -> TriggerResult:
+    url = target.url or executor.default_url()
+    secret = target.secret or executor.default_secret()
     if executor.name == "github":
         endpoint = f"{url.rstrip('/')}/rate_limit"
         try:
@@ -195,18 +316,9 @@ def deploy_target_test(*, target: DeployTarget, actor: Actor) -> TriggerResult |
         except Exception as exc:  # classified: every failure of the call is an outcome
             return result_of(url=endpoint, error=exc)
         return result_of(url=endpoint, answer=answer)
-    message_id = f"tst_{random_secrets.token_hex(12)}"
     return post_signed(
         url=url,
         secret=secret,
         message_id=message_id,
         body=test_message(target=target, message_id=message_id),
     )
-
-
-def deploy_target_test_summary(result: TriggerResult | None) -> tuple[bool, str]:
-    """Whether a test went through, and one line saying what came back."""
-    if result is None:
-        return True, "nothing to send: this executor calls nothing"
-    ok = result.outcome == TriggerAttempt.Outcome.DELIVERED
-    return ok, f"{result.outcome}: {result.describe()}"

@@ -4,6 +4,7 @@ import socket
 from celery import shared_task
 
 from .services import RUN_JOB_TASK, job_run
+from .targets import TEST_TASK, deploy_target_test_run
 
 
 @shared_task(name=RUN_JOB_TASK, bind=True)
@@ -11,3 +12,11 @@ def job_run_task(self, kind: str, public_id: str) -> str:
     """Runs a deployment's or build's executor at most once, however often it is delivered."""
     worker = f"worker:{socket.gethostname()}/{os.getpid()}/{self.request.id}"
     return job_run(kind=kind, public_id=public_id, worker=worker)
+
+
+@shared_task(name=TEST_TASK, bind=True)
+def deploy_target_test_task(self, test_id: int) -> str:
+    """Sends a deploy target's test once ("Send test trigger", published after the admin's
+    request committed)."""
+    worker = f"worker:{socket.gethostname()}/{os.getpid()}/{self.request.id}"
+    return deploy_target_test_run(test_id=test_id, worker=worker)

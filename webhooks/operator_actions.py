@@ -145,10 +145,12 @@ class DeployTargetDetails(TypedDict):
 
 
 class TestDeployTargetDetails(TypedDict):
-    """A test message sent to a target (recorded before it leaves)."""
+    """A test of a target asked for (recorded before a worker sends it), with the test's
+    row (``deployments.DeployTargetTest``, which holds its outcome)."""
 
     target: str
     target_id: int
+    test_id: int
     executor: str
     url: str
 

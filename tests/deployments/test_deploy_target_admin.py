@@ -11,7 +11,7 @@ from core.actors import Actor
 from deployments.models import DeployTarget, secret_fingerprint
 from deployments.targets import deploy_target_save
 from tests.console import admin_action
-from tests.deployments.receiver import RECEIVER_SECRET, Receiver
+from tests.deployments.receiver import RECEIVER_SECRET
 from webhooks.models import OperatorAction
 
 pytestmark = pytest.mark.django_db
@@ -140,34 +140,6 @@ def test_targets_are_never_deleted_through_the_admin(operator_client):
     url = reverse("admin:deployments_deploytarget_delete", args=[target.pk])
     assert operator_client.post(url, {"post": "yes"}).status_code == 403
     assert DeployTarget.objects.filter(pk=target.pk).exists()
-
-
-def test_send_test_trigger_reaches_the_receiver_verified(operator_client):
-    with Receiver() as receiver:
-        operator_client.post(ADD, form(url=receiver.url))
-        target = DeployTarget.objects.get()
-        response = admin_action(
-            operator_client,
-            "deployments_deploytarget",
-            "send_test_trigger",
-            target,
-            follow=True,
-        )
-    assert response.status_code == 200
-    [seen] = receiver.received
-    assert seen.verified, seen.error
-    assert seen.webhook_id.startswith("tst_")
-    assert seen.message["type"] == "deploy_target.test"
-    assert seen.message["data"]["target"] == "shop-prod"
-    shown = [str(m) for m in response.context["messages"] if "shop-prod:" in str(m)]
-    assert shown == ["shop-prod: delivered: HTTP 202"]
-    test = OperatorAction.objects.get(action="test_deploy_target")
-    assert test.details == {
-        "target": "shop-prod",
-        "target_id": target.pk,
-        "executor": "http",
-        "url": receiver.url,
-    }
 
 
 def test_auditors_view_targets_and_change_nothing(auditor_client):
