@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, ClassVar
 from django.conf import settings
 from django.utils.module_loading import import_string
 
-from .trigger_urls import url_credential_errors
+from .trigger_urls import url_credential_errors, url_scheme_errors
 
 if TYPE_CHECKING:
     from .models import Job
@@ -222,12 +222,14 @@ TRIGGER_URL_SETTINGS = ("DEPLOY_HTTP_URL", "GITHUB_API_URL")
 
 
 def trigger_url_settings_check() -> None:
-    """Raises ``ImproperlyConfigured`` when a trigger URL of the environment carries user
+    """Raises ``ImproperlyConfigured`` when a trigger URL of the environment is not an
+    http(s) URL (every job would fail with a detail that repeats it) or carries user
     information (docs/security.md, "Deploy targets"), with a message that does not repeat
     it."""
     from django.core.exceptions import ImproperlyConfigured
 
     for name in TRIGGER_URL_SETTINGS:
-        problems = url_credential_errors(getattr(settings, name) or "")
+        url = getattr(settings, name) or ""
+        problems = (url_scheme_errors(url) or url_credential_errors(url)) if url else []
         if problems:
             raise ImproperlyConfigured(f"{name}: {' '.join(problems)}")

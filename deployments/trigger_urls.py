@@ -30,6 +30,18 @@ def url_query_fingerprint(url: str) -> str:
     return "sha256:" + hashlib.sha256(query.encode()).hexdigest()[:12]
 
 
+def url_scheme_errors(url: str) -> list[str]:
+    """An http(s) URL with a host, or the reason it is not; the message never repeats the
+    URL (a query may hold a token)."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return ["Not a URL."]
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return ["Not an http(s) URL with a host."]
+    return []
+
+
 def url_credential_errors(url: str) -> list[str]:
     """What is wrong with ``url`` as a trigger's URL on the score of credentials: user
     information is refused (a password in a URL is stored whole, and sent as Basic auth to

@@ -101,6 +101,23 @@ def test_a_trigger_url_with_user_information_in_the_environment_refuses_the_star
     assert PASSWORD not in str(refused.value)
 
 
+@pytest.mark.parametrize(
+    "url",
+    [
+        f"ftp://ci.internal.example/hook?token={TOKEN}",
+        f"ci.internal.example?token={TOKEN}",
+    ],
+)
+def test_a_trigger_url_of_the_environment_must_be_http(settings, url):
+    """Else every job fails with a detail that repeats the URL, query and all."""
+    settings.DEPLOY_EXECUTOR = "simulated"
+    settings.DEPLOY_HTTP_URL = url
+    with pytest.raises(ImproperlyConfigured, match="DEPLOY_HTTP_URL") as refused:
+        executor_settings_check()
+    assert "http(s)" in str(refused.value)
+    assert TOKEN not in str(refused.value)
+
+
 def test_the_change_form_keeps_a_query_it_never_shows(operator_client, auditor):
     from django.test import Client
 
