@@ -539,8 +539,9 @@ DEPLOY_TRIGGER_RETRY_MAX_SECONDS = env.float(
     "DEPLOY_TRIGGER_RETRY_MAX_SECONDS", default=600
 )
 DEPLOY_TRIGGER_MAX_ATTEMPTS = env.int("DEPLOY_TRIGGER_MAX_ATTEMPTS", default=8)
-# Destinations a trigger never calls, whatever a target says (docs/security.md, "Deploy
-# targets"): link-local addresses (cloud metadata services among them) by default.
+# Destinations a trigger never calls, whatever a target says, in any form of an address and
+# on the address each connection is made to (docs/security.md, "Deploy targets"): link-local
+# addresses (cloud metadata services among them) by default.
 DEPLOY_TRIGGER_DENY_NETWORKS = env.list(
     "DEPLOY_TRIGGER_DENY_NETWORKS",
     default=["169.254.0.0/16", "fe80::/10", "fd00:ec2::254/128", "0.0.0.0/8", "::/128"],

@@ -175,10 +175,69 @@ def test_denied_destinations_are_refused(url):
 
 @pytest.mark.parametrize(
     "url",
-    ["http://127.0.0.1:9/hook", "https://10.1.2.3/hook", "http://[::1]:8080/"],
+    [
+        # IPv4-mapped, as a dotted quad and in hex (::ffff:0:0/96)
+        "http://[::ffff:169.254.169.254]/latest/meta-data/",
+        "http://[::ffff:a9fe:a9fe]/",
+        "http://[::ffff:0.0.0.0]:8080/hook",
+        # IPv4-compatible (::/96, deprecated) and IPv4-translated (::ffff:0:0:0/96)
+        "http://[::169.254.169.254]/",
+        "http://[::ffff:0:a9fe:a9fe]/",
+        # NAT64: the well-known prefix, and the local-use /48 as a /48 and as a /96
+        "http://[64:ff9b::169.254.169.254]/",
+        "http://[64:ff9b:1:a9fe:a9:fe00::]/",
+        "http://[64:ff9b:1::a9fe:a9fe]/",
+        # 6to4 and Teredo (its client address, obfuscated in the address)
+        "http://[2002:a9fe:a9fe::1]/",
+        "http://[2001:0:4136:e378::5601:5601]/",
+        # IPv4 as the system's resolver reads it: one number, short forms, hex, octal
+        "http://2852039166/",
+        "http://169.254.43518/",
+        "http://169.16689662/",
+        "http://0xa9fea9fe/",
+        "http://0251.0376.0251.0376/",
+    ],
+)
+def test_every_form_of_a_denied_address_is_refused(url):
+    with pytest.raises(DeniedDestination, match=r"169\.254\.169\.254|0\.0\.0\.0"):
+        destination_check(url)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://127.0.0.1:9/hook",
+        "https://10.1.2.3/hook",
+        "http://[::1]:8080/",
+        "http://[::ffff:10.1.2.3]/hook",
+        "http://[64:ff9b::10.1.2.3]/hook",
+        "http://[2002:a01:203::1]/hook",
+    ],
 )
 def test_loopback_and_private_destinations_are_allowed(url):
     destination_check(url)  # a receiver in the cluster is the common case
+
+
+@override_settings(DEPLOY_TRIGGER_DENY_NETWORKS=["127.0.0.0/8"])
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://127.0.0.1:9/",
+        "http://[::ffff:127.0.0.1]:9/",
+        "http://[::ffff:7f00:1]:9/",
+        "http://2130706433:9/",
+        "http://localhost:9/",
+    ],
+)
+def test_a_denied_network_is_refused_in_every_form_of_its_addresses(url):
+    with pytest.raises(DeniedDestination, match=r"127\.0\.0\.1"):
+        destination_check(url)
+
+
+@override_settings(DEPLOY_TRIGGER_DENY_NETWORKS=["::ffff:10.0.0.0/104"])
+def test_an_ipv4_address_is_refused_by_a_denied_network_of_its_mapped_form():
+    with pytest.raises(DeniedDestination):
+        destination_check("https://10.1.2.3/hook")
 
 
 @override_settings(DEPLOY_TRIGGER_DENY_NETWORKS=["10.0.0.0/8"])
