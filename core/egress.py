@@ -1,5 +1,5 @@
 """Calls to URLs that operators configure (a trigger's receiver, GitHub's API, the audit
-witness): where they may go (docs/security.md, "Deploy targets").
+witness): where they may go, and for how long (docs/security.md, "Deploy targets").
 
 A URL's host is looked up once per connection, every address it answers is checked against
 ``DEPLOY_TRIGGER_DENY_NETWORKS`` (each address, and every IPv4 address an IPv6 one carries:
@@ -9,16 +9,22 @@ so every spelling of an address it accepts (``2852039166``, ``169.254.43518``,
 ``0xa9fea9fe``) is checked as what it connects to. Nothing is sent to a name that does not
 resolve. The request keeps the URL's name: its ``Host`` header, TLS's server name and the
 certificate's check (``PinnedTransport``).
+
+Within ``deadline(seconds)``, the lookup, every connect, TLS handshake, read and write gets
+at most the time left: a peer that answers a byte at a time, each byte well within a read
+timeout, cannot hold a call past it.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import ipaddress
 import socket
 import ssl
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future
 from urllib.parse import urlsplit
 
@@ -33,6 +39,9 @@ Resolver = Callable[[str, int], list[str]]
 
 # The connect timeout: at most this, never more than a client's timeout.
 CONNECT_TIMEOUT_SECONDS = 5.0
+# A write goes in pieces of this size, each given only the time left, so that a peer that
+# reads slowly cannot stretch one large write past the deadline.
+WRITE_PIECE_BYTES = 16 * 1024
 
 # Where IPv6 addresses carry an IPv4 address in their last 32 bits.
 _COMPATIBLE = ipaddress.IPv6Network("::/96")  # deprecated (RFC 4291), but still parsed
@@ -172,6 +181,91 @@ def destination_check(url: str, *, resolve: Resolver = system_resolve) -> None:
         address_check(host, address, networks)
 
 
+# --- the deadline of a call ---------------------------------------------------------------
+
+_deadline: contextvars.ContextVar[float | None] = contextvars.ContextVar(
+    "egress_deadline", default=None
+)
+
+
+@contextlib.contextmanager
+def deadline(seconds: float) -> Iterator[None]:
+    """Every connection made and used within ends ``seconds`` from now at the latest (or
+    at an enclosing deadline, if that comes first): each connect, TLS handshake, read and
+    write gets at most the time left, and fails with httpx's timeout of its kind once none
+    is."""
+    end = time.monotonic() + seconds
+    enclosing = _deadline.get()
+    if enclosing is not None:
+        end = min(end, enclosing)
+    token = _deadline.set(end)
+    try:
+        yield
+    finally:
+        _deadline.reset(token)
+
+
+def _time_left(
+    timeout: float | None, expired: type[httpcore.TimeoutException]
+) -> float | None:
+    end = _deadline.get()
+    if end is None:
+        return timeout
+    left = end - time.monotonic()
+    if left <= 0:
+        raise expired("the call's deadline passed")
+    return left if timeout is None else min(timeout, left)
+
+
+@contextlib.contextmanager
+def _bounded(
+    timeout: float | None, expired: type[httpcore.TimeoutException]
+) -> Iterator[float | None]:
+    """The timeout to give one operation (``_time_left``); its timeout, when the deadline
+    was what cut it short, says so."""
+    given = _time_left(timeout, expired)
+    try:
+        yield given
+    except expired as exc:
+        if given is not None and given != timeout:
+            raise expired("the call's deadline passed") from exc
+        raise
+
+
+class _DeadlineStream(httpcore.NetworkStream):
+    """A connection whose every operation ends by the deadline (``deadline``)."""
+
+    def __init__(self, stream: httpcore.NetworkStream) -> None:
+        self._stream = stream
+
+    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        with _bounded(timeout, httpcore.ReadTimeout) as given:
+            return self._stream.read(max_bytes, given)
+
+    def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        for start in range(0, len(buffer), WRITE_PIECE_BYTES):
+            with _bounded(timeout, httpcore.WriteTimeout) as given:
+                self._stream.write(buffer[start : start + WRITE_PIECE_BYTES], given)
+
+    def close(self) -> None:
+        self._stream.close()
+
+    def start_tls(
+        self,
+        ssl_context: ssl.SSLContext,
+        server_hostname: str | None = None,
+        timeout: float | None = None,
+    ) -> httpcore.NetworkStream:
+        # The handshake is bounded as a whole by its timeout (Python's ssl module).
+        with _bounded(timeout, httpcore.ConnectTimeout) as given:
+            return _DeadlineStream(
+                self._stream.start_tls(ssl_context, server_hostname, given)
+            )
+
+    def get_extra_info(self, info: str) -> object:
+        return self._stream.get_extra_info(info)
+
+
 class PinnedBackend(httpcore.NetworkBackend):
     """httpcore's own sync backend, given the checked address to connect to instead of the
     URL's host (which httpcore keeps for TLS and the request)."""
@@ -189,14 +283,14 @@ class PinnedBackend(httpcore.NetworkBackend):
         socket_options: Iterable[httpcore.SOCKET_OPTION] | None = None,
     ) -> httpcore.NetworkStream:
         # The connect phase as a whole (the lookup, then each address in turn) within the
-        # connect timeout.
+        # connect timeout and the deadline.
         end = None if timeout is None else time.monotonic() + timeout
 
         def left() -> float | None:
             remaining = None if end is None else end - time.monotonic()
             if remaining is not None and remaining <= 0:
                 raise httpcore.ConnectTimeout(f"no connection to {host} in time")
-            return remaining
+            return _time_left(remaining, httpcore.ConnectTimeout)
 
         try:
             addresses = resolve_within(
@@ -224,7 +318,7 @@ class PinnedBackend(httpcore.NetworkBackend):
             except (httpcore.ConnectError, httpcore.ConnectTimeout) as exc:
                 failure = exc
                 continue
-            return stream
+            return _DeadlineStream(stream)
         assert failure is not None
         raise failure
 
@@ -270,7 +364,7 @@ def client(*, timeout: float, user_agent: str) -> httpx.Client:
     """The process's client for calls to operator-configured URLs (building one costs more
     than a call: its TLS context), made on first use, after a worker's pool has forked:
     ``PinnedTransport``; connect within ``CONNECT_TIMEOUT_SECONDS`` (at most ``timeout``),
-    each read and write within ``timeout``;
+    each read and write within ``timeout`` (a call's whole deadline is ``deadline``'s);
     redirects are answers, never followed; no connection kept alive between calls (a stale
     one would make a call fail for no reason); no proxy or ``.netrc`` from the environment."""
     key = (float(timeout), user_agent)

@@ -1,7 +1,7 @@
 """Outbound calls of the trigger executors (docs/architecture.md, "Outbound calls"): how a
 call is made (``core.egress``: to a checked address of the URL's host, never one in a denied
-network; explicit connect and read timeouts; no redirects; a bounded response), and the one
-classification of what came back.
+network; explicit connect and read timeouts and one deadline for the whole attempt; no
+redirects; a bounded response), and the one classification of what came back.
 
 Every attempt ends in one of the ``TriggerAttempt.Outcome`` values, decided here only:
 
@@ -11,15 +11,16 @@ Every attempt ends in one of the ``TriggerAttempt.Outcome`` values, decided here
   limit (403 with ``Retry-After`` or no requests left). ``Retry-After`` (seconds or an
   HTTP date) and GitHub's ``x-ratelimit-reset`` say when.
 - ``ambiguous``: the request may have been acted on: the connection dropped after it was
-  sent, no answer within the read timeout, any other 5xx. Retried under the same id; the
-  ``github`` executor looks its deployment up before it creates again.
+  sent, no whole answer within the attempt's deadline, any other 5xx. Retried under the
+  same id; the ``github`` executor looks its deployment up before it creates again.
 - ``rejected``: a permanent refusal: any other 4xx, a redirect (never followed), a URL that
   cannot be called or lies in a denied network.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import contextlib
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
@@ -79,6 +80,15 @@ def http_client() -> httpx.Client:
     )
 
 
+@contextlib.contextmanager
+def attempt_deadline() -> Iterator[None]:
+    """One attempt's deadline: every request made within it (a GitHub attempt's lookup
+    pages and its create) ends ``DEPLOY_HTTP_TIMEOUT_SECONDS`` from now at the latest,
+    connect, send, answer and body together."""
+    with egress.deadline(float(settings.DEPLOY_HTTP_TIMEOUT_SECONDS)):
+        yield
+
+
 def call(
     client: httpx.Client,
     method: str,
@@ -89,14 +99,18 @@ def call(
     params: Mapping[str, str] | None = None,
     read_body: bool = False,
 ) -> Answer:
-    """One request, connected to a checked address of the URL's host (``core.egress``: a
-    URL that is not http(s), or whose host is or resolves to a denied address, raises
+    """One request, within ``attempt_deadline`` (the attempt's, when it is part of one),
+    connected to a checked address of the URL's host (``core.egress``: a URL that is not
+    http(s), or whose host is or resolves to a denied address, raises
     ``DeniedDestination`` with nothing sent); the body of the answer is read (up to
     ``MAX_RESPONSE_BYTES``) only when asked. Raises what httpx raises."""
     egress.url_origin(url)
-    with client.stream(
-        method, url, headers=dict(headers), content=content, params=params
-    ) as response:
+    with (
+        attempt_deadline(),
+        client.stream(
+            method, url, headers=dict(headers), content=content, params=params
+        ) as response,
+    ):
         body = b""
         if read_body:
             chunks = []

@@ -528,7 +528,9 @@ DEPLOY_RUNNING_LEASE_SECONDS = env.int(
 # their own URL and secret.
 DEPLOY_HTTP_URL = env("DEPLOY_HTTP_URL", default="")
 DEPLOY_HTTP_SECRET = env("DEPLOY_HTTP_SECRET", default="")
-# Connect (at most 5 s of it), read and write timeout of each trigger attempt.
+# The deadline of each trigger attempt as a whole (a github attempt's lookup and create
+# together), "Send test trigger" too: lookup, connect (at most 5 s of it), sending, the
+# answer's headers and body (docs/security.md, "Deploy targets").
 DEPLOY_HTTP_TIMEOUT_SECONDS = env.float("DEPLOY_HTTP_TIMEOUT_SECONDS", default=10)
 # Attempts that a retry may fix wait min(max, base * 2^(n-1)) at most (full jitter), or what
 # the receiver's Retry-After says (up to the max); the last one fails the job.

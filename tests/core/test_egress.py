@@ -9,6 +9,7 @@ import datetime
 import socket
 import ssl
 import threading
+import time
 from http.server import BaseHTTPRequestHandler
 
 import httpx
@@ -19,8 +20,10 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 from django.test import override_settings
 
+from core import egress
 from core.egress import DeniedDestination, PinnedTransport
 from tests.deployments.receiver import QuietServer
+from tests.deployments.trickler import Trickler
 
 
 class Listener:
@@ -222,3 +225,20 @@ def test_a_certificate_for_another_name_is_refused(tmp_path):
         ):
             http.get(f"https://ci-tls.test:{listener.port}/hook")
     assert listener.hosts == []
+
+
+def test_a_deadline_bounds_a_call_whose_every_read_is_quick():
+    """A byte every 0.1 s, well within the client's 5 s read timeout: the call still ends
+    at the deadline, the earlier of two nested ones."""
+    with Trickler(part="body", interval=0.1, body_bytes=200) as trickler:
+        script = Script(["127.0.0.1"])
+        started = time.monotonic()
+        with (
+            client(script) as http,
+            egress.deadline(0.6),
+            egress.deadline(30),
+            pytest.raises(httpx.ReadTimeout, match="deadline"),
+        ):
+            http.get(trickler.url.replace("127.0.0.1", "ci.slow.test")).read()
+        took = time.monotonic() - started
+    assert took < 1.0, took

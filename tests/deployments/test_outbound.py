@@ -2,6 +2,7 @@
 code and per exception class; the exceptions of real calls against a real server are checked
 in tests/deployments/test_triggers.py."""
 
+import time
 from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
 
@@ -9,6 +10,9 @@ import httpx
 import pytest
 from django.test import override_settings
 
+from core.actors import Actor
+from deployments import outbound
+from deployments.models import DeployTarget
 from deployments.outbound import (
     DeniedDestination,
     destination_check,
@@ -16,6 +20,10 @@ from deployments.outbound import (
     retry_after_seconds,
 )
 from deployments.services import trigger_retry_delay, url_shown
+from deployments.targets import deploy_target_save, deploy_target_test
+from deployments.triggers import post_signed
+from tests.deployments.receiver import RECEIVER_SECRET
+from tests.deployments.trickler import Trickler
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 
@@ -254,3 +262,46 @@ def test_urls_are_shown_without_credentials_or_query():
         )
         == "https://jenkins.example:8443/generic-webhook-trigger/invoke"
     )
+
+
+# A receiver that trickles its answer a byte at a time (tests/deployments/trickler.py): no
+# read ever waits as long as the timeout, and the call still ends at it.
+
+
+def test_a_trickled_answer_ends_a_trigger_at_the_timeout(settings):
+    settings.DEPLOY_HTTP_TIMEOUT_SECONDS = 1
+    with Trickler(part="headers", interval=0.2) as trickler:
+        started = time.monotonic()
+        result = post_signed(
+            url=trickler.url, secret=RECEIVER_SECRET, message_id="msg_1", body=b"{}"
+        )
+        took = time.monotonic() - started
+    assert (result.outcome, result.error_class) == ("ambiguous", "ReadTimeout")
+    assert took < 1.4, took
+    assert trickler.connections[0].request_line == "POST /hooks/deploy HTTP/1.1"
+
+
+def test_a_trickled_body_ends_the_read_at_the_timeout(settings):
+    settings.DEPLOY_HTTP_TIMEOUT_SECONDS = 1
+    with Trickler(part="body", interval=0.2) as trickler:
+        started = time.monotonic()
+        with pytest.raises(httpx.ReadTimeout):
+            outbound.call(
+                outbound.http_client(), "GET", trickler.url, headers={}, read_body=True
+            )
+        took = time.monotonic() - started
+    assert took < 1.4, took
+
+
+@pytest.mark.django_db
+def test_a_test_trigger_to_a_trickling_receiver_ends_at_the_timeout(settings):
+    settings.DEPLOY_HTTP_TIMEOUT_SECONDS = 1
+    with Trickler(part="headers", interval=0.2) as trickler:
+        target = DeployTarget(name="slow", executor="http", url=trickler.url)
+        deploy_target_save(target=target, secret=RECEIVER_SECRET, actor=Actor.system())
+        started = time.monotonic()
+        result = deploy_target_test(target=target, actor=Actor.system())
+        took = time.monotonic() - started
+    assert result is not None
+    assert (result.outcome, result.error_class) == ("ambiguous", "ReadTimeout")
+    assert took < 1.4, took

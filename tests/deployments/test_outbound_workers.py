@@ -21,6 +21,7 @@ from tests.deployments import scripted_dns
 from tests.deployments.factories import deployment_body, idempotent_post
 from tests.deployments.receiver import RECEIVER_SECRET, Receiver
 from tests.deployments.test_trigger_workers import FAST, wait_for
+from tests.deployments.trickler import Trickler
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
@@ -144,3 +145,46 @@ def test_a_worker_sends_nothing_to_a_denied_address_in_any_form_or_at_any_lookup
     ]
     assert "does not resolve" in late.trigger_attempts.get(number=1).error
     assert scripted_dns.lookups(script, "ci-late.test") == 2
+
+
+def test_a_receiver_trickling_its_answer_holds_an_attempt_no_longer_than_the_timeout(
+    tmp_path, running, api_http
+):
+    """One byte every 0.25 s: no read ever waits 1 s, and each attempt still ends within
+    ``DEPLOY_HTTP_TIMEOUT_SECONDS`` (1): ambiguous (the request was sent), retried once,
+    then the job fails."""
+    with Trickler(part="headers", interval=0.25) as trickler:
+        job = routed(api_http, "trickle", trickler.url)
+        worker = running(
+            processes.celery_worker(
+                tmp_path,
+                env={
+                    **FAST,
+                    "DEPLOY_EXECUTOR": "simulated",
+                    "DEPLOY_TRIGGER_MAX_ATTEMPTS": "2",
+                },
+            )
+        )
+        wait_for(
+            [job],
+            lambda j: j.status == "failed",
+            timeout=90,
+            what="the job failed after two attempts",
+            workers=[worker],
+        )
+        processes.wait_until(trickler.all_ended, timeout=10, what="callers hung up")
+
+    made = list(TriggerAttempt.objects.filter(deployment=job).order_by("number"))
+    assert [(a.outcome, a.error_class) for a in made] == [
+        ("ambiguous", "ReadTimeout"),
+        ("ambiguous", "ReadTimeout"),
+    ]
+    assert all(a.duration_seconds < 1.5 for a in made), [
+        a.duration_seconds for a in made
+    ]
+    assert len(trickler.connections) == 2
+    assert all(c.request_line.startswith("POST ") for c in trickler.connections)
+    # The listener saw the caller hang up within the timeout (and a send or two after).
+    assert all(c.held_seconds < 2.5 for c in trickler.connections), [
+        c.held_seconds for c in trickler.connections
+    ]
