@@ -485,7 +485,9 @@ BULK_REPLAY_RATE_TICK_SECONDS = env_renamed(
 # AUDIT_SIGNING_KEY, the Ed25519 key that signs the log's checkpoints, is set by each
 # environment's module with ``audit_signing_configure``: production has no default for it.
 # Each checkpoint is also written, as it is made, to a file in AUDIT_CHECKPOINT_DIR and POSTed
-# (text/plain) to AUDIT_WITNESS_URL: copies outside the database. Both are optional.
+# (text/plain) to AUDIT_WITNESS_URL: copies outside the database. Both are optional. The POST
+# is checked as a trigger's is (DEPLOY_TRIGGER_DENY_NETWORKS) and ends within
+# AUDIT_WITNESS_TIMEOUT_SECONDS as a whole.
 AUDIT_CHECKPOINT_DIR = env("AUDIT_CHECKPOINT_DIR", default="")
 AUDIT_WITNESS_URL = env("AUDIT_WITNESS_URL", default="")
 AUDIT_WITNESS_TIMEOUT_SECONDS = env.float("AUDIT_WITNESS_TIMEOUT_SECONDS", default=10)
