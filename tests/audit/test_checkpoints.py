@@ -257,7 +257,7 @@ def test_a_witness_trickling_its_answer_holds_the_round_no_longer_than_its_timeo
         started = time.monotonic()
         assert checkpoint_publish() == {"witness": False}
         took = time.monotonic() - started
-    assert took < 1.4, took
+    assert took < 2.0, took
     assert trickler.connections[0].request_line.startswith("POST ")
 
 

@@ -241,4 +241,4 @@ def test_a_deadline_bounds_a_call_whose_every_read_is_quick():
         ):
             http.get(trickler.url.replace("127.0.0.1", "ci.slow.test")).read()
         took = time.monotonic() - started
-    assert took < 1.0, took
+    assert took < 1.5, took

@@ -277,7 +277,7 @@ def test_a_trickled_answer_ends_a_trigger_at_the_timeout(settings):
         )
         took = time.monotonic() - started
     assert (result.outcome, result.error_class) == ("ambiguous", "ReadTimeout")
-    assert took < 1.4, took
+    assert took < 2.0, took
     assert trickler.connections[0].request_line == "POST /hooks/deploy HTTP/1.1"
 
 
@@ -290,7 +290,7 @@ def test_a_trickled_body_ends_the_read_at_the_timeout(settings):
                 outbound.http_client(), "GET", trickler.url, headers={}, read_body=True
             )
         took = time.monotonic() - started
-    assert took < 1.4, took
+    assert took < 2.0, took
 
 
 @pytest.mark.django_db
@@ -304,4 +304,4 @@ def test_a_test_trigger_to_a_trickling_receiver_ends_at_the_timeout(settings):
         took = time.monotonic() - started
     assert result is not None
     assert (result.outcome, result.error_class) == ("ambiguous", "ReadTimeout")
-    assert took < 1.4, took
+    assert took < 2.0, took

@@ -179,12 +179,12 @@ def test_a_receiver_trickling_its_answer_holds_an_attempt_no_longer_than_the_tim
         ("ambiguous", "ReadTimeout"),
         ("ambiguous", "ReadTimeout"),
     ]
-    assert all(a.duration_seconds < 1.5 for a in made), [
+    assert all(a.duration_seconds < 2.0 for a in made), [
         a.duration_seconds for a in made
     ]
     assert len(trickler.connections) == 2
     assert all(c.request_line.startswith("POST ") for c in trickler.connections)
     # The listener saw the caller hang up within the timeout (and a send or two after).
-    assert all(c.held_seconds < 2.5 for c in trickler.connections), [
+    assert all(c.held_seconds < 3.0 for c in trickler.connections), [
         c.held_seconds for c in trickler.connections
     ]
