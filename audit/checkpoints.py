@@ -10,10 +10,15 @@ import logging
 import os
 import tempfile
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import httpx
 from django.conf import settings
 from django.db import IntegrityError, transaction
+
+from core import egress
+from deployments.models import secret_fingerprint
+from deployments.services import url_shown
 
 from . import merkle, note
 from .log import log_consistency_proof, log_lock, log_root
@@ -35,6 +40,7 @@ __all__ = [
 
 # How many of the newest checkpoints a round makes sure have their file.
 _FILES_CHECKED = 100
+WITNESS_USER_AGENT = "retrysafe-audit/1"
 
 
 class LogInconsistent(RuntimeError):
@@ -177,21 +183,38 @@ def _files_publish(folder: Path) -> int:
     return written
 
 
+def witness_target(url: str) -> str:
+    """How records name the witness: its URL as records show URLs (no user info, no query),
+    and a fingerprint of its query when it has one, so that a token there stays out of the
+    database and two witnesses that differ only in it are told apart."""
+    query = urlsplit(url).query
+    shown = url_shown(url)
+    return f"{shown} (query {secret_fingerprint(query)})" if query else shown
+
+
 def _witness_publish(url: str) -> bool:
     """POSTs the latest checkpoint to the witness unless it already accepted it; records the
-    acceptance (a 2xx answer). Returns whether the witness holds the latest checkpoint."""
+    acceptance (a 2xx answer). The call is a trigger's (``core.egress``): to a checked
+    address, never one in ``DEPLOY_TRIGGER_DENY_NETWORKS``, over within
+    ``AUDIT_WITNESS_TIMEOUT_SECONDS`` as a whole; only the status of the answer is read.
+    Returns whether the witness holds the latest checkpoint."""
     latest = checkpoint_latest()
-    if latest is None or latest.deliveries.filter(target=url).exists():
+    target = witness_target(url)
+    if latest is None or latest.deliveries.filter(target=target).exists():
         return True
-    timeout = settings.AUDIT_WITNESS_TIMEOUT_SECONDS
-    response = httpx.post(
-        url,
-        content=latest.note.encode(),
-        headers={"Content-Type": "text/plain; charset=utf-8"},
-        timeout=httpx.Timeout(timeout, connect=min(timeout, 5.0)),
-    )
-    response.raise_for_status()
-    LogCheckpointDelivery.objects.get_or_create(checkpoint=latest, target=url)
+    timeout = float(settings.AUDIT_WITNESS_TIMEOUT_SECONDS)
+    client = egress.client(timeout=timeout, user_agent=WITNESS_USER_AGENT)
+    with (
+        egress.deadline(timeout),
+        client.stream(
+            "POST",
+            url,
+            content=latest.note.encode(),
+            headers={"Content-Type": "text/plain; charset=utf-8"},
+        ) as response,
+    ):
+        response.raise_for_status()  # the body is left unread, and closed with it
+    LogCheckpointDelivery.objects.get_or_create(checkpoint=latest, target=target)
     return True
 
 
@@ -219,7 +242,7 @@ def checkpoint_publish() -> dict[str, bool]:
     if url:
         try:
             results["witness"] = _witness_publish(url)
-        except httpx.HTTPError as exc:
+        except (httpx.HTTPError, httpx.InvalidURL, egress.DeniedDestination) as exc:
             results["witness"] = False
             AUDIT_CHECKPOINT_PUBLISH_FAILURES.labels(target="witness").inc()
             status = getattr(getattr(exc, "response", None), "status_code", None)

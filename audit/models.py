@@ -170,7 +170,10 @@ class LogCheckpointDelivery(AppendOnlyModel):
     checkpoint = models.ForeignKey(
         LogCheckpoint, on_delete=models.PROTECT, related_name="deliveries"
     )
-    target = models.TextField(help_text="The witness's URL.")
+    target = models.TextField(
+        help_text="The witness's URL without user info or query (a fingerprint of the "
+        "query in its place): audit.checkpoints.witness_target."
+    )
     delivered_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

@@ -93,6 +93,12 @@ class GitHubExecutor(TriggerExecutor):
         return {"secret": ["A GitHub token is required (or GITHUB_TOKEN)."]}
 
     def trigger(self, call: TriggerCall) -> TriggerResult:
+        """The lookup (when it comes first) and the create: one attempt, within one
+        deadline (``outbound.attempt_deadline``)."""
+        with outbound.attempt_deadline():
+            return self._trigger(call)
+
+    def _trigger(self, call: TriggerCall) -> TriggerResult:
         job = call.job
         if call.kind not in self.kinds:
             return TriggerResult(

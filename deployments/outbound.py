@@ -1,34 +1,36 @@
 """Outbound calls of the trigger executors (docs/architecture.md, "Outbound calls"): how a
-client is set up (explicit connect and read timeouts, no redirects, a bounded response, no
-destination in a denied network), and the one classification of what came back.
+call is made (``core.egress``: to a checked address of the URL's host, never one in a denied
+network; explicit connect and read timeouts and one deadline for the whole attempt; no
+redirects; a bounded response), and the one classification of what came back.
 
 Every attempt ends in one of the ``TriggerAttempt.Outcome`` values, decided here only:
 
 - ``delivered``: a 2xx answer.
 - ``transient``: nothing was acted on and a retry may help: the connection was refused or
-  never made, 408, 425, 429, 503, a GitHub rate limit (403 with ``Retry-After`` or no
-  requests left). ``Retry-After`` (seconds or an HTTP date) and GitHub's
-  ``x-ratelimit-reset`` say when.
+  never made (a name that does not resolve included), 408, 425, 429, 503, a GitHub rate
+  limit (403 with ``Retry-After`` or no requests left). ``Retry-After`` (seconds or an
+  HTTP date) and GitHub's ``x-ratelimit-reset`` say when.
 - ``ambiguous``: the request may have been acted on: the connection dropped after it was
-  sent, no answer within the read timeout, any other 5xx. Retried under the same id; the
-  ``github`` executor looks its deployment up before it creates again.
+  sent, no whole answer within the attempt's deadline, any other 5xx. Retried under the
+  same id; the ``github`` executor looks its deployment up before it creates again.
 - ``rejected``: a permanent refusal: any other 4xx, a redirect (never followed), a URL that
   cannot be called or lies in a denied network.
 """
 
 from __future__ import annotations
 
-import ipaddress
-import socket
-import threading
-from collections.abc import Mapping
+import contextlib
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
-from urllib.parse import urlsplit
 
 import httpx
 from django.conf import settings
+
+from core import egress
+from core.egress import DeniedDestination as DeniedDestination
+from core.egress import destination_check as destination_check
 
 from .models import TriggerAttempt
 
@@ -37,8 +39,6 @@ Outcome = TriggerAttempt.Outcome
 USER_AGENT = "retrysafe-deployments/1"
 # A trigger's answer is read up to this size (GitHub's JSON included); the rest is dropped.
 MAX_RESPONSE_BYTES = 1024 * 1024
-# The connect timeout: at most this, never more than DEPLOY_HTTP_TIMEOUT_SECONDS.
-CONNECT_TIMEOUT_SECONDS = 5.0
 
 TRANSIENT_STATUSES = frozenset({408, 425, 429, 503})
 _TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
@@ -52,10 +52,6 @@ _REJECTED_ERRORS: tuple[type[BaseException], ...] = (
     httpx.InvalidURL,
     httpx.LocalProtocolError,  # the request itself cannot be sent as built
 )
-
-
-class DeniedDestination(Exception):
-    """The URL's host is, or resolves to, an address in ``DEPLOY_TRIGGER_DENY_NETWORKS``."""
 
 
 @dataclass(frozen=True)
@@ -74,72 +70,23 @@ class Classified:
     retry_after: float | None = None
 
 
-_clients: dict[float, httpx.Client] = {}
-_clients_lock = threading.Lock()
-
-
 def http_client() -> httpx.Client:
-    """The process's client for trigger attempts (building one costs more than a call:
-    its TLS context), made on first use, after a worker's pool has forked: connect within
-    ``CONNECT_TIMEOUT_SECONDS`` (at most ``DEPLOY_HTTP_TIMEOUT_SECONDS``), each read and write
-    within ``DEPLOY_HTTP_TIMEOUT_SECONDS``; redirects are answers, never followed; no
-    connection is kept alive between attempts (a stale one would make an attempt ambiguous
-    for no reason)."""
-    timeout = float(settings.DEPLOY_HTTP_TIMEOUT_SECONDS)
-    with _clients_lock:
-        client = _clients.get(timeout)
-        if client is None:
-            client = httpx.Client(
-                timeout=httpx.Timeout(
-                    connect=min(timeout, CONNECT_TIMEOUT_SECONDS),
-                    read=timeout,
-                    write=timeout,
-                    pool=timeout,
-                ),
-                limits=httpx.Limits(max_keepalive_connections=0),
-                follow_redirects=False,
-                headers={"User-Agent": USER_AGENT},
-            )
-            _clients[timeout] = client
-        return client
+    """The process's client for trigger attempts (``core.egress.client``): connect within
+    5 s (at most ``DEPLOY_HTTP_TIMEOUT_SECONDS``), each read and write within
+    ``DEPLOY_HTTP_TIMEOUT_SECONDS``, to a checked address; redirects are answers, never
+    followed; no connection kept alive between attempts."""
+    return egress.client(
+        timeout=float(settings.DEPLOY_HTTP_TIMEOUT_SECONDS), user_agent=USER_AGENT
+    )
 
 
-def _denied_networks() -> list[ipaddress.IPv4Network | ipaddress.IPv6Network]:
-    return [
-        ipaddress.ip_network(text.strip(), strict=False)
-        for text in settings.DEPLOY_TRIGGER_DENY_NETWORKS
-        if text.strip()
-    ]
-
-
-def destination_check(url: str) -> None:
-    """Refuses a URL that is not http(s), or whose host is or resolves to an address in
-    ``DEPLOY_TRIGGER_DENY_NETWORKS`` (link-local and cloud metadata addresses by default;
-    docs/security.md, "Deploy targets"). A name that does not resolve is left to the call,
-    which fails to connect (transient)."""
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise DeniedDestination(f"not an http(s) URL: {url!r}")
-    networks = _denied_networks()
-    if not networks:
-        return
-    host = parts.hostname
-    try:
-        addresses = {ipaddress.ip_address(host)}
-    except ValueError:
-        try:
-            infos = socket.getaddrinfo(host, parts.port or 443, type=socket.SOCK_STREAM)
-        except OSError:
-            return
-        addresses = {
-            ipaddress.ip_address(str(info[4][0]).split("%")[0]) for info in infos
-        }
-    for address in addresses:
-        for network in networks:
-            if address.version == network.version and address in network:
-                raise DeniedDestination(
-                    f"{host} is {address}, in the denied network {network}"
-                )
+@contextlib.contextmanager
+def attempt_deadline() -> Iterator[None]:
+    """One attempt's deadline: every request made within it (a GitHub attempt's lookup
+    pages and its create) ends ``DEPLOY_HTTP_TIMEOUT_SECONDS`` from now at the latest,
+    connect, send, answer and body together."""
+    with egress.deadline(float(settings.DEPLOY_HTTP_TIMEOUT_SECONDS)):
+        yield
 
 
 def call(
@@ -152,12 +99,18 @@ def call(
     params: Mapping[str, str] | None = None,
     read_body: bool = False,
 ) -> Answer:
-    """One request, after ``destination_check``; the body of the answer is read (up to
+    """One request, within ``attempt_deadline`` (the attempt's, when it is part of one),
+    connected to a checked address of the URL's host (``core.egress``: a URL that is not
+    http(s), or whose host is or resolves to a denied address, raises
+    ``DeniedDestination`` with nothing sent); the body of the answer is read (up to
     ``MAX_RESPONSE_BYTES``) only when asked. Raises what httpx raises."""
-    destination_check(url)
-    with client.stream(
-        method, url, headers=dict(headers), content=content, params=params
-    ) as response:
+    egress.url_origin(url)
+    with (
+        attempt_deadline(),
+        client.stream(
+            method, url, headers=dict(headers), content=content, params=params
+        ) as response,
+    ):
         body = b""
         if read_body:
             chunks = []

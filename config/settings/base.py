@@ -485,7 +485,9 @@ BULK_REPLAY_RATE_TICK_SECONDS = env_renamed(
 # AUDIT_SIGNING_KEY, the Ed25519 key that signs the log's checkpoints, is set by each
 # environment's module with ``audit_signing_configure``: production has no default for it.
 # Each checkpoint is also written, as it is made, to a file in AUDIT_CHECKPOINT_DIR and POSTed
-# (text/plain) to AUDIT_WITNESS_URL: copies outside the database. Both are optional.
+# (text/plain) to AUDIT_WITNESS_URL: copies outside the database. Both are optional. The POST
+# is checked as a trigger's is (DEPLOY_TRIGGER_DENY_NETWORKS) and ends within
+# AUDIT_WITNESS_TIMEOUT_SECONDS as a whole.
 AUDIT_CHECKPOINT_DIR = env("AUDIT_CHECKPOINT_DIR", default="")
 AUDIT_WITNESS_URL = env("AUDIT_WITNESS_URL", default="")
 AUDIT_WITNESS_TIMEOUT_SECONDS = env.float("AUDIT_WITNESS_TIMEOUT_SECONDS", default=10)
@@ -528,7 +530,9 @@ DEPLOY_RUNNING_LEASE_SECONDS = env.int(
 # their own URL and secret.
 DEPLOY_HTTP_URL = env("DEPLOY_HTTP_URL", default="")
 DEPLOY_HTTP_SECRET = env("DEPLOY_HTTP_SECRET", default="")
-# Connect (at most 5 s of it), read and write timeout of each trigger attempt.
+# The deadline of each trigger attempt as a whole (a github attempt's lookup and create
+# together), "Send test trigger" too: lookup, connect (at most 5 s of it), sending, the
+# answer's headers and body (docs/security.md, "Deploy targets").
 DEPLOY_HTTP_TIMEOUT_SECONDS = env.float("DEPLOY_HTTP_TIMEOUT_SECONDS", default=10)
 # Attempts that a retry may fix wait min(max, base * 2^(n-1)) at most (full jitter), or what
 # the receiver's Retry-After says (up to the max); the last one fails the job.
@@ -539,8 +543,9 @@ DEPLOY_TRIGGER_RETRY_MAX_SECONDS = env.float(
     "DEPLOY_TRIGGER_RETRY_MAX_SECONDS", default=600
 )
 DEPLOY_TRIGGER_MAX_ATTEMPTS = env.int("DEPLOY_TRIGGER_MAX_ATTEMPTS", default=8)
-# Destinations a trigger never calls, whatever a target says (docs/security.md, "Deploy
-# targets"): link-local addresses (cloud metadata services among them) by default.
+# Destinations a trigger never calls, whatever a target says, in any form of an address and
+# on the address each connection is made to (docs/security.md, "Deploy targets"): link-local
+# addresses (cloud metadata services among them) by default.
 DEPLOY_TRIGGER_DENY_NETWORKS = env.list(
     "DEPLOY_TRIGGER_DENY_NETWORKS",
     default=["169.254.0.0/16", "fe80::/10", "fd00:ec2::254/128", "0.0.0.0/8", "::/128"],

@@ -2,7 +2,10 @@
 contradicts the last signed, and copies outside the database (a file per checkpoint, a
 witness over real HTTP) that never hold sealing up."""
 
+import logging
 import threading
+import time
+import tracemalloc
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -23,6 +26,7 @@ from audit.leaves import LeafInput
 from audit.log import log_append, log_root
 from audit.models import LogCheckpoint, LogCheckpointDelivery, LogLeaf, LogNode
 from audit.tasks import seal_inbox_task
+from tests.deployments.trickler import Trickler
 
 pytestmark = pytest.mark.django_db
 
@@ -152,12 +156,14 @@ class Witness:
     def __init__(self, status: int = 200) -> None:
         self.status = status
         self.received: list[tuple[str, bytes]] = []
+        self.paths: list[str] = []
         witness = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self):
                 body = self.rfile.read(int(self.headers["Content-Length"]))
                 witness.received.append((self.headers["Content-Type"], body))
+                witness.paths.append(self.path)
                 self.send_response(witness.status)
                 self.end_headers()
 
@@ -223,3 +229,109 @@ def test_an_unreachable_witness_is_counted_and_never_stops_the_round(settings):
     assert checkpoint_round().tree_size == 1
     assert failures("witness") == before + 1
     assert log_root() == (1, bytes(LogCheckpoint.objects.get().root_hash))
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "[::ffff:127.0.0.1]", "[::ffff:7f00:1]"])
+def test_a_witness_in_a_denied_network_is_sent_nothing(settings, witness, host):
+    """The witness's URL is checked as a trigger's is (DEPLOY_TRIGGER_DENY_NETWORKS, every
+    form of an address, the address connected to): loopback stands in for the denied
+    network."""
+    settings.DEPLOY_TRIGGER_DENY_NETWORKS = ["169.254.0.0/16", "127.0.0.0/8"]
+    settings.AUDIT_WITNESS_URL = witness.url.replace("127.0.0.1", host)
+    before = failures("witness")
+    append(0, 2)
+    assert checkpoint_round().tree_size == 2
+    assert witness.received == []
+    assert failures("witness") == before + 1
+    assert not LogCheckpointDelivery.objects.exists()
+
+
+def test_a_witness_trickling_its_answer_holds_the_round_no_longer_than_its_timeout(
+    settings,
+):
+    settings.AUDIT_WITNESS_TIMEOUT_SECONDS = 1
+    with Trickler(part="headers", interval=0.2) as trickler:
+        settings.AUDIT_WITNESS_URL = trickler.url
+        append(0, 2)
+        checkpoint_make()
+        started = time.monotonic()
+        assert checkpoint_publish() == {"witness": False}
+        took = time.monotonic() - started
+    assert took < 2.0, took
+    assert trickler.connections[0].request_line.startswith("POST ")
+
+
+class LongAnswer:
+    """A witness that accepts, with an answer of 200 MiB, sent as fast as it is read."""
+
+    SIZE = 200 * 1024 * 1024
+
+    def __init__(self) -> None:
+        self.sent = 0
+        answer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):
+                self.rfile.read(int(self.headers["Content-Length"]))
+                self.send_response(200)
+                self.send_header("Content-Length", str(answer.SIZE))
+                self.end_headers()
+                chunk = b"\0" * (1024 * 1024)
+                try:
+                    while answer.sent < answer.SIZE:
+                        self.wfile.write(chunk)
+                        answer.sent += len(chunk)
+                except OSError:
+                    pass  # the caller hung up
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_port}/add-checkpoint"
+        threading.Thread(
+            target=self.server.serve_forever, args=(0.05,), daemon=True
+        ).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_the_witness_answer_is_not_read_into_memory(settings):
+    server = LongAnswer()
+    settings.AUDIT_WITNESS_URL = server.url
+    append(0, 2)
+    checkpoint_make()
+    tracemalloc.start()
+    try:
+        assert checkpoint_publish() == {"witness": True}  # a 2xx is all it needs
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+        server.close()
+    assert peak < 8 * 1024 * 1024, peak
+    assert server.sent < LongAnswer.SIZE
+    assert LogCheckpointDelivery.objects.count() == 1
+
+
+def test_the_witness_query_is_kept_out_of_every_record(settings, witness, caplog):
+    """A token in the witness's URL reaches the witness, and nothing else: not the
+    delivery's row (a fingerprint of the query stands for it), not a log line."""
+    token = "witness-token-s3cret"
+    settings.AUDIT_WITNESS_URL = f"{witness.url}?token={token}"
+    caplog.set_level(logging.DEBUG)
+    witness.status = 503
+    append(0, 2)
+    checkpoint_round()
+    witness.status = 200
+    checkpoint_round()
+    assert witness.paths == [f"/add-checkpoint?token={token}"] * 2
+    [delivery] = LogCheckpointDelivery.objects.all()
+    assert token not in delivery.target
+    assert delivery.target.startswith(f"{witness.url} (query sha256:")
+    checkpoint_round()  # the same witness, told apart by the fingerprint: not sent again
+    assert len(witness.paths) == 2
+    for record in caplog.records:
+        assert token not in record.getMessage()
+        assert token not in str(record.__dict__)

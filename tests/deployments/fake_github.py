@@ -39,6 +39,7 @@ class FakeGitHub:
         self.token = token
         self.reset_in = reset_in
         self.link_base = ""  # where the next page's Link points (default: here)
+        self.lookup_delay = 0.0  # seconds each lookup page takes to answer
         self.deployments: list[dict] = []
         self.statuses: list[dict] = []
         self.deliveries: list[tuple[str, bytes]] = []  # (event type, body)
@@ -198,6 +199,7 @@ class FakeGitHub:
                             or d["environment"] == one["environment"]
                         )
                     ]
+                time.sleep(fake.lookup_delay)
                 per_page = int(one.get("per_page", 30))
                 page = int(one.get("page", 1))
                 chunk = found[(page - 1) * per_page : page * per_page]

@@ -42,7 +42,12 @@ RECEIVER_SECRET = "whsec_0snSPuSyuVpC58vLvZHhJ9zhTQStWIA3kuIC6sLEFjk="
 class QuietServer(ThreadingHTTPServer):
     """A caller that hangs up (timed out, killed, done with a connection) is no error. Its
     loop looks for ``shutdown`` every 50 ms rather than every 0.5 s: a test that stops it
-    waits that long."""
+    waits that long. Listens on IPv4, or IPv6 for an IPv6 address (``::1``)."""
+
+    def __init__(self, server_address, handler_class) -> None:
+        if ":" in server_address[0]:
+            self.address_family = socket.AF_INET6
+        super().__init__(server_address, handler_class)
 
     daemon_threads = True
 
@@ -104,6 +109,8 @@ class Receiver:
         delay: float = 0.0,
         answer: int = 202,
         verify: bool = True,
+        host: str = "127.0.0.1",
+        port: int = 0,
     ) -> None:
         self.secret = secret
         self.webhook = Webhook(secret)
@@ -121,14 +128,20 @@ class Receiver:
         # Called with the id of every verified request it takes (acted on or a duplicate),
         # outside the lock: a CD system that then reports the job's progress.
         self.on_taken: Callable[[str], None] | None = None
-        self.server = QuietServer(("127.0.0.1", 0), self._handler_class())
+        self.server = QuietServer((host, port), self._handler_class())
         self.server.daemon_threads = True
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
     @property
+    def port(self) -> int:
+        return self.server.server_address[1]
+
+    @property
     def url(self) -> str:
-        host, port = self.server.server_address[:2]
-        return f"http://{host}:{port}/hooks/deploy"
+        host = self.server.server_address[0]
+        if ":" in host:
+            host = f"[{host}]"
+        return f"http://{host}:{self.port}/hooks/deploy"
 
     def __enter__(self) -> Receiver:
         self.thread.start()

@@ -103,6 +103,7 @@ def test_a_change_keeps_the_secret_unless_a_new_one_is_typed(operator_client):
         ({"secret": "not-a-whsec"}, "secret", "whsec_"),
         ({"url": ""}, "url", "URL is required"),
         ({"url": "http://169.254.169.254/latest/"}, "url", "denied network"),
+        ({"url": "http://[::ffff:169.254.169.254]/latest/"}, "url", "denied network"),
         ({"executor": "github", "secret": "ghp_x"}, "applies_to", "deployments only"),
         ({"executor": "external"}, "url", "calls nothing"),
         ({"repository_pattern": " "}, "repository_pattern", ""),

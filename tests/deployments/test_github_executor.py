@@ -126,6 +126,23 @@ def test_the_lookup_reads_every_page_before_it_creates_again(api, github):
     assert github.calls.count(("GET", "/repos/acme/shop/deployments")) == 2
 
 
+def test_the_lookup_and_the_create_share_the_attempts_deadline(api, github):
+    """Each page answers within the 1 s timeout, five of them do not: the attempt as a
+    whole ends at ``DEPLOY_HTTP_TIMEOUT_SECONDS``, before it creates anything."""
+    job = create(api, commit_sha=SHA)
+    github.plan(job.public_id, "lose")
+    assert run(job) == "retry_scheduled"
+    for _ in range(450):  # ours is on the fifth page, newest first
+        github.add_deployment("acme/shop", ref=SHA, environment="production")
+    github.lookup_delay = 0.6
+    assert run_when_due(job) == "retry_scheduled"
+    [_, lookup] = TriggerAttempt.objects.filter(deployment=job).order_by("number")
+    assert (lookup.outcome, lookup.error_class) == ("ambiguous", "ReadTimeout")
+    assert lookup.duration_seconds < 1.8, lookup.duration_seconds
+    assert github.calls.count(("GET", "/repos/acme/shop/deployments")) < 5
+    assert len(github.deployments_of(job.public_id)) == 1  # none created again
+
+
 def test_the_token_never_follows_a_next_page_to_another_host(api, github):
     job = create(api, commit_sha=SHA)
     github.plan(job.public_id, "lose")

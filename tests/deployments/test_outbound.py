@@ -2,6 +2,7 @@
 code and per exception class; the exceptions of real calls against a real server are checked
 in tests/deployments/test_triggers.py."""
 
+import time
 from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
 
@@ -9,6 +10,9 @@ import httpx
 import pytest
 from django.test import override_settings
 
+from core.actors import Actor
+from deployments import outbound
+from deployments.models import DeployTarget
 from deployments.outbound import (
     DeniedDestination,
     destination_check,
@@ -16,6 +20,14 @@ from deployments.outbound import (
     retry_after_seconds,
 )
 from deployments.services import trigger_retry_delay, url_shown
+from deployments.targets import (
+    deploy_target_save,
+    deploy_target_test_request,
+    deploy_target_test_run,
+)
+from deployments.triggers import post_signed
+from tests.deployments.receiver import RECEIVER_SECRET
+from tests.deployments.trickler import Trickler
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 
@@ -175,10 +187,69 @@ def test_denied_destinations_are_refused(url):
 
 @pytest.mark.parametrize(
     "url",
-    ["http://127.0.0.1:9/hook", "https://10.1.2.3/hook", "http://[::1]:8080/"],
+    [
+        # IPv4-mapped, as a dotted quad and in hex (::ffff:0:0/96)
+        "http://[::ffff:169.254.169.254]/latest/meta-data/",
+        "http://[::ffff:a9fe:a9fe]/",
+        "http://[::ffff:0.0.0.0]:8080/hook",
+        # IPv4-compatible (::/96, deprecated) and IPv4-translated (::ffff:0:0:0/96)
+        "http://[::169.254.169.254]/",
+        "http://[::ffff:0:a9fe:a9fe]/",
+        # NAT64: the well-known prefix, and the local-use /48 as a /48 and as a /96
+        "http://[64:ff9b::169.254.169.254]/",
+        "http://[64:ff9b:1:a9fe:a9:fe00::]/",
+        "http://[64:ff9b:1::a9fe:a9fe]/",
+        # 6to4 and Teredo (its client address, obfuscated in the address)
+        "http://[2002:a9fe:a9fe::1]/",
+        "http://[2001:0:4136:e378::5601:5601]/",
+        # IPv4 as the system's resolver reads it: one number, short forms, hex, octal
+        "http://2852039166/",
+        "http://169.254.43518/",
+        "http://169.16689662/",
+        "http://0xa9fea9fe/",
+        "http://0251.0376.0251.0376/",
+    ],
+)
+def test_every_form_of_a_denied_address_is_refused(url):
+    with pytest.raises(DeniedDestination, match=r"169\.254\.169\.254|0\.0\.0\.0"):
+        destination_check(url)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://127.0.0.1:9/hook",
+        "https://10.1.2.3/hook",
+        "http://[::1]:8080/",
+        "http://[::ffff:10.1.2.3]/hook",
+        "http://[64:ff9b::10.1.2.3]/hook",
+        "http://[2002:a01:203::1]/hook",
+    ],
 )
 def test_loopback_and_private_destinations_are_allowed(url):
     destination_check(url)  # a receiver in the cluster is the common case
+
+
+@override_settings(DEPLOY_TRIGGER_DENY_NETWORKS=["127.0.0.0/8"])
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://127.0.0.1:9/",
+        "http://[::ffff:127.0.0.1]:9/",
+        "http://[::ffff:7f00:1]:9/",
+        "http://2130706433:9/",
+        "http://localhost:9/",
+    ],
+)
+def test_a_denied_network_is_refused_in_every_form_of_its_addresses(url):
+    with pytest.raises(DeniedDestination, match=r"127\.0\.0\.1"):
+        destination_check(url)
+
+
+@override_settings(DEPLOY_TRIGGER_DENY_NETWORKS=["::ffff:10.0.0.0/104"])
+def test_an_ipv4_address_is_refused_by_a_denied_network_of_its_mapped_form():
+    with pytest.raises(DeniedDestination):
+        destination_check("https://10.1.2.3/hook")
 
 
 @override_settings(DEPLOY_TRIGGER_DENY_NETWORKS=["10.0.0.0/8"])
@@ -195,3 +266,47 @@ def test_urls_are_shown_without_credentials_or_query():
         )
         == "https://jenkins.example:8443/generic-webhook-trigger/invoke"
     )
+
+
+# A receiver that trickles its answer a byte at a time (tests/deployments/trickler.py): no
+# read ever waits as long as the timeout, and the call still ends at it.
+
+
+def test_a_trickled_answer_ends_a_trigger_at_the_timeout(settings):
+    settings.DEPLOY_HTTP_TIMEOUT_SECONDS = 1
+    with Trickler(part="headers", interval=0.2) as trickler:
+        started = time.monotonic()
+        result = post_signed(
+            url=trickler.url, secret=RECEIVER_SECRET, message_id="msg_1", body=b"{}"
+        )
+        took = time.monotonic() - started
+    assert (result.outcome, result.error_class) == ("ambiguous", "ReadTimeout")
+    assert took < 2.0, took
+    assert trickler.connections[0].request_line == "POST /hooks/deploy HTTP/1.1"
+
+
+def test_a_trickled_body_ends_the_read_at_the_timeout(settings):
+    settings.DEPLOY_HTTP_TIMEOUT_SECONDS = 1
+    with Trickler(part="body", interval=0.2) as trickler:
+        started = time.monotonic()
+        with pytest.raises(httpx.ReadTimeout):
+            outbound.call(
+                outbound.http_client(), "GET", trickler.url, headers={}, read_body=True
+            )
+        took = time.monotonic() - started
+    assert took < 2.0, took
+
+
+@pytest.mark.django_db
+def test_a_test_trigger_to_a_trickling_receiver_ends_at_the_timeout(settings):
+    settings.DEPLOY_HTTP_TIMEOUT_SECONDS = 1
+    with Trickler(part="headers", interval=0.2) as trickler:
+        target = DeployTarget(name="slow", executor="http", url=trickler.url)
+        deploy_target_save(target=target, secret=RECEIVER_SECRET, actor=Actor.system())
+        test = deploy_target_test_request(target=target, actor=Actor.system())
+        assert test is not None
+        started = time.monotonic()
+        outcome = deploy_target_test_run(test_id=test.pk, worker="test-worker")
+        took = time.monotonic() - started
+    assert outcome == "not_reached"
+    assert took < 2.0, took
