@@ -16,6 +16,7 @@ from django.views.decorators.debug import sensitive_variables
 
 from core.actors import Actor
 from core.errors import InvalidPayload
+from core.secrets import secret_problem
 from webhooks.models import OperatorAction
 from webhooks.operator_actions import (
     DeployTargetDetails,
@@ -69,6 +70,10 @@ def deploy_target_errors(*, target: DeployTarget, secret: str) -> dict[str, list
         errors["url"] = [
             f"The {executor.name} executor calls nothing: no URL or secret."
         ]
+    problem = secret_problem(secret)
+    if problem:
+        # The cause of whatever else the executor found wrong with it; never quoted.
+        errors["secret"] = [f"The secret {problem}: type it again without it."]
     return errors
 
 
