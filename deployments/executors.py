@@ -84,8 +84,8 @@ class TriggerResult:
     github_commit_sha: str = ""
 
     def describe(self) -> str:
-        """One line for the job's detail (which the job's API client reads: no URL):
-        ``HTTP 503``, ``HTTP 422: <GitHub's message>``, ``ConnectError: ...``."""
+        """One line for operators (an attempt's admin page, "Send test trigger"):
+        ``HTTP 503``, ``HTTP 422: <GitHub's message>``, ``ConnectError: <its text>``."""
         if self.status_code is not None:
             text = f"HTTP {self.status_code}"
             return f"{text}: {self.error}" if self.error else text
@@ -94,6 +94,20 @@ class TriggerResult:
                 f"{self.error_class}: {self.error}" if self.error else self.error_class
             )
         return self.error or self.outcome
+
+    def reason(self) -> str:
+        """One line for the job's detail, which the job's API client reads: the class of
+        failure, never its text (a resolved address, a socket error: those stay on the
+        attempt, for operators), and no URL. ``HTTP 503``, ``HTTP 401: <GitHub's one-line
+        message>``, ``ConnectError``, ``DeniedDestination`` (docs/security.md, "Error
+        text")."""
+        if self.status_code is not None:
+            text = f"HTTP {self.status_code}"
+            message = " ".join(self.error.split())
+            return f"{text}: {message}" if message else text
+        if self.error_class:
+            return self.error_class
+        return " ".join(self.error.split()) or self.outcome
 
 
 class Executor:

@@ -355,8 +355,12 @@ def _job_execute(
     try:
         result = executor.run(job)
     except Exception as exc:  # the executor's failure is the job's failure
+        # Its text may hold anything (an address, a secret): the job's client reads its
+        # class, operators the logs (docs/security.md, "Error text").
         logger.exception("job.executor_error", extra={"job_id": public_id})
-        result = ExecutionResult(succeeded=False, detail=f"executor error: {exc!r}")
+        result = ExecutionResult(
+            succeeded=False, detail=f"executor error: {type(exc).__name__}"
+        )
 
     finished = timezone.now()
     status = JobStatus.SUCCEEDED if result.succeeded else JobStatus.FAILED
@@ -595,7 +599,7 @@ def _trigger_outcome_record(
                 job=job,
                 at=finished,
                 actor=actor,
-                detail=f"trigger_rejected: {result.describe()}",
+                detail=f"trigger_rejected: {result.reason()}",
             )
             return "failed"
         if retry_at is None:
@@ -604,7 +608,7 @@ def _trigger_outcome_record(
                 at=finished,
                 actor=actor,
                 detail=f"trigger_unreachable: {attempt.number} attempts, the last: "
-                f"{result.describe()}",
+                f"{result.reason()}",
             )
             return "failed"
         # Waits for its retry in the database: out of the message's way, into the partial
@@ -643,7 +647,7 @@ def _trigger_delivered(
             status=JobStatus.RUNNING,
             at=at,
             actor=actor,
-            detail=f"triggered: {result.describe()}",
+            detail=f"triggered: {result.reason()}",
         )
     return "triggered"
 
