@@ -23,13 +23,15 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import TYPE_CHECKING, ClassVar
 
 from django.conf import settings
 from django.utils.module_loading import import_string
+
+from core.secrets import secrets_scrubbed, settings_secrets
 
 if TYPE_CHECKING:
     from .models import Job
@@ -108,6 +110,18 @@ class TriggerResult:
         if self.error_class:
             return self.error_class
         return " ".join(self.error.split()) or self.outcome
+
+    def scrubbed(self, secrets: Iterable[str]) -> TriggerResult:
+        """This result with every form of ``secrets`` (the call's secret or token) and of
+        the secret settings taken out of its texts: what is recorded of every attempt,
+        whatever its executor put in it (docs/security.md, "Secrets")."""
+        known = [*secrets, *settings_secrets()]
+        return replace(
+            self,
+            error=secrets_scrubbed(self.error, known),
+            error_class=secrets_scrubbed(self.error_class, known),
+            url=secrets_scrubbed(self.url, known),
+        )
 
 
 class Executor:

@@ -173,8 +173,8 @@ def deploy_target_test(*, target: DeployTarget, actor: Actor) -> TriggerResult |
                 },
             )
         except Exception as exc:  # classified: every failure of the call is an outcome
-            return result_of(url=endpoint, error=exc)
-        return result_of(url=endpoint, answer=answer)
+            return result_of(url=endpoint, error=exc, secrets=[secret])
+        return result_of(url=endpoint, answer=answer, secrets=[secret])
     message_id = f"tst_{random_secrets.token_hex(12)}"
     return post_signed(
         url=url,

@@ -1,7 +1,9 @@
 """A secret or token with a stray character (a leading or trailing space, a CR from a CRLF
-env file, a LF, a tab, a NUL) is refused where it is set: here, the environment every
-process starts with. The message names the variable and the problem, never the value
-(docs/security.md, "Secrets", "A stray character is refused where it is set")."""
+env file, a LF, a tab, a NUL) is refused where it is set: the rule itself, and the check of
+the secret settings that every process runs as it starts (the processes themselves are
+started in tests/core/test_settings.py). The message names the variable and the problem,
+never the value (docs/security.md, "Secrets", "A stray character is refused where it is
+set")."""
 
 from __future__ import annotations
 

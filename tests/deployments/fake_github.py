@@ -39,6 +39,8 @@ class FakeGitHub:
         self.token = token
         self.reset_in = reset_in
         self.link_base = ""  # where the next page's Link points (default: here)
+        # A careless API server: its 401 quotes the Authorization header it was sent.
+        self.echo_credentials = False
         self.deployments: list[dict] = []
         self.statuses: list[dict] = []
         self.deliveries: list[tuple[str, bytes]] = []  # (event type, body)
@@ -159,9 +161,13 @@ class FakeGitHub:
                 self.wfile.write(payload)
 
             def _authorized(self) -> bool:
-                if self.headers.get("Authorization") == f"Bearer {fake.token}":
+                sent = self.headers.get("Authorization")
+                if sent == f"Bearer {fake.token}":
                     return True
-                self._reply(401, {"message": "Bad credentials"})
+                message = "Bad credentials"
+                if fake.echo_credentials:
+                    message = f"Bad credentials: {sent!r} is not a token"
+                self._reply(401, {"message": message})
                 return False
 
             def _route(self) -> tuple[str, list[str], dict]:

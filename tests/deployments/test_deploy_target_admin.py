@@ -12,6 +12,7 @@ from core.errors import InvalidPayload
 from deployments.models import DeployTarget, secret_fingerprint
 from deployments.targets import deploy_target_save
 from tests.console import admin_action
+from tests.deployments.fake_github import FakeGitHub
 from tests.deployments.leaks import STRAY
 from tests.deployments.receiver import RECEIVER_SECRET, Receiver
 from webhooks.models import OperatorAction
@@ -278,3 +279,29 @@ def test_a_stored_secret_with_a_stray_character_must_be_typed_again(operator_cli
     assert (target.secret, target.priority) == (GITHUB_TOKEN, 5)
     change = OperatorAction.objects.get(action="change_deploy_target")
     assert GITHUB_TOKEN not in str(change.details)
+
+
+@pytest.mark.parametrize("name", [n for n in STRAY if n != "nul"])
+def test_a_test_trigger_with_a_stored_stray_token_shows_no_token(operator_client, name):
+    """PostgreSQL holds no NUL: the other stray characters, in rows saved before the rule."""
+    with FakeGitHub(token=GITHUB_TOKEN) as github:
+        target = DeployTarget.objects.create(
+            name="gh",
+            executor="github",
+            applies_to="deployments",
+            url=github.url,
+            secret=GITHUB_TOKEN + STRAY[name],
+        )
+        response = admin_action(
+            operator_client,
+            "deployments_deploytarget",
+            "send_test_trigger",
+            target,
+            follow=True,
+        )
+    assert response.status_code == 200
+    [shown] = [str(m) for m in response.context["messages"] if "gh:" in str(m)]
+    assert shown.startswith("gh: rejected: LocalProtocolError"), shown
+    assert GITHUB_TOKEN not in response.content.decode()
+    test = OperatorAction.objects.get(action="test_deploy_target")
+    assert GITHUB_TOKEN not in str(test.details)
