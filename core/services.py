@@ -3,7 +3,9 @@ from django.utils import timezone
 from django.views.decorators.debug import sensitive_variables
 
 from .actors import Actor
+from .errors import InvalidPayload
 from .models import ApiClient, token_generate, token_hash
+from .secrets import secret_problem
 from .trail import trail_record
 
 
@@ -13,7 +15,15 @@ def api_client_create(
     *, name: str, actor: Actor, token: str | None = None
 ) -> tuple[ApiClient, str]:
     """Creates an API client and returns it with its token, which is not stored in clear and
-    cannot be shown again; records the operator action (its name and token prefix)."""
+    cannot be shown again; records the operator action (its name and token prefix). A given
+    token with a stray character (``secrets.secret_problem``: its client could never send
+    it as given) is refused, ``InvalidPayload``, never quoted."""
+    problem = secret_problem(token) if token else ""
+    if problem:
+        raise InvalidPayload(
+            f"the token {problem}",
+            details={"token": [f"The token {problem}: give it again without it."]},
+        )
     token = token or token_generate()
     client = ApiClient.objects.create(
         name=name, token_hash=token_hash(token), token_prefix=token[:8]

@@ -23,13 +23,15 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import TYPE_CHECKING, ClassVar
 
 from django.conf import settings
 from django.utils.module_loading import import_string
+
+from core.secrets import secrets_scrubbed, settings_secrets
 
 from .trigger_urls import url_credential_errors, url_scheme_errors
 
@@ -86,8 +88,8 @@ class TriggerResult:
     github_commit_sha: str = ""
 
     def describe(self) -> str:
-        """One line for the job's detail (which the job's API client reads: no URL):
-        ``HTTP 503``, ``HTTP 422: <GitHub's message>``, ``ConnectError: ...``."""
+        """One line for operators (an attempt's admin page, "Send test trigger"):
+        ``HTTP 503``, ``HTTP 422: <GitHub's message>``, ``ConnectError: <its text>``."""
         if self.status_code is not None:
             text = f"HTTP {self.status_code}"
             return f"{text}: {self.error}" if self.error else text
@@ -96,6 +98,32 @@ class TriggerResult:
                 f"{self.error_class}: {self.error}" if self.error else self.error_class
             )
         return self.error or self.outcome
+
+    def reason(self) -> str:
+        """One line for the job's detail, which the job's API client reads: the class of
+        failure, never its text (a resolved address, a socket error: those stay on the
+        attempt, for operators), and no URL. ``HTTP 503``, ``HTTP 401: <GitHub's one-line
+        message>``, ``ConnectError``, ``DeniedDestination`` (docs/security.md, "Error
+        text")."""
+        if self.status_code is not None:
+            text = f"HTTP {self.status_code}"
+            message = " ".join(self.error.split())
+            return f"{text}: {message}" if message else text
+        if self.error_class:
+            return self.error_class
+        return " ".join(self.error.split()) or self.outcome
+
+    def scrubbed(self, secrets: Iterable[str]) -> TriggerResult:
+        """This result with every form of ``secrets`` (the call's secret or token) and of
+        the secret settings taken out of its texts: what is recorded of every attempt,
+        whatever its executor put in it (docs/security.md, "Secrets")."""
+        known = [*secrets, *settings_secrets()]
+        return replace(
+            self,
+            error=secrets_scrubbed(self.error, known),
+            error_class=secrets_scrubbed(self.error_class, known),
+            url=secrets_scrubbed(self.url, known),
+        )
 
 
 class Executor:

@@ -110,7 +110,7 @@ class GitHubExecutor(TriggerExecutor):
         client = outbound.http_client()
         try:
             if call.look_up_first:
-                found = self._find(client, endpoint, headers, job)
+                found = self._find(client, endpoint, headers, job, call.secret)
                 if isinstance(found, TriggerResult):
                     return found
                 if found is not None:
@@ -124,8 +124,8 @@ class GitHubExecutor(TriggerExecutor):
                 read_body=True,
             )
         except Exception as exc:  # classified: every failure of the call is an outcome
-            return result_of(url=endpoint, error=exc)
-        result = result_of(url=endpoint, answer=answer)
+            return result_of(url=endpoint, error=exc, secrets=[call.secret])
+        result = result_of(url=endpoint, answer=answer, secrets=[call.secret])
         if result.outcome != Outcome.DELIVERED:
             message = _github_message(answer.body)
             return TriggerResult(**{**result.__dict__, "error": message})
@@ -155,7 +155,11 @@ class GitHubExecutor(TriggerExecutor):
 
     @staticmethod
     def _find(
-        client: httpx.Client, endpoint: str, headers: dict[str, str], job: Job
+        client: httpx.Client,
+        endpoint: str,
+        headers: dict[str, str],
+        job: Job,
+        token: str,
     ) -> dict | TriggerResult | None:
         """The GitHub deployment whose payload names the job, if one exists; a
         ``TriggerResult`` when the lookup itself did not succeed. A full commit is looked up
@@ -179,7 +183,7 @@ class GitHubExecutor(TriggerExecutor):
                 read_body=True,
             )
             if answer.status_code != 200:
-                result = result_of(url=endpoint, answer=answer)
+                result = result_of(url=endpoint, answer=answer, secrets=[token])
                 return TriggerResult(
                     **{**result.__dict__, "error": _github_message(answer.body)}
                 )

@@ -15,12 +15,17 @@ Every attempt ends in one of the ``TriggerAttempt.Outcome`` values, decided here
   same id; the ``github`` executor looks its deployment up before it creates again.
 - ``rejected``: a permanent refusal: any other 4xx, a redirect (never followed), a URL that
   cannot be called or lies in a denied network.
+
+What is kept of an error's text holds no secret (docs/security.md, "Secrets"): every form of
+the call's secrets, of the values of the headers the failed request carried and of the
+secret settings is scrubbed from it (``error_kept``).
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Mapping
+import traceback
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
@@ -31,6 +36,7 @@ from django.conf import settings
 from core import egress
 from core.egress import DeniedDestination as DeniedDestination
 from core.egress import destination_check as destination_check
+from core.secrets import secrets_scrubbed, settings_secrets
 
 from .models import TriggerAttempt
 
@@ -161,18 +167,87 @@ def _rate_limited(headers: Mapping[str, str]) -> bool:
     )
 
 
+# Headers the HTTP client sets itself, which carry no credential: left in an error's text.
+FRAMING_HEADERS = frozenset(
+    {
+        "accept",
+        "accept-encoding",
+        "connection",
+        "content-length",
+        "content-type",
+        "host",
+        "transfer-encoding",
+        "user-agent",
+    }
+)
+# How far down an exception's causes the headers of its request are looked for.
+_CHAIN_DEPTH = 8
+
+
+def _chain(error: BaseException) -> Iterator[BaseException]:
+    """``error`` and what caused it (``raise ... from``, or raised while handling)."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen and len(seen) < _CHAIN_DEPTH:
+        seen.add(id(current))
+        yield current
+        current = current.__cause__ or current.__context__
+
+
+def sent_header_values(error: BaseException) -> list[str]:
+    """The values of the headers the failed request carried (httpx attaches the request to
+    its errors), the client's own framing headers apart: an ``Authorization``, a
+    signature, whatever an executor sent."""
+    values: list[str] = []
+    for link in _chain(error):
+        try:
+            request = link.request  # type: ignore[attr-defined]
+        except (AttributeError, RuntimeError):  # httpx's, before a request is attached
+            continue
+        if isinstance(request, httpx.Request):
+            values.extend(
+                value
+                for name, value in request.headers.items()
+                if name.lower() not in FRAMING_HEADERS
+            )
+    return values
+
+
+def _known_secrets(error: BaseException, secrets: Iterable[str]) -> list[str]:
+    return [*secrets, *sent_header_values(error), *settings_secrets()]
+
+
+def error_kept(error: BaseException, *, secrets: Iterable[str] = ()) -> str:
+    """What is kept of ``error``'s text (at most 400 characters; its class when it says
+    nothing): every form of ``secrets`` (the call's), of the header values its request
+    carried and of the secret settings scrubbed before it is cut."""
+    text = secrets_scrubbed(str(error), _known_secrets(error, secrets))
+    return text[:400] or type(error).__name__
+
+
+def traceback_kept(error: BaseException, *, secrets: Iterable[str] = ()) -> str:
+    """``error``'s traceback, causes included, scrubbed as ``error_kept`` scrubs: what a
+    log line may carry of an unforeseen failure (a traceback quotes the message of every
+    exception in the chain)."""
+    text = "".join(traceback.format_exception(error))
+    return secrets_scrubbed(text, _known_secrets(error, secrets))
+
+
 def outcome_classify(
     *,
     status_code: int | None = None,
     headers: Mapping[str, str] | None = None,
     error: BaseException | None = None,
+    secrets: Iterable[str] = (),
     now: datetime | None = None,
 ) -> Classified:
     """The one classification of an attempt's end: an answer (``status_code`` and its
-    ``headers``) or the exception the call raised (module docstring)."""
+    ``headers``) or the exception the call raised (module docstring), whose text is kept
+    without ``secrets`` (the call's secret or token) or anything else it sent
+    (``error_kept``)."""
     if error is not None:
         error_class = type(error).__name__
-        text = str(error)[:400] or error_class
+        text = error_kept(error, secrets=secrets)
         if isinstance(error, (DeniedDestination, *_REJECTED_ERRORS)):
             return Classified(Outcome.REJECTED, error_class=error_class, error=text)
         if isinstance(error, _TRANSIENT_ERRORS):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from django.conf import settings
@@ -15,6 +15,7 @@ from django.utils import timezone
 from core.backoff import full_jitter_delay
 from core.errors import NotFound
 from core.models import ApiClient
+from core.secrets import secrets_scrubbed, settings_secrets
 from idempotency.services import (
     idempotency_record_progress_deadline_set,
     idempotency_record_resolve,
@@ -44,7 +45,7 @@ from .models import (
     TriggerPhase,
     public_id_generate,
 )
-from .outbound import outcome_classify
+from .outbound import outcome_classify, traceback_kept
 from .selectors import deploy_target_for, deploy_target_serves
 from .trigger_urls import url_shown
 
@@ -356,8 +357,23 @@ def _job_execute(
     try:
         result = executor.run(job)
     except Exception as exc:  # the executor's failure is the job's failure
-        logger.exception("job.executor_error", extra={"job_id": public_id})
-        result = ExecutionResult(succeeded=False, detail=f"executor error: {exc!r}")
+        # Its text may hold anything (an address, a secret): the job's client reads its
+        # class; operators read the traceback, scrubbed (docs/security.md, "Error text").
+        logger.error(
+            "job.executor_error",
+            extra={
+                "job_id": public_id,
+                "error_class": type(exc).__name__,
+                "traceback": traceback_kept(exc),
+            },
+        )
+        result = ExecutionResult(
+            succeeded=False, detail=f"executor error: {type(exc).__name__}"
+        )
+    else:
+        result = replace(
+            result, detail=secrets_scrubbed(result.detail, settings_secrets())
+        )
 
     finished = timezone.now()
     status = JobStatus.SUCCEEDED if result.succeeded else JobStatus.FAILED
@@ -511,17 +527,29 @@ def _trigger_attempt_make(
     worker: str,
 ) -> str:
     """The call, outside any transaction, then its outcome recorded."""
+    # Whatever an executor reports, or raises, is kept without the call's secret (nor
+    # any other it may quote): scrubbed here, for every executor (docs/security.md,
+    # "Secrets").
+    secrets = [opened.call.secret]
     started = time.monotonic()
     try:
         result = executor.trigger(opened.call)
     except Exception as exc:  # a failure of the executor itself is classified too
-        logger.exception("job.trigger_error", extra={"job_id": public_id})
-        classified = outcome_classify(error=exc)
+        classified = outcome_classify(error=exc, secrets=secrets)
+        logger.error(
+            "job.trigger_error",
+            extra={
+                "job_id": public_id,
+                "error_class": classified.error_class,
+                "traceback": traceback_kept(exc, secrets=secrets),
+            },
+        )
         result = TriggerResult(
             outcome=classified.outcome,
             error_class=classified.error_class,
             error=classified.error,
         )
+    result = result.scrubbed(secrets)
     duration = time.monotonic() - started
     metrics.TRIGGER_ATTEMPTS.labels(executor.name, result.outcome).inc()
     metrics.TRIGGER_DURATION.labels(executor.name).observe(duration)
@@ -597,7 +625,7 @@ def _trigger_outcome_record(
                 job=job,
                 at=finished,
                 actor=actor,
-                detail=f"trigger_rejected: {result.describe()}",
+                detail=f"trigger_rejected: {result.reason()}",
             )
             return "failed"
         if retry_at is None:
@@ -606,7 +634,7 @@ def _trigger_outcome_record(
                 at=finished,
                 actor=actor,
                 detail=f"trigger_unreachable: {attempt.number} attempts, the last: "
-                f"{result.describe()}",
+                f"{result.reason()}",
             )
             return "failed"
         # Waits for its retry in the database: out of the message's way, into the partial
@@ -645,7 +673,7 @@ def _trigger_delivered(
             status=JobStatus.RUNNING,
             at=at,
             actor=actor,
-            detail=f"triggered: {result.describe()}",
+            detail=f"triggered: {result.reason()}",
         )
     return "triggered"
 

@@ -20,6 +20,7 @@ from django.views.decorators.debug import sensitive_variables
 from core.actors import Actor
 from core.errors import InvalidPayload
 from core.models import ApiClient
+from core.secrets import secret_problem
 from webhooks.models import OperatorAction
 from webhooks.operator_actions import (
     DeployTargetDetails,
@@ -92,6 +93,10 @@ def deploy_target_errors(*, target: DeployTarget, secret: str) -> dict[str, list
         errors["url"] = [
             f"The {executor.name} executor calls nothing: no URL or secret."
         ]
+    problem = secret_problem(secret)
+    if problem:
+        # The cause of whatever else the executor found wrong with it; never quoted.
+        errors["secret"] = [f"The secret {problem}: type it again without it."]
     return errors
 
 
@@ -314,8 +319,8 @@ def _test_send(
                 },
             )
         except Exception as exc:  # classified: every failure of the call is an outcome
-            return result_of(url=endpoint, error=exc)
-        return result_of(url=endpoint, answer=answer)
+            return result_of(url=endpoint, error=exc, secrets=[secret])
+        return result_of(url=endpoint, answer=answer, secrets=[secret])
     return post_signed(
         url=url,
         secret=secret,

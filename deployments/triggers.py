@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterable
 
 from django.conf import settings
 
@@ -56,15 +57,21 @@ def signed_headers(*, body: bytes, secret: str, message_id: str) -> dict[str, st
 def result_of(
     *,
     url: str,
+    secrets: Iterable[str],
     answer: outbound.Answer | None = None,
     error: BaseException | None = None,
 ) -> TriggerResult:
+    """The classified outcome of one call to ``url``: its ``answer``, or the ``error`` it
+    raised. ``secrets`` (the call's secret or token; required, so that no caller forgets
+    them) and every header value the call sent are scrubbed from what is kept of an error
+    (``outbound.error_kept``)."""
+    secrets = list(secrets)
     classified = (
         outbound.outcome_classify(
             status_code=answer.status_code, headers=answer.headers
         )
         if answer is not None
-        else outbound.outcome_classify(error=error)
+        else outbound.outcome_classify(error=error, secrets=secrets)
     )
     return TriggerResult(
         outcome=classified.outcome,
@@ -73,7 +80,7 @@ def result_of(
         error=classified.error,
         retry_after=classified.retry_after,
         url=url,
-    )
+    ).scrubbed(secrets)
 
 
 def post_signed(
@@ -86,8 +93,8 @@ def post_signed(
             outbound.http_client(), "POST", url, headers=headers, content=body
         )
     except Exception as exc:  # classified: every failure of the call is an outcome
-        return result_of(url=url, error=exc)
-    return result_of(url=url, answer=answer)
+        return result_of(url=url, error=exc, secrets=[secret])
+    return result_of(url=url, answer=answer, secrets=[secret])
 
 
 class HttpExecutor(TriggerExecutor):

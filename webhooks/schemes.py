@@ -38,6 +38,7 @@ from django.utils.module_loading import import_string
 from django.views.decorators.debug import sensitive_variables
 
 from core.errors import InvalidPayload
+from core.secrets import secret_problem
 
 from .errors import InvalidSignature
 
@@ -148,10 +149,24 @@ SECRET_MIN_BYTES = 16
 WHSEC_MIN_BYTES, WHSEC_MAX_BYTES = 24, 64
 
 
+def secret_characters_check(secret: str) -> None:
+    """A secret without a leading or trailing space or a control character (a paste's or
+    a CRLF file's leftover: ``core.secrets.secret_problem``); ``InvalidPayload`` saying
+    which, never quoting the secret, otherwise."""
+    problem = secret_problem(secret)
+    if problem:
+        raise InvalidPayload(
+            f"the secret {problem}",
+            details={"secret": [f"The secret {problem}: give it again without it."]},
+        )
+
+
 def secret_length_check(secret: str, *, key: bytes | None = None) -> None:
-    """A secret as the ``secret`` column holds it (1-255 characters, no NUL) whose key
-    material (``key``: the secret's UTF-8 bytes unless given) is at least
-    ``SECRET_MIN_BYTES``; ``InvalidPayload`` naming the rule otherwise."""
+    """A secret as the ``secret`` column holds it (1-255 characters, no NUL, no stray
+    character: ``secret_characters_check``) whose key material (``key``: the secret's
+    UTF-8 bytes unless given) is at least ``SECRET_MIN_BYTES``; ``InvalidPayload`` naming
+    the rule otherwise."""
+    secret_characters_check(secret)
     if not secret or len(secret) > 255 or "\x00" in secret:
         raise InvalidPayload(details={"secret": ["1-255 characters, no NUL."]})
     material = secret.encode() if key is None else key
@@ -292,6 +307,7 @@ class StandardWebhooksScheme:
         return "whsec_" + base64.b64encode(random_secrets.token_bytes(32)).decode()
 
     def secret_validate(self, secret: str) -> None:
+        secret_characters_check(secret)
         try:
             if not secret.startswith("whsec_"):
                 raise ValueError(secret)

@@ -1,5 +1,5 @@
 import pytest
-from django.core.management import call_command
+from django.core.management import CommandError, call_command
 from rest_framework.test import APIClient
 
 from core.models import ApiClient, token_hash
@@ -64,3 +64,21 @@ def test_create_accepts_a_short_given_token_with_a_warning(capsys):
     assert captured.out.strip().splitlines()[-1] == "tok-1"
     assert "weak" in captured.err
     assert ApiClient.objects.get(name="short").token_hash == token_hash("tok-1")
+
+
+@pytest.mark.parametrize(
+    "stray", [" ", "\r", "\n", "\t", "\x00"], ids=["space", "cr", "lf", "tab", "nul"]
+)
+def test_create_refuses_a_given_token_with_a_stray_character(capsys, stray):
+    """A token its client could never send as given (a header's spaces are trimmed, and an
+    HTTP client refuses a control character): refused, never quoted (docs/security.md,
+    "Secrets")."""
+    token = "given-token-0123456789abcdefABCDEF"
+    with pytest.raises(CommandError) as refused:
+        call_command("api_client", "create", "tool", "--token", token + stray)
+    problem = "has a trailing space" if stray == " " else "control character"
+    assert problem in str(refused.value)
+    assert "--token" in str(refused.value)
+    captured = capsys.readouterr()
+    assert token not in str(refused.value) + captured.out + captured.err
+    assert not ApiClient.objects.exists()

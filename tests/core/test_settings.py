@@ -6,6 +6,7 @@ import sys
 
 import pytest
 
+from tests import processes
 from tests.processes import ROOT, manage
 
 pytestmark = pytest.mark.slow
@@ -308,3 +309,87 @@ def test_the_bare_floor_has_no_middleware_and_only_the_benchmarks_settings_serve
     )
     assert refused.returncode != 0
     assert "BENCH_ENDPOINTS" in refused.stderr
+
+
+# A secret or token with a stray character is refused at start, by every process, with a
+# message that names the variable and the problem and never quotes the value
+# (tests/core/test_secret_values.py has the rule itself; an environment cannot carry a NUL).
+GITHUB_TOKEN = "ghp_startcheck_0123456789abcdefABCDEF"
+HTTP_SECRET = "whsec_0snSPuSyuVpC58vLvZHhJ9zhTQStWIA3kuIC6sLEFjk="
+STRAY = {"space": " ", "cr": "\r", "lf": "\n", "tab": "\t"}
+PROBLEMS = {
+    "space": "has a trailing space",
+    "cr": "contains a control character",
+    "lf": "contains a control character",
+    "tab": "contains a control character",
+}
+
+
+def refused_start(output: str, *, variable: str, value: str, name: str) -> None:
+    assert variable in output, output[-3000:]
+    assert PROBLEMS[name] in output, output[-3000:]
+    assert value not in output
+
+
+@pytest.mark.parametrize("name", STRAY)
+@pytest.mark.parametrize(
+    ("variable", "value", "executor"),
+    [
+        ("GITHUB_TOKEN", GITHUB_TOKEN, {"DEPLOY_EXECUTOR": "github"}),
+        (
+            "DEPLOY_HTTP_SECRET",
+            HTTP_SECRET,
+            {"DEPLOY_EXECUTOR": "http", "DEPLOY_HTTP_URL": "https://ci.example/hook"},
+        ),
+    ],
+    ids=["GITHUB_TOKEN", "DEPLOY_HTTP_SECRET"],
+)
+def test_a_process_refuses_to_start_with_a_stray_character_in_a_secret(
+    variable, value, executor, name
+):
+    env = {**PRODUCTION_ENV, **executor, variable: value + STRAY[name]}
+    result = manage("check", env=env)
+    assert result.returncode != 0
+    refused_start(
+        result.stdout + result.stderr, variable=variable, value=value, name=name
+    )
+
+
+@pytest.mark.parametrize(
+    "variable", ["DJANGO_SECRET_KEY", "AUDIT_SEAL_KEY", "AUDIT_SIGNING_KEY"]
+)
+def test_the_product_s_own_keys_are_refused_from_a_crlf_env_file(variable):
+    """A CRLF env file leaves a CR at the end of every value."""
+    value = PRODUCTION_ENV[variable]
+    result = manage("check", env={**PRODUCTION_ENV, variable: value + "\r"})
+    assert result.returncode != 0
+    refused_start(
+        result.stdout + result.stderr, variable=variable, value=value, name="cr"
+    )
+
+
+def test_a_celery_worker_refuses_to_start_with_a_token_from_a_crlf_env_file(tmp_path):
+    worker = processes.celery_worker(
+        tmp_path, env={"DEPLOY_EXECUTOR": "github", "GITHUB_TOKEN": GITHUB_TOKEN + "\r"}
+    ).start()
+    try:
+        processes.wait_until(lambda: not worker.alive(), timeout=90)
+    finally:
+        worker.stop()
+    assert worker.popen.returncode != 0
+    refused_start(worker.log(), variable="GITHUB_TOKEN", value=GITHUB_TOKEN, name="cr")
+
+
+def test_gunicorn_refuses_to_serve_with_a_secret_that_ends_in_a_space(tmp_path):
+    port = processes.free_port()
+    server = processes.gunicorn(
+        tmp_path, port=port, workers=1, env={"DEPLOY_HTTP_SECRET": HTTP_SECRET + " "}
+    ).start()
+    try:
+        processes.wait_until(lambda: not server.alive(), timeout=90)
+    finally:
+        server.stop()
+    assert server.popen.returncode != 0
+    refused_start(
+        server.log(), variable="DEPLOY_HTTP_SECRET", value=HTTP_SECRET, name="space"
+    )

@@ -40,6 +40,8 @@ class FakeGitHub:
         self.reset_in = reset_in
         self.link_base = ""  # where the next page's Link points (default: here)
         self.lookup_delay = 0.0  # seconds each lookup page takes to answer
+        # A careless API server: its 401 quotes the Authorization header it was sent.
+        self.echo_credentials = False
         self.deployments: list[dict] = []
         self.statuses: list[dict] = []
         self.deliveries: list[tuple[str, bytes]] = []  # (event type, body)
@@ -160,9 +162,13 @@ class FakeGitHub:
                 self.wfile.write(payload)
 
             def _authorized(self) -> bool:
-                if self.headers.get("Authorization") == f"Bearer {fake.token}":
+                sent = self.headers.get("Authorization")
+                if sent == f"Bearer {fake.token}":
                     return True
-                self._reply(401, {"message": "Bad credentials"})
+                message = "Bad credentials"
+                if fake.echo_credentials:
+                    message = f"Bad credentials: {sent!r} is not a token"
+                self._reply(401, {"message": message})
                 return False
 
             def _route(self) -> tuple[str, list[str], dict]:

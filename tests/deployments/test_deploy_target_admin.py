@@ -8,9 +8,12 @@ import pytest
 from django.urls import reverse
 
 from core.actors import Actor
-from deployments.models import DeployTarget, secret_fingerprint
-from deployments.targets import deploy_target_save
+from core.errors import InvalidPayload
+from deployments.models import DeployTarget, DeployTargetTest, secret_fingerprint
+from deployments.targets import deploy_target_save, deploy_target_test_run
 from tests.console import admin_action
+from tests.deployments.fake_github import FakeGitHub
+from tests.deployments.leaks import STRAY
 from tests.deployments.receiver import RECEIVER_SECRET
 from webhooks.models import OperatorAction
 
@@ -162,3 +165,127 @@ def test_auditors_view_targets_and_change_nothing(auditor_client):
         auditor_client, "deployments_deploytarget", "send_test_trigger", target
     )
     assert not OperatorAction.objects.filter(action="test_deploy_target").exists()
+
+
+# A secret or token with a stray character is refused where it is set, and never shown
+# (docs/security.md, "Secrets").
+GITHUB_TOKEN = "ghp_admin_0123456789abcdefABCDEF"
+STRAY_PROBLEMS = {
+    "leading space": (" ", "has a leading space"),
+    **{
+        name: (char, "has a trailing space" if name == "space" else "control character")
+        for name, char in STRAY.items()
+    },
+}
+
+
+def stray_secret(executor: str, name: str) -> tuple[str, str]:
+    """A clean secret for ``executor``, and the same with the stray character."""
+    char, _ = STRAY_PROBLEMS[name]
+    clean = GITHUB_TOKEN if executor == "github" else RECEIVER_SECRET
+    return clean, (char + clean if name == "leading space" else clean + char)
+
+
+def target_form(executor: str, secret: str, **overrides) -> dict:
+    if executor == "github":
+        overrides = {"url": "", "applies_to": "deployments", **overrides}
+    return form(executor=executor, secret=secret, **overrides)
+
+
+@pytest.mark.parametrize("name", STRAY_PROBLEMS)
+@pytest.mark.parametrize("executor", ["github", "http"])
+def test_a_secret_with_a_stray_character_is_refused_and_never_shown(
+    operator_client, executor, name
+):
+    clean, stray = stray_secret(executor, name)
+    response = operator_client.post(ADD, target_form(executor, stray))
+
+    assert response.status_code == 200  # the form again
+    errors = response.context["adminform"].form.errors
+    said = " ".join(errors.get("secret", []))
+    # Django's own field refuses a NUL first ("Null characters are not allowed.").
+    expected = "Null characters" if name == "nul" else STRAY_PROBLEMS[name][1]
+    assert expected in said, errors
+    assert clean not in response.content.decode()
+    assert not DeployTarget.objects.exists()
+    assert not OperatorAction.objects.exists()
+
+
+@pytest.mark.parametrize("name", STRAY_PROBLEMS)
+def test_the_service_refuses_a_secret_with_a_stray_character(name):
+    clean, stray = stray_secret("github", name)
+    target = DeployTarget(name="gh", executor="github", applies_to="deployments")
+    with pytest.raises(InvalidPayload) as refused:
+        deploy_target_save(target=target, secret=stray, actor=Actor.system())
+    [said] = refused.value.details["secret"]
+    assert STRAY_PROBLEMS[name][1] in said
+    assert clean not in str(refused.value) + said
+    assert not DeployTarget.objects.exists()
+    assert not OperatorAction.objects.exists()
+
+
+def test_a_stored_secret_with_a_stray_character_must_be_typed_again(operator_client):
+    """A target saved before the rule (its row written as it was): a change that keeps its
+    secret is refused until a clean one is typed."""
+    target = DeployTarget.objects.create(
+        name="gh",
+        executor="github",
+        applies_to="deployments",
+        secret=GITHUB_TOKEN + "\r",
+    )
+    response = operator_client.post(
+        change_url(target), target_form("github", "", name="gh", priority="5")
+    )
+    assert response.status_code == 200
+    said = " ".join(response.context["adminform"].form.errors["secret"])
+    assert "secret contains a control character (U+000D)" in said
+    assert "type it again" in said
+    assert GITHUB_TOKEN not in response.content.decode()
+    assert not OperatorAction.objects.exists()
+
+    response = operator_client.post(
+        change_url(target),
+        target_form("github", GITHUB_TOKEN, name="gh", priority="5"),
+    )
+    assert response.status_code == 302, response.content.decode()[:3000]
+    target.refresh_from_db()
+    assert (target.secret, target.priority) == (GITHUB_TOKEN, 5)
+    change = OperatorAction.objects.get(action="change_deploy_target")
+    assert GITHUB_TOKEN not in str(change.details)
+
+
+@pytest.mark.parametrize("name", [n for n in STRAY if n != "nul"])
+def test_a_test_trigger_with_a_stored_stray_token_shows_no_token(operator_client, name):
+    """PostgreSQL holds no NUL: the other stray characters, in rows saved before the rule.
+    The admin queues the test; the worker's part runs here, as a worker runs it."""
+    with FakeGitHub(token=GITHUB_TOKEN) as github:
+        target = DeployTarget.objects.create(
+            name="gh",
+            executor="github",
+            applies_to="deployments",
+            url=github.url,
+            secret=GITHUB_TOKEN + STRAY[name],
+        )
+        response = admin_action(
+            operator_client,
+            "deployments_deploytarget",
+            "send_test_trigger",
+            target,
+            follow=True,
+        )
+        assert response.status_code == 200
+        test = DeployTargetTest.objects.get()
+        assert deploy_target_test_run(test_id=test.pk, worker="w1") == "not_reached"
+    page = operator_client.get(
+        reverse("admin:deployments_deploytarget_changelist")
+    ).content.decode()
+    assert "not reached (no HTTP answer)" in page
+    assert GITHUB_TOKEN not in page
+    assert GITHUB_TOKEN not in response.content.decode()
+    kept = " ".join(
+        str(value)
+        for value in DeployTargetTest.objects.filter(pk=test.pk).values().get().values()
+    )
+    assert GITHUB_TOKEN not in kept
+    action = OperatorAction.objects.get(action="test_deploy_target")
+    assert GITHUB_TOKEN not in str(action.details)

@@ -18,11 +18,12 @@ from django.utils import timezone
 
 from core.actors import Actor
 from core.services import api_client_create
-from deployments.models import Deployment, JobTransition, TriggerAttempt
+from deployments.models import Deployment, DeployTarget, JobTransition, TriggerAttempt
 from tests import processes
 from tests.core.factories import api_client_make, bearer_http
 from tests.deployments.factories import deployment_body, idempotent_post
 from tests.deployments.fake_github import GITHUB_TOKEN, FakeGitHub
+from tests.deployments.leaks import STRAY, deployment_records, holding
 from tests.deployments.receiver import Fault, Receiver
 from tests.integrations.github.factories import github_headers, github_source_create
 from tests.threads import run_together
@@ -64,8 +65,10 @@ def http_env(receiver: Receiver, **more: str) -> dict[str, str]:
     }
 
 
-def create(http, key: str) -> Deployment:
-    response = idempotent_post(http, "/api/deployments/", deployment_body(), key)
+def create(http, key: str, **overrides: str) -> Deployment:
+    response = idempotent_post(
+        http, "/api/deployments/", deployment_body(**overrides), key
+    )
     assert response.status_code == 202
     return Deployment.objects.get(public_id=response.json()["deployment_id"])
 
@@ -321,3 +324,47 @@ def test_a_github_deployment_whose_create_answer_is_lost_is_made_once(
     outcomes = job.trigger_attempts.order_by("number").values_list("outcome", flat=True)
     assert list(outcomes) == ["ambiguous", "delivered"]
     assert len(github.deployments_of(job.public_id)) == 1
+
+
+def test_a_token_saved_with_a_stray_character_reaches_no_record_through_a_real_worker(
+    tmp_path, running, api_http
+):
+    """Deploy targets whose tokens were saved before stray characters were refused (rows
+    written straight to the database, as such rows were): each job fails at once, and its
+    token is in none of its records (its detail and the API's answer, its attempts and
+    transitions, the log's leaves, its evidence bundle) nor in the worker's output.
+    PostgreSQL holds no NUL: tests/deployments/test_secret_scrubbing.py has that one."""
+    stray = {name: char for name, char in STRAY.items() if name != "nul"}
+    tokens = {name: f"ghp_stray_{name}_0123456789abcdefABCDEF" for name in stray}
+    with FakeGitHub() as github:
+        jobs = {}
+        for name, char in stray.items():
+            DeployTarget.objects.create(
+                name=f"github-{name}",
+                executor="github",
+                environment_pattern=f"leak-{name}",
+                applies_to=DeployTarget.AppliesTo.DEPLOYMENTS,
+                url=github.url,
+                secret=tokens[name] + char,
+            )
+            jobs[name] = create(api_http, f"leak-{name}", environment=f"leak-{name}")
+        worker = running(processes.celery_worker(tmp_path, env=FAST))
+        wait_for(
+            jobs.values(),
+            lambda j: j.status == "failed",
+            timeout=90,
+            what="every job refused",
+            workers=[worker],
+        )
+        worker.stop()
+    assert github.deployments == []
+    output = worker.log()
+    assert "job.trigger_attempt" in output  # the worker logged its attempts
+    for name, job in jobs.items():
+        records = deployment_records(job, api=api_http)
+        assert records["detail"] == "trigger_rejected: LocalProtocolError", name
+        [attempt] = TriggerAttempt.objects.filter(deployment=job)
+        assert attempt.error_class == "LocalProtocolError"
+        for token in tokens.values():
+            assert holding(records, token) == [], (name, token)
+            assert token not in output

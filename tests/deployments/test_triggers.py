@@ -260,8 +260,29 @@ def test_a_denied_destination_is_rejected_without_a_request(api, receiver, setti
     job = create(api)
     assert run(job) == "failed"
     job.refresh_from_db()
-    assert job.detail.startswith("trigger_rejected: DeniedDestination")
+    # The client reads the class of failure; the address stays on the attempt, for
+    # operators (docs/security.md, "Error text").
+    assert job.detail == "trigger_rejected: DeniedDestination"
+    assert "169.254" in attempts(job)[0].error
     assert receiver.received == []
+
+
+def test_an_unreachable_receiver_s_socket_error_stays_with_the_operators(
+    api, receiver, settings
+):
+    settings.DEPLOY_HTTP_URL = closed_port_url()
+    settings.DEPLOY_TRIGGER_MAX_ATTEMPTS = 2
+    job = create(api)
+    assert run(job) == "retry_scheduled"
+    assert run_when_due(job) == "failed"
+    job.refresh_from_db()
+    assert job.detail == "trigger_unreachable: 2 attempts, the last: ConnectError"
+    answered = api.get(f"/api/deployments/{job.public_id}/").json()
+    assert answered["detail"] == job.detail
+    assert [(a.error_class, "refused" in a.error) for a in attempts(job)] == [
+        ("ConnectError", True),
+        ("ConnectError", True),
+    ]
 
 
 def test_an_early_message_for_a_waiting_retry_does_nothing(api, receiver):

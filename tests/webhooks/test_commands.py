@@ -177,6 +177,41 @@ def test_a_weak_secret_is_refused_at_create_and_at_rotate(scheme, secret):
 
 
 @pytest.mark.parametrize(
+    "stray",
+    [" ", "\r", "\n", "\t", "\x00", "leading"],
+    ids=["space", "cr", "lf", "tab", "nul", "leading-space"],
+)
+@pytest.mark.parametrize("scheme", ["hmac-sha256", "github", "standard-webhooks"])
+def test_a_secret_with_a_stray_character_is_refused_at_create_and_at_rotate(
+    scheme, stray, capsys
+):
+    """A paste's trailing space, a CRLF file's CR: refused with what is wrong, never the
+    secret (docs/security.md, "Secrets")."""
+    strong = (
+        "whsec_" + base64.b64encode(b"k" * 32).decode()
+        if scheme == "standard-webhooks"
+        else SECRET_A
+    )
+    given = " " + strong if stray == "leading" else strong + stray
+    problem = {" ": "has a trailing space", "leading": "has a leading space"}.get(
+        stray, "contains a control character"
+    )
+    create = ("webhook_source", "create", "lab", "--scheme", scheme)
+    with pytest.raises(CommandError) as refused:
+        run(*create, "--handler", "research", "--secret", given)
+    assert problem in str(refused.value)
+    assert strong not in str(refused.value)
+    assert not WebhookSource.objects.exists()
+
+    run(*create, "--handler", "research", "--secret", strong)
+    with pytest.raises(CommandError) as refused:
+        run("webhook_source", "rotate", "lab", "--secret", given)
+    assert problem in str(refused.value)
+    assert strong not in str(refused.value) + capsys.readouterr().out
+    assert WebhookSecret.objects.count() == 1
+
+
+@pytest.mark.parametrize(
     ("decoded", "accepted"), [(23, False), (24, True), (64, True), (65, False)]
 )
 def test_a_standard_webhooks_secret_holds_24_to_64_bytes(decoded, accepted):

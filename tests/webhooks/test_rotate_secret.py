@@ -87,6 +87,27 @@ def test_a_short_secret_is_refused_and_nothing_changes(operator_client):
     assert not OperatorAction.objects.filter(action="rotate_secret").exists()
 
 
+@pytest.mark.parametrize(
+    ("stray", "problem"),
+    [
+        ("\r", b"contains a control character"),
+        (" ", b"has a trailing space"),
+        ("\t", b"contains a control character"),
+    ],
+    ids=["cr", "space", "tab"],
+)
+def test_a_secret_with_a_stray_character_is_refused_and_never_shown(
+    operator_client, stray, problem
+):
+    source = WebhookSourceFactory(slug="rotated-stray")
+    response = rotate(operator_client, source, secret=NEW_SECRET + stray)
+    assert response.status_code == 200
+    assert problem in response.content
+    assert NEW_SECRET.encode() not in response.content
+    assert WebhookSecret.objects.filter(source=source).count() == 1
+    assert not OperatorAction.objects.filter(action="rotate_secret").exists()
+
+
 def test_auditor_cannot_rotate(auditor_client):
     source = WebhookSourceFactory(slug="rotated-audit")
     page = auditor_client.get(reverse("admin:webhooks_webhooksource_changelist"))

@@ -3,6 +3,7 @@ from django.db import IntegrityError
 
 from core.actors import Actor
 from core.cli import secret_option_read
+from core.errors import InvalidPayload
 from core.services import api_client_create
 
 
@@ -46,6 +47,8 @@ class Command(BaseCommand):
                 raise CommandError(
                     "an API client with that name or token already exists"
                 ) from exc
+            except InvalidPayload as exc:
+                raise CommandError(f"--token: {exc}") from None
             self.stdout.write(f"created API client {client.name!r} (id {client.pk})")
             self.stdout.write("token (shown once, store it now):")
             self.stdout.write(token)
