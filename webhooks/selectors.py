@@ -164,6 +164,18 @@ def webhook_source_key_kind(*, source: WebhookSource) -> str | None:
     )
 
 
+def webhook_secret_kind(*, source_id: int, fingerprint: str) -> str | None:
+    """Whether the fingerprint an inbox row recorded names a secret or a public key of its
+    source (``WebhookSecret.Kind``); ``None`` for none (rows stored before it was kept)."""
+    if not fingerprint:
+        return None
+    return (
+        WebhookSecret.objects.filter(source_id=source_id, fingerprint=fingerprint)
+        .values_list("kind", flat=True)
+        .first()
+    )
+
+
 @dataclass(frozen=True)
 class PublicKeyShown:
     """A public key of a source as the admin and ``webhook_source list`` show it."""
