@@ -336,3 +336,51 @@ def test_during_a_rotation_a_header_signed_with_both_keys_passes(
     row = InboxEvent.objects.get()
     new_row = WebhookSecret.objects.get(source=ed_source, expires_at__isnull=True)
     assert row.secret_fingerprint == new_row.fingerprint
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_log_names_the_public_key_that_verified_an_event(http, producer_key):
+    """The event's entry in the verifiable log names the key as it names a secret: its row
+    (``secret_id``) and its fingerprint."""
+    from audit.leaves import leaf_decode
+    from audit.models import LogLeaf
+    from audit.sealer import ledger_rows_seal
+
+    source, _ = webhook_source_create(
+        slug=SLUG,
+        scheme="standard-webhooks",
+        handler="research",
+        public_key=public_key_of(producer_key),
+        actor=Actor.system(),
+    )
+    assert post_signed(http, producer_key).status_code == 202
+    event = InboxEvent.objects.get()
+    ledger_rows_seal(now=timezone.now() + timedelta(minutes=5))
+    leaf = leaf_decode(LogLeaf.objects.get(kind="inbox_event", record_id=event.pk).leaf)
+    key = WebhookSecret.objects.get(source=source)
+    assert (leaf["secret_id"], leaf["secret_fingerprint"]) == (key.pk, key.fingerprint)
+
+
+@pytest.fixture
+def cached(settings):
+    from webhooks.selectors import webhook_source_snapshot_forget
+
+    settings.WEBHOOK_SOURCE_CACHE_SECONDS = 600
+    webhook_source_snapshot_forget()
+    yield
+    webhook_source_snapshot_forget()
+
+
+def test_a_key_rotated_in_another_process_verifies_at_once(
+    http, ed_source, producer_key, cached
+):
+    """A web process keeps a source's keys for WEBHOOK_SOURCE_CACHE_SECONDS; a signature
+    none of them verifies is checked again against the keys as stored now, as for secrets."""
+    assert post_signed(http, producer_key).status_code == 202  # the keys are kept now
+    new_key = Ed25519PrivateKey.generate()
+    # Another process's rotation: the rows change, this process's copy does not.
+    WebhookSecret.objects.create(
+        source=ed_source, secret=public_key_of(new_key), kind="public_key"
+    )
+    assert post_signed(http, new_key).status_code == 202
+    assert failures("mismatch") == 0
