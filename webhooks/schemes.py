@@ -298,7 +298,10 @@ def public_key_parse(text: str) -> str:
         if len(raw) == len(_ED25519_SPKI_HEADER) + ED25519_KEY_BYTES and raw.startswith(
             _ED25519_SPKI_HEADER
         ):
-            message += "; this one is a DER SubjectPublicKeyInfo, whose last 32 bytes are the key"
+            message += (
+                "; this one is a DER SubjectPublicKeyInfo, whose last 32 bytes are "
+                "the key"
+            )
         raise _public_key_refused(message)
     return PUBLIC_KEY_PREFIX + base64.b64encode(raw).decode()
 
