@@ -9,12 +9,20 @@ of earlier runs (the id and the body alone) is measured beside it, without a tar
 The product path is complete: signature check, envelope validation, the one upsert and the
 commit; no broker call (a worker's relay publishes the row; none runs here).
 
-Run alone: ``python -m bench.ingest`` (BENCH_DATABASE_URL, BENCH_BROKER_URL, BENCH_SECONDS).
+Verification's cost: in each round the same new events are also sent signed with Ed25519
+(Standard Webhooks ``v1a``) to a source that holds the producer's public key, right next to
+the ``v1`` HMAC ones (the order alternating from round to round), and reported against them:
+the ratio v1a / v1, no target.
+
+Run alone: ``python -m bench.ingest`` (BENCH_DATABASE_URL, BENCH_BROKER_URL, BENCH_SECONDS);
+``python -m bench.ingest v1a [ROUNDS]`` measures only the v1 and v1a new events (no floors,
+3 rounds unless given), to try that piece at a small size.
 """
 
 from __future__ import annotations
 
 import json
+import sys
 import time
 
 from bench.harness import (
@@ -38,10 +46,15 @@ from bench.harness import (
 )
 from bench.views import FLOOR_TABLE, WIDE_FLOOR_TABLE, wide_floor_table_sql
 from tests.integrations.research.factories import research_event
-from webhooks.schemes import signature_headers
+from webhooks.schemes import public_key_of, signature_headers
 
 SLUG = "bench"
 SECRET = "bench-webhook-secret-0123456789abcdef"  # noqa: S105 - a benchmark-only secret
+# The source of the v1a deliveries, which holds the public key of this benchmark-only
+# producer key (whsk_ + base64 of a 32-byte seed): fixed, so that bench.inprocess signs for
+# the source a run of this module left.
+SLUG_V1A = "bench-v1a"
+V1A_PRIVATE_KEY = "whsk_YmVuY2gtb25seS1lZDI1NTE5LXNlZWQtMDEyMzQ1Njc="
 DUPLICATE_POOL = 2000
 ROUNDS = 5  # medians of interleaved rounds: the machine is shared, its disk too (fsync)
 
@@ -58,23 +71,49 @@ def event_body(n: int) -> bytes:
     return json.dumps(body, separators=(",", ":")).encode()
 
 
-def signed_events(numbers, *, timestamp: int | None = None) -> list[Request]:
-    """Signed deliveries of events ``numbers`` (``event_body``) to the bench source."""
+def signed_events(
+    numbers, *, timestamp: int | None = None, v1a: bool = False
+) -> list[Request]:
+    """Signed deliveries of events ``numbers`` (``event_body``) to the bench source: ``v1``
+    HMAC ones, or with ``v1a`` Ed25519 ones to the source that holds the public key."""
     django_setup()
     now = int(time.time()) if timestamp is None else timestamp
+    slug, scheme, secret = (
+        (SLUG_V1A, "standard-webhooks", V1A_PRIVATE_KEY)
+        if v1a
+        else (SLUG, "hmac-sha256", SECRET)
+    )
     requests = []
     for n in numbers:
         raw = event_body(n)
         headers = signature_headers(
-            scheme="hmac-sha256",
-            secret=SECRET,
+            scheme=scheme,
+            secret=secret,
             raw_body=raw,
             event_id=f"evt-bench-{n}",
             timestamp=now,
         )
         headers["Content-Type"] = "application/json"
-        requests.append(Request("POST", f"/webhooks/{SLUG}/", headers, raw))
+        requests.append(Request("POST", f"/webhooks/{slug}/", headers, raw))
     return requests
+
+
+def sources_create() -> None:
+    """The bench source (``v1`` HMAC) and the one that holds the v1a producer's public key."""
+    manage(
+        "webhook_source", "create", SLUG, "--handler", "research", "--secret", SECRET
+    )
+    manage(
+        "webhook_source",
+        "create",
+        SLUG_V1A,
+        "--scheme",
+        "standard-webhooks",
+        "--handler",
+        "research",
+        "--public-key",
+        public_key_of(V1A_PRIVATE_KEY),
+    )
 
 
 def _check(result: LoadResult, *, expected: str, what: str) -> None:
@@ -109,7 +148,13 @@ def _bare_run(bare_base: str, path: str, *, first: int, count: int, seconds: flo
 
 
 def _round(
-    base: str, bare_base: str, *, first: int, seconds: float, vacuum: bool
+    base: str,
+    bare_base: str,
+    *,
+    first: int,
+    seconds: float,
+    vacuum: bool,
+    v1a_first: bool = False,
 ) -> dict[str, LoadResult]:
     """One round: the floors, then new events, then duplicates, back to back, so that a
     neighbour's load on the machine hits every figure of the round alike. With ``vacuum``
@@ -129,21 +174,16 @@ def _round(
         bare_base, "/_bench/bare-insert", first=first, count=count, seconds=seconds
     )
 
-    # New events: every request a new signed event id, sent once (``wrapped`` must stay 0).
+    # New events: every request a new signed event id, sent once (``wrapped`` must stay 0);
+    # the same events signed v1a to the other source, before or after (by round).
     count = int(floors["raw_insert"].rps * seconds * 2) + 2000
     numbers = range(first, first + count)
-    before = sql("SELECT count(*) FROM webhooks_inboxevent")[0][0]
-    new = load_run(
-        f"{base}/webhooks/{SLUG}/", requests_=signed_events(numbers), seconds=seconds
-    )
-    _check(new, expected="202", what="new events")
-    if new.wrapped:
-        raise RuntimeError("the new-event list wrapped: raise its size")
-    stored = sql("SELECT count(*) FROM webhooks_inboxevent")[0][0] - before
-    accepted = new.statuses.get("202", 0)
-    # Requests in flight when wrk stops are committed but not counted by wrk.
-    if not accepted <= stored <= accepted + BENCH_CONNECTIONS:
-        raise RuntimeError(f"{stored} rows for {accepted} answers 202")
+    new_v1a = None
+    if v1a_first:
+        new_v1a = new_events_run(base, numbers, seconds=seconds, v1a=True)
+    new = new_events_run(base, numbers, seconds=seconds)
+    if new_v1a is None:
+        new_v1a = new_events_run(base, numbers, seconds=seconds, v1a=True)
 
     # 100% duplicates: deliveries of events already stored (same content, new signature).
     stored_ids = sql(
@@ -161,16 +201,83 @@ def _round(
         "bare_insert": bare,
         "bare_insert_narrow": narrow,
         "new": new,
+        "new_v1a": new_v1a,
         "duplicates": duplicates,
         "next": first + count,
     }
 
 
+def new_events_run(
+    base: str, numbers: range, *, seconds: float, v1a: bool = False
+) -> LoadResult:
+    """New events ``numbers``, each sent once, signed ``v1`` to the bench source or ``v1a``
+    to the public-key one; every answer a 202 and every 202 a row."""
+    slug, what = (SLUG_V1A, "v1a new events") if v1a else (SLUG, "new events")
+    before = sql(
+        "SELECT count(*) FROM webhooks_inboxevent e JOIN webhooks_webhooksource s"
+        " ON s.id = e.source_id WHERE s.slug = %s",
+        [slug],
+    )[0][0]
+    result = load_run(
+        f"{base}/webhooks/{slug}/",
+        requests_=signed_events(numbers, v1a=v1a),
+        seconds=seconds,
+    )
+    _check(result, expected="202", what=what)
+    if result.wrapped:
+        raise RuntimeError(f"the {what} list wrapped: raise its size")
+    stored = (
+        sql(
+            "SELECT count(*) FROM webhooks_inboxevent e JOIN webhooks_webhooksource s"
+            " ON s.id = e.source_id WHERE s.slug = %s",
+            [slug],
+        )[0][0]
+        - before
+    )
+    accepted = result.statuses.get("202", 0)
+    # Requests in flight when wrk stops are committed but not counted by wrk.
+    if not accepted <= stored <= accepted + BENCH_CONNECTIONS:
+        raise RuntimeError(f"{what}: {stored} rows for {accepted} answers 202")
+    return result
+
+
+def v1a_figures(rounds: list[dict[str, LoadResult]]) -> list[Figure]:
+    """Ed25519 (v1a) new events against the v1 HMAC ones of the same rounds."""
+
+    def med(name: str, attr: str) -> float:
+        return median([getattr(r[name], attr) for r in rounds])
+
+    figures = [
+        Figure(
+            "ingest",
+            "signed new events, v1a Ed25519 / v1 HMAC, no target",
+            med("new_v1a", "rps"),
+            "req/s",
+            floor_name="v1 new events",
+            floor_value=med("new", "rps"),
+            round_ratios=round_ratios(
+                [r["new_v1a"] for r in rounds], [r["new"] for r in rounds]
+            ),
+        )
+    ]
+    for pct in ("p50", "p99"):
+        figures.append(
+            Figure(
+                "ingest",
+                f"signed new events, v1a Ed25519 {pct}",
+                med("new_v1a", f"{pct}_ms"),
+                "ms",
+                floor_name=f"v1 new events {pct}",
+                floor_value=med("new", f"{pct}_ms"),
+                higher_is_better=False,
+            )
+        )
+    return figures
+
+
 def run(ctx: BenchContext) -> list[Figure]:
     broker_purge()
-    manage(
-        "webhook_source", "create", SLUG, "--handler", "research", "--secret", SECRET
-    )
+    sources_create()
     for statement in wide_floor_table_sql():
         sql(statement)
     base = ctx.gunicorn()
@@ -185,8 +292,15 @@ def run(ctx: BenchContext) -> list[Figure]:
         )
     rounds = []
     first = 0
-    for _ in range(ROUNDS):
-        result = _round(base, bare_base, first=first, seconds=seconds, vacuum=vacuum)
+    for number in range(ROUNDS):
+        result = _round(
+            base,
+            bare_base,
+            first=first,
+            seconds=seconds,
+            vacuum=vacuum,
+            v1a_first=number % 2 == 1,
+        )
         first = result.pop("next")
         rounds.append(result)
 
@@ -256,14 +370,39 @@ def run(ctx: BenchContext) -> list[Figure]:
                     higher_is_better=False,
                 )
             )
-    return figures
+    return figures + v1a_figures(rounds)
 
 
-def main() -> None:
+def v1a_run(ctx: BenchContext, *, rounds: int = 3) -> list[Figure]:
+    """The v1a figure alone: ``rounds`` rounds of v1 and v1a new events, no floors."""
+    broker_purge()
+    sources_create()
+    base = ctx.gunicorn()
+    seconds = max(BENCH_SECONDS / 2, 3)
+    results = []
+    first = 0
+    count = int(3000 * seconds) + 2000  # more than this machine accepts in the window
+    for number in range(rounds):
+        sql("VACUUM (ANALYZE) webhooks_inboxevent")
+        numbers = range(first, first + count)
+        measured = {}
+        for v1a in (number % 2 == 1, number % 2 == 0):
+            name = "new_v1a" if v1a else "new"
+            measured[name] = new_events_run(base, numbers, seconds=seconds, v1a=v1a)
+        results.append(measured)
+        first += count
+    return v1a_figures(results)
+
+
+def main(argv: list[str]) -> None:
     database_reset()
     with BenchContext() as ctx:
-        report(run(ctx), name="ingest")
+        if argv and argv[0] == "v1a":
+            rounds = int(argv[1]) if len(argv) > 1 else 3
+            report(v1a_run(ctx, rounds=rounds), name="ingest-v1a")
+        else:
+            report(run(ctx), name="ingest")
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])

@@ -3,6 +3,7 @@ for each of ``count`` signed deliveries, after 200 to warm it up, and the CPU ti
 of this process and of its database backend printed.
 
     python -m bench.inprocess ingest 2000       # POST /webhooks/<slug>/ through config.wsgi
+    python -m bench.inprocess ingest-v1a 2000   # the same, signed v1a (Ed25519)
     python -m bench.inprocess bare 2000         # the bare floor's view (bench.bare_wsgi)
     python -m bench.inprocess bare-narrow 2000  # its narrow insert (the id and the body)
     python -m bench.inprocess deployments 2000  # POST /api/deployments/, a new key each
@@ -15,8 +16,8 @@ difference of the two totals divided by 500 is the instructions one request runs
 process, the same from one run to the next within a fraction of a percent
 (docs/benchmarks.md, "Headers read from the environ").
 
-The bench database is reset first with ``--reset`` (else it must hold the bench source:
-``python -m bench.ingest`` leaves it)."""
+The bench database is reset first with ``--reset`` (else it must hold the bench sources:
+``python -m bench.ingest`` leaves them)."""
 
 from __future__ import annotations
 
@@ -63,25 +64,17 @@ def main(argv: list[str]) -> int:
     # The bare floors (served by bench.bare_wsgi), then every floor view by its path.
     paths = {"bare": "/_bench/bare-insert-wide", "bare-narrow": "/_bench/bare-insert"}
     floor_paths = {**paths, "insert": "/_bench/insert"}
-    if what not in ("ingest", "deployments", *floor_paths):
+    if what not in ("ingest", "ingest-v1a", "deployments", *floor_paths):
         raise SystemExit(
-            "python -m bench.inprocess {ingest|bare|bare-narrow|deployments|insert} "
-            "[count] [--reset]"
+            "python -m bench.inprocess "
+            "{ingest|ingest-v1a|bare|bare-narrow|deployments|insert} [count] [--reset]"
         )
     os.environ.update(stack_env())
     if reset:
-        from bench.ingest import SECRET, SLUG
+        from bench.ingest import sources_create
 
         database_reset()
-        manage(
-            "webhook_source",
-            "create",
-            SLUG,
-            "--handler",
-            "research",
-            "--secret",
-            SECRET,
-        )
+        sources_create()
     if what in paths:
         from bench.bare_wsgi import application
         from bench.views import floor_table_create, wide_floor_table_sql
@@ -115,7 +108,7 @@ def main(argv: list[str]) -> int:
     if what == "deployments":
         requests = deployment_requests(built, prefix=f"inprocess-{first}")
     else:
-        requests = signed_events(range(first, first + built))
+        requests = signed_events(range(first, first + built), v1a=what == "ingest-v1a")
     statuses: dict[str, int] = {}
 
     def call(n: int) -> None:

@@ -7,6 +7,8 @@ from django.conf import settings
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import F, Q
+from django.db.models.functions import Length
+from django.db.models.lookups import Exact
 from django.utils import timezone
 
 from core.models import (
@@ -20,6 +22,8 @@ from .integrations import integration_choices
 from .pacing import finish_estimate, measured_rate, pace_for
 from .schemes import DEFAULT_SCHEME, scheme_choices, secret_fingerprint
 
+# ``whpk_`` and the base64 of 32 bytes (``schemes.public_key_parse``).
+PUBLIC_KEY_STORED_LENGTH = 49
 # Below a minute is finer than metrics are scraped and alerts evaluated.
 MIN_EXPECTED_DELIVERY_INTERVAL_SECONDS = 60
 
@@ -162,13 +166,26 @@ class SourceHold(models.Model):
 
 
 class WebhookSecret(models.Model):
-    """One signing secret of a source. Several are valid at once during a rotation: the old one
-    until ``expires_at``, the new one with no expiry. Never displayed after creation."""
+    """One signing secret of a source, or the public key of a producer that signs with its
+    private key (Standard Webhooks ``v1a``, ``kind`` says which). Several are valid at once
+    during a rotation: the old one until ``expires_at``, the new one with no expiry. A secret
+    is never displayed after creation; a public key is not a secret, and the admin shows it.
+    A source holds one kind: its rotations keep to it (``webhooks.sources``)."""
+
+    class Kind(models.TextChoices):
+        SECRET = "secret"  # noqa: S105 - a kind's name
+        PUBLIC_KEY = "public_key", "public key"
 
     source = models.ForeignKey(
         WebhookSource, on_delete=models.CASCADE, related_name="secrets"
     )
+    # The secret, or the public key as ``whpk_`` + base64 of its 32 bytes
+    # (``schemes.public_key_parse``); the verifier tells them apart by that prefix.
     secret = models.CharField(max_length=255)
+    # A database default as well: rows stored before public keys were held are secrets.
+    kind = models.CharField(
+        max_length=16, choices=Kind.choices, default=Kind.SECRET, db_default=Kind.SECRET
+    )
     # Names the secret without revealing it (``schemes.secret_fingerprint``): what an inbox
     # row records of the secret that verified it, and what evidence bundles show.
     fingerprint = models.CharField(
@@ -178,6 +195,18 @@ class WebhookSecret(models.Model):
     expires_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
+        constraints = [
+            # What the admin shows as a public key is one: never a secret shown by mistake.
+            models.CheckConstraint(
+                condition=Q(kind="secret")
+                | Q(
+                    Exact(Length("secret"), PUBLIC_KEY_STORED_LENGTH),
+                    kind="public_key",
+                    secret__startswith="whpk_",  # noqa: S106 - a prefix
+                ),
+                name="webhooks_secret_public_key_shape",
+            ),
+        ]
         indexes = [
             models.Index(
                 fields=["source", "expires_at"], name="webhooks_secret_valid_idx"
@@ -185,6 +214,8 @@ class WebhookSecret(models.Model):
         ]
 
     def __str__(self) -> str:
+        if self.kind == self.Kind.PUBLIC_KEY:
+            return f"public key {self.fingerprint} of {self.source_id}"
         return f"secret #{self.pk} of {self.source_id}"
 
     def __repr__(self) -> str:
@@ -525,6 +556,7 @@ class OperatorAction(AppendOnlyModel):
         BULK_REPLAY = "bulk_replay"
         MARK_INVESTIGATED = "mark_investigated"
         ROTATE_SECRET = "rotate_secret"  # noqa: S105 - an action name
+        ROTATE_PUBLIC_KEY = "rotate_public_key"
         PURGE_BODIES = "purge_bodies"
         START_BULK_REPLAY = "start_bulk_replay"
         CANCEL_BULK_REPLAY = "cancel_bulk_replay"

@@ -31,6 +31,14 @@ class RotateSecretDetails(TypedDict):
     grace_seconds: int
 
 
+class RotatePublicKeyDetails(RotateSecretDetails):
+    """The new public key itself (not a secret) and its fingerprint, the name the inbox
+    rows it verifies record."""
+
+    public_key: str
+    fingerprint: str
+
+
 class PurgeBodiesDetails(TypedDict):
     """``purged_at`` is the stamp the purged rows got (``retention.purge_stamp``), which
     verification compares with their ``body_purged_at``."""
@@ -96,10 +104,16 @@ class _SourceDetails(TypedDict):
     source_id: int
 
 
-class CreateSourceDetails(_SourceDetails):
+class _CreateSourceDetails(_SourceDetails):
     scheme: str
     handler: str
     client: str | None  # the API client a GitHub source is bound to
+
+
+class CreateSourceDetails(_CreateSourceDetails, total=False):
+    # A source created with a producer's public key: the key and its fingerprint.
+    public_key: str
+    fingerprint: str
 
 
 class SourceEnabledDetails(_SourceDetails):
@@ -162,6 +176,7 @@ DETAILS_SHAPES: dict[str, type] = {
     Action.BULK_REPLAY: ReplayDetails,
     Action.MARK_INVESTIGATED: MarkInvestigatedDetails,
     Action.ROTATE_SECRET: RotateSecretDetails,
+    Action.ROTATE_PUBLIC_KEY: RotatePublicKeyDetails,
     Action.PURGE_BODIES: PurgeBodiesDetails,
     Action.PURGE_EVIDENCE_BODIES: PurgeEvidenceBodiesDetails,
     Action.PURGE_SIGNATURE_FAILURES: PurgeSignatureFailuresDetails,

@@ -8,6 +8,12 @@ one against any valid secret passes) and skips entries of an unknown version (``
 A header present with no parsable entry of a known version is ``malformed``; a parsable entry
 that matches no secret is ``mismatch``; a missing or empty header is ``missing``.
 
+A ``standard-webhooks`` source may hold Ed25519 public keys (``whpk_``) instead of secrets: its
+producer signs ``v1a`` entries with the private key (``whsk_``), which the inbox never holds.
+The versions a source checks follow from what it holds (``v1`` for ``whsec_`` secrets, ``v1a``
+for ``whpk_`` keys); an entry of another version is skipped as an unknown one is
+(docs/http-api.md, "Signature schemes").
+
 The registry is the ``WEBHOOK_SCHEMES`` setting, from a scheme's name to the dotted path of its
 class: a producer's own scheme lives in its integration's package (GitHub's in
 ``integrations.github.scheme``), the generic ones here. Each declares the headers it reads, so
@@ -33,6 +39,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from cryptography.exceptions import InvalidSignature as Ed25519Mismatch
+from cryptography.hazmat.primitives.asymmetric.ed25519 import (
+    Ed25519PrivateKey,
+    Ed25519PublicKey,
+)
+from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 from django.conf import settings
 from django.utils.module_loading import import_string
 from django.views.decorators.debug import sensitive_variables
@@ -98,7 +110,8 @@ def secret_fingerprint(secret: str) -> str:
     SHA-256 over a fixed prefix and the secret's UTF-8 bytes. Secrets carry at least 16 bytes
     of key material, so the fingerprint cannot be searched back to one; the prefix keeps it
     from being any other use's hash of the same secret (docs/security.md, "What the log
-    holds")."""
+    holds"). A public key (``whpk_...``, as stored) is named the same way: anyone holding
+    the key can compute its fingerprint."""
     digest = hashlib.sha256(b"webhook-secret-fingerprint\n" + secret.encode())
     return digest.hexdigest()[:16]
 
@@ -148,6 +161,32 @@ SECRET_MIN_BYTES = 16
 # Standard Webhooks' own range for the decoded key of a ``whsec_`` secret.
 WHSEC_MIN_BYTES, WHSEC_MAX_BYTES = 24, 64
 
+# Standard Webhooks' asymmetric keys: ``whpk_`` + base64 of the 32-byte Ed25519 public key,
+# ``whsk_`` + base64 of the 32-byte Ed25519 private key (RFC 8032's private key, the seed), as
+# the reference library reads them.
+PUBLIC_KEY_PREFIX = "whpk_"
+PRIVATE_KEY_PREFIX = "whsk_"
+ED25519_KEY_BYTES = 32
+ED25519_SIGNATURE_BYTES = 64
+# The DER header of an Ed25519 SubjectPublicKeyInfo (RFC 8410): 12 bytes, then the raw key.
+_ED25519_SPKI_HEADER = bytes.fromhex("302a300506032b6570032100")
+PRIVATE_KEY_REFUSED = (
+    "a whsk_ key is the producer's private signing key: it stays with the producer, and "
+    "the source holds its public key (whpk_..., --public-key)"
+)
+# The v1a entries of one header that are checked, at most: a producer signs with one key,
+# two during its own rotation. An Ed25519 check costs a fraction of a millisecond, so that a
+# header full of entries would otherwise buy an unsigned request tens of them
+# (docs/security.md, "Public-key sources").
+V1A_MAX_ENTRIES = 8
+
+
+def _private_key_refuse(secret: str) -> None:
+    if secret.startswith(PRIVATE_KEY_PREFIX):
+        raise InvalidPayload(
+            PRIVATE_KEY_REFUSED, details={"secret": [PRIVATE_KEY_REFUSED + "."]}
+        )
+
 
 def secret_characters_check(secret: str) -> None:
     """A secret without a leading or trailing space or a control character (a paste's or
@@ -165,10 +204,12 @@ def secret_length_check(secret: str, *, key: bytes | None = None) -> None:
     """A secret as the ``secret`` column holds it (1-255 characters, no NUL, no stray
     character: ``secret_characters_check``) whose key material (``key``: the secret's
     UTF-8 bytes unless given) is at least ``SECRET_MIN_BYTES``; ``InvalidPayload`` naming
-    the rule otherwise."""
+    the rule otherwise. An Ed25519 private key (``whsk_``) is never a source's secret,
+    whatever its scheme: the inbox holds the producer's public key only."""
     secret_characters_check(secret)
     if not secret or len(secret) > 255 or "\x00" in secret:
         raise InvalidPayload(details={"secret": ["1-255 characters, no NUL."]})
+    _private_key_refuse(secret)
     material = secret.encode() if key is None else key
     if len(material) < SECRET_MIN_BYTES:
         raise InvalidPayload(
@@ -241,9 +282,108 @@ def standard_webhooks_key(secret: str) -> bytes:
     return base64.b64decode(secret.removeprefix("whsec_"))
 
 
+def _public_key_refused(message: str) -> InvalidPayload:
+    return InvalidPayload(
+        message, details={"public_key": [message[:1].upper() + message[1:] + "."]}
+    )
+
+
+def public_key_parse(text: str) -> str:
+    """The public key of a producer that signs ``v1a`` entries, as a source holds it:
+    ``whpk_`` + the standard base64 of the 32-byte Ed25519 public key, written the one
+    canonical way (so that its fingerprint names the key, not its spelling). Anything else
+    is refused with a message (``InvalidPayload``): a ``whsk_`` private key, another prefix,
+    text that is not base64, a decoded key that is not 32 bytes (a DER
+    SubjectPublicKeyInfo, which some producers write after ``whpk_``, is named as such)."""
+    text = text.strip()
+    if text.startswith(PRIVATE_KEY_PREFIX):
+        raise _public_key_refused(PRIVATE_KEY_REFUSED)
+    shape = (
+        "a public key is whpk_ followed by the base64 of the 32-byte Ed25519 public key"
+    )
+    if not text.startswith(PUBLIC_KEY_PREFIX):
+        raise _public_key_refused(shape)
+    try:
+        raw = base64.b64decode(text.removeprefix(PUBLIC_KEY_PREFIX), validate=True)
+    except (binascii.Error, ValueError):
+        raise _public_key_refused(f"{shape} (this one is not base64)") from None
+    if len(raw) != ED25519_KEY_BYTES:
+        message = f"{shape}: it holds 32 bytes (this one has {len(raw)})"
+        if len(raw) == len(_ED25519_SPKI_HEADER) + ED25519_KEY_BYTES and raw.startswith(
+            _ED25519_SPKI_HEADER
+        ):
+            message += (
+                "; this one is a DER SubjectPublicKeyInfo, whose last 32 bytes are "
+                "the key"
+            )
+        raise _public_key_refused(message)
+    return PUBLIC_KEY_PREFIX + base64.b64encode(raw).decode()
+
+
+def is_public_key(credential: str) -> bool:
+    """Whether a source's credential is a public key (``whpk_``), not a secret: the prefix
+    is the type, as Standard Webhooks intends it (a ``whsec_`` secret never starts so)."""
+    return credential.startswith(PUBLIC_KEY_PREFIX)
+
+
+@functools.lru_cache(maxsize=256)
+def _ed25519_public_key(public_key: str) -> Ed25519PublicKey:
+    """A stored ``whpk_`` key, loaded once per process (public: nothing secret is kept)."""
+    raw = base64.b64decode(public_key.removeprefix(PUBLIC_KEY_PREFIX))
+    return Ed25519PublicKey.from_public_bytes(raw)
+
+
+def _ed25519_private_key(private_key: str) -> Ed25519PrivateKey:
+    """The signing key of a ``whsk_`` private key (a producer's: ``send_test_webhook``)."""
+    shape = "a private key is whsk_ followed by the base64 of the 32-byte Ed25519 seed"
+    try:
+        seed = base64.b64decode(
+            private_key.removeprefix(PRIVATE_KEY_PREFIX), validate=True
+        )
+    except (binascii.Error, ValueError):
+        raise InvalidPayload(shape) from None
+    if len(seed) != ED25519_KEY_BYTES:
+        raise InvalidPayload(f"{shape} (this one has {len(seed)} bytes)")
+    return Ed25519PrivateKey.from_private_bytes(seed)
+
+
+def public_key_of(private_key: str) -> str:
+    """The ``whpk_`` public key of a ``whsk_`` private key."""
+    raw = (
+        _ed25519_private_key(private_key)
+        .public_key()
+        .public_bytes(Encoding.Raw, PublicFormat.Raw)
+    )
+    return PUBLIC_KEY_PREFIX + base64.b64encode(raw).decode()
+
+
+def key_pair_generate() -> tuple[str, str]:
+    """A new Ed25519 key pair for a producer that signs ``v1a`` entries: ``(whsk_...,
+    whpk_...)``, the private key first."""
+    seed = random_secrets.token_bytes(ED25519_KEY_BYTES)
+    private_key = PRIVATE_KEY_PREFIX + base64.b64encode(seed).decode()
+    return private_key, public_key_of(private_key)
+
+
+def _ed25519_match(
+    candidates: Sequence[bytes], public_keys: Sequence[str], message: bytes
+) -> bool:
+    # No constant-time concern here: the keys are public and so is everything compared.
+    for candidate in candidates:
+        for public_key in public_keys:
+            try:
+                _ed25519_public_key(public_key).verify(candidate, message)
+            except Ed25519Mismatch:
+                continue
+            return True
+    return False
+
+
 class StandardWebhooksScheme:
     """Standard Webhooks: ``webhook-signature: v1,<base64>`` (space-separated list) over
-    ``b"<id>.<timestamp>." + raw_body``; the key is the base64 part of ``whsec_<base64>``."""
+    ``b"<id>.<timestamp>." + raw_body``; the key is the base64 part of ``whsec_<base64>``.
+    A source holding ``whpk_`` public keys instead checks ``v1a,<base64>`` entries, Ed25519
+    signatures of the same bytes, and no ``v1`` entry."""
 
     name = "standard-webhooks"
     label = "Standard Webhooks"
@@ -256,7 +396,8 @@ class StandardWebhooksScheme:
         timestamp_header: "standard-webhooks: unix seconds.",
         signature_header: "standard-webhooks: `v1,<base64>` entries, space separated, "
         "over `<id>.<timestamp>.` + the raw body, keyed by the base64 part of "
-        "`whsec_...`.",
+        "`whsec_...`; on a source holding a `whpk_...` public key, `v1a,<base64>` "
+        "entries: Ed25519 signatures of the same bytes.",
     }
 
     @sensitive_variables()
@@ -266,25 +407,37 @@ class StandardWebhooksScheme:
         signature, timestamp = _signature_and_timestamp(
             headers, self.signature_header, self.timestamp_header
         )
-        candidates = []
+        public_keys = [s for s in secrets if is_public_key(s)]
+        secrets = [s for s in secrets if not is_public_key(s)]
+        # The versions this source checks: v1a for its public keys, v1 for its secrets (and
+        # for a source with neither, as before public keys were held).
+        sizes = {}
+        if secrets or not public_keys:
+            sizes["v1"] = hashlib.sha256().digest_size
+        if public_keys:
+            sizes["v1a"] = ED25519_SIGNATURE_BYTES
+        candidates: dict[str, list[bytes]] = {"v1": [], "v1a": []}
         for entry in signature.split():
             version, _, value = entry.partition(",")
-            if version != "v1" or not value:
+            if version not in sizes or not value:
                 continue
             try:
                 digest = base64.b64decode(value, validate=True)
             except (binascii.Error, ValueError):
                 continue
-            if len(digest) == hashlib.sha256().digest_size:
-                candidates.append(digest)
-        if not candidates:
+            if len(digest) == sizes[version]:
+                candidates[version].append(digest)
+        if not (candidates["v1"] or candidates["v1a"]):
             raise InvalidSignature(REASON_MALFORMED)
         event_id = header_value(headers, self.id_header)
         message = f"{event_id}.{timestamp}.".encode("latin-1", "replace") + raw_body
         expected = [
             hmac_sha256(standard_webhooks_key(secret), message) for secret in secrets
         ]
-        if not any_match(candidates, expected):
+        matched = any_match(candidates["v1"], expected) or _ed25519_match(
+            candidates["v1a"][:V1A_MAX_ENTRIES], public_keys, message
+        )
+        if not matched:
             raise InvalidSignature(REASON_MISMATCH)
         return Verified(
             event_id=event_id, timestamp=timestamp, event_id_signed=self.signs_event_id
@@ -293,14 +446,23 @@ class StandardWebhooksScheme:
     def sign(
         self, *, raw_body: bytes, secret: str, event_id: str, timestamp: int
     ) -> dict[str, str]:
-        digest = hmac_sha256(
-            standard_webhooks_key(secret),
-            f"{event_id}.{timestamp}.".encode() + raw_body,
-        )
+        """A ``v1`` entry under a ``whsec_`` secret, a ``v1a`` entry under a ``whsk_``
+        private key."""
+        message = f"{event_id}.{timestamp}.".encode() + raw_body
+        if secret.startswith(PRIVATE_KEY_PREFIX):
+            signed = _ed25519_private_key(secret).sign(message)
+            entry = f"v1a,{base64.b64encode(signed).decode()}"
+        elif is_public_key(secret):
+            raise InvalidPayload(
+                "a public key (whpk_) verifies signatures; its private key (whsk_) signs"
+            )
+        else:
+            digest = hmac_sha256(standard_webhooks_key(secret), message)
+            entry = f"v1,{base64.b64encode(digest).decode()}"
         return {
             self.id_header: event_id,
             self.timestamp_header: str(timestamp),
-            self.signature_header: f"v1,{base64.b64encode(digest).decode()}",
+            self.signature_header: entry,
         }
 
     def secret_generate(self) -> str:
@@ -308,6 +470,17 @@ class StandardWebhooksScheme:
 
     def secret_validate(self, secret: str) -> None:
         secret_characters_check(secret)
+        if is_public_key(secret):
+            raise InvalidPayload(
+                "a whpk_ public key is given with --public-key, not as a secret",
+                details={
+                    "secret": [
+                        "A whpk_ public key is given as the source's public key, "
+                        "not as a secret."
+                    ]
+                },
+            )
+        _private_key_refuse(secret)
         try:
             if not secret.startswith("whsec_"):
                 raise ValueError(secret)
@@ -330,6 +503,10 @@ class StandardWebhooksScheme:
             )
         secret_length_check(secret, key=key)
 
+    def public_key_validate(self, public_key: str) -> str:
+        """The source's public key as it is stored (``public_key_parse``)."""
+        return public_key_parse(public_key)
+
 
 DEFAULT_SCHEME = HmacSha256Scheme.name
 
@@ -348,6 +525,20 @@ def scheme_names() -> list[str]:
 
 def scheme_get(name: str) -> SignatureScheme:
     return schemes()[name]
+
+
+def public_key_validate(*, scheme: str, public_key: str) -> str:
+    """``public_key`` as a source of ``scheme`` holds it (``whpk_...``, canonical), or
+    ``InvalidPayload``: also when the scheme verifies with secrets only (a scheme takes
+    public keys when it has ``public_key_validate``, as ``standard-webhooks`` does)."""
+    validate = getattr(scheme_get(scheme), "public_key_validate", None)
+    if validate is None:
+        message = (
+            f"the {scheme} scheme verifies with secrets only; a public key needs "
+            "--scheme standard-webhooks"
+        )
+        raise InvalidPayload(message, details={"public_key": [message]})
+    return validate(public_key)
 
 
 def scheme_choices() -> list[tuple[str, str]]:

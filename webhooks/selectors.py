@@ -134,17 +134,79 @@ def webhook_source_secrets_now(*, slug: str) -> list[str]:
 
 class _SecretCount(TypedDict):
     secret_count: int
+    public_key_count: int
 
 
 def webhook_source_list() -> QuerySet[WithAnnotations[WebhookSource, _SecretCount]]:
-    """Every source by slug, with how many secrets it has (never a secret) and its hold."""
+    """Every source by slug, with how many secrets it has (never a secret), how many public
+    keys, and its hold."""
     from django.db.models import Count
 
+    kind = WebhookSecret.Kind
     return (
-        WebhookSource.objects.annotate(secret_count=Count("secrets"))
+        WebhookSource.objects.annotate(
+            secret_count=Count("secrets", filter=Q(secrets__kind=kind.SECRET)),
+            public_key_count=Count("secrets", filter=Q(secrets__kind=kind.PUBLIC_KEY)),
+        )
         .select_related("hold")
         .order_by("slug")
     )
+
+
+def webhook_source_key_kind(*, source: WebhookSource) -> str | None:
+    """What the source verifies with (``WebhookSecret.Kind``): the kind of its newest
+    secret or key (a rotation keeps to it); ``None`` for a source with neither."""
+    return (
+        WebhookSecret.objects.filter(source=source)
+        .order_by("-created_at", "-pk")
+        .values_list("kind", flat=True)
+        .first()
+    )
+
+
+def webhook_secret_kind(*, source_id: int, fingerprint: str) -> str | None:
+    """Whether the fingerprint an inbox row recorded names a secret or a public key of its
+    source (``WebhookSecret.Kind``); ``None`` for none (rows stored before it was kept)."""
+    if not fingerprint:
+        return None
+    return (
+        WebhookSecret.objects.filter(source_id=source_id, fingerprint=fingerprint)
+        .values_list("kind", flat=True)
+        .first()
+    )
+
+
+@dataclass(frozen=True)
+class PublicKeyShown:
+    """A public key of a source as the admin and ``webhook_source list`` show it."""
+
+    public_key: str
+    fingerprint: str
+    created_at: datetime
+    expires_at: datetime | None
+
+
+def webhook_source_public_keys(
+    *, source_ids: list[int], valid_only: bool = False
+) -> dict[int, list[PublicKeyShown]]:
+    """The public keys of these sources, newest first, by source id (only those valid now
+    with ``valid_only``); never a secret: rows of kind ``public_key`` only, which the
+    database holds to the shape of a ``whpk_`` key."""
+    rows = WebhookSecret.objects.filter(
+        source_id__in=source_ids, kind=WebhookSecret.Kind.PUBLIC_KEY
+    )
+    if valid_only:
+        rows = rows.filter(
+            Q(expires_at__isnull=True) | Q(expires_at__gt=timezone.now())
+        )
+    keys: dict[int, list[PublicKeyShown]] = {pk: [] for pk in source_ids}
+    for source_id, public_key, fingerprint, created_at, expires_at in rows.order_by(
+        "-created_at", "-pk"
+    ).values_list("source_id", "secret", "fingerprint", "created_at", "expires_at"):
+        keys[source_id].append(
+            PublicKeyShown(public_key, fingerprint, created_at, expires_at)
+        )
+    return keys
 
 
 @dataclass(frozen=True)

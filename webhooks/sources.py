@@ -1,5 +1,6 @@
-"""Sources and their secrets: create, rotate, enable and disable, the expected delivery
-interval. Each change is an operator action (who, before, after; never a secret).
+"""Sources and their secrets (or their producers' public keys): create, rotate, enable and
+disable, the expected delivery interval. Each change is an operator action (who, before,
+after; never a secret).
 
 Web processes read a source through a snapshot kept for ``WEBHOOK_SOURCE_CACHE_SECONDS``
 (``webhooks.selectors.webhook_source_snapshot``). This process forgets its own at once; every
@@ -27,13 +28,14 @@ from .models import OperatorAction, WebhookSecret, WebhookSource
 from .operator_actions import (
     CreateSourceDetails,
     ExpectedIntervalDetails,
+    RotatePublicKeyDetails,
     RotateSecretDetails,
     SetSourceClientDetails,
     SourceEnabledDetails,
     operator_action_record,
 )
-from .schemes import scheme_get
-from .selectors import webhook_source_snapshot_forget
+from .schemes import public_key_validate, scheme_get
+from .selectors import webhook_source_key_kind, webhook_source_snapshot_forget
 
 logger = logging.getLogger(__name__)
 
@@ -76,34 +78,49 @@ def webhook_source_create(
     actor: Actor,
     secret: str | None = None,
     client: ApiClient | None = None,
+    public_key: str | None = None,
 ) -> tuple[WebhookSource, str]:
     """Creates a source with one secret (generated unless given; a weak one is refused,
     ``InvalidPayload``) and records the operator action; returns the source and the secret,
     which is not shown again. ``client`` binds a GitHub source to the API client whose
-    deployments its statuses may move (none: any client's)."""
-    signer = scheme_get(scheme)
-    secret = secret or signer.secret_generate()
-    signer.secret_validate(secret)
+    deployments its statuses may move (none: any client's).
+
+    With ``public_key`` (``whpk_...``: a producer that signs Standard Webhooks ``v1a``
+    entries with its private key), the source holds that key and no secret; anything but a
+    32-byte public key, or a scheme that verifies with secrets only, is refused
+    (``InvalidPayload``). Returns the key as stored."""
+    if public_key is not None:
+        if secret is not None:
+            raise InvalidPayload("a source holds secrets or public keys, not both")
+        credential = public_key_validate(scheme=scheme, public_key=public_key)
+        kind = WebhookSecret.Kind.PUBLIC_KEY
+    else:
+        signer = scheme_get(scheme)
+        credential = secret or signer.secret_generate()
+        signer.secret_validate(credential)
+        kind = WebhookSecret.Kind.SECRET
     source = WebhookSource(slug=slug, scheme=scheme, handler=handler, client=client)
     source.full_clean(validate_constraints=False)
     source.save()
-    WebhookSecret.objects.create(source=source, secret=secret)
+    row = WebhookSecret.objects.create(source=source, secret=credential, kind=kind)
+    details = CreateSourceDetails(
+        source=slug,
+        source_id=source.pk,
+        scheme=scheme,
+        handler=handler,
+        client=client.name if client is not None else None,
+    )
+    if kind == WebhookSecret.Kind.PUBLIC_KEY:
+        details["public_key"] = credential
+        details["fingerprint"] = row.fingerprint
     operator_action_record(
-        action=OperatorAction.Action.CREATE_SOURCE,
-        actor=actor,
-        details=CreateSourceDetails(
-            source=slug,
-            source_id=source.pk,
-            scheme=scheme,
-            handler=handler,
-            client=client.name if client is not None else None,
-        ),
+        action=OperatorAction.Action.CREATE_SOURCE, actor=actor, details=details
     )
     logger.info(
         "webhook_source.created",
-        extra={"source": slug, "scheme": scheme, "handler": handler},
+        extra={"source": slug, "scheme": scheme, "handler": handler, "kind": kind},
     )
-    return source, secret
+    return source, credential
 
 
 def grace_seconds_check(grace_seconds: int) -> None:
@@ -115,6 +132,27 @@ def grace_seconds_check(grace_seconds: int) -> None:
         )
 
 
+def _kind_check(*, source: WebhookSource, kind: str) -> None:
+    """A rotation keeps to what the source holds: a source whose producer signs with a
+    private key is never given a secret (which would make it accept ``v1`` signatures
+    again), nor a secret source a public key (docs/http-api.md, "Signature schemes")."""
+    held = webhook_source_key_kind(source=source)
+    if held is None or held == kind:
+        return
+    if held == WebhookSecret.Kind.PUBLIC_KEY:
+        message = (
+            f"{source.slug} verifies its producer's Ed25519 signatures (v1a) with a public "
+            "key: rotate it to a new public key (--public-key whpk_...)"
+        )
+        raise InvalidPayload(message, details={"secret": [message]})
+    message = (
+        f"{source.slug} verifies with secrets: a rotation cannot turn it into a "
+        "public-key source; create a source with --public-key for a producer that "
+        "signs v1a"
+    )
+    raise InvalidPayload(message, details={"public_key": [message]})
+
+
 @sensitive_variables()
 def webhook_source_rotate(
     *,
@@ -123,44 +161,74 @@ def webhook_source_rotate(
     secret: str | None = None,
     grace_seconds: int = DEFAULT_GRACE_SECONDS,
     reason: str = "",
+    public_key: str | None = None,
 ) -> str:
     """Adds a new secret that signs from now on; the secrets valid until now stay valid for
     ``grace_seconds`` more (0 to ``MAX_GRACE_SECONDS``; an earlier expiry is kept). Records
     who rotated and why as an operator action, never the secret. Returns the new secret,
     once the old ones' end is in effect in every web process (at once with a grace of 0).
 
+    With ``public_key``, the same for a source that holds its producer's public key: the new
+    key verifies from now on, the old ones for the grace period; the operator action
+    (``rotate_public_key``) names the new key and its fingerprint. A rotation never changes
+    what a source holds (``InvalidPayload``: a secret for a public-key source, or the
+    reverse).
+
     The source's row is locked for the rotation (``FOR NO KEY UPDATE``: deliveries, whose
     foreign key check reads it, never wait for it): two rotations at once run one after the
     other, so the second one limits the first one's new secret to its grace period too."""
     grace_seconds_check(grace_seconds)
-    signer = scheme_get(source.scheme)
-    secret = secret or signer.secret_generate()
-    signer.secret_validate(secret)
+    if public_key is not None:
+        if secret is not None:
+            raise InvalidPayload("a source holds secrets or public keys, not both")
+        credential = public_key_validate(scheme=source.scheme, public_key=public_key)
+        kind = WebhookSecret.Kind.PUBLIC_KEY
+    else:
+        signer = scheme_get(source.scheme)
+        credential = secret or signer.secret_generate()
+        signer.secret_validate(credential)
+        kind = WebhookSecret.Kind.SECRET
     with transaction.atomic():
         WebhookSource.objects.select_for_update(no_key=True).filter(
             pk=source.pk
         ).first()
+        _kind_check(source=source, kind=kind)
         now = timezone.now()
         grace_end = now + timedelta(seconds=grace_seconds)
         WebhookSecret.objects.filter(source=source).filter(
             Q(expires_at__isnull=True) | Q(expires_at__gt=grace_end)
         ).update(expires_at=grace_end)
-        WebhookSecret.objects.create(source=source, secret=secret, created_at=now)
-        operator_action_record(
-            action=OperatorAction.Action.ROTATE_SECRET,
-            actor=actor,
-            reason=reason,
-            details=RotateSecretDetails(
-                source=source.slug, grace_seconds=grace_seconds
-            ),
+        row = WebhookSecret.objects.create(
+            source=source, secret=credential, kind=kind, created_at=now
         )
+        if kind == WebhookSecret.Kind.PUBLIC_KEY:
+            operator_action_record(
+                action=OperatorAction.Action.ROTATE_PUBLIC_KEY,
+                actor=actor,
+                reason=reason,
+                details=RotatePublicKeyDetails(
+                    source=source.slug,
+                    grace_seconds=grace_seconds,
+                    public_key=credential,
+                    fingerprint=row.fingerprint,
+                ),
+            )
+        else:
+            operator_action_record(
+                action=OperatorAction.Action.ROTATE_SECRET,
+                actor=actor,
+                reason=reason,
+                details=RotateSecretDetails(
+                    source=source.slug, grace_seconds=grace_seconds
+                ),
+            )
         _snapshot_forget(source.slug)
     _in_effect_everywhere(committed_at=time.monotonic(), within=grace_seconds)
     logger.info(
         "webhook_source.rotated",
-        extra={"source": source.slug, "grace_seconds": grace_seconds},
+        extra={"source": source.slug, "grace_seconds": grace_seconds, "kind": kind},
     )
-    return secret
+    return credential
 
 
 def webhook_source_set_enabled(

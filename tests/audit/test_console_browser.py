@@ -7,11 +7,14 @@ as a PNG: ``make console-screenshots`` regenerates docs/console/ so."""
 
 from __future__ import annotations
 
+import base64
 import os
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 from django.urls import reverse
 from django.utils import timezone
 from playwright.sync_api import expect, sync_playwright
@@ -31,6 +34,7 @@ from tests.webhooks.factories import (
 from webhooks.models import BulkReplayJob, InboxEvent, ProcessingStatus
 from webhooks.pausing import webhook_source_pause
 from webhooks.replay import bulk_replay_job_create, inbox_events_replay
+from webhooks.sources import webhook_source_create
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -64,6 +68,16 @@ def realistic_console(operator) -> None:
     papers = research_source()
     other = WebhookSourceFactory(slug="billing-events-eu-west-1")
     WebhookSourceFactory(slug="github", is_enabled=False)
+    # A producer that signs with Ed25519: the source holds its public key, no secret.
+    producer_key = Ed25519PrivateKey.generate().public_key()
+    raw_key = producer_key.public_bytes(Encoding.Raw, PublicFormat.Raw)
+    webhook_source_create(
+        slug="notifications-v1a",
+        scheme="standard-webhooks",
+        handler="research",
+        public_key="whpk_" + base64.b64encode(raw_key).decode(),
+        actor=Actor.of(operator),
+    )
     for i, status in enumerate(ProcessingStatus):
         body = research_event(
             event_id=f"evt_doc42_2026-12-01T15:41:0{i}Z_{'a' * 24}_{i}",

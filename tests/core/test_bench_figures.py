@@ -1,5 +1,6 @@
 """How ``make bench`` judges a figure measured in interleaved rounds: by the median of each
-round's own ratio to the floor of the same round (docs/benchmarks.md, "How to read it")."""
+round's own ratio to the floor of the same round (docs/benchmarks.md, "How to read it"); the
+ingest figure of v1a (Ed25519) deliveries against v1 ones, and what it sends."""
 
 import pytest
 
@@ -71,3 +72,47 @@ def test_a_figure_without_rounds_keeps_its_value_over_its_floor():
 def test_rounds_of_a_figure_and_its_floor_must_pair_up():
     with pytest.raises(ValueError, match="3 rounds of the figure, 2 of its floor"):
         round_ratios([_run(1)] * 3, [_run(1)] * 2)
+
+
+def test_ingest_reports_v1a_deliveries_against_the_v1_ones_of_the_same_rounds():
+    from bench.ingest import v1a_figures
+
+    rounds = [
+        {"new": _run(v1), "new_v1a": _run(v1a)}
+        for v1, v1a in ((300, 270), (700, 560), (720, 650))
+    ]
+    ratio, p50, p99 = v1a_figures(rounds)
+    assert (ratio.value, ratio.floor_value) == (560, 700)
+    assert ratio.floor_name == "v1 new events"
+    assert ratio.target_ratio is None
+    # The median of the rounds' own 0.9, 0.8 and 0.903; of the two medians, 0.8.
+    assert ratio.ratio == pytest.approx(0.9)
+    assert ratio.ratio_of_medians == pytest.approx(0.8)
+    assert p50.name.endswith("p50") and p99.higher_is_better is False
+
+
+@pytest.mark.django_db
+def test_the_v1a_deliveries_of_ingest_are_what_a_public_key_source_accepts():
+    """The bench's producer key signs for the public key its v1a source holds: every
+    request is a 202 at the real view, as ``bench.ingest`` checks of every answer."""
+    from django.test import Client
+
+    from bench.ingest import SLUG_V1A, V1A_PRIVATE_KEY, signed_events
+    from core.actors import Actor
+    from tests.webhooks.factories import webhook_post
+    from webhooks.schemes import public_key_of
+    from webhooks.sources import webhook_source_create
+
+    webhook_source_create(
+        slug=SLUG_V1A,
+        scheme="standard-webhooks",
+        handler="research",
+        public_key=public_key_of(V1A_PRIVATE_KEY),
+        actor=Actor.system(),
+    )
+    for request in signed_events(range(3), v1a=True):
+        assert request.path == f"/webhooks/{SLUG_V1A}/"
+        assert request.headers["webhook-signature"].startswith("v1a,")
+        headers = {k: v for k, v in request.headers.items() if k != "Content-Type"}
+        response = webhook_post(Client(), SLUG_V1A, request.body, headers)
+        assert response.status_code == 202, response.content

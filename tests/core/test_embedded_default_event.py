@@ -1,6 +1,7 @@
 """The README's first steps on the embedded default (SQLite, filesystem broker): the demo data,
 a web and a worker process, ``send_test_webhook``, and the event processed by the research
-handler, as a newcomer sees it through the API."""
+handler, as a newcomer sees it through the API; then the README's blocks as printed, a
+producer that signs with Ed25519 (``v1a``) among them."""
 
 import re
 import subprocess
@@ -101,6 +102,19 @@ def test_a_signed_demo_event_is_processed_on_sqlite(tmp_path):
         assert answers[0].rsplit(" HTTP ", 1)[0] == answers[1].rsplit(" HTTP ", 1)[0]
         assert re.search(r'"deployment_id": ?"dep_', answers[0]), deploy_out
         assert "idempotency_key_reused" in answers[2], deploy_out
+
+        # A producer that signs with Ed25519: the demo pair of webhook_keygen through
+        # send_test_webhook, then a key of OpenSSL's own by hand with curl.
+        keygen_out = readme_block_run("webhook_keygen", port, env=env, curl=False)
+        assert "-> 202" in keygen_out, keygen_out
+        assert "whsk_" not in keygen_out  # the private key went to its file only
+        v1a_out = readme_block_run("webhook-signature: v1a", port, env=env)
+        answers = [line for line in v1a_out.splitlines() if " HTTP " in line]
+        assert [line.rsplit(" HTTP ", 1)[1] for line in answers] == ["202", "200"]
+        assert '"status": "accepted"' in answers[0], v1a_out
+        assert '"status": "duplicate"' in answers[1], v1a_out
+        shown = v1a_out.splitlines()[-1]
+        assert '"processing_status":"processed"' in shown.replace(" ", ""), v1a_out
     finally:
         web.stop()
         worker.stop()
@@ -109,17 +123,25 @@ def test_a_signed_demo_event_is_processed_on_sqlite(tmp_path):
 README = Path(__file__).resolve().parents[2] / "README.md"
 
 
-def readme_block_run(marker: str, port: int) -> str:
-    """Runs the README's ``sh`` block that names ``marker`` with bash, against the server on
-    ``port`` instead of 8000, and returns what it printed."""
+def readme_block_run(
+    marker: str, port: int, *, env: dict[str, str] | None = None, curl: bool = True
+) -> str:
+    """Runs the README's ``sh`` block that names ``marker`` (and curl, unless ``curl`` is
+    false) with bash at the repository's root, against the server on ``port`` instead of
+    8000, and returns what it printed. ``env``: the environment of its commands (the
+    server's own, for a block that runs ``manage.py`` on its database)."""
     blocks = re.findall(r"```sh\n(.*?)```", README.read_text(), flags=re.S)
-    [block] = [block for block in blocks if marker in block and "curl" in block]
+    [block] = [
+        block for block in blocks if marker in block and ("curl" in block or not curl)
+    ]
     script = block.replace("127.0.0.1:8000", f"127.0.0.1:{port}")
     done = subprocess.run(
         ["bash", "-euo", "pipefail", "-c", script],
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=120,
+        cwd=README.parent,
+        env=env,
     )
     assert done.returncode == 0, done.stdout + done.stderr
     return done.stdout

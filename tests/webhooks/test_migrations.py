@@ -1,7 +1,8 @@
 """The inbox's migrations carry existing state over, as an existing deployment would be
 migrated: a paused or draining source keeps its hold (0013), a row dead-lettered before causes
 were recorded gets one (0014); the inbox tables get their autovacuum settings (0020), and the
-inbox room on its pages (0021)."""
+inbox room on its pages (0021); the secrets stored before public keys were held stay
+secrets (0023)."""
 
 from __future__ import annotations
 
@@ -134,3 +135,33 @@ def test_the_inbox_keeps_room_on_its_pages_and_loses_it_back(migrated_back):
 
     assert "fillfactor=85" not in reloptions(events)
     assert "autovacuum_vacuum_scale_factor=0.01" in reloptions(events)
+
+
+def test_secrets_stored_before_public_keys_were_held_are_secrets(migrated_back):
+    """0023: every secret already stored is of kind ``secret``; a row of kind
+    ``public_key`` must hold a 32-byte ``whpk_`` key, which the database enforces."""
+    from django.db import IntegrityError, transaction
+
+    old = migrated_back("0022_inbox_sweep_reads_the_status_index")
+    source = old.get_model("webhooks", "WebhookSource").objects.create(
+        slug="before", handler="research", scheme="standard-webhooks"
+    )
+    old.get_model("webhooks", "WebhookSecret").objects.create(
+        source=source, secret="whsec_" + "A" * 40
+    )
+
+    new = migrate([("webhooks", "0023_public_keys")])
+    secret_model = new.get_model("webhooks", "WebhookSecret")
+    assert list(secret_model.objects.values_list("kind", flat=True)) == ["secret"]
+    for not_a_key in (
+        "whsec_" + "A" * 40,
+        "whpk_" + "A" * 40,
+        "whpk_" + "A" * 43 + "=x",
+    ):
+        with pytest.raises(IntegrityError), transaction.atomic():
+            secret_model.objects.create(
+                source_id=source.pk, secret=not_a_key, kind="public_key"
+            )
+    secret_model.objects.create(
+        source_id=source.pk, secret="whpk_" + "A" * 43 + "=", kind="public_key"
+    )

@@ -29,9 +29,14 @@ from ..models import (
     InboxAttempt,
     InboxEvent,
     OperatorAction,
+    WebhookSecret,
 )
 from ..replay import inbox_events_replay
-from ..selectors import inbox_event_body, inbox_event_occurred_at
+from ..selectors import (
+    inbox_event_body,
+    inbox_event_occurred_at,
+    webhook_secret_kind,
+)
 from ..story import Round, StoryEntry, inbox_event_story
 
 if TYPE_CHECKING:
@@ -157,14 +162,17 @@ def _attempt_html(entry: StoryEntry) -> SafeString:
     )
 
 
-def story_entry_html(entry: StoryEntry, *, event: InboxEvent) -> SafeString:
-    """One entry of the timeline in words, with links to the records it names. Escaped."""
+def story_entry_html(
+    entry: StoryEntry, *, event: InboxEvent, verifier: str = "secret"
+) -> SafeString:
+    """One entry of the timeline in words, with links to the records it names. Escaped.
+    ``verifier``: what the event's ``secret_fingerprint`` names, a secret or a public key."""
     if entry.kind == "delivery":
         if not event.signature_valid:
             signed = mark_safe("signature not verified")
         elif event.secret_fingerprint:
             signed = format_html(
-                "signature verified (secret {})", event.secret_fingerprint
+                "signature verified ({} {})", verifier, event.secret_fingerprint
             )
         else:
             signed = mark_safe("signature verified")
@@ -348,12 +356,16 @@ class EventPageMixin(_ModelAdmin):
         event = self.get_object(request, object_id)
         if event is not None and self.has_view_permission(request, event):
             story = inbox_event_story(event=event)
+            kind = webhook_secret_kind(
+                source_id=event.source_id, fingerprint=event.secret_fingerprint
+            )
+            verifier = WebhookSecret.Kind(kind).label.lower() if kind else "secret"
             context["story"] = [
                 {
                     "at": time_display(entry.at),
                     "kind": entry.kind,
                     "kind_label": KIND_LABELS[entry.kind],
-                    "html": story_entry_html(entry, event=event),
+                    "html": story_entry_html(entry, event=event, verifier=verifier),
                 }
                 for entry in story
             ]

@@ -4,8 +4,10 @@ from django import forms
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
 from django.http import HttpResponse
+from django.utils import timezone
 from django.utils.decorators import method_decorator
-from django.utils.html import format_html
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import mark_safe
 from django.views.decorators.debug import (
     sensitive_post_parameters,
     sensitive_variables,
@@ -23,10 +25,15 @@ from core.errors import ServiceError
 from core.selectors import COUNT_CAP
 from core.times import time_display
 
-from ..models import SignatureFailure, SourceHold, WebhookSource
+from ..models import SignatureFailure, SourceHold, WebhookSecret, WebhookSource
 from ..pausing import webhook_source_pause, webhook_source_resume
-from ..schemes import scheme_get
-from ..selectors import webhook_source_held_count, webhook_source_list
+from ..schemes import PRIVATE_KEY_PREFIX, public_key_validate, scheme_get
+from ..selectors import (
+    webhook_source_held_count,
+    webhook_source_key_kind,
+    webhook_source_list,
+    webhook_source_public_keys,
+)
 from ..sources import (
     DEFAULT_GRACE_SECONDS,
     MAX_GRACE_SECONDS,
@@ -71,6 +78,50 @@ class SecretRotationForm(ReasonForm):
         return secret
 
 
+class _PublicKeyInput(forms.TextInput):
+    """A public key is shown as typed (it is not a secret), except a private key typed by
+    mistake, which the page never shows back."""
+
+    def format_value(self, value):
+        if isinstance(value, str) and value.strip().startswith(PRIVATE_KEY_PREFIX):
+            return None
+        return super().format_value(value)
+
+
+class PublicKeyRotationForm(ReasonForm):
+    public_key = forms.CharField(
+        label="New public key",
+        widget=_PublicKeyInput(attrs={"size": 60, "autocomplete": "off"}),
+        max_length=255,
+        help_text=(
+            "Verifies the producer's v1a signatures from now on: whpk_ followed by the "
+            "base64 of its 32-byte Ed25519 public key. Never its private key (whsk_)."
+        ),
+    )
+    grace_seconds = forms.IntegerField(
+        label="Grace period (seconds)",
+        min_value=0,
+        max_value=MAX_GRACE_SECONDS,
+        initial=DEFAULT_GRACE_SECONDS,
+        help_text="How long the current public keys stay valid (at most 30 days).",
+    )
+
+    # The source's scheme, which must take public keys (``for_scheme``).
+    scheme = ""
+
+    @classmethod
+    def for_scheme(cls, scheme: str) -> type[PublicKeyRotationForm]:
+        return type(cls.__name__, (cls,), {"scheme": scheme})
+
+    def clean_public_key(self):
+        try:
+            return public_key_validate(
+                scheme=self.scheme, public_key=self.cleaned_data["public_key"]
+            )
+        except ServiceError as exc:
+            raise forms.ValidationError(str(exc)) from None
+
+
 class SourceResumeForm(ReasonForm):
     rate = forms.FloatField(
         label="Rate (events per second)",
@@ -108,7 +159,8 @@ _EDITABLE_FIELDS = ("expected_delivery_interval_seconds", "client")
 
 @admin.register(WebhookSource)
 class WebhookSourceAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
-    # The secrets are never listed, counted only.
+    # The secrets are never listed, counted only; the public keys of a source whose producer
+    # signs with Ed25519 are not secrets, and its page shows them.
     # The state first: a paused source reads "Paused since … by …" and why. The expected
     # delivery interval, the pause's details and the drain are on the source's page.
     list_display = (
@@ -117,6 +169,7 @@ class WebhookSourceAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         "scheme",
         "handler",
         "secret_count",
+        "public_key_count",
         "held_events",
     )
     list_display_links = ("slug",)
@@ -133,6 +186,7 @@ class WebhookSourceAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         "client",
         "state",
         "secret_count",
+        "public_keys",
         "paused_since",
         "paused_by",
         "pause_reason",
@@ -181,6 +235,36 @@ class WebhookSourceAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     @admin.display(description="secrets", ordering="secret_count")
     def secret_count(self, obj):
         return obj.secret_count
+
+    @admin.display(description="public keys", ordering="public_key_count")
+    def public_key_count(self, obj):
+        return obj.public_key_count
+
+    @admin.display(description="public keys")
+    def public_keys(self, obj):
+        """The producer's public keys (not secrets: shown whole), newest first, with the
+        fingerprint an inbox row records of the key that verified it, and whether each
+        verifies now."""
+        keys = webhook_source_public_keys(source_ids=[obj.pk]).get(obj.pk, [])
+        if not keys:
+            return "-"
+        now = timezone.now()
+        rows = []
+        for key in keys:
+            if key.expires_at is None:
+                state = "verifies now"
+            elif key.expires_at > now:
+                state = f"valid until {time_display(key.expires_at)}"
+            else:
+                state = f"expired {time_display(key.expires_at)}"
+            rows.append(
+                (key.public_key, key.fingerprint, time_display(key.created_at), state)
+            )
+        return format_html_join(
+            mark_safe("<br>"),
+            "<code>{}</code> (fingerprint <code>{}</code>), added {}, {}",
+            rows,
+        )
 
     @staticmethod
     def _paused(obj) -> SourceHold | None:
@@ -394,7 +478,9 @@ class WebhookSourceAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
             self.message_user(request, f"Not resumed: {text}", messages.WARNING)
         return None
 
-    @admin.action(description="Rotate secret", permissions=["rotate_secret"])
+    @admin.action(
+        description="Rotate secret or public key", permissions=["rotate_secret"]
+    )
     @sensitive_variables("data")
     def rotate_secret(self, request, queryset):
         if queryset.count() != 1:
@@ -403,25 +489,43 @@ class WebhookSourceAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
             )
             return None
         source = queryset.get()
+        # A source that holds its producer's public key is rotated to a new public key,
+        # never to a secret (``webhook_source_rotate``).
+        public = webhook_source_key_kind(source=source) == WebhookSecret.Kind.PUBLIC_KEY
+        if public:
+            what = "public key"
+            intro = (
+                "The new public key verifies the producer's v1a signatures from now on; "
+                "the current ones stay valid for the grace period. A public key is not a "
+                "secret: the source's page shows each with its fingerprint."
+            )
+            form_class: type[ReasonForm] = PublicKeyRotationForm.for_scheme(
+                source.scheme
+            )
+        else:
+            what = "secret"
+            intro = (
+                "The new secret signs from now on; the current ones stay valid for the "
+                "grace period. It is stored for verification and never shown again here."
+            )
+            form_class = SecretRotationForm.for_scheme(source.scheme)
         data = confirm_with_reason(
             self,
             request,
             queryset,
             action="rotate_secret",
-            title=f"Rotate the secret of {source.slug}",
-            intro=(
-                "The new secret signs from now on; the current ones stay valid for the grace "
-                "period. It is stored for verification and never shown again here."
-            ),
+            title=f"Rotate the {what} of {source.slug}",
+            intro=intro,
             submit_label="Rotate",
-            form_class=SecretRotationForm.for_scheme(source.scheme),
+            form_class=form_class,
         )
         if isinstance(data, HttpResponse):
             return data
         try:
             webhook_source_rotate(
                 source=source,
-                secret=data["secret"],
+                secret=data.get("secret"),
+                public_key=data.get("public_key"),
                 grace_seconds=data["grace_seconds"],
                 actor=Actor.of(request.user),
                 reason=data["reason"],
@@ -431,16 +535,16 @@ class WebhookSourceAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
             return None
         self.message_user(
             request,
-            f"Rotated the secret of {source.slug}; the previous ones expire in "
+            f"Rotated the {what} of {source.slug}; the previous ones expire in "
             f"{data['grace_seconds']} s.",
             messages.SUCCESS,
         )
         return None
 
-    @method_decorator(sensitive_post_parameters("secret"))
+    @method_decorator(sensitive_post_parameters("secret", "public_key"))
     def changelist_view(self, request, extra_context=None):
-        # Actions post to the changelist: the rotation form's secret never reaches an
-        # error report or a debug page.
+        # Actions post to the changelist: the rotation form's secret (or a private key
+        # typed where a public key goes) never reaches an error report or a debug page.
         return super().changelist_view(request, extra_context)
 
 

@@ -12,8 +12,8 @@ from webhooks.errors import SourceAlreadyPaused
 from webhooks.integrations import integration_names
 from webhooks.models import WebhookSource
 from webhooks.pausing import webhook_source_pause, webhook_source_resume
-from webhooks.schemes import DEFAULT_SCHEME, scheme_names
-from webhooks.selectors import webhook_source_list
+from webhooks.schemes import DEFAULT_SCHEME, scheme_names, secret_fingerprint
+from webhooks.selectors import webhook_source_list, webhook_source_public_keys
 from webhooks.sources import (
     DEFAULT_GRACE_SECONDS,
     MAX_GRACE_SECONDS,
@@ -49,6 +49,10 @@ def _secret_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _public_key_argument(parser: argparse.ArgumentParser, *, help: str) -> None:
+    parser.add_argument("--public-key", metavar="whpk_...", help=help)
+
+
 def _reason(text: str) -> str:
     if not text.strip():
         raise argparse.ArgumentTypeError("must not be empty")
@@ -59,7 +63,8 @@ class Command(BaseCommand):
     help = (
         "Manage webhook sources: create | rotate | list | disable | enable | pause | resume. "
         "A generated secret is printed once, as the last line; no command ever shows a "
-        "stored secret."
+        "stored secret. A standard-webhooks source whose producer signs with Ed25519 (v1a) "
+        "holds its public key instead (--public-key whpk_...)."
     )
 
     def add_arguments(self, parser):
@@ -69,6 +74,12 @@ class Command(BaseCommand):
         create.add_argument("--scheme", choices=scheme_names(), default=DEFAULT_SCHEME)
         create.add_argument("--handler", choices=integration_names(), required=True)
         _secret_arguments(create)
+        _public_key_argument(
+            create,
+            help="standard-webhooks: the producer signs v1a entries with its Ed25519 "
+            "private key, the source holds this public key (whpk_ + base64 of its 32 "
+            "bytes) and no secret",
+        )
         create.add_argument(
             "--client",
             help="a GitHub source: the API client whose deployments its statuses may "
@@ -79,6 +90,11 @@ class Command(BaseCommand):
         )
         rotate.add_argument("slug")
         _secret_arguments(rotate)
+        _public_key_argument(
+            rotate,
+            help="a source that holds its producer's public key: the new public key "
+            "(whpk_...); the previous ones stay valid for the grace period",
+        )
         rotate.add_argument(
             "--grace-seconds",
             type=int,
@@ -137,10 +153,23 @@ class Command(BaseCommand):
         return source
 
     def _create(
-        self, *, slug, scheme, handler, secret, secret_file, client=None, **options
+        self,
+        *,
+        slug,
+        scheme,
+        handler,
+        secret,
+        secret_file,
+        client=None,
+        public_key=None,
+        **options,
     ):
         secret = secret_option_read(secret, secret_file, name="secret")
-        generated = secret is None
+        if public_key is not None and secret is not None:
+            raise CommandError(
+                "give --public-key or a secret, not both: a source holds one kind"
+            )
+        generated = secret is None and public_key is None
         api_client = None
         if client is not None:
             api_client = ApiClient.objects.filter(name=client).first()
@@ -154,6 +183,7 @@ class Command(BaseCommand):
                 secret=secret,
                 actor=Actor.command(),
                 client=api_client,
+                public_key=public_key,
             )
         except IntegrityError as exc:
             raise CommandError(f"a webhook source {slug!r} already exists") from exc
@@ -164,41 +194,80 @@ class Command(BaseCommand):
             f"created webhook source {source.slug!r} "
             f"(scheme {source.scheme}, handler {source.handler}{bound})"
         )
-        if generated:
+        if public_key is not None:
+            # ``secret`` is the public key as stored: not a secret, shown as any list does.
+            self.stdout.write(
+                f"verifies v1a signatures with {secret} "
+                f"(fingerprint {secret_fingerprint(secret)})"
+            )
+        elif generated:
             self.stdout.write("secret (shown once, store it now):")
             self.stdout.write(secret)
 
-    def _rotate(self, *, slug, secret, secret_file, grace_seconds, reason, **options):
+    def _rotate(
+        self,
+        *,
+        slug,
+        secret,
+        secret_file,
+        grace_seconds,
+        reason,
+        public_key=None,
+        **options,
+    ):
         if not 0 <= grace_seconds <= MAX_GRACE_SECONDS:
             raise CommandError(
                 f"--grace-seconds: the grace period is 0 to {MAX_GRACE_SECONDS} seconds "
                 "(30 days)"
             )
         secret = secret_option_read(secret, secret_file, name="secret")
-        generated = secret is None
+        if public_key is not None and secret is not None:
+            raise CommandError(
+                "give --public-key or a secret, not both: a source holds one kind"
+            )
+        generated = secret is None and public_key is None
         # Recorded as an operator action under the invoking OS user, as replay_events is.
         secret = webhook_source_rotate(
             source=self._source(slug),
             secret=secret,
+            public_key=public_key,
             grace_seconds=grace_seconds,
             actor=Actor.command(),
             reason=reason,
         )
+        previous = "public keys" if public_key is not None else "secrets"
         self.stdout.write(
-            f"rotated webhook source {slug!r}: previous secrets stay valid for "
+            f"rotated webhook source {slug!r}: previous {previous} stay valid for "
             f"{grace_seconds} s"
         )
-        if generated:
+        if public_key is not None:
+            self.stdout.write(
+                f"verifies v1a signatures with {secret} "
+                f"(fingerprint {secret_fingerprint(secret)})"
+            )
+        elif generated:
             self.stdout.write("new secret (shown once, store it now):")
             self.stdout.write(secret)
 
     def _list(self, **options):
-        self.stdout.write("slug\tscheme\thandler\tsecrets\tenabled\tpaused")
-        for source in webhook_source_list():
+        self.stdout.write(
+            "slug\tscheme\thandler\tsecrets\tenabled\tpaused\tpublic keys"
+        )
+        sources = list(webhook_source_list())
+        # Public keys are not secrets: the ones that verify now are shown, as the admin
+        # shows them, with the fingerprint an inbox row records.
+        public_keys = webhook_source_public_keys(
+            source_ids=[s.pk for s in sources if s.public_key_count], valid_only=True
+        )
+        for source in sources:
+            keys = ", ".join(
+                f"{key.public_key} ({key.fingerprint})"
+                for key in public_keys.get(source.pk, [])
+            )
             self.stdout.write(
                 f"{source.slug}\t{source.scheme}\t{source.handler}\t"
                 f"{source.secret_count}\t{'yes' if source.is_enabled else 'no'}\t"
-                f"{self._pause_state(source)}"
+                f"{self._pause_state(source)}\t{keys or '-'}"
             )
 
     @staticmethod
