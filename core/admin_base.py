@@ -10,8 +10,11 @@ from datetime import date, datetime, time, timedelta
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from django import forms
-from django.contrib import admin
+from django.conf import settings
+from django.contrib import admin, messages
 from django.contrib.admin import helpers
+from django.contrib.admin.options import IncorrectLookupParameters
+from django.contrib.admin.views.main import ChangeList
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.db.models import Model, QuerySet
@@ -93,15 +96,28 @@ class DateRangeFilter(admin.DateFieldListFilter):
     """Django's date filter (any date, today, past 7 days, this month, this year) with a
     range of days below it: ``<field>__from`` and ``<field>__to`` (``YYYY-MM-DD``, both
     days included, in ``TIME_ZONE``). Put it in ``list_filter`` as ``("received_at",
-    DateRangeFilter)``."""
+    DateRangeFilter)``.
+
+    Any day of the calendar is an end (``9999-12-31`` as the last: everything up to the
+    calendar's end, which has no "day after"); an end that is not a day of it (``10000-01-01``,
+    ``2026-02-30``, ``yesterday``) is named in an error on the page and beside the field, and
+    left out of the range (docs/security.md, "Values the database refuses")."""
 
     template = "admin/date_range_filter.html"
 
     def __init__(self, field, request, params, model, model_admin, field_path):
         self.lookup_kwarg_from = f"{field_path}__from"
         self.lookup_kwarg_to = f"{field_path}__to"
-        self.day_from = self._day(params.pop(self.lookup_kwarg_from, None))
-        self.day_to = self._day(params.pop(self.lookup_kwarg_to, None))
+        self.errors: list[str] = []
+        label = f"{field.verbose_name} {{}}"
+        self.first_day = self._day(
+            request, label.format("from"), params.pop(self.lookup_kwarg_from, None)
+        )
+        self.last_day = self._day(
+            request, label.format("to"), params.pop(self.lookup_kwarg_to, None)
+        )
+        self.day_from = self.first_day.isoformat() if self.first_day else ""
+        self.day_to = self.last_day.isoformat() if self.last_day else ""
         super().__init__(field, request, params, model, model_admin, field_path)
         if self.day_from or self.day_to:
             self.used_parameters[self.lookup_kwarg_from] = self.day_from
@@ -115,15 +131,21 @@ class DateRangeFilter(admin.DateFieldListFilter):
             for value in values
         ]
 
-    @staticmethod
-    def _day(values: Any) -> str:
+    def _day(self, request: HttpRequest, label: str, values: Any) -> date | None:
         value = values[-1] if isinstance(values, list) else values
         if not value:
-            return ""
+            return None
         try:
-            return date.fromisoformat(value).isoformat()
+            return date.fromisoformat(value)
         except ValueError:
-            return ""
+            error = (
+                f"{label}: {value[:40]!r} is not a day of the calendar (YYYY-MM-DD, "
+                f"{date.min.isoformat()} to {date.max.isoformat()}); the list is not "
+                "filtered by it."
+            )
+            self.errors.append(error)
+            message_once(request, error)
+            return None
 
     def expected_parameters(self):
         return [
@@ -142,15 +164,78 @@ class DateRangeFilter(admin.DateFieldListFilter):
         queryset = super().queryset(request, queryset)
         self.used_parameters = used
         zone = timezone.get_current_timezone()
-        if self.day_from:
-            start = datetime.combine(date.fromisoformat(self.day_from), time(), zone)
+        if self.first_day:
+            start = datetime.combine(self.first_day, time(), zone)
             queryset = queryset.filter(**{f"{self.field_path}__gte": start})
-        if self.day_to:
-            end = datetime.combine(date.fromisoformat(self.day_to), time(), zone)
-            queryset = queryset.filter(
-                **{f"{self.field_path}__lt": end + timedelta(days=1)}
-            )
+        # The calendar's last day has no day after it to end before: nothing to bound.
+        if self.last_day and self.last_day < date.max:
+            end = datetime.combine(self.last_day + timedelta(days=1), time(), zone)
+            queryset = queryset.filter(**{f"{self.field_path}__lt": end})
         return queryset
+
+
+def message_once(request: HttpRequest, text: str) -> None:
+    """An error message on the page, once however often the list builds its filters (it
+    builds them again for each filter's counts)."""
+    shown = request.__dict__.setdefault("_console_errors_shown", set())
+    if text not in shown:
+        shown.add(text)
+        messages.error(request, text)
+
+
+class _LastPeriodChangeList(ChangeList):
+    """Django's changelist, whose date hierarchy's last period of the calendar (the year
+    9999, its December, its last day) lists everything from the period's start: Django
+    bounds a period by the start of the next one, which Python's dates cannot hold (an
+    ``OverflowError``, a 500)."""
+
+    def get_filters(self, request):
+        start = self._last_period_start()
+        if start is None:
+            return super().get_filters(request)
+        field = self.date_hierarchy
+        names = {f"{field}__year", f"{field}__month", f"{field}__day"}
+        given = self.filter_params
+        self.filter_params = {k: v for k, v in given.items() if k not in names}
+        try:
+            specs, has_filters, lookups, duplicates, _ = super().get_filters(request)
+        finally:
+            self.filter_params = given
+        # As Django gives its own bounds of a period: a list of instants.
+        cast(dict[str, Any], lookups)[f"{field}__gte"] = [start]
+        return specs, has_filters, lookups, duplicates, True
+
+    def _last_period_start(self) -> datetime | None:
+        """The start of the period the hierarchy names when no later one follows it in
+        Python's calendar; ``None`` otherwise (and for a period that is not one: Django
+        names that)."""
+        field = self.date_hierarchy
+        if not field:
+            return None
+        year, month, day = (
+            self.filter_params.get(f"{field}__{part}")
+            for part in ("year", "month", "day")
+        )
+        if not year:
+            return None
+        try:
+            start = datetime(
+                int(year[-1]),
+                int(month[-1]) if month else 1,
+                int(day[-1]) if day else 1,
+            )
+        except ValueError:
+            return None
+        try:
+            if day:
+                start + timedelta(days=1)
+            elif month:
+                start + timedelta(days=32)
+            else:
+                start.replace(year=start.year + 1)
+        except (OverflowError, ValueError):
+            return timezone.make_aware(start) if settings.USE_TZ else start
+        return None
 
 
 class BoundedCountPaginator(Paginator):
@@ -177,6 +262,40 @@ if TYPE_CHECKING:
     _InlineAdmin = admin.options.InlineModelAdmin
 else:
     _ModelAdmin = _InlineAdmin = object
+
+
+_LAST_PERIOD_CHANGELISTS: dict[type[ChangeList], type[ChangeList]] = {}
+
+
+class CalendarEndsAdminMixin(_ModelAdmin):
+    """Every list of the console answers a date at the ends of the calendar, and names a
+    filter it cannot use (docs/security.md, "Values the database refuses"). The console's
+    site mixes it into every admin it registers (``core.admin_site.AuditAdminSite``), the
+    third-party apps' included."""
+
+    def get_changelist(self, request, **kwargs):
+        changelist = super().get_changelist(request, **kwargs)
+        if changelist is ChangeList or issubclass(changelist, _LastPeriodChangeList):
+            return _LastPeriodChangeList if changelist is ChangeList else changelist
+        if changelist not in _LAST_PERIOD_CHANGELISTS:
+            _LAST_PERIOD_CHANGELISTS[changelist] = type(
+                changelist.__name__, (_LastPeriodChangeList, changelist), {}
+            )
+        return _LAST_PERIOD_CHANGELISTS[changelist]
+
+    def get_changelist_instance(self, request):
+        try:
+            return super().get_changelist_instance(request)
+        except IncorrectLookupParameters:
+            # Django then shows the list without its filters (``?e=1``): say why.
+            message_once(
+                request,
+                "A filter of this list was not understood (a date outside "
+                f"{date.min.isoformat()} to {date.max.isoformat()}, a value that is not "
+                "a date, or a field the list does not have): the list is shown without "
+                "its filters.",
+            )
+            raise
 
 
 class _NoWritesMixin:
