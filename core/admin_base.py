@@ -6,7 +6,7 @@ the evidence bundle of a record (the ``audit`` app plugs those in: ``log_admin_h
 from __future__ import annotations
 
 import json
-from datetime import date, datetime, time, timedelta
+from datetime import UTC, date, datetime, time, timedelta
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from django import forms
@@ -92,6 +92,19 @@ class StatusFilter(admin.ChoicesFieldListFilter):
             yield {**choice, "display": status_words(value)} if value else choice
 
 
+# The instants every database takes: a bound beyond either (a day at an end of the calendar,
+# in a zone whose offset pushes it past; SQLite's backend converts it to UTC) bounds nothing.
+_FIRST_INSTANT = datetime.min.replace(tzinfo=UTC)
+_LAST_INSTANT = datetime.max.replace(tzinfo=UTC)
+
+
+def _within_calendar(value: datetime | None) -> datetime | None:
+    """``value`` when its UTC time is a date Python can hold; ``None`` otherwise."""
+    if value is None or not _FIRST_INSTANT <= value <= _LAST_INSTANT:
+        return None
+    return value
+
+
 class DateRangeFilter(admin.DateFieldListFilter):
     """Django's date filter (any date, today, past 7 days, this month, this year) with a
     range of days below it: ``<field>__from`` and ``<field>__to`` (``YYYY-MM-DD``, both
@@ -164,12 +177,18 @@ class DateRangeFilter(admin.DateFieldListFilter):
         queryset = super().queryset(request, queryset)
         self.used_parameters = used
         zone = timezone.get_current_timezone()
+        # A bound past an end of the calendar (the day after its last, its first day in a
+        # zone east of UTC) bounds nothing: every stored instant lies within it.
+        start = end = None
         if self.first_day:
-            start = datetime.combine(self.first_day, time(), zone)
-            queryset = queryset.filter(**{f"{self.field_path}__gte": start})
-        # The calendar's last day has no day after it to end before: nothing to bound.
+            start = _within_calendar(datetime.combine(self.first_day, time(), zone))
         if self.last_day and self.last_day < date.max:
-            end = datetime.combine(self.last_day + timedelta(days=1), time(), zone)
+            end = _within_calendar(
+                datetime.combine(self.last_day + timedelta(days=1), time(), zone)
+            )
+        if start is not None:
+            queryset = queryset.filter(**{f"{self.field_path}__gte": start})
+        if end is not None:
             queryset = queryset.filter(**{f"{self.field_path}__lt": end})
         return queryset
 
@@ -183,15 +202,16 @@ def message_once(request: HttpRequest, text: str) -> None:
         messages.error(request, text)
 
 
-class _LastPeriodChangeList(ChangeList):
-    """Django's changelist, whose date hierarchy's last period of the calendar (the year
-    9999, its December, its last day) lists everything from the period's start: Django
-    bounds a period by the start of the next one, which Python's dates cannot hold (an
-    ``OverflowError``, a 500)."""
+class _CalendarEndsChangeList(ChangeList):
+    """Django's changelist, whose date hierarchy answers the periods at the ends of the
+    calendar: Django bounds a period by the start of the next one, which Python's dates
+    cannot hold after the year 9999 (an ``OverflowError``, a 500), and SQLite's backend
+    converts each bound to UTC, which overflows before the year 1 in a zone east of UTC.
+    Such a period is bounded by the ends it has: the year 9999 is everything from its start."""
 
     def get_filters(self, request):
-        start = self._last_period_start()
-        if start is None:
+        period = self._period_at_an_end()
+        if period is None:
             return super().get_filters(request)
         field = self.date_hierarchy
         names = {f"{field}__year", f"{field}__month", f"{field}__day"}
@@ -201,16 +221,21 @@ class _LastPeriodChangeList(ChangeList):
             specs, has_filters, lookups, duplicates, _ = super().get_filters(request)
         finally:
             self.filter_params = given
-        # As Django gives its own bounds of a period: a list of instants.
-        cast(dict[str, Any], lookups)[f"{field}__gte"] = [start]
+        # As Django gives its own bounds of a period: lists of instants.
+        start, end = period
+        bounds = cast(dict[str, Any], lookups)
+        if start is not None:
+            bounds[f"{field}__gte"] = [start]
+        if end is not None:
+            bounds[f"{field}__lt"] = [end]
         return specs, has_filters, lookups, duplicates, True
 
-    def _last_period_start(self) -> datetime | None:
-        """The start of the period the hierarchy names when no later one follows it in
-        Python's calendar; ``None`` otherwise (and for a period that is not one: Django
-        names that)."""
+    def _period_at_an_end(self) -> tuple[datetime | None, datetime | None] | None:
+        """The bounds of the period the hierarchy names, each ``None`` where it lies past
+        an end of the calendar, when one does; ``None`` when Django's own bounds hold (and
+        for a period that is not one: Django names that)."""
         field = self.date_hierarchy
-        if not field:
+        if not field or not settings.USE_TZ:
             return None
         year, month, day = (
             self.filter_params.get(f"{field}__{part}")
@@ -219,23 +244,28 @@ class _LastPeriodChangeList(ChangeList):
         if not year:
             return None
         try:
-            start = datetime(
+            first = datetime(
                 int(year[-1]),
                 int(month[-1]) if month else 1,
                 int(day[-1]) if day else 1,
             )
         except ValueError:
             return None
+        after: datetime | None
         try:
             if day:
-                start + timedelta(days=1)
+                after = first + timedelta(days=1)
             elif month:
-                start + timedelta(days=32)
+                after = (first + timedelta(days=32)).replace(day=1)
             else:
-                start.replace(year=start.year + 1)
+                after = first.replace(year=first.year + 1)
         except (OverflowError, ValueError):
-            return timezone.make_aware(start) if settings.USE_TZ else start
-        return None
+            after = None
+        start = _within_calendar(timezone.make_aware(first))
+        end = _within_calendar(timezone.make_aware(after) if after else None)
+        if start is not None and end is not None:
+            return None
+        return start, end
 
 
 class BoundedCountPaginator(Paginator):
@@ -264,7 +294,7 @@ else:
     _ModelAdmin = _InlineAdmin = object
 
 
-_LAST_PERIOD_CHANGELISTS: dict[type[ChangeList], type[ChangeList]] = {}
+_CALENDAR_ENDS_CHANGELISTS: dict[type[ChangeList], type[ChangeList]] = {}
 
 
 class CalendarEndsAdminMixin(_ModelAdmin):
@@ -275,13 +305,15 @@ class CalendarEndsAdminMixin(_ModelAdmin):
 
     def get_changelist(self, request, **kwargs):
         changelist = super().get_changelist(request, **kwargs)
-        if changelist is ChangeList or issubclass(changelist, _LastPeriodChangeList):
-            return _LastPeriodChangeList if changelist is ChangeList else changelist
-        if changelist not in _LAST_PERIOD_CHANGELISTS:
-            _LAST_PERIOD_CHANGELISTS[changelist] = type(
-                changelist.__name__, (_LastPeriodChangeList, changelist), {}
+        if changelist is ChangeList:
+            return _CalendarEndsChangeList
+        if issubclass(changelist, _CalendarEndsChangeList):
+            return changelist
+        if changelist not in _CALENDAR_ENDS_CHANGELISTS:
+            _CALENDAR_ENDS_CHANGELISTS[changelist] = type(
+                changelist.__name__, (_CalendarEndsChangeList, changelist), {}
             )
-        return _LAST_PERIOD_CHANGELISTS[changelist]
+        return _CALENDAR_ENDS_CHANGELISTS[changelist]
 
     def get_changelist_instance(self, request):
         try:

@@ -25,6 +25,9 @@ from webhooks.models import BulkReplayJob
 pytestmark = pytest.mark.django_db
 
 INBOX = "admin:webhooks_inboxevent_changelist"
+# UTC, a zone east of it and one west of it: a day at an end of the calendar is a time past
+# that end in UTC in one of them.
+ZONES = ["UTC", "Asia/Tokyo", "Pacific/Honolulu"]
 
 
 def _changelist(model) -> str:
@@ -118,7 +121,9 @@ def test_a_range_of_days_at_the_ends_of_the_calendar_is_answered(
             assert "0001-01-01 to 9999-12-31" in message
 
 
-def test_the_range_s_rows_at_the_ends_of_the_calendar(operator_client):
+@pytest.mark.parametrize("zone", ZONES)
+def test_the_range_s_rows_at_the_ends_of_the_calendar(operator_client, settings, zone):
+    settings.TIME_ZONE = zone
     now = timezone.now()
     rows = {InboxEventFactory(received_at=now).pk, InboxEventFactory().pk}
 
@@ -174,7 +179,11 @@ def test_the_date_hierarchy_at_the_end_of_the_calendar_is_answered(
         assert "filter of this list was not understood" in message, params
 
 
-def test_the_hierarchy_s_last_period_lists_its_rows(operator_client):
+@pytest.mark.parametrize("zone", ZONES)
+def test_the_hierarchy_s_periods_at_the_ends_list_their_rows(
+    operator_client, settings, zone
+):
+    settings.TIME_ZONE = zone
     InboxEventFactory()
 
     def listed(**params):
@@ -185,6 +194,14 @@ def test_the_hierarchy_s_last_period_lists_its_rows(operator_client):
     assert listed(received_at__year="9999", received_at__month="12") == set()
     assert (
         listed(received_at__year="9999", received_at__month="12", received_at__day="31")
+        == set()
+    )
+    # The first periods: before them nothing (in a zone east of UTC, their start is a
+    # date before the year 1 in UTC).
+    assert listed(received_at__year="1") == set()
+    assert listed(received_at__year="1", received_at__month="1") == set()
+    assert (
+        listed(received_at__year="1", received_at__month="1", received_at__day="1")
         == set()
     )
     this_year = timezone.localtime().year
@@ -202,7 +219,7 @@ def test_a_bad_value_of_django_s_own_date_filter_is_named(operator_client):
 # --- the API --------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("zone", ["UTC", "Asia/Tokyo", "Pacific/Honolulu"])
+@pytest.mark.parametrize("zone", ZONES)
 def test_updated_since_at_the_ends_of_the_calendar_is_422_or_a_list(
     api, settings, zone
 ):
@@ -226,7 +243,7 @@ def test_updated_since_at_the_ends_of_the_calendar_is_422_or_a_list(
         assert answer.status_code == 200, (value, answer.content)
 
 
-@pytest.mark.parametrize("zone", ["UTC", "Asia/Tokyo", "Pacific/Honolulu"])
+@pytest.mark.parametrize("zone", ZONES)
 def test_a_status_sync_dated_past_the_readable_range_is_422(
     api, operator_client, settings, zone
 ):
@@ -268,7 +285,7 @@ def test_a_status_sync_dated_past_the_readable_range_is_422(
     _page(operator_client, "admin:deployments_statussync_changelist", {})
 
 
-@pytest.mark.parametrize("zone", ["UTC", "Asia/Tokyo", "Pacific/Honolulu"])
+@pytest.mark.parametrize("zone", ZONES)
 def test_a_bulk_replay_since_past_the_readable_range_is_a_form_error(
     operator_client, settings, zone
 ):
