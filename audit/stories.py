@@ -12,7 +12,16 @@ verifiable log, and its evidence bundle (docs/security.md, "Evidence bundles"):
 
 Each entry in the log that the latest signed checkpoint covers comes with its inclusion
 proof. A record of the story that is not in the log yet, or logged after that checkpoint, is
-listed under ``"unproven"`` with the reason (the next sealing round proves it)."""
+listed under ``"unproven"`` with the reason (the next sealing round proves it).
+
+A story is bounded, however many records its senders and clients make: of each kind, past
+``AUDIT_BUNDLE_ENTRIES_PER_KIND`` records, the first half and the latest half are told and
+the others are named under ``"omitted"`` (how many, the range of their ids and of their log
+indexes); raw bodies past ``AUDIT_BUNDLE_BODY_BYTES`` in all are named by their hash and size.
+A record is never told without the ones its entry refers to (a revision's event, a
+mismatch's), so what is told verifies on its own; a mismatch left out takes its purge with
+it. The records and bodies are chosen before anything is proved: building a bundle costs
+what it holds, not what the story holds."""
 
 from __future__ import annotations
 
@@ -20,8 +29,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from django.conf import settings
 from django.db import connection
-from django.db.models import Q
+from django.db.models import Count, Max, Min, Q, QuerySet
+from django.db.models.functions import Length
 
 from core.errors import NotFound
 from deployments.models import Deployment
@@ -31,10 +42,16 @@ from webhooks.models import FingerprintMismatch, InboxEvent, OperatorAction
 from .bundles import bundle_build
 from .checkpoints import checkpoint_latest
 from .leaves import leaf_encode
-from .ledgers import BODY_PURGE, EVIDENCE_PURGE, LEDGERS, Ledger
+from .ledgers import BODY_PURGE, EVIDENCE_PURGE, LEDGERS
 from .models import LogLeaf
 
-__all__ = ["SUBJECTS", "evidence_bundle", "story_records", "subject_resolve"]
+__all__ = [
+    "SUBJECTS",
+    "evidence_bundle",
+    "story_records",
+    "story_tell",
+    "subject_resolve",
+]
 
 SUBJECTS = ("research_document", "inbox_event", "deployment")
 
@@ -42,8 +59,54 @@ Record = tuple[str, int]
 
 
 @dataclass
+class _Omitted:
+    """Records of one kind left out of a story: how many, and the lowest and highest of
+    their ids and of the log indexes of those in the log."""
+
+    count: int = 0
+    ids: tuple[int, int] | None = None
+    indexes: tuple[int, int] | None = None
+
+    def add(
+        self,
+        *,
+        count: int,
+        ids: tuple[int, int] | None,
+        indexes: tuple[int | None, int | None],
+    ) -> None:
+        self.count += count
+        self.ids = _span(self.ids, ids)
+        low, high = indexes
+        if low is not None and high is not None:
+            self.indexes = _span(self.indexes, (low, high))
+
+    def as_json(self, kind: str) -> dict[str, Any]:
+        return {
+            "kind": kind,
+            "count": self.count,
+            "ids": list(self.ids) if self.ids else None,
+            "indexes": list(self.indexes) if self.indexes else None,
+        }
+
+
+def _span(
+    one: tuple[int, int] | None, other: tuple[int, int] | None
+) -> tuple[int, int] | None:
+    if one is None or other is None:
+        return one or other
+    return min(one[0], other[0]), max(one[1], other[1])
+
+
+def _halves(limit: int) -> tuple[int, int]:
+    """How many of the first and of the latest records of a kind a story keeps."""
+    return (limit + 1) // 2, limit // 2
+
+
+@dataclass
 class _Story:
+    limit: int
     records: list[Record] = field(default_factory=list)
+    omitted: dict[str, _Omitted] = field(default_factory=dict)
     _seen: set[Record] = field(default_factory=set)
 
     def add(self, kind: str, pks: Iterable[int]) -> None:
@@ -51,6 +114,88 @@ class _Story:
             if (kind, pk) not in self._seen:
                 self._seen.add((kind, pk))
                 self.records.append((kind, pk))
+
+    def add_bounded(self, kind: str, rows: QuerySet[Any]) -> list[int]:
+        """Adds the records of ``kind`` that ``rows`` selects, in id order: past the limit,
+        the first and the latest, the others counted as omitted (a few queries, whatever
+        ``rows`` holds). Returns the ids added."""
+        ordered = rows.order_by("pk").values_list("pk", flat=True)
+        pks = list(ordered[: self.limit + 1])
+        if len(pks) > self.limit:
+            first, latest = _halves(self.limit)
+            tail = list(rows.order_by("-pk").values_list("pk", flat=True)[:latest])
+            pks = pks[:first] + tail[::-1]
+            middle = rows.filter(pk__gt=pks[first - 1], pk__lt=pks[first])
+            self.omit(kind, middle.values("pk"), **_id_span(middle))
+        self.add(kind, pks)
+        return pks
+
+    def omit(
+        self, kind: str, ids: Any, *, count: int, lowest: int, highest: int
+    ) -> None:
+        """Counts records of ``kind`` (``ids``: a list, or a query of their ids) as left
+        out."""
+        if not count:
+            return
+        indexes = LogLeaf.objects.filter(kind=kind, record_id__in=ids).aggregate(
+            low=Min("index"), high=Max("index")
+        )
+        self.omitted.setdefault(kind, _Omitted()).add(
+            count=count,
+            ids=(lowest, highest),
+            indexes=(indexes["low"], indexes["high"]),
+        )
+
+    def bound(self) -> None:
+        """The limit over the whole story (a document's revisions each bring their event's
+        records): of each kind past it, the first and the latest in the order told. Events
+        and jobs are the records the others refer to: they are told whole (a document's
+        events are its revisions', bounded already). A mismatch left out takes its evidence
+        purge with it."""
+        by_kind: dict[str, list[int]] = {}
+        for kind, pk in self.records:
+            by_kind.setdefault(kind, []).append(pk)
+        dropped: set[Record] = set()
+        first, latest = _halves(self.limit)
+        for kind, pks in by_kind.items():
+            if kind in _TOLD_WHOLE or len(pks) <= self.limit:
+                continue
+            middle = pks[first : len(pks) - latest]
+            dropped.update((kind, pk) for pk in middle)
+            self.omit(
+                kind, middle, count=len(middle), lowest=min(middle), highest=max(middle)
+            )
+        purges = [
+            pk
+            for pk in by_kind.get(EVIDENCE_PURGE, ())
+            if ("fingerprint_mismatch", pk) in dropped
+        ]
+        if purges:
+            dropped.update((EVIDENCE_PURGE, pk) for pk in purges)
+            self.omit(
+                EVIDENCE_PURGE,
+                purges,
+                count=len(purges),
+                lowest=min(purges),
+                highest=max(purges),
+            )
+        self.records = [record for record in self.records if record not in dropped]
+
+    def omitted_json(self) -> list[dict[str, Any]]:
+        return [item.as_json(kind) for kind, item in self.omitted.items()]
+
+
+# Kinds other records refer to, told whole; and the purges, which follow their record.
+_TOLD_WHOLE = frozenset({"inbox_event", "deployment", BODY_PURGE, EVIDENCE_PURGE})
+
+
+def _id_span(rows: QuerySet[Any]) -> dict[str, Any]:
+    span = rows.aggregate(count=Count("pk"), lowest=Min("pk"), highest=Max("pk"))
+    return {
+        "count": span["count"],
+        "lowest": span["lowest"],
+        "highest": span["highest"],
+    }
 
 
 def subject_resolve(*, subject: str, identifier: str) -> int:
@@ -92,17 +237,17 @@ def subject_resolve(*, subject: str, identifier: str) -> int:
     return found
 
 
-def _belonging(subject: str, pk: int) -> Iterable[tuple[Ledger, list[int]]]:
+def _belonging(story: _Story, subject: str, pk: int) -> dict[str, list[int]]:
+    """Adds the records of every ledger that says it belongs to ``subject`` ``pk``
+    (``Ledger.belongs_to``), bounded; the ids added, by kind."""
+    added: dict[str, list[int]] = {}
     for ledger in LEDGERS.values():
         name = ledger.belongs_to.get(subject)
         if name is None or ledger.kind in (BODY_PURGE, EVIDENCE_PURGE):
             continue
-        pks = list(
-            ledger.model_class._default_manager.filter(**{name: pk})
-            .order_by("pk")
-            .values_list("pk", flat=True)
-        )
-        yield ledger, pks
+        rows = ledger.model_class._default_manager.filter(**{name: pk})
+        added[ledger.kind] = story.add_bounded(ledger.kind, rows)
+    return added
 
 
 def _json_list_contains(field_name: str, values: list[int]) -> list[int]:
@@ -133,19 +278,18 @@ def _json_list_contains(field_name: str, values: list[int]) -> list[int]:
 
 def _event_story(story: _Story, pk: int) -> None:
     story.add("inbox_event", [pk])
-    for ledger, pks in _belonging("inbox_event", pk):
-        story.add(ledger.kind, pks)
+    added = _belonging(story, "inbox_event", pk)
     if InboxEvent.objects.filter(pk=pk, body_purged_at__isnull=False).exists():
         story.add(BODY_PURGE, [pk])
-    mismatches = list(
-        FingerprintMismatch.objects.filter(event_id=pk).values_list("pk", flat=True)
-    )
+    mismatches = added.get("fingerprint_mismatch", [])
     story.add(
         EVIDENCE_PURGE,
         list(
             FingerprintMismatch.objects.filter(
-                event_id=pk, body_purged_at__isnull=False
-            ).values_list("pk", flat=True)
+                pk__in=mismatches, body_purged_at__isnull=False
+            )
+            .order_by("pk")
+            .values_list("pk", flat=True)
         ),
     )
     story.add(
@@ -159,45 +303,81 @@ def _event_story(story: _Story, pk: int) -> None:
     )
 
 
-def story_records(*, subject: str, pk: int) -> list[Record]:
-    """The (kind, record id) of every record of the story, in the order told."""
-    story = _Story()
+def story_tell(*, subject: str, pk: int, limit: int) -> _Story:
+    """The records of the story, in the order told, at most ``limit`` of each kind (see
+    the module's docstring), and what was left out."""
+    if limit < 2:
+        raise ValueError("a story keeps at least the first and the latest of a kind")
+    story = _Story(limit=limit)
     if subject == "inbox_event":
         _event_story(story, pk)
     elif subject == "research_document":
         revisions = LEDGERS["document_revision"].model_class._default_manager
-        for revision_pk, event_pk in (
-            revisions.filter(document_id=pk)
-            .order_by("pk")
-            .values_list("pk", "inbox_event_id")
-        ):
-            story.add("document_revision", [revision_pk])
-            _event_story(story, event_pk)
+        kept = story.add_bounded("document_revision", revisions.filter(document_id=pk))
+        events = dict(revisions.filter(pk__in=kept).values_list("pk", "inbox_event_id"))
+        for revision_pk in kept:
+            _event_story(story, events[revision_pk])
     elif subject == "deployment":
         story.add("deployment", [pk])
-        for ledger, pks in _belonging("deployment", pk):
-            story.add(ledger.kind, pks)
+        _belonging(story, "deployment", pk)
     else:
         raise NotFound(f"unknown subject {subject!r}: one of {', '.join(SUBJECTS)}")
-    return story.records
+    story.bound()
+    return story
 
 
-def _bodies(records: list[Record]) -> list[bytes]:
-    events = [pk for kind, pk in records if kind == "inbox_event"]
-    mismatches = [pk for kind, pk in records if kind == "fingerprint_mismatch"]
+def story_records(*, subject: str, pk: int, limit: int | None = None) -> list[Record]:
+    """The (kind, record id) of every record of the story told, in the order told."""
+    limit = limit or settings.AUDIT_BUNDLE_ENTRIES_PER_KIND
+    return story_tell(subject=subject, pk=pk, limit=limit).records
+
+
+def _bodies(
+    records: list[Record], *, budget: int
+) -> tuple[list[bytes], list[dict[str, Any]]]:
+    """The raw bodies the records' entries name (inbox events', mismatches'), in the order
+    told, while their sizes add up to at most ``budget`` bytes; the others by hash and
+    size."""
+    sources = (
+        ("inbox_event", InboxEvent, "payload_hash"),
+        ("fingerprint_mismatch", FingerprintMismatch, "conflicting_payload_hash"),
+    )
+    sizes: dict[Record, tuple[str, int]] = {}
+    for kind, model, hash_field in sources:
+        pks = [pk for k, pk in records if k == kind]
+        for pk, digest, size in (
+            model.objects.filter(pk__in=pks, raw_body__isnull=False)
+            .annotate(size=Length("raw_body"))
+            .values_list("pk", hash_field, "size")
+        ):
+            sizes[(kind, pk)] = (digest, size)
+    chosen: dict[str, list[int]] = {}
+    taken: set[str] = set()
+    left_out: dict[str, int] = {}
+    used = 0
+    for record in records:
+        if record not in sizes:
+            continue
+        digest, size = sizes[record]
+        if digest in taken:
+            continue
+        if used + size <= budget:
+            used += size
+            taken.add(digest)
+            left_out.pop(digest, None)
+            chosen.setdefault(record[0], []).append(record[1])
+        else:
+            left_out.setdefault(digest, size)
     bodies = [
         bytes(body or b"")
-        for body in InboxEvent.objects.filter(
-            pk__in=events, raw_body__isnull=False
-        ).values_list("raw_body", flat=True)
+        for kind, model, _ in sources
+        for body in model.objects.filter(pk__in=chosen.get(kind, [])).values_list(
+            "raw_body", flat=True
+        )
     ]
-    bodies += [
-        bytes(body or b"")
-        for body in FingerprintMismatch.objects.filter(
-            pk__in=mismatches, raw_body__isnull=False
-        ).values_list("raw_body", flat=True)
+    return bodies, [
+        {"hash": digest, "bytes": size} for digest, size in left_out.items()
     ]
-    return bodies
 
 
 def _unlogged_leaf(kind: str, pk: int) -> tuple[str | None, str]:
@@ -221,12 +401,24 @@ def _unlogged_leaf(kind: str, pk: int) -> tuple[str | None, str]:
     return leaf_encode(ledger.leaf(pk, fields)), "not in the log yet"
 
 
-def evidence_bundle(*, subject: str, pk: int) -> dict[str, Any]:
+def evidence_bundle(
+    *,
+    subject: str,
+    pk: int,
+    entries_per_kind: int | None = None,
+    body_bytes: int | None = None,
+) -> dict[str, Any]:
     """The evidence bundle of a record's story: each of its entries in the log with its
     inclusion proof against the latest signed checkpoint, the raw bodies its entries name,
     the checkpoint and the log's public key; records not provable yet under ``"unproven"``
-    (``python -m audit.verify_bundle`` lists them)."""
-    records = story_records(subject=subject, pk=pk)
+    (``python -m audit.verify_bundle`` lists them). At most ``entries_per_kind`` records of
+    each kind and ``body_bytes`` of bodies (``AUDIT_BUNDLE_ENTRIES_PER_KIND``,
+    ``AUDIT_BUNDLE_BODY_BYTES`` by default); what is left out is named under
+    ``"omitted"``."""
+    limit = entries_per_kind or settings.AUDIT_BUNDLE_ENTRIES_PER_KIND
+    budget = settings.AUDIT_BUNDLE_BODY_BYTES if body_bytes is None else body_bytes
+    story = story_tell(subject=subject, pk=pk, limit=limit)
+    records = story.records
     logged: dict[Record, tuple[int, str]] = {}
     by_kind: dict[str, list[int]] = {}
     for kind, record_id in records:
@@ -262,9 +454,17 @@ def evidence_bundle(*, subject: str, pk: int) -> dict[str, Any]:
         if leaf is not None:
             entry["leaf"] = leaf
         unproven.append(entry)
-    bundle = bundle_build(
-        indexes=proven, bodies=_bodies(records), checkpoint=checkpoint
-    )
+    bodies, bodies_left_out = _bodies(records, budget=budget)
+    bundle = bundle_build(indexes=proven, bodies=bodies, checkpoint=checkpoint)
     if unproven:
         bundle["unproven"] = unproven
+    omitted: dict[str, Any] = {}
+    if story.omitted:
+        omitted["entries_per_kind"] = limit
+        omitted["records"] = story.omitted_json()
+    if bodies_left_out:
+        omitted["body_bytes"] = budget
+        omitted["bodies"] = bodies_left_out
+    if omitted:
+        bundle["omitted"] = omitted
     return bundle

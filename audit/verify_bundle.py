@@ -20,7 +20,11 @@ against the hash it is filed under, and what the checks registered for an entry'
 bundle (or an entry says it was purged), a revision's event is the inbox event it names,
 with the same event id, entity and content hash as that event's body... Records of the
 story that the checkpoint does not cover yet are listed under ``"unproven"``: reported as
-such (``UNPROVEN``), never counted as verified. Exits 0 when everything given as proven
+such (``UNPROVEN``), never counted as verified. A bounded story names what it left out
+under ``"omitted"``: records of a kind past the bundle's limit (their kind, count, and the
+lowest and highest of their ids and log indexes) and bodies past its byte bound (their
+SHA-256 and size); reported as such (``OMITTED``), never counted as verified. A body named
+there excuses its absence, and nothing else does. Exits 0 when everything given as proven
 holds, 1 otherwise."""
 
 from __future__ import annotations
@@ -49,6 +53,9 @@ class BundleReport:
     checked: list[str] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
     unproven: list[str] = field(default_factory=list)
+    omitted: list[str] = field(default_factory=list)
+    omitted_records: int = 0
+    omitted_bodies: int = 0
     checkpoint: note.Checkpoint | None = None
 
     @property
@@ -59,10 +66,12 @@ class BundleReport:
 @dataclass(frozen=True)
 class BundleContext:
     """What an entry's checks may look at: the bundle's bodies (hash -> raw bytes, already
-    checked against their hash) and its entries whose proof holds, by (kind, id)."""
+    checked against their hash), its entries whose proof holds, by (kind, id), and the
+    hashes of the bodies it names as left out (``"omitted"``)."""
 
     bodies: Mapping[str, bytes]
     entries: Mapping[tuple[str, int], Mapping[str, Any]]
+    omitted_bodies: frozenset[str] = frozenset()
 
     def entry(self, kind: str, record_id: Any) -> Mapping[str, Any] | None:
         if type(record_id) is not int:
@@ -80,7 +89,8 @@ def body_field_check(
 ) -> LeafCheck:
     """A check for leaves that name a body by its SHA-256 in field ``name``: the field is a
     hash, and (when ``required``) the body is in the bundle, unless an entry of
-    ``purge_kind`` with the same id says the body was purged."""
+    ``purge_kind`` with the same id says the body was purged, or the bundle names the body
+    as left out for its size."""
 
     def check(leaf: Mapping[str, Any], context: BundleContext) -> list[str]:
         value = leaf.get(name)
@@ -88,7 +98,7 @@ def body_field_check(
             return []
         if not isinstance(value, str) or not _HEX_SHA256.fullmatch(value):
             return [f"its {name} is not a SHA-256 in hex"]
-        if not required or value in context.bodies:
+        if not required or value in context.bodies or value in context.omitted_bodies:
             return []
         if purge_kind is not None and context.entry(purge_kind, leaf["id"]):
             return []
@@ -346,9 +356,12 @@ def _contents_check(
     proved: list[tuple[str, dict[str, Any]]],
     bodies: Mapping[str, bytes],
     checkpoint: note.Checkpoint,
+    omitted_bodies: frozenset[str],
 ) -> None:
     context = BundleContext(
-        bodies=bodies, entries={(leaf["kind"], leaf["id"]): leaf for _, leaf in proved}
+        bodies=bodies,
+        entries={(leaf["kind"], leaf["id"]): leaf for _, leaf in proved},
+        omitted_bodies=omitted_bodies,
     )
     for name, leaf in proved:
         problems = [
@@ -376,6 +389,77 @@ def _unproven_report(report: BundleReport, bundle: Mapping[str, Any]) -> None:
         report.unproven.append(f"{kind} {record_id}: {reason}")
 
 
+def _int_pair(value: Any) -> tuple[int, int] | None:
+    """``[low, high]``, two integers with ``low <= high``; ``None`` otherwise."""
+    if (
+        isinstance(value, list)
+        and len(value) == 2
+        and all(type(v) is int for v in value)
+        and value[0] <= value[1]
+    ):
+        return value[0], value[1]
+    return None
+
+
+def _omitted_record(item: Any) -> str | None:
+    """How the verifier reports one kind of records left out; ``None`` when the item is
+    not one."""
+    if not isinstance(item, dict):
+        return None
+    kind, count = item.get("kind"), item.get("count")
+    if not isinstance(kind, str) or type(count) is not int or count < 1:
+        return None
+    ids, indexes = _int_pair(item.get("ids")), item.get("indexes")
+    if ids is None or (indexes is not None and _int_pair(indexes) is None):
+        return None
+    records = "record" if count == 1 else "records"
+    line = f"{kind}: {count} {records}, ids {ids[0]} to {ids[1]}"
+    if indexes is None:
+        return line + ", none in the log yet"
+    return line + f", log indexes {indexes[0]} to {indexes[1]}"
+
+
+def _omitted_check(report: BundleReport, bundle: Mapping[str, Any]) -> frozenset[str]:
+    """Reads what the bundle says it left out: records past its limit of a kind, bodies
+    past its byte bound. Returns the hashes of the bodies left out."""
+    omitted = bundle.get("omitted", {})
+    if not isinstance(omitted, dict):
+        report.failures.append("omitted: not an object")
+        return frozenset()
+    records, bodies = omitted.get("records", []), omitted.get("bodies", [])
+    if not isinstance(records, list) or not isinstance(bodies, list):
+        report.failures.append("omitted: its records or bodies are not a list")
+        return frozenset()
+    for position, item in enumerate(records):
+        line = _omitted_record(item)
+        if line is None:
+            report.failures.append(
+                f"omitted: record item {position} is not a kind, a count, ids "
+                "[low, high] and indexes [low, high] or null"
+            )
+            continue
+        report.omitted.append(line)
+        report.omitted_records += item["count"]
+    hashes: set[str] = set()
+    for position, item in enumerate(bodies):
+        digest = item.get("hash") if isinstance(item, dict) else None
+        size = item.get("bytes") if isinstance(item, dict) else None
+        if (
+            not isinstance(digest, str)
+            or not _HEX_SHA256.fullmatch(digest)
+            or type(size) is not int
+            or size < 0
+        ):
+            report.failures.append(
+                f"omitted: body item {position} is not a SHA-256 in hex and a size"
+            )
+            continue
+        hashes.add(digest)
+        report.omitted.append(f"body {digest} ({size} bytes)")
+    report.omitted_bodies = len(hashes)
+    return frozenset(hashes)
+
+
 def bundle_verify(bundle: Any, *, vkey: str) -> BundleReport:
     """Checks a decoded bundle against the verifier key ``vkey``."""
     report = BundleReport()
@@ -388,6 +472,7 @@ def bundle_verify(bundle: Any, *, vkey: str) -> BundleReport:
         report.failures.append("bundle: not a JSON object")
         return report
     _checkpoint_check(report, bundle, verifier)
+    omitted_bodies = _omitted_check(report, bundle)
     bodies = _bodies_check(report, bundle)
     entries = bundle.get("entries")
     if not isinstance(entries, list):
@@ -398,7 +483,7 @@ def bundle_verify(bundle: Any, *, vkey: str) -> BundleReport:
             for position, entry in enumerate(entries)
             if (checked := _entry_check(report, position, entry, report.checkpoint))
         ]
-        _contents_check(report, proved, bodies, report.checkpoint)
+        _contents_check(report, proved, bodies, report.checkpoint, omitted_bodies)
     _unproven_report(report, bundle)
     return report
 
@@ -439,6 +524,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"OK   {line}")
     for line in report.unproven:
         print(f"UNPROVEN {line}")
+    for line in report.omitted:
+        print(f"OMITTED {line}")
     for line in report.failures:
         print(f"FAIL {line}", file=sys.stderr)
     if report.ok:
@@ -450,6 +537,12 @@ def main(argv: list[str] | None = None) -> int:
                 f"; {len(report.unproven)} {records} of the story not proven yet (not in "
                 "the checkpoint)"
             )
+        if report.omitted_records:
+            records = "record" if report.omitted_records == 1 else "records"
+            summary += f"; {report.omitted_records} {records} of the story left out"
+        if report.omitted_bodies:
+            bodies = "body" if report.omitted_bodies == 1 else "bodies"
+            summary += f"; {report.omitted_bodies} {bodies} left out"
         print(summary)
         return 0
     print(f"bundle FAILED: {len(report.failures)} problems", file=sys.stderr)

@@ -4,11 +4,29 @@ The zone is ``TIME_ZONE`` (README, "Admin audit console")."""
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 
 from django.utils import timezone
 
 TIME_FORMAT = "%Y-%m-%d %H:%M:%S %Z"
+
+# The instants a stored date may hold: every one of them can be read back in any time zone
+# (Python's dates end at years 1 and 9999, a day's margin each side). A date outside is
+# refused where it comes in (ingest, the API, the console's forms: 422 or a form error)
+# rather than stored and then unreadable (docs/security.md, "Values the database refuses").
+EARLIEST_INSTANT = datetime(1, 1, 2, tzinfo=UTC)
+LATEST_INSTANT = datetime(9999, 12, 31, tzinfo=UTC)
+# isoformat, not strftime: "%Y" writes year 1 as "1" on some platforms.
+INSTANT_RANGE_MESSAGE = (
+    f"Must lie between {EARLIEST_INSTANT.date().isoformat()} and "
+    f"{LATEST_INSTANT.date().isoformat()} (UTC)."
+)
+
+
+def instant_in_range(value: datetime) -> bool:
+    """Whether the aware ``value`` lies within ``EARLIEST_INSTANT``..``LATEST_INSTANT``
+    (the latter excluded)."""
+    return EARLIEST_INSTANT <= value < LATEST_INSTANT
 
 
 def time_display(value: datetime | None, *, empty: str = "-") -> str:

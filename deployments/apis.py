@@ -11,6 +11,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from core.errors import NotFound
+from core.fields import InstantField
 from core.pagination import CursorPage
 from idempotency.apis import IdempotentPostMixin
 from idempotency.models import IdempotencyStatus
@@ -297,7 +298,7 @@ class StatusSyncApi(IdempotentPostMixin, APIView):
         deployment_id = serializers.CharField(max_length=32, required=False)
         build_id = serializers.CharField(max_length=32, required=False)
         status = serializers.ChoiceField(choices=JobStatus.choices)
-        reported_at = serializers.DateTimeField()
+        reported_at = InstantField()
         detail = serializers.CharField(
             max_length=REPORTED_DETAIL_MAX_LENGTH,
             required=False,

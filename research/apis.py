@@ -12,6 +12,7 @@ from rest_framework.generics import ListAPIView
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from core.fields import InstantField
 from core.pagination import CursorPage
 from core.schema import ERROR_REF
 
@@ -52,7 +53,7 @@ class DocumentListApi(ListAPIView):
         is_deleted = serializers.BooleanField(
             required=False, allow_null=True, default=None
         )
-        updated_since = serializers.DateTimeField(required=False, default=None)
+        updated_since = InstantField(required=False, default=None)
 
     @extend_schema(
         parameters=[

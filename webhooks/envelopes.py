@@ -18,17 +18,13 @@ from typing import Any
 
 from core.canonical import canonical_json
 from core.errors import InvalidJson
+from core.times import INSTANT_RANGE_MESSAGE, instant_in_range
 
 DELIVERY_FIELDS = ("delivered_at", "delivery_attempt")
 MAX_ID_LENGTH = 128
 # JSON deeper than this is refused at ingest (400 invalid_json): no producer needs it, and
 # every later reader (the handler, the admin's pretty-printer) must be able to walk it.
 MAX_NESTING = 64
-# The instants a stored date may hold: every one of them can be read back in any time zone
-# (Python's dates end at years 1 and 9999, a day's margin each side). A date outside is
-# refused at ingest (422) rather than stored and then unreadable.
-EARLIEST_INSTANT = datetime(1, 1, 2, tzinfo=UTC)
-LATEST_INSTANT = datetime(9999, 12, 31, tzinfo=UTC)
 
 # RFC 3339 date-time with a mandatory offset or Z; a bare date is not an instant.
 _RFC3339 = re.compile(
@@ -130,7 +126,8 @@ def text_error(
 
 def instant_parse(value: Any, *, required: bool) -> tuple[datetime | None, str | None]:
     """An RFC 3339 date-time with a UTC offset or ``Z``, converted to UTC and within
-    ``EARLIEST_INSTANT``..``LATEST_INSTANT``; ``(value, None)`` or ``(None, message)``."""
+    ``core.times.EARLIEST_INSTANT``..``LATEST_INSTANT``; ``(value, None)`` or ``(None,
+    message)``."""
     if value is None:
         return None, ("This field is required." if required else None)
     message = "Must be an RFC 3339 date-time with a UTC offset or Z."
@@ -141,17 +138,10 @@ def instant_parse(value: Any, *, required: bool) -> tuple[datetime | None, str |
         parsed = parsed.astimezone(UTC)
     except (ValueError, OverflowError):
         # A valid local time whose UTC instant falls outside year 1..9999.
-        return None, _RANGE_MESSAGE
-    if not EARLIEST_INSTANT <= parsed < LATEST_INSTANT:
-        return None, _RANGE_MESSAGE
+        return None, INSTANT_RANGE_MESSAGE
+    if not instant_in_range(parsed):
+        return None, INSTANT_RANGE_MESSAGE
     return parsed, None
-
-
-# isoformat, not strftime: "%Y" writes year 1 as "1" on some platforms.
-_RANGE_MESSAGE = (
-    f"Must lie between {EARLIEST_INSTANT.date().isoformat()} and "
-    f"{LATEST_INSTANT.date().isoformat()} (UTC)."
-)
 
 
 def non_negative_int_error(value: Any, *, maximum: int = 2**63 - 1) -> str | None:

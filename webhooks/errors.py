@@ -104,3 +104,7 @@ class BulkReplayJobNotCancellable(ServiceError):
 
 class InvalidBulkReplayRate(InvalidPayload):
     """A rate that is not a number of events per second within the accepted range."""
+
+
+class InvalidBulkReplaySince(InvalidPayload):
+    """A "since" outside the instants a stored date may hold (``core.times``)."""

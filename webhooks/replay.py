@@ -22,6 +22,7 @@ from django.db.models import F, Q, QuerySet
 from django.utils import timezone
 
 from core.actors import Actor
+from core.times import INSTANT_RANGE_MESSAGE, instant_in_range
 
 from .dispatch import bulk_replay_job_publish
 from .errors import (
@@ -30,6 +31,7 @@ from .errors import (
     BulkReplayJobNotResumable,
     BulkReplayJobNotStartable,
     InvalidBulkReplayRate,
+    InvalidBulkReplaySince,
     NothingToReplay,
     SelectionTooLarge,
 )
@@ -161,6 +163,15 @@ def inbox_events_replay(
 ACTIVE_STATES = (BulkReplayJob.State.QUEUED, BulkReplayJob.State.RUNNING)
 
 
+def bulk_replay_since_check(since: datetime | None) -> datetime | None:
+    """``since`` when it is an instant a job can store and read back in any time zone
+    (``core.times.EARLIEST_INSTANT`` to ``LATEST_INSTANT``); raises
+    ``InvalidBulkReplaySince`` otherwise."""
+    if since is not None and not instant_in_range(since):
+        raise InvalidBulkReplaySince(f"since: {INSTANT_RANGE_MESSAGE}")
+    return since
+
+
 def bulk_replay_rate_parse(value: object) -> float | None:
     """A rate as typed by an operator (text or number) in events per second; ``None`` for
     none. Raises ``InvalidBulkReplayRate`` for anything but a finite number from
@@ -252,11 +263,12 @@ def bulk_replay_job_create(
     rate: float | str | None = None,
 ) -> BulkReplayJob:
     """Records a replay by filter with its dry-run count; nothing is replayed until it starts.
-    Raises ``InvalidBulkReplayRate`` (and records nothing) for a rate out of range."""
+    Raises ``InvalidBulkReplayRate`` (and records nothing) for a rate out of range,
+    ``InvalidBulkReplaySince`` for a ``since`` no stored date may hold."""
     job = BulkReplayJob(
         source=source,
         status=status,
-        since=since,
+        since=bulk_replay_since_check(since),
         event_ids=list(event_ids),
         reason=reason,
         rate=bulk_replay_rate_parse(rate),

@@ -491,6 +491,16 @@ BULK_REPLAY_RATE_TICK_SECONDS = env_renamed(
 AUDIT_CHECKPOINT_DIR = env("AUDIT_CHECKPOINT_DIR", default="")
 AUDIT_WITNESS_URL = env("AUDIT_WITNESS_URL", default="")
 AUDIT_WITNESS_TIMEOUT_SECONDS = env.float("AUDIT_WITNESS_TIMEOUT_SECONDS", default=10)
+# An evidence bundle (docs/security.md, "Evidence bundles") tells at most ENTRIES_PER_KIND
+# records of each kind of its story (the first half and the latest half; at least 2) and
+# carries at most BODY_BYTES of raw bodies; it names what it leaves out.
+AUDIT_BUNDLE_ENTRIES_PER_KIND = env.int("AUDIT_BUNDLE_ENTRIES_PER_KIND", default=100)
+AUDIT_BUNDLE_BODY_BYTES = env.int("AUDIT_BUNDLE_BODY_BYTES", default=8 * 1024 * 1024)
+if AUDIT_BUNDLE_ENTRIES_PER_KIND < 2 or AUDIT_BUNDLE_BODY_BYTES < 0:
+    raise ImproperlyConfigured(
+        "AUDIT_BUNDLE_ENTRIES_PER_KIND must be at least 2 (the first and the latest "
+        "record of a kind) and AUDIT_BUNDLE_BODY_BYTES at least 0"
+    )
 
 
 def audit_signing_configure(skey: str) -> tuple[str, str]:

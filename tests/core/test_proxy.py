@@ -1,7 +1,8 @@
 """The production shape: Debian's real nginx with deploy/nginx/'s configuration in front of a
 real gunicorn (sync workers, gunicorn.conf.py). Clients that send their headers and then
 nothing stall gunicorn when it faces them, not when nginx does; the proxy bounds bodies, sets
-the X-Forwarded-* headers itself and keeps /metrics to the private network."""
+the X-Forwarded-* headers itself, keeps /metrics to the private network and limits the rate
+of requests to the admin's login and the public log endpoints."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import contextlib
 import re
 import socket
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import requests
@@ -21,12 +23,17 @@ from webhooks.models import InboxEvent
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
 MAX_BODY = 4096
+TEMPLATE = processes.NGINX_TEMPLATE.read_text()
 CONNECTIONS_PER_ADDRESS = int(
-    re.search(
-        r"limit_conn retrysafe_per_address (\d+);",
-        processes.NGINX_TEMPLATE.read_text(),
-    ).group(1)
+    re.search(r"limit_conn retrysafe_per_address (\d+);", TEMPLATE).group(1)
 )
+
+
+def request_rate(zone: str) -> tuple[float, int]:
+    """The zone's rate (requests per second) and its burst, as the template sets them."""
+    number, unit = re.search(rf"zone={zone}:\w+ rate=(\d+)r/([sm]);", TEMPLATE).groups()
+    burst = re.search(rf"limit_req zone={zone} burst=(\d+) nodelay;", TEMPLATE)
+    return int(number) / (60 if unit == "m" else 1), int(burst.group(1))
 
 
 def started(process: processes.Process, url: str) -> processes.Process:
@@ -223,3 +230,74 @@ def test_metrics_are_not_served_through_the_proxy(tmp_path):
     with stack(tmp_path) as (direct, proxied):
         assert requests.get(f"{proxied}/metrics", timeout=5).status_code == 404
         assert requests.get(f"{direct}/metrics", timeout=5).status_code == 200
+
+
+def flood(url: str, count: int, *, method: str = "GET", data=None):
+    """``count`` requests at once (eight connections of one client address): their answers,
+    and how long they all took."""
+    started_at = time.monotonic()
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        answers = list(
+            pool.map(
+                lambda _: requests.request(method, url, data=data, timeout=10),
+                range(count),
+            )
+        )
+    return answers, time.monotonic() - started_at
+
+
+def test_the_proxy_limits_the_rate_of_logins_and_of_the_public_log(tmp_path):
+    login_rate, login_burst = request_rate("retrysafe_login")
+    log_rate, log_burst = request_rate("retrysafe_public_log")
+    # A few logins a minute, a small burst; the log's proofs many times a second.
+    assert login_rate <= 1 / 5 and login_burst <= 10
+    assert log_rate >= 5 and log_burst >= 20
+    with stack(tmp_path) as (direct, proxied):
+        # Within the limit: the login page and its form, as a person uses them.
+        started_at = time.monotonic()
+        page = requests.get(f"{proxied}/admin/login/", timeout=10)
+        assert page.status_code == 200
+        post = requests.post(
+            f"{proxied}/admin/login/?next=/admin/",
+            data={"username": "nobody", "password": "wrong"},
+            timeout=10,
+        )
+        assert post.status_code == 403  # no CSRF token: refused by Django, not nginx
+        # A flood of guesses: the burst is served, the rest refused by the proxy.
+        answers, _ = flood(f"{proxied}/admin/login/", 30, method="POST", data={})
+        took = time.monotonic() - started_at
+        served = [a for a in answers if a.status_code != 429]
+        refused = [a for a in answers if a.status_code == 429]
+        # The page and the form above took two of the burst's requests.
+        assert 2 + len(served) <= login_burst + 1 + login_rate * took + 1
+        assert {a.status_code for a in served} == {403}
+        assert refused[0].json() == {"error": "throttled"}
+        assert refused[0].headers["Content-Type"] == "application/json"
+        assert int(refused[0].headers["Retry-After"]) >= 1 / login_rate
+        # The limit is the login's own: the rest of the admin and the API still answer.
+        assert requests.get(f"{proxied}/healthz", timeout=10).status_code == 200
+        assert (
+            requests.get(f"{proxied}/admin/", allow_redirects=False, timeout=10)
+        ).status_code == 302
+        # gunicorn alone does not limit it (the proxy does).
+        direct_answers, _ = flood(f"{direct}/admin/login/", 10)
+        assert {a.status_code for a in direct_answers} == {200}
+
+        # The public log: a verifier's requests are served, a flood is cut.
+        key = f"{proxied}/audit/public-key"
+        answers, took = flood(key, 200)
+        codes = [a.status_code for a in answers]
+        assert set(codes) == {200, 429}
+        # The burst at once, then the rate.
+        assert log_burst + 1 <= codes.count(200) <= log_burst + 1 + log_rate * took + 1
+        refused = [a for a in answers if a.status_code == 429]
+        assert refused and refused[0].json() == {"error": "throttled"}
+        assert refused[0].headers["Retry-After"] == "1"
+        # Once the client slows to the rate, its requests are served again.
+        time.sleep(2 / log_rate)
+        assert requests.get(key, timeout=10).status_code == 200
+        assert (
+            requests.get(f"{proxied}/audit/checkpoint", timeout=10).status_code == 200
+        )
+        # Other addresses are not limited by this one's flood: the webhooks still answer.
+        assert requests.get(f"{proxied}/healthz", timeout=10).status_code == 200

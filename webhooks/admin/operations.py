@@ -37,6 +37,7 @@ from ..replay import (
     bulk_replay_job_resume,
     bulk_replay_job_start,
     bulk_replay_rate_parse,
+    bulk_replay_since_check,
 )
 from ..selectors import (
     bulk_replay_job_outcomes,
@@ -146,6 +147,12 @@ class BulkReplayJobForm(forms.ModelForm):
 
     def clean_rate(self):
         return _rate_clean(self.cleaned_data.get("rate"))
+
+    def clean_since(self):
+        try:
+            return bulk_replay_since_check(self.cleaned_data.get("since"))
+        except ServiceError as exc:
+            raise forms.ValidationError(str(exc)) from None
 
 
 class BulkReplayResumeForm(ReasonForm):

@@ -19,6 +19,7 @@ from webhooks.replay import (
     bulk_replay_job_run,
     bulk_replay_job_start,
     bulk_replay_rate_parse,
+    bulk_replay_since_check,
 )
 
 
@@ -127,9 +128,16 @@ class Command(BaseCommand):
                 raise CommandError(f"unknown source {source!r}")
         since_dt = None
         if since:
-            since_dt = parse_datetime(since)
+            try:
+                since_dt = parse_datetime(since)
+            except ValueError:
+                since_dt = None
             if since_dt is None or since_dt.tzinfo is None:
                 raise CommandError("--since must be an ISO 8601 time with a UTC offset")
+            try:
+                bulk_replay_since_check(since_dt)
+            except ServiceError as exc:
+                raise CommandError(f"--{exc}") from None
         job = bulk_replay_job_create(
             source=source_obj,
             status=status,
