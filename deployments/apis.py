@@ -19,6 +19,7 @@ from idempotency.services import OperationResult
 
 from . import selectors, services
 from .models import REPORTED_DETAIL_MAX_LENGTH, Build, Deployment, Job, JobStatus
+from .naming import REPOSITORY_MAX_LENGTH, repository_is_valid
 from .representations import (
     BUILD_OUTPUT,
     DEPLOYMENT_OUTPUT,
@@ -26,7 +27,6 @@ from .representations import (
     DeploymentOutputSerializer,
 )
 
-REPOSITORY_REGEX = r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+"
 COMMIT_SHA_REGEX = r"[0-9a-f]{7,40}"
 IDEMPOTENCY_KEY_QUERY = OpenApiParameter(
     "idempotency_key", str, OpenApiParameter.QUERY, required=False
@@ -34,14 +34,28 @@ IDEMPOTENCY_KEY_QUERY = OpenApiParameter(
 
 
 class LowercaseCharField(serializers.CharField):
-    def to_internal_value(self, data):
-        return super().to_internal_value(data).lower()
+    """Validated as sent, then lower-cased: a rule holds for what the client wrote (the
+    Kelvin sign is not ASCII, though it lower-cases to ``k``)."""
+
+    def run_validation(self, data=serializers.empty):
+        value = super().run_validation(data)
+        return value.lower() if isinstance(value, str) else value
+
+
+def _repository_validate(value: str) -> None:
+    if not repository_is_valid(value):
+        raise serializers.ValidationError(
+            "Expected owner/name as GitHub allows them: each part 1 to 100 of "
+            "A-Z a-z 0-9 . _ -, neither part . or .."
+        )
 
 
 # What every job request carries; each kind adds its own fields. (No docstring: it would
 # become each request's description in the OpenAPI schema.)
 class _JobCreateInputSerializer(serializers.Serializer):
-    repository = LowercaseCharField(max_length=200)
+    repository = LowercaseCharField(
+        max_length=REPOSITORY_MAX_LENGTH, validators=[_repository_validate]
+    )
     commit_sha = LowercaseCharField()
     workflow = serializers.CharField(
         max_length=200, required=False, allow_blank=True, default=""
@@ -49,9 +63,6 @@ class _JobCreateInputSerializer(serializers.Serializer):
     triggered_by = serializers.CharField(
         max_length=200, required=False, allow_blank=True, default=""
     )
-
-    def validate_repository(self, value):
-        return _repository_validate(value)
 
     def validate_commit_sha(self, value):
         return _commit_sha_validate(value)
@@ -76,7 +87,6 @@ class BuildCreateInputSerializer(_JobCreateInputSerializer):
 # strings and numbers only, trimmed, then ``max_length`` and no NUL or surrogate) and the
 # validators of the fields above.
 _SLUG = re.compile(r"^[-a-zA-Z0-9_]+$")  # DRF's SlugField
-_REPOSITORY = re.compile(REPOSITORY_REGEX)
 _COMMIT_SHA = re.compile(COMMIT_SHA_REGEX)
 _NUL_OR_SURROGATE = re.compile("[\x00\ud800-\udfff]")
 
@@ -109,7 +119,9 @@ def _text(
 
 
 def _job_input_validate(body: dict, own: dict[str, str | None]) -> dict | None:
-    repository = _text(body, "repository", max_length=200, lower=True)
+    repository = _text(body, "repository", max_length=REPOSITORY_MAX_LENGTH)
+    if repository is not None:
+        repository = repository.lower() if repository_is_valid(repository) else None
     commit_sha = _text(body, "commit_sha", lower=True)
     workflow = _text(body, "workflow", max_length=200, optional=True)
     triggered_by = _text(body, "triggered_by", max_length=200, optional=True)
@@ -119,7 +131,6 @@ def _job_input_validate(body: dict, own: dict[str, str | None]) -> dict | None:
         or workflow is None
         or triggered_by is None
         or None in own.values()
-        or not _REPOSITORY.fullmatch(repository)
         or not _COMMIT_SHA.fullmatch(commit_sha)
     ):
         return None
@@ -185,12 +196,6 @@ class _JobCollectionApi(IdempotentPostMixin, APIView):
         page = paginator.paginate_queryset(jobs, request, view=self)
         data = self.output_serializer_class(page, many=True).data
         return paginator.get_paginated_response(data)
-
-
-def _repository_validate(value: str) -> str:
-    if not re.fullmatch(REPOSITORY_REGEX, value):
-        raise serializers.ValidationError("Expected owner/name.")
-    return value
 
 
 def _commit_sha_validate(value: str) -> str:
