@@ -4,6 +4,7 @@ with the same rules and adds the ``data`` member's."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, cast
@@ -96,12 +97,27 @@ def _source_parse(source: Any, event_type: Any, errors: _Errors) -> ResearchSour
     )
 
 
+# The event id as the id header carries it: no control character, no space or tab at either
+# end (HTTP drops those): an id without such a header could never be delivered.
+EVENT_ID_PATTERN = (
+    r"[^\u0000-\u001f\u007f ](?:[^\u0000-\u001f\u007f]*[^\u0000-\u001f\u007f ])?"
+)
+_EVENT_ID = re.compile(EVENT_ID_PATTERN)
+
+
+def _event_id_error(value: Any) -> str | None:
+    message = text_error(value, required=True)
+    if message is None and not _EVENT_ID.fullmatch(value):
+        return "Must be what a header carries: no control character, no space at either end."
+    return message
+
+
 def research_event_parse(body: dict) -> ResearchEvent:
     """The envelope's members, checked; ``InvalidPayload`` naming every field that fails.
     Dates are converted to UTC and must lie in the range every time zone can read back."""
     errors = _Errors()
     event_id, event_type = body.get("event_id"), body.get("event_type")
-    errors.check("event_id", text_error(event_id, required=True))
+    errors.check("event_id", _event_id_error(event_id))
     errors.check("event_type", text_error(event_type, required=True))
     occurred_at, message = instant_parse(body.get("occurred_at"), required=True)
     errors.check("occurred_at", message)
