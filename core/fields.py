@@ -16,12 +16,19 @@ rule checked nor what the OpenAPI schema said was what the client sent. Here:
 from __future__ import annotations
 
 import re
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 from django.core.validators import ProhibitNullCharactersValidator, RegexValidator
+from django.utils import timezone
 from rest_framework import serializers
 
-# Any text without a NUL character. In the schema as an ECMA-262 pattern, ``[^\u0000]``.
-NO_NUL_PATTERN = "[^\x00]*"
+if TYPE_CHECKING:
+    from django_stubs_ext import StrPromise
+
+# Any text without a NUL character, written so that Python's ``re`` and ECMA-262 (the
+# schema's patterns) read it alike.
+NO_NUL_PATTERN = r"[^\u0000]*"
 
 
 class StrictCharField(serializers.CharField):
@@ -31,11 +38,16 @@ class StrictCharField(serializers.CharField):
         self,
         *,
         pattern: str = NO_NUL_PATTERN,
-        pattern_message: str = "Not in the expected form.",
+        pattern_message: str | StrPromise = "Not in the expected form.",
+        allow_blank: bool = False,
         **kwargs,
     ) -> None:
         kwargs.setdefault("trim_whitespace", False)
-        if not kwargs.get("allow_blank") and kwargs.get("min_length") is None:
+        # An empty string is this field's to allow (``run_validation``), not DRF's: given
+        # ``allow_blank``, drf-spectacular writes a patterned field as ``oneOf`` it and the
+        # empty string, which the empty string then matches twice (the pattern allows it).
+        self.blank_allowed = allow_blank
+        if not allow_blank and kwargs.get("min_length") is None:
             kwargs["min_length"] = 1
         super().__init__(**kwargs)
         if pattern == NO_NUL_PATTERN:
@@ -51,6 +63,11 @@ class StrictCharField(serializers.CharField):
         self.validators.append(
             RegexValidator(re.compile(rf"\A(?:{pattern})\Z"), message=pattern_message)
         )
+
+    def run_validation(self, data=serializers.empty):
+        if data == "" and self.blank_allowed:
+            return ""
+        return super().run_validation(data)
 
     def to_internal_value(self, data):
         if not isinstance(data, str):
@@ -74,3 +91,32 @@ class StrictChoiceField(serializers.ChoiceField):
         if not isinstance(data, str):
             self.fail("invalid_choice", input=data)
         return super().to_internal_value(data)
+
+
+class InstantBoundField(serializers.DateTimeField):
+    """A date-time that bounds a filter (``updated_since``). An instant whose UTC reading
+    falls outside Python's years 1 to 9999 (``0001-01-01T00:00:00+01:00``,
+    ``9999-12-31T23:00:00-02:00``: valid RFC 3339) is read as the first or the last instant
+    Python holds, which every stored instant compares with alike; DRF answered it 422
+    "Datetime value out of range"."""
+
+    def enforce_timezone(self, value):
+        if timezone.is_aware(value):
+            try:
+                return value.astimezone(UTC)
+            except OverflowError:
+                edge = datetime.max if value.year > 1 else datetime.min
+                return edge.replace(tzinfo=UTC)
+        return super().enforce_timezone(value)
+
+
+class BooleanTextField(StrictChoiceField):
+    """A boolean query parameter as the schema's ``boolean`` is written: ``true`` or
+    ``false``, nothing else (DRF's ``BooleanField`` also read ``1``, ``yes``, ``on``, and an
+    empty value or ``null`` as not given)."""
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(choices=["true", "false"], **kwargs)
+
+    def to_internal_value(self, data):
+        return super().to_internal_value(data) == "true"

@@ -5,7 +5,13 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.utils import timezone
-from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
+from drf_spectacular.utils import (
+    OpenApiParameter,
+    PolymorphicProxySerializer,
+    extend_schema,
+    extend_schema_serializer,
+    extend_schema_view,
+)
 from rest_framework import serializers
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -288,39 +294,70 @@ class BuildDetailApi(_JobDetailApi):
     lookup_url_kwarg = "build_id"
 
 
+# What a status report carries besides its target. (No docstrings on these serializers:
+# they would become the request's description in the OpenAPI schema.)
+class _StatusReportSerializer(serializers.Serializer):
+    status = StrictChoiceField(choices=JobStatus.choices)
+    reported_at = serializers.DateTimeField(
+        help_text="RFC 3339 (without an offset, UTC); not later than now plus "
+        "WEBHOOK_TIMESTAMP_TOLERANCE_SECONDS."
+    )
+    detail = StrictCharField(
+        max_length=REPORTED_DETAIL_MAX_LENGTH,
+        required=False,
+        allow_blank=True,
+        default="",
+    )
+
+    def validate_reported_at(self, value):
+        # A report from the future would outrank every later one (and the worker's own
+        # results): beyond the clock skew the webhooks tolerate, it is refused.
+        skew = timedelta(seconds=settings.WEBHOOK_TIMESTAMP_TOLERANCE_SECONDS)
+        if value > timezone.now() + skew:
+            raise serializers.ValidationError("reported_at is in the future.")
+        return value
+
+
+TARGET_ID_MAX_LENGTH = 32
+
+
+class StatusSyncInputSerializer(_StatusReportSerializer):
+    deployment_id = StrictCharField(max_length=TARGET_ID_MAX_LENGTH, required=False)
+    build_id = StrictCharField(max_length=TARGET_ID_MAX_LENGTH, required=False)
+
+    def validate(self, attrs):
+        if ("deployment_id" in attrs) == ("build_id" in attrs):
+            raise serializers.ValidationError(
+                "Exactly one of deployment_id and build_id is required."
+            )
+        return attrs
+
+
+# The schema's two forms of the body above, exactly one of which a body matches (``oneOf``:
+# a body with both ids matches both, one with neither matches none).
+@extend_schema_serializer(component_name="DeploymentStatusReport")
+class _DeploymentStatusReportSerializer(_StatusReportSerializer):
+    deployment_id = StrictCharField(max_length=TARGET_ID_MAX_LENGTH)
+
+
+@extend_schema_serializer(component_name="BuildStatusReport")
+class _BuildStatusReportSerializer(_StatusReportSerializer):
+    build_id = StrictCharField(max_length=TARGET_ID_MAX_LENGTH)
+
+
+STATUS_SYNC_REQUEST = PolymorphicProxySerializer(
+    component_name="StatusSyncInput",
+    serializers=[_DeploymentStatusReportSerializer, _BuildStatusReportSerializer],
+    resource_type_field_name=None,
+)
+
+
 class StatusSyncApi(IdempotentPostMixin, APIView):
     """An external system reports a deployment's or build's status; applied at once under
     the ordering rule. The Idempotency-Key contract comes whole from the mixin."""
 
     operation_type = "status.sync"
     fingerprint_fields = ("deployment_id", "build_id", "status", "reported_at")
-
-    class StatusSyncInputSerializer(serializers.Serializer):
-        deployment_id = StrictCharField(max_length=32, required=False)
-        build_id = StrictCharField(max_length=32, required=False)
-        status = StrictChoiceField(choices=JobStatus.choices)
-        reported_at = serializers.DateTimeField()
-        detail = StrictCharField(
-            max_length=REPORTED_DETAIL_MAX_LENGTH,
-            required=False,
-            allow_blank=True,
-            default="",
-        )
-
-        def validate_reported_at(self, value):
-            # A report from the future would outrank every later one (and the worker's own
-            # results): beyond the clock skew the webhooks tolerate, it is refused.
-            skew = timedelta(seconds=settings.WEBHOOK_TIMESTAMP_TOLERANCE_SECONDS)
-            if value > timezone.now() + skew:
-                raise serializers.ValidationError("reported_at is in the future.")
-            return value
-
-        def validate(self, attrs):
-            if ("deployment_id" in attrs) == ("build_id" in attrs):
-                raise serializers.ValidationError(
-                    "Exactly one of deployment_id and build_id is required."
-                )
-            return attrs
 
     input_serializer_class = StatusSyncInputSerializer
 
@@ -356,7 +393,7 @@ class StatusSyncApi(IdempotentPostMixin, APIView):
 
     @extend_schema(
         **idempotent_post_schema(
-            request=StatusSyncInputSerializer,
+            request=STATUS_SYNC_REQUEST,
             output=StatusSyncOutputSerializer,
             created=201,
             location=False,
