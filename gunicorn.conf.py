@@ -42,6 +42,9 @@ accesslog = os.environ.get("GUNICORN_ACCESSLOG") or None
 # the header is DJANGO_TRUST_X_FORWARDED_PROTO's to say (docs/security.md, "Deployment
 # settings"). A unix socket's peer has no address: gunicorn always believes it.
 forwarded_allow_ips = os.environ.get("FORWARDED_ALLOW_IPS", "")
+# The longest request line gunicorn takes (its maximum; the default is 4094): as long as the
+# proxy of deploy/nginx/ lets through, which answers a longer one 414 with a JSON body.
+limit_request_line = 8190
 
 
 def child_exit(server, worker):

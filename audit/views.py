@@ -8,10 +8,10 @@ import base64
 import re
 
 from django.http import HttpResponse, JsonResponse
-from django.views.decorators.http import require_GET
 
 from core.errors import ServiceError
 from core.exceptions import error_json_response
+from core.views import public_get
 
 from .checkpoints import checkpoint_latest_note, log_verifier_key
 from .errors import InvalidParameter
@@ -42,19 +42,19 @@ def _hashes(hashes: list[bytes]) -> JsonResponse:
     return JsonResponse({"hashes": [base64.b64encode(h).decode() for h in hashes]})
 
 
-@require_GET
+@public_get
 def checkpoint(request):
     """The latest signed checkpoint (the signed empty tree before the first)."""
     return _text(checkpoint_latest_note())
 
 
-@require_GET
+@public_get
 def public_key(request):
     """The note verifier key that checks the checkpoints' signature."""
     return _text(log_verifier_key() + "\n")
 
 
-@require_GET
+@public_get
 def inclusion_proof(request):
     try:
         index = _integer(request, "index")
@@ -64,7 +64,7 @@ def inclusion_proof(request):
         return error_json_response(error)
 
 
-@require_GET
+@public_get
 def consistency_proof(request):
     try:
         size1 = _integer(request, "from")

@@ -3,8 +3,13 @@ from base64 import b64decode
 from urllib import parse
 
 from django.core.exceptions import FieldDoesNotExist, ValidationError
+from rest_framework import exceptions
 from rest_framework.exceptions import NotFound
 from rest_framework.pagination import CursorPagination
+
+# ``page_size``: ASCII digits. More than this many is beyond any maximum (and beyond what
+# ``int()`` converts from text without a limit).
+_PAGE_SIZE_MAX_DIGITS = 18
 
 
 class CursorPage(CursorPagination):
@@ -14,7 +19,11 @@ class CursorPage(CursorPagination):
     A cursor the server did not issue is 404 ``not_found`` (docs/http-api.md, "Read APIs"),
     whatever it holds: DRF checks its offset and direction, and passes its position to the
     queryset as it came, where a position the ordering column cannot hold (``p=abc``, a number
-    beyond the column's range) raised in the middle of the query."""
+    beyond the column's range) raised in the middle of the query.
+
+    ``page_size`` is a whole number of at least 1 (larger than ``max_page_size`` is read as
+    it), anything else 422 ``invalid_payload`` naming it: DRF ignored what it could not read
+    (``page_size=abc`` was the default page), which no schema can state."""
 
     page_size = 50
     page_size_query_param = "page_size"
@@ -26,6 +35,31 @@ class CursorPage(CursorPagination):
     def paginate_queryset(self, queryset, request, view=None):
         self._model = queryset.model
         return super().paginate_queryset(queryset, request, view)
+
+    def get_page_size(self, request):
+        value = request.query_params.get(self.page_size_query_param)
+        if value is None:
+            return self.page_size
+        significant = value.lstrip("0")
+        if not (value.isascii() and value.isdigit()) or not significant:
+            raise exceptions.ValidationError(
+                {self.page_size_query_param: ["A whole number of at least 1."]}
+            )
+        if len(significant) > _PAGE_SIZE_MAX_DIGITS:
+            return self.max_page_size
+        return min(int(significant), self.max_page_size)
+
+    def get_schema_operation_parameters(self, view):
+        parameters = super().get_schema_operation_parameters(view)
+        for parameter in parameters:
+            if parameter["name"] == self.page_size_query_param:
+                parameter["schema"] = {"type": "integer", "minimum": 1}
+                parameter["description"] = (
+                    f"The page's length: {self.page_size} by default, at most "
+                    f"{self.max_page_size} (a larger one is read as "
+                    f"{self.max_page_size})."
+                )
+        return parameters
 
     def decode_cursor(self, request):
         encoded = request.query_params.get(self.cursor_query_param)

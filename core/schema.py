@@ -80,7 +80,18 @@ def error_responses_postprocess(result, generator, request, public):
                 responses.setdefault(
                     "404", error_response("`not_found` (or another client's).")
                 )
+            if "page_size" in parameters:
+                responses.setdefault(
+                    "422",
+                    error_response(
+                        "`invalid_payload`: `page_size` is not a whole number of at "
+                        "least 1 (`details` names it)."
+                    ),
+                )
             if method == "post":
+                # Every body is required: an empty one is 400 ``invalid_json``.
+                if "requestBody" in operation:
+                    operation["requestBody"]["required"] = True
                 responses.setdefault(
                     "400",
                     error_response(

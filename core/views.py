@@ -3,7 +3,8 @@ import logging
 from celery import current_app
 from django.db import connection
 from django.http import HttpResponse, JsonResponse
-from django.views.decorators.http import require_GET
+from django.views.decorators.csrf import csrf_exempt
+from django.views.decorators.http import require_safe
 from django.views.defaults import page_not_found
 
 from .relay_state import relay_state
@@ -11,7 +12,15 @@ from .relay_state import relay_state
 logger = logging.getLogger(__name__)
 
 
-@require_GET
+def public_get(view):
+    """A public GET endpoint (docs/http-api.md, "Health and metrics"): HEAD is answered as GET
+    (the server sends no body), any other method 405 with ``Allow: GET, HEAD`` and no body.
+    Exempt from CSRF, which has nothing to protect here (no session, nothing changes): its
+    403 page answered every POST, PUT, PATCH and DELETE before the method was looked at."""
+    return csrf_exempt(require_safe(view))
+
+
+@public_get
 def healthz(request):
     """The process is alive and answers; nothing else is checked."""
     return JsonResponse({"status": "ok"})
@@ -38,7 +47,7 @@ def _broker_ready() -> bool:
     return True
 
 
-@require_GET
+@public_get
 def readyz(request):
     """Database and broker reachable: 200; otherwise 503 naming what is down. The body also
     says whether the outbox relays keep up (``relay``): that is the workers' business, not
@@ -54,7 +63,7 @@ def readyz(request):
     return JsonResponse(body, status=200 if ready else 503)
 
 
-@require_GET
+@public_get
 def metrics(request):
     """Prometheus text format, aggregated over every process of this machine's deployment."""
     from .metrics import metrics_exposition

@@ -5,13 +5,25 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.utils import timezone
-from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
+from drf_spectacular.utils import (
+    OpenApiParameter,
+    PolymorphicProxySerializer,
+    extend_schema,
+    extend_schema_serializer,
+    extend_schema_view,
+)
 from rest_framework import serializers
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from core.errors import NotFound
-from core.fields import InstantField
+from core.fields import (
+    NO_NUL_PATTERN,
+    InstantField,
+    LowercaseCharField,
+    StrictCharField,
+    StrictChoiceField,
+)
 from core.pagination import CursorPage
 from idempotency.apis import IdempotentPostMixin
 from idempotency.models import IdempotencyStatus
@@ -20,6 +32,7 @@ from idempotency.services import OperationResult
 
 from . import selectors, services
 from .models import REPORTED_DETAIL_MAX_LENGTH, Build, Deployment, Job, JobStatus
+from .naming import REPOSITORY_MAX_LENGTH, REPOSITORY_PATTERN
 from .representations import (
     BUILD_OUTPUT,
     DEPLOYMENT_OUTPUT,
@@ -27,44 +40,51 @@ from .representations import (
     DeploymentOutputSerializer,
 )
 
-REPOSITORY_REGEX = r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+"
-COMMIT_SHA_REGEX = r"[0-9a-f]{7,40}"
+# Either case: stored lower-cased.
+COMMIT_SHA_PATTERN = "[0-9A-Fa-f]{7,40}"
+ENVIRONMENT_PATTERN = "[-a-zA-Z0-9_]+"  # a slug
+ENVIRONMENT_MAX_LENGTH = 64
+TEXT_MAX_LENGTH = 200
+REF_MAX_LENGTH = 255
 IDEMPOTENCY_KEY_QUERY = OpenApiParameter(
     "idempotency_key", str, OpenApiParameter.QUERY, required=False
 )
 
 
-class LowercaseCharField(serializers.CharField):
-    def to_internal_value(self, data):
-        return super().to_internal_value(data).lower()
-
-
 # What every job request carries; each kind adds its own fields. (No docstring: it would
 # become each request's description in the OpenAPI schema.)
 class _JobCreateInputSerializer(serializers.Serializer):
-    repository = LowercaseCharField(max_length=200)
-    commit_sha = LowercaseCharField()
-    workflow = serializers.CharField(
-        max_length=200, required=False, allow_blank=True, default=""
+    repository = LowercaseCharField(
+        max_length=REPOSITORY_MAX_LENGTH,
+        pattern=REPOSITORY_PATTERN,
+        pattern_message="Expected owner/name as GitHub allows them: each part 1 to 100 "
+        "of A-Z a-z 0-9 . _ -, neither part . or ..",
+        help_text="`owner/name` as GitHub allows them; stored lower-cased.",
     )
-    triggered_by = serializers.CharField(
-        max_length=200, required=False, allow_blank=True, default=""
+    commit_sha = LowercaseCharField(
+        pattern=COMMIT_SHA_PATTERN,
+        pattern_message="Expected 7 to 40 hexadecimal characters.",
+        help_text="7 to 40 hexadecimal characters, either case; stored lower-cased.",
     )
-
-    def validate_repository(self, value):
-        return _repository_validate(value)
-
-    def validate_commit_sha(self, value):
-        return _commit_sha_validate(value)
+    workflow = StrictCharField(
+        max_length=TEXT_MAX_LENGTH, required=False, allow_blank=True, default=""
+    )
+    triggered_by = StrictCharField(
+        max_length=TEXT_MAX_LENGTH, required=False, allow_blank=True, default=""
+    )
 
 
 class DeploymentCreateInputSerializer(_JobCreateInputSerializer):
-    environment = serializers.SlugField(max_length=64)
+    environment = StrictCharField(
+        max_length=ENVIRONMENT_MAX_LENGTH,
+        pattern=ENVIRONMENT_PATTERN,
+        pattern_message="Expected a slug: letters, digits, - and _.",
+    )
 
 
 class BuildCreateInputSerializer(_JobCreateInputSerializer):
-    ref = serializers.CharField(
-        max_length=255, required=False, allow_blank=True, default=""
+    ref = StrictCharField(
+        max_length=REF_MAX_LENGTH, required=False, allow_blank=True, default=""
     )
 
 
@@ -73,13 +93,14 @@ class BuildCreateInputSerializer(_JobCreateInputSerializer):
 # cost). Each function gives what ``is_valid()`` would put in ``validated_data``, or ``None``
 # where the serializer refuses: the serializer then answers the refusal, so that its codes
 # and messages stay the one definition (tests/deployments/test_input_fast.py holds the two to
-# the same bodies). Each step mirrors DRF's ``CharField`` (the blank test on the trimmed text,
-# strings and numbers only, trimmed, then ``max_length`` and no NUL or surrogate) and the
-# validators of the fields above.
-_SLUG = re.compile(r"^[-a-zA-Z0-9_]+$")  # DRF's SlugField
-_REPOSITORY = re.compile(REPOSITORY_REGEX)
-_COMMIT_SHA = re.compile(COMMIT_SHA_REGEX)
-_NUL_OR_SURROGATE = re.compile("[\x00\ud800-\udfff]")
+# the same bodies). Each step mirrors ``core.fields.StrictCharField`` (a string, as sent;
+# empty only where optional; ``max_length``; no surrogate; its pattern as a whole, no NUL
+# where none is given), then the lower case of ``LowercaseCharField``.
+_REPOSITORY = re.compile(REPOSITORY_PATTERN)
+_COMMIT_SHA = re.compile(COMMIT_SHA_PATTERN)
+_ENVIRONMENT = re.compile(ENVIRONMENT_PATTERN)
+_NO_NUL = re.compile(NO_NUL_PATTERN)
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def _text(
@@ -88,45 +109,44 @@ def _text(
     *,
     max_length: int | None = None,
     optional: bool = False,
-    lower: bool = False,
+    pattern: re.Pattern[str] = _NO_NUL,
 ) -> str | None:
-    """One ``CharField`` member: its value, or ``None`` where the field refuses it (no member
-    here allows null)."""
+    """One ``StrictCharField`` member: its value, or ``None`` where the field refuses it (no
+    member here allows null)."""
     if name not in body:
         return "" if optional else None
     value = body[name]
-    if isinstance(value, str) and value.strip() == "":
+    if not isinstance(value, str):
+        return None
+    if value == "":
         return "" if optional else None  # the optional members allow blank
-    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+    if max_length is not None and len(value) > max_length:
         return None
-    text = str(value).strip()
-    if lower:
-        text = text.lower()
-    if max_length is not None and len(text) > max_length:
+    if _SURROGATE.search(value) or not pattern.fullmatch(value):
         return None
-    if _NUL_OR_SURROGATE.search(text):
-        return None
-    return text
+    return value
 
 
 def _job_input_validate(body: dict, own: dict[str, str | None]) -> dict | None:
-    repository = _text(body, "repository", max_length=200, lower=True)
-    commit_sha = _text(body, "commit_sha", lower=True)
-    workflow = _text(body, "workflow", max_length=200, optional=True)
-    triggered_by = _text(body, "triggered_by", max_length=200, optional=True)
+    repository = _text(
+        body, "repository", max_length=REPOSITORY_MAX_LENGTH, pattern=_REPOSITORY
+    )
+    commit_sha = _text(body, "commit_sha", pattern=_COMMIT_SHA)
+    workflow = _text(body, "workflow", max_length=TEXT_MAX_LENGTH, optional=True)
+    triggered_by = _text(
+        body, "triggered_by", max_length=TEXT_MAX_LENGTH, optional=True
+    )
     if (
         repository is None
         or commit_sha is None
         or workflow is None
         or triggered_by is None
         or None in own.values()
-        or not _REPOSITORY.fullmatch(repository)
-        or not _COMMIT_SHA.fullmatch(commit_sha)
     ):
         return None
     return {
-        "repository": repository,
-        "commit_sha": commit_sha,
+        "repository": repository.lower(),
+        "commit_sha": commit_sha.lower(),
         "workflow": workflow,
         "triggered_by": triggered_by,
         **own,
@@ -135,16 +155,16 @@ def _job_input_validate(body: dict, own: dict[str, str | None]) -> dict | None:
 
 def deployment_input_validate(body: dict) -> dict | None:
     """``DeploymentCreateInputSerializer``'s validated data, or ``None`` where it refuses."""
-    environment = _text(body, "environment", max_length=64)
-    if environment is not None and not _SLUG.search(environment):
-        environment = None
+    environment = _text(
+        body, "environment", max_length=ENVIRONMENT_MAX_LENGTH, pattern=_ENVIRONMENT
+    )
     return _job_input_validate(body, {"environment": environment})
 
 
 def build_input_validate(body: dict) -> dict | None:
     """``BuildCreateInputSerializer``'s validated data, or ``None`` where it refuses."""
     return _job_input_validate(
-        body, {"ref": _text(body, "ref", max_length=255, optional=True)}
+        body, {"ref": _text(body, "ref", max_length=REF_MAX_LENGTH, optional=True)}
     )
 
 
@@ -186,18 +206,6 @@ class _JobCollectionApi(IdempotentPostMixin, APIView):
         page = paginator.paginate_queryset(jobs, request, view=self)
         data = self.output_serializer_class(page, many=True).data
         return paginator.get_paginated_response(data)
-
-
-def _repository_validate(value: str) -> str:
-    if not re.fullmatch(REPOSITORY_REGEX, value):
-        raise serializers.ValidationError("Expected owner/name.")
-    return value
-
-
-def _commit_sha_validate(value: str) -> str:
-    if not re.fullmatch(COMMIT_SHA_REGEX, value):
-        raise serializers.ValidationError("Expected 7 to 40 hexadecimal characters.")
-    return value
 
 
 class _JobDetailApi(APIView):
@@ -287,39 +295,70 @@ class BuildDetailApi(_JobDetailApi):
     lookup_url_kwarg = "build_id"
 
 
+# What a status report carries besides its target. (No docstrings on these serializers:
+# they would become the request's description in the OpenAPI schema.)
+class _StatusReportSerializer(serializers.Serializer):
+    status = StrictChoiceField(choices=JobStatus.choices)
+    reported_at = InstantField(
+        help_text="RFC 3339 (without an offset, UTC); not later than now plus "
+        "WEBHOOK_TIMESTAMP_TOLERANCE_SECONDS."
+    )
+    detail = StrictCharField(
+        max_length=REPORTED_DETAIL_MAX_LENGTH,
+        required=False,
+        allow_blank=True,
+        default="",
+    )
+
+    def validate_reported_at(self, value):
+        # A report from the future would outrank every later one (and the worker's own
+        # results): beyond the clock skew the webhooks tolerate, it is refused.
+        skew = timedelta(seconds=settings.WEBHOOK_TIMESTAMP_TOLERANCE_SECONDS)
+        if value > timezone.now() + skew:
+            raise serializers.ValidationError("reported_at is in the future.")
+        return value
+
+
+TARGET_ID_MAX_LENGTH = 32
+
+
+class StatusSyncInputSerializer(_StatusReportSerializer):
+    deployment_id = StrictCharField(max_length=TARGET_ID_MAX_LENGTH, required=False)
+    build_id = StrictCharField(max_length=TARGET_ID_MAX_LENGTH, required=False)
+
+    def validate(self, attrs):
+        if ("deployment_id" in attrs) == ("build_id" in attrs):
+            raise serializers.ValidationError(
+                "Exactly one of deployment_id and build_id is required."
+            )
+        return attrs
+
+
+# The schema's two forms of the body above, exactly one of which a body matches (``oneOf``:
+# a body with both ids matches both, one with neither matches none).
+@extend_schema_serializer(component_name="DeploymentStatusReport")
+class _DeploymentStatusReportSerializer(_StatusReportSerializer):
+    deployment_id = StrictCharField(max_length=TARGET_ID_MAX_LENGTH)
+
+
+@extend_schema_serializer(component_name="BuildStatusReport")
+class _BuildStatusReportSerializer(_StatusReportSerializer):
+    build_id = StrictCharField(max_length=TARGET_ID_MAX_LENGTH)
+
+
+STATUS_SYNC_REQUEST = PolymorphicProxySerializer(
+    component_name="StatusSyncInput",
+    serializers=[_DeploymentStatusReportSerializer, _BuildStatusReportSerializer],
+    resource_type_field_name=None,
+)
+
+
 class StatusSyncApi(IdempotentPostMixin, APIView):
     """An external system reports a deployment's or build's status; applied at once under
     the ordering rule. The Idempotency-Key contract comes whole from the mixin."""
 
     operation_type = "status.sync"
     fingerprint_fields = ("deployment_id", "build_id", "status", "reported_at")
-
-    class StatusSyncInputSerializer(serializers.Serializer):
-        deployment_id = serializers.CharField(max_length=32, required=False)
-        build_id = serializers.CharField(max_length=32, required=False)
-        status = serializers.ChoiceField(choices=JobStatus.choices)
-        reported_at = InstantField()
-        detail = serializers.CharField(
-            max_length=REPORTED_DETAIL_MAX_LENGTH,
-            required=False,
-            allow_blank=True,
-            default="",
-        )
-
-        def validate_reported_at(self, value):
-            # A report from the future would outrank every later one (and the worker's own
-            # results): beyond the clock skew the webhooks tolerate, it is refused.
-            skew = timedelta(seconds=settings.WEBHOOK_TIMESTAMP_TOLERANCE_SECONDS)
-            if value > timezone.now() + skew:
-                raise serializers.ValidationError("reported_at is in the future.")
-            return value
-
-        def validate(self, attrs):
-            if ("deployment_id" in attrs) == ("build_id" in attrs):
-                raise serializers.ValidationError(
-                    "Exactly one of deployment_id and build_id is required."
-                )
-            return attrs
 
     input_serializer_class = StatusSyncInputSerializer
 
@@ -355,7 +394,7 @@ class StatusSyncApi(IdempotentPostMixin, APIView):
 
     @extend_schema(
         **idempotent_post_schema(
-            request=StatusSyncInputSerializer,
+            request=STATUS_SYNC_REQUEST,
             output=StatusSyncOutputSerializer,
             created=201,
             location=False,

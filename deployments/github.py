@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import re
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit
 
 import httpx
 from django.conf import settings
@@ -24,6 +24,7 @@ from django.conf import settings
 from . import outbound
 from .executors import TriggerCall, TriggerExecutor, TriggerResult
 from .models import Job, TriggerAttempt
+from .naming import repository_is_valid
 from .triggers import result_of
 
 Outcome = TriggerAttempt.Outcome
@@ -105,7 +106,15 @@ class GitHubExecutor(TriggerExecutor):
                 outcome=Outcome.REJECTED,
                 error="the github executor creates deployments; a build is not one",
             )
-        endpoint = f"{call.url.rstrip('/')}/repos/{job.repository}/deployments"
+        if not repository_is_valid(job.repository):
+            # A row from before the API held repositories to GitHub's naming: a ``..``
+            # part would move the token's request to another API path. No request.
+            return TriggerResult(
+                outcome=Outcome.REJECTED,
+                error="the repository is not a GitHub owner/name",
+            )
+        owner, name = (quote(part, safe="") for part in job.repository.split("/"))
+        endpoint = f"{call.url.rstrip('/')}/repos/{owner}/{name}/deployments"
         headers = _headers(call.secret)
         client = outbound.http_client()
         try:

@@ -21,7 +21,12 @@ from core.authentication import BearerTokenAuthentication
 from core.errors import NotFound, ServiceError
 from core.parsers import json_object_body
 
-from .keys import idempotency_key_is_well_formed, idempotency_key_validate
+from .keys import (
+    KEY_HEADER_PATTERN,
+    KEY_MAX_LENGTH,
+    idempotency_key_is_well_formed,
+    idempotency_key_validate,
+)
 from .selectors import idempotency_record_get
 from .services import (
     IdempotentResponse,
@@ -35,10 +40,17 @@ _ANY_JSON = ("", "*/*", "application/json")
 
 IDEMPOTENCY_KEY_HEADER = OpenApiParameter(
     "Idempotency-Key",
-    str,
+    {
+        "type": "string",
+        "minLength": 1,
+        "maxLength": KEY_MAX_LENGTH,
+        "pattern": KEY_HEADER_PATTERN,
+    },
     OpenApiParameter.HEADER,
     required=True,
-    description="1-255 printable ASCII characters, stable across retries of one operation.",
+    description="1-255 printable ASCII characters, stable across retries of one "
+    "operation (absent or empty: 400 `idempotency_key_required`; otherwise malformed: 400 "
+    "`invalid_idempotency_key`).",
 )
 
 

@@ -3,6 +3,10 @@
 from .errors import IdempotencyKeyRequired, InvalidIdempotencyKey
 
 KEY_MAX_LENGTH = 255
+# The rule above as the OpenAPI schema states it for the header: 1-255 printable ASCII
+# characters, none of them a space at either end, since HTTP drops those from a header's
+# value before any application reads it (" a" arrives as "a", " " as an empty header).
+KEY_HEADER_PATTERN = r"^[!-~](?:[ -~]{0,253}[!-~])?$"
 
 
 def idempotency_key_is_well_formed(key: str) -> bool:

@@ -31,7 +31,7 @@ class IdempotencyKeyReusedSerializer(serializers.Serializer):
 
 def idempotent_post_schema(
     *,
-    request: type[serializers.Serializer],
+    request: type[serializers.Serializer] | serializers.Serializer,
     output: type[serializers.Serializer],
     created: int,
     location: bool,

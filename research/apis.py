@@ -1,6 +1,7 @@
 """Read APIs (docs/http-api.md, "Read APIs"): thin views over the selectors, Bearer auth,
 cursor pages."""
 
+from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import (
     OpenApiParameter,
     OpenApiResponse,
@@ -12,7 +13,7 @@ from rest_framework.generics import ListAPIView
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from core.fields import InstantField
+from core.fields import BooleanTextField, InstantBoundField
 from core.pagination import CursorPage
 from core.schema import ERROR_REF
 
@@ -50,21 +51,27 @@ class DocumentListApi(ListAPIView):
     serializer_class = DocumentOutputSerializer
 
     class FilterSerializer(serializers.Serializer):
-        is_deleted = serializers.BooleanField(
-            required=False, allow_null=True, default=None
-        )
-        updated_since = InstantField(required=False, default=None)
+        is_deleted = BooleanTextField(required=False, default=None)
+        updated_since = InstantBoundField(required=False, default=None)
 
     @extend_schema(
         parameters=[
-            OpenApiParameter("is_deleted", bool),
-            OpenApiParameter("updated_since", str, description="RFC 3339 date-time"),
+            OpenApiParameter(
+                "is_deleted", bool, description="`true` or `false`, nothing else."
+            ),
+            OpenApiParameter(
+                "updated_since",
+                OpenApiTypes.DATETIME,
+                description="RFC 3339 (without an offset, UTC): the documents updated at "
+                "or after it.",
+            ),
         ],
         responses={
             200: DocumentOutputSerializer(many=True),
             422: OpenApiResponse(
                 response=ERROR_REF,
-                description="`invalid_payload`: a filter is not valid (`details`).",
+                description="`invalid_payload`: a filter or `page_size` is not valid "
+                "(`details` names it).",
             ),
         },
     )
@@ -72,7 +79,9 @@ class DocumentListApi(ListAPIView):
         return super().get(request, *args, **kwargs)
 
     def get_queryset(self):
-        filters = self.FilterSerializer(data=self.request.query_params)
+        # A plain dict, not the QueryDict: DRF reads an empty form value as not given, and
+        # ``?updated_since=`` is no more a date-time than ``?updated_since=x``.
+        filters = self.FilterSerializer(data=self.request.query_params.dict())
         filters.is_valid(raise_exception=True)
         return research_document_list(**filters.validated_data)
 

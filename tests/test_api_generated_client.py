@@ -178,7 +178,7 @@ def test_the_retry_story_through_a_client_generated_from_the_schema(server, gene
 
     # Status sync: 201, its replay 200; an unknown target 404.
     sync = api(generated, "status_sync_create")
-    report = model(generated, "StatusSyncInput")(
+    report = model(generated, "DeploymentStatusReport")(
         deployment_id=deployment.deployment_id,
         status=model(generated, "StatusEnum")("running"),
         reported_at=timezone.now() + timedelta(seconds=1),
@@ -192,14 +192,14 @@ def test_the_retry_story_through_a_client_generated_from_the_schema(server, gene
     assert again.status_code == 200
     assert again.content == synced.content
     assert again.headers["Idempotent-Replayed"] == "true"
-    unknown = model(generated, "StatusSyncInput")(
+    unknown = model(generated, "DeploymentStatusReport")(
         deployment_id="dep_unknown",
         status=model(generated, "StatusEnum")("running"),
         reported_at=timezone.now(),
     )
     lost = sync.sync_detailed(client=client, body=unknown, idempotency_key="sync-2")
     assert lost.status_code == 404
-    too_long = model(generated, "StatusSyncInput")(
+    too_long = model(generated, "DeploymentStatusReport")(
         deployment_id=deployment.deployment_id,
         status=model(generated, "StatusEnum")("running"),
         reported_at=timezone.now(),

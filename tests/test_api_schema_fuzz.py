@@ -1,6 +1,15 @@
-"""schemathesis against /api/schema/ of a real gunicorn, with real Bearer authentication: no
-server error, and no response that contradicts the published schema."""
+"""schemathesis against ``/api/schema/`` of a real gunicorn (docs/http-api.md, "Fuzzing the
+API"), as tests/fuzz/schemathesis.toml configures it: every check (``--checks all``), every
+phase (coverage, fuzzing, and the stateful phase, which follows the schema's links from a
+new job to reading it and reporting its status), webhook deliveries signed with their
+source's secret (tests/fuzz/hooks.py), two API clients neither of which may read the
+other's jobs, a fixed seed and a bounded number of examples. Any finding fails the test;
+the report says which request found it and how to send it again."""
 
+from __future__ import annotations
+
+import collections
+import json
 import subprocess
 
 import pytest
@@ -8,23 +17,62 @@ import pytest
 from core.actors import Actor
 from core.services import api_client_create
 from tests import processes
+from tests.webhooks.factories import WebhookSourceFactory
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
-CHECKS = ",".join(
-    [
-        "not_a_server_error",
-        "status_code_conformance",
-        "content_type_conformance",
-        "response_headers_conformance",
-        "response_schema_conformance",
-    ]
-)
+SOURCE = "fuzz-research"
+SOURCE_SECRET = "fuzz-source-secret-0123456789abcdef"
+CLIENTS = {
+    "client-a": "fuzz-client-a-token-0123456789abcdef",
+    "client-b": "fuzz-client-b-token-0123456789abcdef",
+}
 
 
-def test_schemathesis_finds_no_server_error_and_no_schema_violation(tmp_path):
-    _, token = api_client_create(
-        name="schemathesis", token="schemathesis-token-0123456789", actor=Actor.system()
+def interactions(ndjson: str) -> list[tuple[dict, dict | None, dict | None]]:
+    """Every request of the run (case, response, the case it followed in a stateful
+    scenario), from schemathesis's event stream."""
+    found = []
+    for line in ndjson.splitlines():
+        event = json.loads(line)
+        recorder = (event.get("ScenarioFinished") or {}).get("recorder") or {}
+        cases = recorder.get("cases") or {}
+        sent = recorder.get("interactions") or {}
+        for case_id, case in cases.items():
+            parent = cases.get(case.get("parent_id") or "")
+            found.append(
+                (
+                    case["value"],
+                    (sent.get(case_id) or {}).get("response"),
+                    parent["value"]
+                    if parent and case["is_transition_applied"]
+                    else None,
+                )
+            )
+    return found
+
+
+def test_schemathesis_finds_nothing(tmp_path):
+    for name, token in CLIENTS.items():
+        api_client_create(name=name, token=token, actor=Actor.system())
+    WebhookSourceFactory(
+        slug=SOURCE, scheme="hmac-sha256", handler="research", secret=SOURCE_SECRET
+    )
+    auth = tmp_path / "auth.json"
+    auth.write_text(
+        json.dumps(
+            {
+                "auth": [
+                    {
+                        "name": name,
+                        "fixedHeaders": [
+                            {"name": "Authorization", "value": f"Bearer {token}"}
+                        ],
+                    }
+                    for name, token in CLIENTS.items()
+                ]
+            }
+        )
     )
     port = processes.free_port()
     server = processes.gunicorn(
@@ -33,37 +81,70 @@ def test_schemathesis_finds_no_server_error_and_no_schema_violation(tmp_path):
         workers=2,
         env={"CELERY_BROKER_URL": "redis://127.0.0.1:1/0", "LOG_LEVEL": "WARNING"},
     ).start()
+    reports = tmp_path / "reports"
     try:
         processes.wait_http_ok(f"http://127.0.0.1:{port}/healthz")
         result = subprocess.run(
             [
                 str(processes.BIN / "schemathesis"),
+                "--config-file",
+                str(processes.ROOT / "tests" / "fuzz" / "schemathesis.toml"),
                 "run",
-                f"http://127.0.0.1:{port}/api/schema/",
-                "--header",
-                f"Authorization: Bearer {token}",
+                f"http://127.0.0.1:{port}/api/schema/?format=json",
                 "--checks",
-                CHECKS,
-                "--max-examples",
-                "25",
-                "--seed",
-                "20261130",
-                "--workers",
-                "2",
+                "all",
                 "--no-color",
-                "--generation-database",
-                "none",
-                "--request-timeout",
-                "20",
+                "--report",
+                "json,ndjson",
+                "--report-dir",
+                str(reports),
             ],
-            cwd=tmp_path,
+            cwd=processes.ROOT,
+            env={
+                **processes.child_env(),
+                "RETRYSAFE_FUZZ_AUTH_FILE": str(auth),
+                "RETRYSAFE_FUZZ_SOURCE": SOURCE,
+                "RETRYSAFE_FUZZ_SOURCE_SECRET": SOURCE_SECRET,
+            },
             capture_output=True,
             text=True,
-            timeout=900,
+            timeout=600,
         )
     finally:
         server.stop()
     output = result.stdout + result.stderr
-    (tmp_path.parent / "schemathesis.log").write_text(output)
-    assert result.returncode == 0, output[-8000:]
-    assert "passed" in output.lower()
+    (tmp_path / "schemathesis.log").write_text(output)
+    assert result.returncode == 0, output[-12000:]
+    [summary] = [json.loads(path.read_text()) for path in reports.glob("*.json")]
+    assert summary["failures"] == [] and summary["errors"] == [], output[-12000:]
+    assert summary["operations"]["tested"] == summary["operations"]["total"]
+    for phase in ("coverage", "fuzzing", "stateful"):
+        assert summary["phases"][phase]["status"] == "success", phase
+
+    [events] = [path.read_text() for path in reports.glob("*.ndjson")]
+    sent = interactions(events)
+    statuses = collections.Counter(
+        (case["method"], case["path"], response["status_code"] if response else None)
+        for case, response, _ in sent
+    )
+    # Signed deliveries got past the signature: new events were stored.
+    assert statuses["POST", "/webhooks/{slug}/", 202], statuses
+    # The stateful phase followed the links: create, then read and report a status.
+    followed = collections.Counter(
+        (parent["method"], parent["path"], case["method"], case["path"])
+        for case, _, parent in sent
+        if parent is not None
+    )
+    create = ("POST", "/api/deployments/")
+    assert followed[(*create, "GET", "/api/deployments/{deployment_id}/")], followed
+    assert followed[(*create, "POST", "/api/status-sync/")], followed
+    # The second client asked for the first's jobs by their ids, and never got one.
+    probes = [
+        response["status_code"]
+        for case, response, _ in sent
+        if case.get("auth_identity") == "client-b"
+        and case["path"]
+        in ("/api/deployments/{deployment_id}/", "/api/builds/{build_id}/")
+        and response is not None
+    ]
+    assert probes and all(status == 404 for status in probes), probes

@@ -17,7 +17,11 @@ An integration is one package under ``integrations/`` that knows one producer's 
 - ``sample``: a body (and the headers beside the signature) that ``send_test_webhook`` signs
   and sends;
 - ``headers``: the producer's own headers it reads (beyond the scheme's), each with what it
-  means: kept on the inbox row and described in the endpoint's OpenAPI description.
+  means: kept on the inbox row and described in the endpoint's OpenAPI description;
+- ``envelope_schema``: the bodies ``envelope`` accepts, as an OpenAPI 3.0 schema, for the
+  endpoint's OpenAPI description; ``None`` where the body is the producer's own (any JSON
+  object). ``envelope_components``: the named schemas it refers to
+  (``#/components/schemas/<name>``).
 
 The registry is the ``WEBHOOK_INTEGRATIONS`` setting, from a name to the integration object's
 dotted path, so that the inbox names none of the apps its integrations write to. Adding an
@@ -29,7 +33,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from django.conf import settings
 from django.utils.module_loading import import_string
@@ -59,6 +63,8 @@ class Integration(Protocol):
     name: str
     label: str
     headers: Mapping[str, str]
+    envelope_schema: Mapping[str, Any] | None
+    envelope_components: Mapping[str, Mapping[str, Any]]
 
     def envelope(
         self,

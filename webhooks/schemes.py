@@ -116,8 +116,21 @@ def secret_fingerprint(secret: str) -> str:
     return digest.hexdigest()[:16]
 
 
+def header_bytes(headers: Mapping[str, str], name: str) -> bytes:
+    """A header's value as the bytes sent (a WSGI server hands each byte over as one
+    Latin-1 character, PEP 3333), without the spaces and tabs around it, which HTTP does
+    not count (RFC 9110's OWS), and nothing else: ``"\u3000x"`` is a value of its own."""
+    return (headers.get(name) or "").strip(" \t").encode("latin-1", "replace")
+
+
 def header_value(headers: Mapping[str, str], name: str) -> str:
-    return (headers.get(name) or "").strip()
+    """A header's value as text: its bytes read as UTF-8, as producers write them, or one
+    character a byte where they are not UTF-8."""
+    raw = header_bytes(headers, name)
+    try:
+        return raw.decode("utf-8")
+    except UnicodeError:
+        return raw.decode("latin-1")
 
 
 def _signature_and_timestamp(
@@ -250,7 +263,7 @@ class HmacSha256Scheme:
         candidates = hex_entries(signature, "v1=")
         if not candidates:
             raise InvalidSignature(REASON_MALFORMED)
-        message = timestamp.encode("latin-1", "replace") + b"." + raw_body
+        message = header_bytes(headers, self.timestamp_header) + b"." + raw_body
         expected = [hmac_sha256(secret.encode(), message) for secret in secrets]
         if not any_match(candidates, expected):
             raise InvalidSignature(REASON_MISMATCH)
@@ -430,7 +443,14 @@ class StandardWebhooksScheme:
         if not (candidates["v1"] or candidates["v1a"]):
             raise InvalidSignature(REASON_MALFORMED)
         event_id = header_value(headers, self.id_header)
-        message = f"{event_id}.{timestamp}.".encode("latin-1", "replace") + raw_body
+        # Over the bytes the producer signed: the headers as sent.
+        message = b".".join(
+            [
+                header_bytes(headers, self.id_header),
+                header_bytes(headers, self.timestamp_header),
+                raw_body,
+            ]
+        )
         expected = [
             hmac_sha256(standard_webhooks_key(secret), message) for secret in secrets
         ]

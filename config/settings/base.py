@@ -257,6 +257,18 @@ REST_FRAMEWORK = {
 SPECTACULAR_SETTINGS = {
     "TITLE": "Retry-safe webhook inbox and CI/CD trigger API",
     "VERSION": "1.0.0",
+    # What every path answers besides its operations (docs/http-api.md, "API schema").
+    "DESCRIPTION": (
+        "Every error is JSON with a stable `error` code. Besides the operations listed: "
+        "a method a path does not serve is 405 with `Allow` (an API path answers "
+        '`{"error": "method_not_allowed"}`, the webhook endpoint no body); `HEAD` is '
+        "served wherever `GET` is, without the body; `OPTIONS` on an API path is 200 "
+        "with `Allow` and a short JSON description of the path (after the token, like "
+        "every API request), on the webhook endpoint 405. A request line longer than "
+        "8190 bytes is refused before any path: 414 "
+        '`{"error": "uri_too_long"}` behind the proxy of deploy/nginx/ (gunicorn alone '
+        "answers its own 414 page)."
+    ),
     "SERVE_INCLUDE_SCHEMA": False,
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
@@ -265,6 +277,7 @@ SPECTACULAR_SETTINGS = {
         "drf_spectacular.hooks.postprocess_schema_enums",
         "core.schema.error_responses_postprocess",
         "webhooks.schema.webhook_receive_postprocess",
+        "deployments.schema.job_links_postprocess",
     ],
 }
 

@@ -48,6 +48,8 @@ class GitHubIntegration:
         "(repository, organization, ...).",
         "X-GitHub-Hook-Installation-Target-Id": "github: that target's id.",
     }
+    envelope_schema = None  # GitHub's own body: any JSON object
+    envelope_components: dict[str, dict] = {}
 
     def envelope(
         self,

@@ -4,6 +4,7 @@ with the same rules and adds the ``data`` member's."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, cast
@@ -96,12 +97,27 @@ def _source_parse(source: Any, event_type: Any, errors: _Errors) -> ResearchSour
     )
 
 
+# The event id as the id header carries it: no control character, no space or tab at either
+# end (HTTP drops those): an id without such a header could never be delivered.
+EVENT_ID_PATTERN = (
+    r"[^\u0000-\u001f\u007f ](?:[^\u0000-\u001f\u007f]*[^\u0000-\u001f\u007f ])?"
+)
+_EVENT_ID = re.compile(EVENT_ID_PATTERN)
+
+
+def _event_id_error(value: Any) -> str | None:
+    message = text_error(value, required=True)
+    if message is None and not _EVENT_ID.fullmatch(value):
+        return "Must be what a header carries: no control character, no space at either end."
+    return message
+
+
 def research_event_parse(body: dict) -> ResearchEvent:
     """The envelope's members, checked; ``InvalidPayload`` naming every field that fails.
     Dates are converted to UTC and must lie in the range every time zone can read back."""
     errors = _Errors()
     event_id, event_type = body.get("event_id"), body.get("event_type")
-    errors.check("event_id", text_error(event_id, required=True))
+    errors.check("event_id", _event_id_error(event_id))
     errors.check("event_type", text_error(event_type, required=True))
     occurred_at, message = instant_parse(body.get("occurred_at"), required=True)
     errors.check("occurred_at", message)
@@ -134,3 +150,109 @@ def research_event_parse(body: dict) -> ResearchEvent:
         source=source,
         data=body.get("data"),
     )
+
+
+# --- the envelope as the endpoint's OpenAPI schema states it (webhooks/schema.py) ---------
+# The same rules as ``research_event_parse``, from the same limits. OpenAPI 3.0: an optional
+# member may be null (``nullable``); no text may hold a NUL (PostgreSQL's text cannot).
+_NO_NUL = r"^[^\u0000]*$"
+
+
+def _text_schema(max_length: int, *, required: bool) -> dict:
+    schema: dict[str, str | int | bool] = {
+        "type": "string",
+        "maxLength": max_length,
+        "pattern": _NO_NUL,
+    }
+    if required:
+        schema["minLength"] = 1
+    else:
+        schema["nullable"] = True
+    return schema
+
+
+def _instant_schema(*, required: bool) -> dict:
+    schema: dict[str, str | bool] = {
+        "type": "string",
+        "format": "date-time",
+        "description": "RFC 3339 with an offset or Z, between 0001-01-02 and 9999-12-31 "
+        "in UTC.",
+    }
+    if not required:
+        schema["nullable"] = True
+    return schema
+
+
+_COUNT = {"type": "integer", "minimum": 0, "maximum": 2**63 - 1}
+
+RESEARCH_EVENT_SCHEMA: dict = {
+    "type": "object",
+    "description": 'The research envelope (docs/http-api.md, "The research envelope"). '
+    f"For {' and '.join(DOCUMENT_EVENTS_WITH_SOURCE)}, `source.url` and "
+    "`source.content_hash` are required. `data` is the domain's, validated at "
+    "processing.",
+    "properties": {
+        "event_id": {
+            **_text_schema(MAX_ID_LENGTH, required=True),
+            "pattern": f"^{EVENT_ID_PATTERN}$",
+            "description": "Named by the id header too: no control character, no space "
+            "at either end.",
+        },
+        "event_type": _text_schema(MAX_ID_LENGTH, required=True),
+        "occurred_at": _instant_schema(required=True),
+        "delivered_at": _instant_schema(required=False),
+        "delivery_attempt": {**_COUNT, "nullable": True},
+        "producer": _text_schema(255, required=False),
+        "tenant_id": _text_schema(MAX_ID_LENGTH, required=False),
+        "idempotency_key": _text_schema(255, required=False),
+        "entity": {
+            "type": "object",
+            "properties": {
+                "entity_id": _text_schema(MAX_ID_LENGTH, required=True),
+                "entity_type": _text_schema(MAX_ID_LENGTH, required=True),
+                "source_version": {**_COUNT, "nullable": True},
+            },
+            "required": ["entity_id", "entity_type"],
+        },
+        "source": {
+            "type": "object",
+            "nullable": True,
+            "properties": {
+                "url": _text_schema(URL_MAX_LENGTH, required=False),
+                "title": _text_schema(TEXT_MAX_LENGTH, required=False),
+                "content_hash": _text_schema(CONTENT_HASH_MAX_LENGTH, required=False),
+                "published_at": _instant_schema(required=False),
+            },
+        },
+        "data": {"description": "Any JSON value."},
+    },
+    "required": ["event_id", "event_type", "occurred_at", "entity"],
+    # A document created or updated names its source; any other type may. Each form a
+    # named schema, so that client generators name what they make of it.
+    "anyOf": [
+        {"$ref": "#/components/schemas/ResearchEventOfAnotherType"},
+        {"$ref": "#/components/schemas/ResearchEventWithSource"},
+    ],
+}
+RESEARCH_EVENT_COMPONENTS: dict = {
+    "ResearchEventOfAnotherType": {
+        "type": "object",
+        "properties": {
+            "event_type": {"not": {"enum": list(DOCUMENT_EVENTS_WITH_SOURCE)}}
+        },
+    },
+    "ResearchEventWithSource": {
+        "type": "object",
+        "required": ["source"],
+        "properties": {
+            "source": {
+                "type": "object",
+                "required": ["url", "content_hash"],
+                "properties": {
+                    "url": {"type": "string", "minLength": 1},
+                    "content_hash": {"type": "string", "minLength": 1},
+                },
+            }
+        },
+    },
+}

@@ -21,7 +21,12 @@ from webhooks.envelopes import Envelope, content_fingerprint
 from webhooks.integrations import HandlerResult, SampleEvent
 from webhooks.models import ProcessingStatus
 
-from .events import ResearchEvent, research_event_parse
+from .events import (
+    RESEARCH_EVENT_COMPONENTS,
+    RESEARCH_EVENT_SCHEMA,
+    ResearchEvent,
+    research_event_parse,
+)
 
 if TYPE_CHECKING:
     from webhooks.models import InboxEvent
@@ -43,6 +48,8 @@ class ResearchIntegration:
     name = "research"
     label = "Research documents"
     headers: dict[str, str] = {}  # everything is in the signed body
+    envelope_schema = RESEARCH_EVENT_SCHEMA
+    envelope_components = RESEARCH_EVENT_COMPONENTS
 
     def envelope(
         self,

@@ -103,3 +103,28 @@ def test_an_issued_cursor_still_pages(api, rows, url):
     back = api.get(second.json()["previous"])  # a reversed cursor
     assert back.status_code == 200
     assert back.json()["results"] == first["results"]
+
+
+@pytest.mark.parametrize("url", LISTS)
+@pytest.mark.parametrize(
+    "value", ["abc", "0", "000", "-1", "+5", "1.5", "", "null", "5 ", "\u0665"]
+)
+def test_a_page_size_that_is_not_a_whole_number_of_at_least_1_is_422(
+    api, rows, url, value
+):
+    """DRF read what it could not parse as the default page (``page_size=abc``), which no
+    schema can state: a client sees its mistake instead."""
+    response = api.get(url, {"page_size": value})
+    assert response.status_code == 422, (value, response.content)
+    assert response.json() == {
+        "error": "invalid_payload",
+        "details": {"page_size": ["A whole number of at least 1."]},
+    }
+
+
+@pytest.mark.parametrize("url", LISTS)
+@pytest.mark.parametrize("value", ["1", "01", "500", "501", "1" + "0" * 30])
+def test_a_page_size_of_at_least_1_is_read_up_to_the_maximum(api, rows, url, value):
+    response = api.get(url, {"page_size": value})
+    assert response.status_code == 200, (value, response.content)
+    assert len(response.json()["results"]) == 1

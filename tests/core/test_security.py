@@ -4,6 +4,7 @@ headers every answer carries, and the HTTPS settings that DJANGO_HTTPS turns on 
 import json
 
 import pytest
+from django.test import RequestFactory
 from django.urls import URLPattern, URLResolver, get_resolver
 from rest_framework.authentication import SessionAuthentication
 from rest_framework.settings import api_settings
@@ -22,9 +23,12 @@ def _callbacks(resolver: URLResolver, prefix: str = ""):
             yield prefix + str(entry.pattern), entry.callback
 
 
-def test_the_webhook_view_is_the_only_csrf_exempt_view_a_cookie_could_reach():
+def test_no_csrf_exempt_view_a_cookie_could_reach_acts_on_it():
     """DRF marks every API view csrf_exempt and enforces CSRF itself only for session
-    authentication; the API authenticates with Bearer tokens alone, so no cookie reaches it."""
+    authentication; the API authenticates with Bearer tokens alone, so no cookie reaches it.
+    The plain views exempt are the webhook view (signatures, never cookies) and the public
+    GET endpoints, which serve GET and HEAD and nothing else: a cross-site form that posts
+    to them gets a 405, and nothing changes."""
     exempt_plain_views = []
     api_views = []
     for route, callback in _callbacks(get_resolver()):
@@ -34,8 +38,27 @@ def test_the_webhook_view_is_the_only_csrf_exempt_view_a_cookie_could_reach():
         if view_class is not None and issubclass(view_class, APIView):
             api_views.append((route, view_class))
         else:
-            exempt_plain_views.append(callback)
-    assert exempt_plain_views == [webhook_receive]
+            exempt_plain_views.append((route, callback))
+    public = {
+        "healthz",
+        "readyz",
+        "metrics",
+        "audit/checkpoint",
+        "audit/public-key",
+        "audit/proof/inclusion",
+        "audit/proof/consistency",
+    }
+    assert {route for route, _ in exempt_plain_views} == {
+        "webhooks/<str:slug>/",
+        *public,
+    }
+    for route, view in exempt_plain_views:
+        if route in public:
+            for method in ("POST", "PUT", "PATCH", "DELETE"):
+                response = view(RequestFactory().generic(method, f"/{route}"))
+                assert response.status_code == 405, (route, method)
+        else:
+            assert view is webhook_receive
     assert api_views  # the API is in the URLconf: the loop above has seen it
     assert SessionAuthentication not in api_settings.DEFAULT_AUTHENTICATION_CLASSES
     for route, view_class in api_views:

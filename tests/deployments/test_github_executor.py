@@ -226,3 +226,19 @@ def test_a_signed_status_of_its_github_deployment_moves_the_job(
     other.refresh_from_db()
     assert (job.status, other.status) == ("succeeded", "running")
     assert job.detail == "success from the fake"
+
+
+@pytest.mark.parametrize("repository", ["acme/..", "../..", "acme/.", "acme/a/b"])
+def test_a_repository_outside_githubs_naming_is_rejected_with_no_request(
+    api, github, repository
+):
+    """A row stored before the API held repositories to GitHub's naming: ``acme/..`` made
+    the token's POST go to ``/repos/deployments``. The job fails, and nothing is sent."""
+    job = create(api)
+    Deployment.objects.filter(pk=job.pk).update(repository=repository)
+    assert run(job) == "failed"
+    assert github.calls == []
+    job.refresh_from_db()
+    assert job.status == "failed"
+    assert job.detail.startswith("trigger_rejected")
+    assert [outcome for outcome, _, _ in outcomes(job)] == ["rejected"]

@@ -75,7 +75,7 @@ _DEPLOYMENT = ("repository", "commit_sha", "environment", "workflow", "triggered
 _BUILD = ("repository", "commit_sha", "ref", "workflow", "triggered_by")
 _VALID_DEPLOYMENT = {
     "repository": "Acme/Payment-Service",
-    "commit_sha": " ABC123def456 ",
+    "commit_sha": "ABC123def456",
     "environment": "staging",
 }
 
@@ -86,7 +86,10 @@ _VALID_DEPLOYMENT = {
 @example(body={**_VALID_DEPLOYMENT, "workflow": "  ", "triggered_by": None})
 # Kelvin sign: its lower case is "k"
 @example(body={**_VALID_DEPLOYMENT, "repository": "acme/\u212a"})
+@example(body={**_VALID_DEPLOYMENT, "commit_sha": " ABC123def456 "})
 @example(body={**_VALID_DEPLOYMENT, "commit_sha": 1234567})
+@example(body={**_VALID_DEPLOYMENT, "environment": 0})
+@example(body={**_VALID_DEPLOYMENT, "repository": "acme/.."})
 @example(body={**_VALID_DEPLOYMENT, "commit_sha": True})
 @example(body={**_VALID_DEPLOYMENT, "environment": "stag\ning"})
 @example(body={**_VALID_DEPLOYMENT, "environment": "staging\n"})

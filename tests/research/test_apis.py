@@ -164,3 +164,34 @@ def test_admin_lists_are_read_only_and_render(client):
     delete = client.post(f"/admin/research/documentrevision/{revision.pk}/delete/")
     assert delete.status_code == 403
     assert DocumentRevision.objects.filter(pk=revision.pk).exists()
+
+
+@pytest.mark.parametrize("value", ["1", "0", "yes", "True", "null", ""])
+def test_is_deleted_is_true_or_false_and_nothing_else(api, value):
+    response = api.get("/api/research/documents/", {"is_deleted": value})
+    assert response.status_code == 422
+    assert "is_deleted" in response.json()["details"]
+
+
+@pytest.mark.parametrize(
+    ("since", "listed"),
+    [
+        # Valid RFC 3339 instants whose UTC reading falls outside Python's years 1-9999.
+        ("9999-12-31T23:00:00-02:00", False),
+        ("0001-01-01T00:00:00+01:00", True),
+        ("9999-12-31T23:59:59Z", False),
+        ("0001-01-01T00:00:00Z", True),
+    ],
+)
+def test_updated_since_at_the_edges_of_time_is_a_bound_not_an_error(api, since, listed):
+    apply(entity_id="doc_edge", source_version=1)
+    response = api.get("/api/research/documents/", {"updated_since": since})
+    assert response.status_code == 200, response.content
+    ids = [d["entity_id"] for d in response.json()["results"]]
+    assert ids == (["doc_edge"] if listed else [])
+
+
+def test_an_empty_filter_is_not_a_filter_left_out(api):
+    response = api.get("/api/research/documents/?updated_since=")
+    assert response.status_code == 422
+    assert "updated_since" in response.json()["details"]
