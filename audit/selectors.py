@@ -145,11 +145,11 @@ def recent_operator_actions(*, limit: int = RECENT_ACTIONS) -> list[dict]:
             "pk": action.pk,
             "at": action.created_at,
             "actor": action.actor_name,
-            "action": action.get_action_display(),
-            "events": action.event_count,
+            "action": action.action_words,
+            "events": action.events_words,
         }
         for action in OperatorAction.objects.order_by("-created_at", "-id").only(
-            "created_at", "actor_name", "action", "event_count"
+            "created_at", "actor_name", "action", "event_count", "details"
         )[:limit]
     ]
 

@@ -68,7 +68,7 @@ def test_an_auditor_follows_a_document_back_to_the_body_and_the_operator_by_link
             _login(page, live_server, "auditor", documents)
 
             page.click(f"#result_list a:text-is('{story.document.entity_id}')")
-            expect(page.locator(".field-state .readonly")).to_have_text("live")
+            expect(page.locator(".field-state .readonly")).to_have_text("Live")
             expect(page.locator("#ignored-events")).to_contain_text(
                 story.ignored.event_id
             )

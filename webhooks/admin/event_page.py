@@ -111,7 +111,7 @@ def _action_html(
         "purge_bodies": "Raw body purged",
         "purge_evidence_bodies": "Conflicting copy's body purged",
         "mark_investigated": "Conflicting copy marked investigated",
-    }.get(action.action, action.get_action_display())
+    }.get(action.action, action.action_words)
     begins = (
         format_html("; round {} begins{}", round_.number, _before_replay(action, event))
         if round_ is not None
@@ -452,9 +452,9 @@ class EventPageMixin(_ModelAdmin):
             "raw body</a> {} bytes, exactly as received.</p>"
             '<p id="raw-body-hash">Stored SHA-256: <code>{}</code>; the stored bytes: {}</p>'
             '<div class="raw-body-columns">'
-            '<div><h4>As received</h4><pre class="raw-body-received">{}</pre></div>'
+            '<div><h4>As received</h4><pre class="raw-body-received as-recorded">{}</pre></div>'
             "<div><h4>Pretty (indented, keys sorted)</h4>"
-            '<pre class="raw-body-pretty">{}</pre></div>'
+            '<pre class="raw-body-pretty as-recorded">{}</pre></div>'
             "</div></div>",
             download,
             len(data),

@@ -22,6 +22,7 @@ from core.admin_base import (
     fieldset_fields,
     json_block,
     status_badge,
+    status_field_badge,
 )
 from core.errors import ServiceError
 from core.times import duration_display, time_display
@@ -81,8 +82,8 @@ class InboxAttemptInline(LogEntryAdminMixin, ReadOnlyInlineMixin, admin.TabularI
         "round",
         "started",
         "finished",
-        "outcome",
-        "resulting_status",
+        "outcome_badge",
+        "resulting_status_badge",
         "error",
         "worker",
         "log_entry",
@@ -90,6 +91,9 @@ class InboxAttemptInline(LogEntryAdminMixin, ReadOnlyInlineMixin, admin.TabularI
     readonly_fields = fields
     ordering = ("started_at", "pk")
     show_change_link = False
+
+    outcome_badge = status_field_badge("outcome")
+    resulting_status_badge = status_field_badge("resulting_status")
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
