@@ -159,7 +159,8 @@ class InboxEventAdmin(
         ("received_at", DateRangeFilter),
         BulkJobFilter,
     )
-    list_select_related = ("source",)
+    # The source's hold with it: whether a row is held is read without a query per row.
+    list_select_related = ("source", "source__hold")
     search_fields = ("event_id", "entity_id")
     search_help_text = (
         "The start of an event id or entity id (evt_doc42 finds evt_doc42_7)."
@@ -249,8 +250,12 @@ class InboxEventAdmin(
 
     @admin.display(description="status", ordering="processing_status")
     def status(self, obj):
-        # The badge's data-status is the exact status string of the API.
-        return status_badge(obj.processing_status)
+        # The badge's data-status is the exact status string of the API; an event its
+        # paused source holds says so beside it (the API's ``held_reason``).
+        badge = status_badge(obj.processing_status)
+        if inbox_event_held_reason(event=obj):
+            return format_html("{} {}", badge, status_badge("held"))
+        return badge
 
     @admin.display(description="version", ordering="source_version")
     def version(self, obj):
