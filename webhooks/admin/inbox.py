@@ -37,9 +37,10 @@ from ..selectors import (
     inbox_event_products,
     inbox_event_search_q,
     inbox_event_types,
+    inbox_events_attempts_annotate,
 )
 from ..story import REPLAY_ACTIONS, Round, attempt_round, inbox_event_actions
-from .event_page import EventPageMixin
+from .event_page import EventPageMixin, attempts_words
 
 
 class EventTypeFilter(admin.SimpleListFilter):
@@ -146,7 +147,7 @@ class InboxEventAdmin(
         "event_type",
         "entity_id",
         "version",
-        "attempts",
+        "attempts_all",
         "received_time",
         "latency",
         "log_entry",
@@ -230,7 +231,7 @@ class InboxEventAdmin(
         # The raw body is read only on the detail page. ``occurred_at`` is never loaded into
         # the row: an older deployment may have stored a date Python cannot hold, and the
         # page must render anyway. The latency is computed by the database.
-        return (
+        return inbox_events_attempts_annotate(
             super()
             .get_queryset(request)
             .defer("raw_body", "headers", "occurred_at")
@@ -256,6 +257,12 @@ class InboxEventAdmin(
         if inbox_event_held_reason(event=obj):
             return format_html("{} {}", badge, status_badge("held"))
         return badge
+
+    @admin.display(description="attempts (all rounds)", ordering="attempts_total")
+    def attempts_all(self, obj):
+        """Every attempt of every round, and the rounds (the event's page says the same;
+        ``attempts`` is the current round's)."""
+        return attempts_words(total=obj.attempts_total, rounds=obj.attempt_rounds)
 
     @admin.display(description="version", ordering="source_version")
     def version(self, obj):
@@ -319,7 +326,7 @@ class DeadLetteredEventAdmin(InboxEventAdmin):
         "source",
         "event_type",
         "entity_id",
-        "attempts",
+        "attempts_all",
         "error_summary",
         "received_time",
     )
