@@ -115,7 +115,11 @@ def _latency_percentiles(since: datetime, now: datetime) -> dict[str, Any]:
                                          %s::timestamptz[]) AS p(source_id, paused, resumed)
                 ), latencies AS (
                     SELECT EXTRACT(EPOCH FROM (e.processed_at - e.received_at)) AS total,
-                           CASE WHEN e.processed_at IS NULL THEN NULL ELSE COALESCE((
+                           CASE WHEN e.processed_at IS NULL THEN NULL
+                                WHEN NOT e.source_id = ANY(%s::bigint[])
+                                     OR e.processed_at <= %s OR e.received_at >= %s
+                                THEN 0
+                                ELSE COALESCE((
                                SELECT sum(GREATEST(EXTRACT(EPOCH FROM (
                                    LEAST(e.processed_at, p.resumed)
                                    - GREATEST(e.received_at, p.paused))), 0))
@@ -136,7 +140,17 @@ def _latency_percentiles(since: datetime, now: datetime) -> dict[str, Any]:
                            FILTER (WHERE held > 0)
                 FROM latencies
                 """,  # noqa: S608 - the table name is the model's, not input
-                [sources, starts, ends, since],
+                # The pauses are read for the events of a source that had one, within
+                # the pauses' span, only.
+                [
+                    sources,
+                    starts,
+                    ends,
+                    sorted(set(sources)),
+                    min(starts, default=since),
+                    max(ends, default=since),
+                    since,
+                ],
             )
             row = cursor.fetchone()
         held_events = int(row[4] or 0)
