@@ -143,3 +143,43 @@ def test_a_bulk_replay_job_page_lists_every_action_of_the_job(auditor_client, op
     assert [a.pk for a in listed.context["cl"].result_list] == sorted(
         (a.pk for a in actions), reverse=True
     )
+
+
+def test_an_action_s_details_read_in_words_beside_the_record(auditor_client, operator):
+    from deployments.models import DeployTarget
+    from deployments.targets import deploy_target_save
+    from webhooks.replay import inbox_events_replay
+
+    dead = DeadLetteredEventFactory.create_batch(2)
+    replay = inbox_events_replay(
+        events_queryset=InboxEvent.objects.filter(pk__in=[e.pk for e in dead]),
+        actor=Actor.of(operator),
+        reason="fixed",
+    )
+    target = DeployTarget(
+        name="staging-cd", executor="http", url="https://ci.example.com/"
+    )
+    deploy_target_save(
+        target=target, secret="whsec_" + "a" * 32, actor=Actor.of(operator)
+    )
+    target.priority = 10
+    deploy_target_save(target=target, secret=None, actor=Actor.of(operator))
+    change = OperatorAction.objects.get(action="change_deploy_target")
+
+    def details(action) -> str:
+        page = auditor_client.get(
+            reverse("admin:webhooks_operatoraction_change", args=[action.pk])
+        ).content.decode()
+        return page[page.index('class="action-details"') :]
+
+    shown = details(replay)
+    assert (
+        '<th scope="row">status before the replay</th><td>2 Dead-lettered</td>' in shown
+    )
+    # And as recorded, below: the codes of the record, apart.
+    assert '<pre class="as-recorded">' in shown and "dead_lettered" in shown
+    shown = details(change)
+    assert '<th scope="row">priority</th><td>100 → 10</td>' in shown
+    assert (
+        '<th scope="row">name</th>' not in shown
+    )  # unchanged settings are not repeated

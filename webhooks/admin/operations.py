@@ -220,7 +220,7 @@ def operator_action_details(action: OperatorAction) -> str:
             continue
         rows.append((_detail_label(key), _detail_value(value, key=key)))
     if isinstance(before, dict) and isinstance(after, dict):
-        for key in after.keys() | before.keys():
+        for key in [*after, *(key for key in before if key not in after)]:
             old, new = before.get(key), after.get(key)
             if before and old == new:
                 continue
