@@ -31,9 +31,11 @@ run: setup
 	$(PY) manage.py migrate --noinput
 	$(PY) manage.py collectstatic --noinput --verbosity 0
 	$(PY) manage.py demo_setup
-	@# honcho answers Ctrl-C (and a SIGTERM) with the status of that signal once every process
-	@# has stopped: a stop asked for is a clean end of `make run`, not an error.
-	$(VENV)/bin/honcho start -f Procfile || { status=$$?; [ $$status -eq 130 ] || [ $$status -eq 143 ] || exit $$status; }
+	@# honcho runs as the terminal's foreground job (scripts/foreground.py): a Ctrl-C stops it,
+	@# and it stops web, worker and beat, while make, out of that job, never sees the signal
+	@# (make answers one with "*** Interrupt" and status 130). A stop asked for (Ctrl-C, a
+	@# SIGTERM) is a clean end of `make run`: status 0.
+	$(PY) scripts/foreground.py $(VENV)/bin/honcho start -f Procfile
 
 ## Run the whole test suite against PostgreSQL (127.0.0.1:5432), Redis (127.0.0.1:6379) and
 ## RabbitMQ (127.0.0.1:5672).

@@ -58,6 +58,18 @@ STATUS_WORDS: dict[str, tuple[str, str]] = {
     "enabled": ("Enabled", "ok"),
     "disabled": ("Disabled", "error"),
     "stuck": ("Processing (stuck)", "error"),
+    # An inbox event that waits because its source is paused (docs/architecture.md,
+    # "Pausing a source").
+    "held": ("Held (paused)", "warning"),
+    # A trigger attempt's outcome (``deployments.TriggerAttempt.Outcome``).
+    "delivered": ("Delivered", "ok"),
+    "transient": ("Transient failure", "warning"),
+    "ambiguous": ("Ambiguous (may have been acted on)", "warning"),
+    "rejected": ("Rejected", "error"),
+    "lost": ("Lost (no outcome)", "error"),
+    # A research document's state.
+    "live": ("Live", "ok"),
+    "deleted": ("Deleted", "ignored"),
 }
 
 
@@ -79,6 +91,21 @@ def status_badge(status: str, detail: str = "") -> str:
         words,
         f" {detail}" if detail else "",
     )
+
+
+def status_field_badge(field_name: str, *, description: str = ""):
+    """An admin display that shows the model field ``field_name`` (a status, an outcome) as
+    its badge, for a list's column or a record's page: ``outcome_badge =
+    status_field_badge("outcome")`` on the admin, ``"outcome_badge"`` in its fields."""
+
+    @admin.display(
+        description=description or field_name.replace("_", " "), ordering=field_name
+    )
+    def shown(self, obj) -> str:
+        value = getattr(obj, field_name)
+        return status_badge(value) if value else "-"
+
+    return shown
 
 
 class StatusFilter(admin.ChoicesFieldListFilter):
@@ -356,6 +383,23 @@ class ReadOnlyInlineMixin(_NoWritesMixin, _InlineAdmin):
     can_delete = False
 
 
+class StatusBadgesMixin(_ModelAdmin):
+    """A record's page that shows its status fields as badges, each in its field's place:
+    ``status_badges = {"status": "status_badge"}`` names the display that replaces the
+    field (list it in ``readonly_fields`` too)."""
+
+    status_badges: dict[str, str] = {}
+
+    def get_fields(self, request, obj=None):
+        shown: list[Any] = []
+        for entry in super().get_fields(request, obj):
+            if isinstance(entry, str):
+                entry = self.status_badges.get(entry, entry)
+            if entry not in shown:
+                shown.append(entry)
+        return shown
+
+
 class PagedInlineFormSet(BaseInlineFormSet):
     """The rows of one page of an inline: a parent with thousands of children renders
     ``per_page`` of them (the page ``page_number`` names, the nearest one when it names
@@ -516,8 +560,9 @@ def pretty_body(raw: bytes | memoryview | None) -> str:
 
 
 def json_block(value: Any):
-    """A JSON value in a ``<pre>`` block, escaped."""
-    return format_html("<pre>{}</pre>", pretty_json(value or {}))
+    """A JSON value in a ``<pre>`` block, escaped: shown as recorded (``as-recorded``: its
+    codes and numbers are the record's, not the console's words)."""
+    return format_html('<pre class="as-recorded">{}</pre>', pretty_json(value or {}))
 
 
 DIFF_MAX_LINES = 2000
@@ -616,7 +661,7 @@ def side_by_side_diff(
         rows,
     )
     table = format_html(
-        '<table class="side-by-side-diff">'
+        '<table class="side-by-side-diff as-recorded">'
         "<thead><tr><th></th><th>original</th><th></th><th>conflicting</th></tr></thead>"
         "<tbody>{}</tbody></table>",
         body,

@@ -9,12 +9,14 @@ from core.admin_base import (
     PagedInlineMixin,
     ReadOnlyAdminMixin,
     ReadOnlyInlineMixin,
+    StatusBadgesMixin,
     StatusFilter,
     status_badge,
+    status_field_badge,
     text_head,
     text_head_annotate,
 )
-from core.times import time_display
+from core.times import duration_display, time_display
 from idempotency.admin import resource_model_register
 from idempotency.models import IdempotencyRecord
 
@@ -38,8 +40,8 @@ class TransitionInline(
     # shows them 50 at a time, and each detail cut to its first characters.
     model = JobTransition
     fields = readonly_fields = (
-        "from_status",
-        "to_status",
+        "from_status_badge",
+        "to_status_badge",
         "at",
         "actor",
         "detail_shown",
@@ -47,6 +49,9 @@ class TransitionInline(
     )
     ordering = ["at", "id"]
     page_param = "transitions_page"
+
+    from_status_badge = status_field_badge("from_status")
+    to_status_badge = status_field_badge("to_status")
 
     def get_queryset(self, request):
         return text_head_annotate(super().get_queryset(request), field="detail")
@@ -64,11 +69,11 @@ class TriggerAttemptInline(ReadOnlyInlineMixin, admin.TabularInline):
         "number",
         "started_at",
         "finished_at",
-        "outcome",
+        "outcome_badge",
         "status_code",
         "error_class",
         "error",
-        "duration_seconds",
+        "duration",
         "retry_at",
         "target_name",
         "url",
@@ -77,15 +82,31 @@ class TriggerAttemptInline(ReadOnlyInlineMixin, admin.TabularInline):
     ordering = ["number"]
     verbose_name_plural = "trigger attempts"
 
+    outcome_badge = status_field_badge("outcome")
 
-class JobAdmin(ReadOnlyAdminMixin, LogEntryAdminMixin, admin.ModelAdmin):
+    @admin.display(description="duration")
+    def duration(self, obj):
+        return duration_display(obj.duration_seconds)
+
+
+class JobAdmin(
+    StatusBadgesMixin, ReadOnlyAdminMixin, LogEntryAdminMixin, admin.ModelAdmin
+):
     list_select_related = ["client"]
     list_filter = [("status", StatusFilter), ("created_at", DateRangeFilter)]
     search_fields = ["=public_id", "=idempotency_key", "=commit_sha"]
     date_hierarchy = "created_at"
     inlines = [TransitionInline, TriggerAttemptInline]
     exclude = ["detail"]
-    readonly_fields = ["detail_shown", "route", "idempotency_record", "log_entry"]
+    readonly_fields = [
+        "status_badge",
+        "detail_shown",
+        "route",
+        "idempotency_record",
+        "log_entry",
+    ]
+    # The page shows the status as the list does: a badge (docs/console.md).
+    status_badges = {"status": "status_badge"}
     list_display_links = ["public_id"]
     # A job's URL in the API needs a client's token: no "View on site" to a 401.
     view_on_site = False
@@ -186,7 +207,9 @@ class BuildAdmin(JobAdmin):
 
 
 @admin.register(StatusSync)
-class StatusSyncAdmin(ReadOnlyAdminMixin, LogEntryAdminMixin, admin.ModelAdmin):
+class StatusSyncAdmin(
+    StatusBadgesMixin, ReadOnlyAdminMixin, LogEntryAdminMixin, admin.ModelAdmin
+):
     list_display = [
         "public_id",
         "deployment",
@@ -198,7 +221,11 @@ class StatusSyncAdmin(ReadOnlyAdminMixin, LogEntryAdminMixin, admin.ModelAdmin):
         "client",
         "log_entry",
     ]
-    readonly_fields = ["log_entry"]
+    readonly_fields = ["status_reported", "status_resulting", "log_entry"]
+    status_badges = {
+        "status": "status_reported",
+        "resulting_status": "status_resulting",
+    }
     list_filter = ["applied", ("reported_at", DateRangeFilter)]
     list_select_related = ["client", "deployment", "build"]
     search_fields = ["=public_id"]

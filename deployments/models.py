@@ -484,7 +484,8 @@ class JobTransition(models.Model):
         indexes = [*log_ticket_indexes("deployments_trans")]
 
     def __str__(self) -> str:
-        return f"{self.from_status} -> {self.to_status}"
+        # Named, not told: a page shows the statuses themselves, in their words.
+        return f"transition #{self.pk}"
 
 
 class StatusSync(BaseModel):
@@ -627,7 +628,7 @@ class TriggerAttempt(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"attempt {self.number}: {self.outcome}"
+        return f"attempt {self.number}"
 
     def save(self, *args, **kwargs):
         if not self._state.adding:

@@ -13,6 +13,8 @@ from core.admin_base import (
     LogEntryAdminMixin,
     ReadOnlyAdminMixin,
     ReadOnlyInlineMixin,
+    status_badge,
+    status_words,
 )
 from core.times import time_display
 
@@ -54,7 +56,7 @@ class StateFilter(admin.SimpleListFilter):
     parameter_name = "is_deleted__exact"
 
     def lookups(self, request, model_admin):
-        return [("0", "live"), ("1", "deleted")]
+        return [("0", status_words("live")), ("1", status_words("deleted"))]
 
     def queryset(self, request, queryset):
         if self.value() in ("0", "1"):
@@ -132,7 +134,7 @@ class ResearchDocumentAdmin(ReadOnlyAdminMixin, EvidenceAdminMixin, admin.ModelA
 
     @admin.display(description="state", ordering="is_deleted")
     def state(self, obj):
-        return "deleted" if obj.is_deleted else "live"
+        return status_badge("deleted" if obj.is_deleted else "live")
 
     @admin.display(description="last event")
     def last_event(self, obj):
@@ -189,12 +191,12 @@ class ResearchDocumentAdmin(ReadOnlyAdminMixin, EvidenceAdminMixin, admin.ModelA
             return "none"
         items = format_html_join(
             "",
-            '<li class="ignored-event">{} v{} <strong>{}</strong> received {}: {}</li>',
+            '<li class="ignored-event">{} v{} {} received {}: {}</li>',
             (
                 (
                     inbox_event_link(pk, event_id),
                     version if version is not None else "-",
-                    status,
+                    status_badge(status),
                     time_display(received),
                     note or "-",
                 )

@@ -615,7 +615,66 @@ class OperatorAction(AppendOnlyModel):
         ]
 
     def __str__(self) -> str:
-        return f"{self.action} by {self.actor_name} ({self.event_count} events)"
+        events = f" ({self.events_words})" if self.events_words else ""
+        return f"{self.action_words} by {self.actor_name}{events}"
+
+    @property
+    def action_words(self) -> str:
+        return operator_action_words(self.action)
+
+    @property
+    def events_words(self) -> str:
+        """How many inbox events the action was on, in words ("" for none): the events it
+        names, or, for a pause and a resume, which name none, the source's events that
+        waited then (``details["held_events"]``): held by the pause, released by the
+        resume's drain."""
+        details = self.details if isinstance(self.details, dict) else {}
+        if self.action in (self.Action.PAUSE_SOURCE, self.Action.RESUME_SOURCE):
+            held = details.get("held_events")
+            if not isinstance(held, int):
+                return ""
+            more = "+" if details.get("held_events_capped") else ""
+            verb = "held" if self.action == self.Action.PAUSE_SOURCE else "released"
+            return f"{held}{more} {verb}"
+        if not self.event_count:
+            return ""
+        return f"{self.event_count} event{'' if self.event_count == 1 else 's'}"
+
+
+# What the console calls each operator action (docs/console.md, "One wording"): a label for
+# people on every page (lists, filters, titles, the dashboard, an event's story), never the
+# code, which the API, the log and the details keep.
+OPERATOR_ACTION_WORDS: dict[str, str] = {
+    OperatorAction.Action.REPLAY: "Replay",
+    OperatorAction.Action.BULK_REPLAY: "Bulk replay (a chunk)",
+    OperatorAction.Action.MARK_INVESTIGATED: "Mark investigated",
+    OperatorAction.Action.ROTATE_SECRET: "Rotate secret",
+    OperatorAction.Action.ROTATE_PUBLIC_KEY: "Rotate public key",
+    OperatorAction.Action.PURGE_BODIES: "Purge raw bodies",
+    OperatorAction.Action.START_BULK_REPLAY: "Start bulk replay",
+    OperatorAction.Action.CANCEL_BULK_REPLAY: "Cancel bulk replay",
+    OperatorAction.Action.RESUME_BULK_REPLAY: "Resume bulk replay",
+    OperatorAction.Action.PAUSE_SOURCE: "Pause source",
+    OperatorAction.Action.RESUME_SOURCE: "Resume source",
+    OperatorAction.Action.CREATE_SOURCE: "Create source",
+    OperatorAction.Action.ENABLE_SOURCE: "Enable source",
+    OperatorAction.Action.DISABLE_SOURCE: "Disable source",
+    OperatorAction.Action.SET_EXPECTED_INTERVAL: "Set expected delivery interval",
+    OperatorAction.Action.PURGE_EVIDENCE_BODIES: "Purge evidence bodies",
+    OperatorAction.Action.PURGE_SIGNATURE_FAILURES: "Purge signature failures",
+    OperatorAction.Action.CREATE_API_CLIENT: "Create API client",
+    OperatorAction.Action.ACTIVATE_API_CLIENT: "Activate API client",
+    OperatorAction.Action.DEACTIVATE_API_CLIENT: "Deactivate API client",
+    OperatorAction.Action.SET_SOURCE_CLIENT: "Set source's API client",
+    OperatorAction.Action.CREATE_DEPLOY_TARGET: "Create deploy target",
+    OperatorAction.Action.CHANGE_DEPLOY_TARGET: "Change deploy target",
+    OperatorAction.Action.TEST_DEPLOY_TARGET: "Send test trigger",
+}
+
+
+def operator_action_words(action: str) -> str:
+    """The words the console shows for the operator action ``action``."""
+    return OPERATOR_ACTION_WORDS.get(action, action.replace("_", " ").capitalize())
 
 
 # A bulk replay job's rate, in events per second: below the minimum a job would wait minutes

@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, TypedDict
 
 from django.conf import settings
 from django.db import DataError, connection, models
-from django.db.models import Q, QuerySet
-from django.db.models.functions import Cast
+from django.db.models import Count, OuterRef, Q, QuerySet, Subquery
+from django.db.models.functions import Cast, Coalesce
 from django.utils import timezone
 
 from core.selectors import COUNT_CAP, capped_count
@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 
 from .models import (
     DeadLetterCause,
+    InboxAttempt,
     InboxEvent,
     OperatorAction,
     ProcessingStatus,
@@ -402,6 +403,25 @@ def inbox_event_body(*, inbox_event_id: int) -> bytes | None:
         .first()
     )
     return bytes(body) if body is not None else None
+
+
+def inbox_events_attempts_annotate(
+    queryset: QuerySet[InboxEvent],
+) -> QuerySet[InboxEvent]:
+    """The rows with ``attempts_total``, their attempts in every round, and
+    ``attempt_rounds``, the rounds that made one (a round's first attempt is number 1:
+    a replay starts the count again): two lookups per row in the attempts' (event, number)
+    index, for the page's rows only. ``attempts`` stays the current round's count, which the
+    retry policy reads."""
+    attempts = InboxAttempt.objects.filter(event=OuterRef("pk")).order_by()
+    counted = attempts.values("event").annotate(n=Count("pk")).values("n")
+    firsts = (
+        attempts.filter(number=1).values("event").annotate(n=Count("pk")).values("n")
+    )
+    return queryset.annotate(
+        attempts_total=Coalesce(Subquery(counted), 0),
+        attempt_rounds=Coalesce(Subquery(firsts), 0),
+    )
 
 
 def inbox_events_by_pks(*, pks: list[int]) -> QuerySet[InboxEvent]:

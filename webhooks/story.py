@@ -18,6 +18,7 @@ from django.db import connection, models
 from django.db.models import Q
 
 from .models import (
+    TERMINAL_STATUSES,
     FingerprintMismatch,
     InboxAttempt,
     InboxEvent,
@@ -139,6 +140,58 @@ def _no_product_note(event: InboxEvent) -> str:
     return event.error_message
 
 
+def _results(
+    event: InboxEvent,
+    attempts: list[InboxAttempt],
+    replays: list[OperatorAction],
+    products: list[models.Model],
+) -> list[StoryEntry]:
+    """What each round came to, when it made no product: one entry per attempt that ended
+    the round (dead-lettered, ignored, processed without a change), at the time that attempt
+    finished and in its round, so that it follows its attempt, and a round's result stays
+    told after a replay started the next. The current round's note is the event's own
+    (the dead letter's cause and error), an earlier round's its attempt's error."""
+    results: list[StoryEntry] = []
+    current = attempts[-1] if attempts else None
+    for attempt in attempts:
+        status = attempt.resulting_status
+        if status not in TERMINAL_STATUSES or attempt.finished_at is None:
+            continue
+        latest = attempt is current and status == event.processing_status
+        if status == ProcessingStatus.PROCESSED and products and latest:
+            continue  # its products tell it
+        results.append(
+            StoryEntry(
+                at=attempt.finished_at,
+                kind="no_product",
+                record=attempt,
+                round=attempt_round(attempt=attempt, replays=replays),
+                note=_no_product_note(event) if latest else attempt.error,
+                extra={"status": status},
+            )
+        )
+    if (
+        not products
+        and event.processing_status in TERMINAL_STATUSES
+        and (current is None or current.resulting_status != event.processing_status)
+    ):
+        # Terminal with no attempt that says so (rows from before attempts recorded their
+        # status): the event's own result, after its last attempt.
+        last = current.finished_at if current is not None else None
+        results.append(
+            StoryEntry(
+                at=max(
+                    (t for t in (event.processed_at, last) if t is not None),
+                    default=event.last_seen_at,
+                ),
+                kind="no_product",
+                note=_no_product_note(event),
+                extra={"status": event.processing_status},
+            )
+        )
+    return results
+
+
 def inbox_event_story(*, event: InboxEvent) -> list[StoryEntry]:
     """Every entry of the event's story, oldest first (records of the same instant in the
     order the product makes them: delivery, evidence, operator action, attempt, result)."""
@@ -203,19 +256,7 @@ def inbox_event_story(*, event: InboxEvent) -> list[StoryEntry]:
                 record=product,
             )
         )
-    if not products and event.processing_status not in (
-        ProcessingStatus.RECEIVED,
-        ProcessingStatus.PROCESSING,
-        ProcessingStatus.FAILED,
-    ):
-        entries.append(
-            StoryEntry(
-                at=event.processed_at or event.last_seen_at,
-                kind="no_product",
-                note=_no_product_note(event),
-                extra={"status": event.processing_status},
-            )
-        )
+    entries += _results(event, attempts, replays, products)
     if event.body_purged_at is not None:
         entries.append(StoryEntry(at=event.body_purged_at, kind="purge"))
     entries.sort(

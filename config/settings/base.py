@@ -235,6 +235,9 @@ FORMAT_MODULE_PATH = ["config.formats"]
 
 STATIC_URL = "static/"
 STATIC_ROOT = BASE_DIR / "staticfiles"
+# Files served at the site's root by WhiteNoise, before any view: /favicon.ico, which every
+# browser asks for (a 404 there was a console error and a WARNING log line per page).
+WHITENOISE_ROOT = BASE_DIR / "core" / "public"
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {

@@ -498,7 +498,7 @@ def test_mismatch_detail_shows_an_escaped_side_by_side_diff(auditor_client, trai
             "admin:webhooks_fingerprintmismatch_change", args=[trail["mismatch"].pk]
         )
     ).content.decode()
-    assert 'class="side-by-side-diff"' in page
+    assert 'class="side-by-side-diff as-recorded"' in page
     assert "<script>alert" not in page
     assert "&lt;script&gt;" in page
     assert 'class="diff-changed"' in page  # the differing version line
@@ -529,7 +529,7 @@ def test_bulk_job_and_seal_detail_pages(auditor_client, trail):
         reverse("admin:webhooks_bulkreplayjob_changelist")
     ).content.decode()
     assert "<progress" in job_page
-    assert "status=dead_lettered, source=papers" in job_page
+    assert "Dead-lettered, source papers" in job_page
 
 
 def test_operator_cannot_change_or_delete_ledgers(operator_client, trail):

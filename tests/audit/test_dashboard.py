@@ -144,3 +144,138 @@ def test_the_index_says_what_it_measures_and_links_its_counts(auditor_client, op
     # The latest operator actions instead of the admin's empty "Recent actions".
     assert "Recent operator actions" in page and "Recent actions" not in page
     assert "Replay</a> by operator, 1 event" in page
+
+
+@pytest.mark.parametrize("vendor", ["postgresql", "sqlite"])
+def test_processing_time_leaves_out_the_time_a_pause_held_the_events(
+    operator, monkeypatch, vendor
+):
+    """Events a pause held for nine minutes were processed half a second after the resume:
+    their processing time is that half second, and the nine minutes are shown apart. (The
+    embedded default's SQLite reads the same figures in Python: both ways are run here.)"""
+    from core.actors import Actor
+    from webhooks.models import SourceHold
+    from webhooks.pausing import webhook_source_pause, webhook_source_resume
+
+    now = timezone.now()
+    paused = WebhookSourceFactory(slug="paused-feed")
+    other = WebhookSourceFactory(slug="live-feed")
+    webhook_source_pause(
+        source=paused, reason="downstream down", actor=Actor.of(operator)
+    )
+    SourceHold.objects.filter(source=paused).update(
+        paused_at=now - timedelta(minutes=10)
+    )
+    resume = webhook_source_resume(source=paused, actor=Actor.of(operator))
+    resumed = resume.created_at
+    for minutes in (9, 8, 7):  # received while paused, processed 0.5 s after the resume
+        InboxEventFactory(
+            source=paused,
+            processing_status="processed",
+            received_at=resumed - timedelta(minutes=minutes),
+            processed_at=resumed + timedelta(milliseconds=500),
+        )
+    for seconds in (1, 2):  # another source's, never held
+        received = now - timedelta(minutes=30)
+        InboxEventFactory(
+            source=other,
+            processing_status="processed",
+            received_at=received,
+            processed_at=received + timedelta(seconds=seconds),
+        )
+    # The same source's, received and processed before the pause: not held.
+    InboxEventFactory(
+        source=paused,
+        processing_status="processed",
+        received_at=now - timedelta(minutes=20),
+        processed_at=now - timedelta(minutes=20) + timedelta(seconds=3),
+    )
+    from django.db import connection
+
+    monkeypatch.setattr(connection, "vendor", vendor)
+    figures = dashboard_figures(now=now)
+
+    # 0.5 s three times, 1 s, 2 s, 3 s: the held minutes are not in them.
+    assert figures["processing_p50"] == pytest.approx(0.75, abs=1e-3)
+    assert figures["processing_p95"] == pytest.approx(2.75, abs=1e-3)
+    assert figures["held_events"] == 3
+    assert figures["held_p50"] == pytest.approx(8 * 60, abs=1e-3)
+    assert figures["held_p95"] == pytest.approx(8.9 * 60, abs=1e-3)
+
+
+def test_the_dashboard_counts_jobs_by_status_and_trigger_failures(auditor_client):
+    from django.urls import reverse
+
+    from deployments.models import TriggerAttempt
+    from tests.deployments.factories import BuildFactory, DeploymentFactory
+
+    now = timezone.now()
+    lost = DeploymentFactory(
+        status="failed",
+        idempotency_key="lost",
+        detail="report_lost: reported running, but no further report came within "
+        "the lease",
+        status_changed_at=now - timedelta(minutes=5),
+    )
+    DeploymentFactory(status="running", idempotency_key="r1")
+    DeploymentFactory(status="running", idempotency_key="r2")
+    DeploymentFactory(status="succeeded", idempotency_key="ok")
+    old = DeploymentFactory(status="failed", idempotency_key="old")
+    type(old).objects.filter(pk=old.pk).update(created_at=now - timedelta(days=2))
+    build = BuildFactory(status="failed", idempotency_key="b", detail="HTTP 422")
+    BuildFactory(status="queued", idempotency_key="q")
+    for number, (outcome, minutes) in enumerate(
+        [("delivered", 60 * 30), ("transient", 50), ("rejected", 40), ("lost", 30)],
+        start=1,
+    ):  # the first, 30 hours ago, is outside the window
+        TriggerAttempt.objects.create(
+            deployment=lost,
+            number=number,
+            executor="http",
+            started_at=now - timedelta(minutes=minutes),
+            outcome=outcome,
+        )
+    TriggerAttempt.objects.create(
+        build=build,
+        number=1,
+        executor="http",
+        started_at=now - timedelta(minutes=1),
+        outcome="delivered",
+    )
+
+    figures = dashboard_figures(now=now)
+    jobs = {row["status"]: row for row in figures["jobs"]["by_status"]}
+    assert (jobs["failed"]["deployment"], jobs["failed"]["build"]) == (1, 1)
+    assert (jobs["running"]["deployment"], jobs["running"]["build"]) == (2, 0)
+    assert (jobs["queued"]["deployment"], jobs["queued"]["build"]) == (0, 1)
+    assert (jobs["succeeded"]["deployment"], jobs["succeeded"]["build"]) == (1, 0)
+    assert [f["public_id"] for f in figures["jobs"]["failures"]] == [
+        build.public_id,
+        lost.public_id,
+    ]
+    triggers = figures["triggers"]
+    # In the window: transient, rejected, lost (failures) and the build's delivery.
+    assert (triggers["attempts"], triggers["failed"]) == (4, 3)
+    assert {r["outcome"]: r["count"] for r in triggers["by_outcome"]} == {
+        "delivered": 1,
+        "transient": 1,
+        "rejected": 1,
+        "lost": 1,
+    }
+
+    response = auditor_client.get(reverse("admin:index"))
+    page = response.content.decode()
+    since = response.context["dash"]["since"]
+    from django.utils.http import urlencode
+
+    since_q = urlencode({"created_at__gte": since.isoformat()})
+    failed = reverse("admin:deployments_deployment_changelist")
+    failed += f"?status__exact=failed&amp;{since_q}"
+    assert f'<a href="{failed}">1</a>' in page
+    running = reverse("admin:deployments_deployment_changelist")
+    running += f"?status__exact=running&amp;{since_q}"
+    assert f'<a href="{running}">2</a>' in page
+    listed = auditor_client.get(failed.replace("&amp;", "&"))
+    assert [j.pk for j in listed.context["cl"].result_list] == [lost.pk]
+    assert "report_lost: reported running" in page
+    assert 'data-status="lost">Lost (no outcome)</span> 1' in page

@@ -101,3 +101,22 @@ def test_history_shows_where_the_admin_recorded_some(client, django_user_model):
         action_flag=CHANGE,
     )
     assert 'class="historylink"' in client.get(url).content.decode()
+
+
+@pytest.mark.django_db
+def test_the_console_has_a_favicon_served_at_the_root(auditor_client, caplog):
+    """Every browser asks for /favicon.ico: a 404 there was a console error and a WARNING
+    log line ("Not Found: /favicon.ico") on every page."""
+    from pathlib import Path
+
+    page = auditor_client.get(reverse("admin:index")).content.decode()
+    assert '<link rel="icon" href="/favicon.ico"' in page
+    with caplog.at_level("WARNING"):
+        response = auditor_client.get("/favicon.ico")
+        body = b"".join(response.streaming_content)
+    assert response.status_code == 200
+    assert response["Content-Type"] in ("image/x-icon", "image/vnd.microsoft.icon")
+    icon = Path(__file__).resolve().parents[2] / "core" / "public" / "favicon.ico"
+    assert body == icon.read_bytes()
+    assert body[:4] == b"\x00\x00\x01\x00"  # an icon file
+    assert [r for r in caplog.records if r.levelname == "WARNING"] == []

@@ -159,7 +159,7 @@ def test_the_job_shows_its_rate_and_end_once_its_first_slices_ran(
         reverse(f"admin:{JOBS}_change", args=[job.pk])
     ).content.decode()
     assert "20/100" in detail and "/ 20/s" in detail
-    assert "start_bulk_replay by operator" in detail
+    assert "Start bulk replay by operator" in detail
 
 
 # --- Cancel and resume ------------------------------------------------------------------------

@@ -10,6 +10,7 @@ from html import unescape as html_unescape
 
 import pytest
 from django.urls import reverse
+from django.utils import timezone
 
 from core.times import time_display
 from tests.console import make_user
@@ -71,8 +72,10 @@ def test_the_story_tells_every_delivery_attempt_round_action_and_revision_in_ord
         "attempt",
         "duplicates",
         "attempt",
+        "no_product",  # round 1's result, after the attempt that made it
         "action",  # the replay: round 2
         "attempt",
+        "no_product",  # round 2's
         "action",  # the bulk replay: round 3
         "attempt",
         "product",
@@ -87,24 +90,28 @@ def test_the_story_tells_every_delivery_attempt_round_action_and_revision_in_ord
     assert "not applied): 1 delivery, the last at" in texts[1]
     assert texts[2].startswith("Attempt 1 of round 1 (the first delivery): Retry")
     assert texts[4].startswith("Attempt 2 of round 1 (the first delivery)")
-    assert texts[5] == (
+    assert texts[5] == "Made no change (round 1): Dead-lettered: the index is down"
+    assert texts[6] == (
         "Replayed by operator: “index back up”; round 2 begins "
         "(it was Dead-lettered after 2 attempt(s))"
     )
-    assert texts[6].startswith(
+    assert texts[7].startswith(
         f"Attempt 1 of round 2, after replay by operator at "
         f"{time_display(story.replay.created_at)}: Dead-lettered, finished"
     )
-    assert texts[7] == (
+    assert texts[8] == (
+        "Made no change (round 2): Dead-lettered: the index is down again"
+    )
+    assert texts[9] == (
         f"Replayed in a bulk replay by night-operator: “second outage over” "
         f"(bulk replay job #{story.job.pk}); round 3 begins "
         "(it was Dead-lettered after 1 attempt(s))"
     )
-    assert texts[8].startswith(
+    assert texts[10].startswith(
         "Attempt 1 of round 3, after bulk replay by night-operator"
     )
-    assert "Succeeded → Processed" in texts[8]
-    assert texts[9] == f"Made document revision: {story.revision}"
+    assert "Succeeded → Processed" in texts[10]
+    assert texts[11] == f"Made document revision: {story.revision}"
     # Every record named is a link to its page.
     for name, obj in [
         ("webhooks_fingerprintmismatch", story.mismatch),
@@ -114,16 +121,16 @@ def test_the_story_tells_every_delivery_attempt_round_action_and_revision_in_ord
         ("research_documentrevision", story.revision),
     ]:
         assert reverse(f"admin:{name}_change", args=[obj.pk]) in html, name
-    # The counter is the round's; the page says so.
-    assert "1 in the current round; 4 in all (see the story)" in html
+    # Every attempt of every round, and the current round's apart.
+    assert "4 in 3 rounds; 1 in the current round (see the story)" in html
 
 
 def test_an_event_that_made_nothing_says_why(auditor_client, story):
     rows = story_rows(page_of(auditor_client, story.ignored))
     assert rows[-1][1] == "no_product"
     assert rows[-1][2].startswith(
-        "Made no change: Ignored (out of order): source_version 4 is not newer than "
-        "the document's current version 5"
+        "Made no change (round 1): Ignored (out of order): source_version 4 is not "
+        "newer than the document's current version 5"
     )
 
 
@@ -395,3 +402,85 @@ def test_the_page_s_queries_do_not_grow_with_the_story(auditor_client, operator)
     small, large = grown(1), grown(8)
     queries_of(small)  # content types and permissions cached
     assert queries_of(large) == queries_of(small)
+
+
+def test_each_round_s_result_follows_its_attempt_and_stays_while_a_replay_waits(
+    auditor_client, operator
+):
+    """Delivered, dead-lettered, replayed, dead-lettered again, bulk-replayed and waiting:
+    each round's result is told right after the attempt that made it, at that attempt's
+    time, and stays told while the next round waits; the list's attempts column and the
+    page count every attempt of every round alike."""
+    from core.actors import Actor
+    from webhooks.models import InboxAttempt
+    from webhooks.processing import inbox_event_process
+    from webhooks.replay import (
+        bulk_replay_job_create,
+        bulk_replay_job_run,
+        bulk_replay_job_start,
+        inbox_events_replay,
+    )
+
+    # Data the handler rejects: each attempt dead-letters it, with no processed_at.
+    event = InboxEventFactory(raw_body=b"{not json", received_at=timezone.now())
+    inbox_event_process(inbox_event_id=event.pk, worker="w1@test")
+    inbox_events_replay(
+        events_queryset=InboxEvent.objects.filter(pk=event.pk),
+        actor=Actor.of(operator),
+        reason="try again",
+    )
+    inbox_event_process(inbox_event_id=event.pk, worker="w1@test")
+    job = bulk_replay_job_create(
+        source=None,
+        status=ProcessingStatus.DEAD_LETTERED,
+        since=None,
+        event_ids=[event.event_id],
+        reason="once more",
+        created_by=Actor.of(operator),
+    )
+    job = bulk_replay_job_start(job=job, started_by=Actor.of(operator), publish=False)
+    bulk_replay_job_run(job_id=job.pk, run=job.run)
+    event.refresh_from_db()
+    assert event.processing_status == ProcessingStatus.RECEIVED  # round 3 waits
+    attempts = list(InboxAttempt.objects.filter(event=event).order_by("pk"))
+    assert [a.resulting_status for a in attempts] == ["dead_lettered"] * 2
+
+    rows = story_rows(page_of(auditor_client, event))
+    assert [kind for _, kind, _ in rows] == [
+        "delivery",
+        "attempt",
+        "no_product",  # round 1's result, after its attempt
+        "action",
+        "attempt",
+        "no_product",  # round 2's
+        "action",  # the bulk replay: round 3, waiting
+    ], rows
+    for (at, _, text), attempt, round_ in zip(
+        [rows[2], rows[5]], attempts, (1, 2), strict=True
+    ):
+        assert at == time_display(attempt.finished_at)
+        assert text.startswith(f"Made no change (round {round_}): Dead-lettered"), text
+        assert "the raw body is not JSON" in text
+
+    html = page_of(auditor_client, event)
+    assert "2 in 2 rounds; 0 in the current round" in html
+    listing = auditor_client.get(
+        reverse("admin:webhooks_inboxevent_changelist")
+    ).content.decode()
+    assert "Attempts (all rounds)" in listing
+    row = listing[listing.index(event.event_id) :]
+    assert (
+        '<td class="field-attempts_all">2 in 2 rounds</td>' in row[: row.index("</tr>")]
+    )
+
+    inbox_event_process(inbox_event_id=event.pk, worker="w1@test")
+    rows = story_rows(page_of(auditor_client, event))
+    assert [kind for _, kind, _ in rows][-2:] == ["attempt", "no_product"]
+    assert rows[-1][2].startswith(
+        "Made no change (round 3): Dead-lettered: the event's data was rejected"
+    )
+    listing = auditor_client.get(
+        reverse("admin:webhooks_inboxevent_changelist")
+    ).content.decode()
+    assert '<td class="field-attempts_all">3 in 3 rounds</td>' in listing
+    assert "3 in 3 rounds; 1 in the current round" in page_of(auditor_client, event)

@@ -66,6 +66,14 @@ class EventReplayForm(forms.Form):
     )
 
 
+def attempts_words(*, total: int, rounds: int) -> str:
+    """An event's attempts in all its rounds: ``2``, or ``3 in 3 rounds`` once a replay
+    started another (the inbox list's column and the event's page say the same)."""
+    if rounds <= 1:
+        return str(total)
+    return f"{total} in {rounds} rounds"
+
+
 def _url(obj: Any) -> str:
     opts = obj._meta
     return reverse(f"admin:{opts.app_label}_{opts.model_name}_change", args=[obj.pk])
@@ -116,7 +124,7 @@ def _action_html(
         "purge_bodies": "Raw body purged",
         "purge_evidence_bodies": "Conflicting copy's body purged",
         "mark_investigated": "Conflicting copy marked investigated",
-    }.get(action.action, action.get_action_display())
+    }.get(action.action, action.action_words)
     begins = (
         format_html("; round {} begins{}", round_.number, _before_replay(action, event))
         if round_ is not None
@@ -221,8 +229,16 @@ def story_entry_html(
         )
     if entry.kind == "no_product":
         note = format_html(": {}", entry.note[:500]) if entry.note else mark_safe("")
+        round_ = (
+            format_html(" (round {})", entry.round.number)
+            if entry.round is not None
+            else mark_safe("")
+        )
         return format_html(
-            "Made no change: {}{}", status_words(entry.extra.get("status", "")), note
+            "Made no change{}: {}{}",
+            round_,
+            status_words(entry.extra.get("status", "")),
+            note,
         )
     if entry.kind == "purge":
         return mark_safe(
@@ -425,13 +441,19 @@ class EventPageMixin(_ModelAdmin):
             return "-"
         return duration_display((obj.received_at - occurred).total_seconds())
 
-    @admin.display(description="attempts")
+    @admin.display(description="attempts (all rounds)")
     def attempts_summary(self, obj: InboxEvent) -> str:
-        """The count of the current round (what the retry policy reads), and of all."""
-        total = obj.attempt_log.count()
-        if total == obj.attempts:
-            return str(obj.attempts)
-        return f"{obj.attempts} in the current round; {total} in all (see the story)"
+        """Every attempt and the rounds they were in, as the list says it, and the current
+        round's count (what the retry policy reads) when it is not all of them."""
+        total = getattr(obj, "attempts_total", None)
+        rounds = getattr(obj, "attempt_rounds", None)
+        if total is None or rounds is None:
+            total = obj.attempt_log.count()
+            rounds = obj.attempt_log.filter(number=1).count()
+        words = attempts_words(total=total, rounds=rounds)
+        if obj.attempts == total:
+            return words
+        return f"{words}; {obj.attempts} in the current round (see the story)"
 
     # --- the raw body --------------------------------------------------------------------
 
@@ -464,9 +486,9 @@ class EventPageMixin(_ModelAdmin):
             "raw body</a> {} bytes, exactly as received.</p>"
             '<p id="raw-body-hash">Stored SHA-256: <code>{}</code>; the stored bytes: {}</p>'
             '<div class="raw-body-columns">'
-            '<div><h4>As received</h4><pre class="raw-body-received">{}</pre></div>'
+            '<div><h4>As received</h4><pre class="raw-body-received as-recorded">{}</pre></div>'
             "<div><h4>Pretty (indented, keys sorted)</h4>"
-            '<pre class="raw-body-pretty">{}</pre></div>'
+            '<pre class="raw-body-pretty as-recorded">{}</pre></div>'
             "</div></div>",
             download,
             len(data),

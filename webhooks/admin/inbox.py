@@ -22,6 +22,7 @@ from core.admin_base import (
     fieldset_fields,
     json_block,
     status_badge,
+    status_field_badge,
 )
 from core.errors import ServiceError
 from core.times import duration_display, time_display
@@ -36,9 +37,10 @@ from ..selectors import (
     inbox_event_products,
     inbox_event_search_q,
     inbox_event_types,
+    inbox_events_attempts_annotate,
 )
 from ..story import REPLAY_ACTIONS, Round, attempt_round, inbox_event_actions
-from .event_page import EventPageMixin
+from .event_page import EventPageMixin, attempts_words
 
 
 class EventTypeFilter(admin.SimpleListFilter):
@@ -81,8 +83,8 @@ class InboxAttemptInline(LogEntryAdminMixin, ReadOnlyInlineMixin, admin.TabularI
         "round",
         "started",
         "finished",
-        "outcome",
-        "resulting_status",
+        "outcome_badge",
+        "resulting_status_badge",
         "error",
         "worker",
         "log_entry",
@@ -90,6 +92,9 @@ class InboxAttemptInline(LogEntryAdminMixin, ReadOnlyInlineMixin, admin.TabularI
     readonly_fields = fields
     ordering = ("started_at", "pk")
     show_change_link = False
+
+    outcome_badge = status_field_badge("outcome")
+    resulting_status_badge = status_field_badge("resulting_status")
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -142,7 +147,7 @@ class InboxEventAdmin(
         "event_type",
         "entity_id",
         "version",
-        "attempts",
+        "attempts_all",
         "received_time",
         "latency",
         "log_entry",
@@ -155,7 +160,8 @@ class InboxEventAdmin(
         ("received_at", DateRangeFilter),
         BulkJobFilter,
     )
-    list_select_related = ("source",)
+    # The source's hold with it: whether a row is held is read without a query per row.
+    list_select_related = ("source", "source__hold")
     search_fields = ("event_id", "entity_id")
     search_help_text = (
         "The start of an event id or entity id (evt_doc42 finds evt_doc42_7)."
@@ -225,7 +231,7 @@ class InboxEventAdmin(
         # The raw body is read only on the detail page. ``occurred_at`` is never loaded into
         # the row: an older deployment may have stored a date Python cannot hold, and the
         # page must render anyway. The latency is computed by the database.
-        return (
+        return inbox_events_attempts_annotate(
             super()
             .get_queryset(request)
             .defer("raw_body", "headers", "occurred_at")
@@ -245,8 +251,18 @@ class InboxEventAdmin(
 
     @admin.display(description="status", ordering="processing_status")
     def status(self, obj):
-        # The badge's data-status is the exact status string of the API.
-        return status_badge(obj.processing_status)
+        # The badge's data-status is the exact status string of the API; an event its
+        # paused source holds says so beside it (the API's ``held_reason``).
+        badge = status_badge(obj.processing_status)
+        if inbox_event_held_reason(event=obj):
+            return format_html("{} {}", badge, status_badge("held"))
+        return badge
+
+    @admin.display(description="attempts (all rounds)", ordering="attempts_total")
+    def attempts_all(self, obj):
+        """Every attempt of every round, and the rounds (the event's page says the same;
+        ``attempts`` is the current round's)."""
+        return attempts_words(total=obj.attempts_total, rounds=obj.attempt_rounds)
 
     @admin.display(description="version", ordering="source_version")
     def version(self, obj):
@@ -310,7 +326,7 @@ class DeadLetteredEventAdmin(InboxEventAdmin):
         "source",
         "event_type",
         "entity_id",
-        "attempts",
+        "attempts_all",
         "error_summary",
         "received_time",
     )

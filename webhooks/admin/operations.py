@@ -1,10 +1,13 @@
 from __future__ import annotations
 
+from typing import Any, cast
+
 from django import forms
 from django.contrib import admin, messages
 from django.db.models import Q
 from django.http import HttpResponse
-from django.urls import reverse
+from django.urls import NoReverseMatch, reverse
+from django.utils.dateparse import parse_datetime
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import mark_safe
 
@@ -17,6 +20,7 @@ from core.admin_base import (
     ReasonForm,
     StatusFilter,
     confirm_with_reason,
+    json_block,
     status_badge,
     status_words,
 )
@@ -26,9 +30,11 @@ from core.times import time_display
 from ..models import (
     BULK_REPLAY_RATE_MAX,
     BULK_REPLAY_RATE_MIN,
+    REPLAYABLE_STATUSES,
     BulkReplayJob,
     OperatorAction,
     ProcessingStatus,
+    operator_action_words,
 )
 from ..replay import (
     bulk_replay_job_cancel,
@@ -47,6 +53,8 @@ from ..selectors import (
 
 # The list counts the outcomes of jobs up to this size; a bigger job's are on its page.
 LIST_OUTCOMES_MAX = 1000
+# A job's page lists this many of its operator actions (its chunks' among them).
+TRAIL_SHOWN_MAX = 50
 
 # What a replayed event's status says of the replay.
 OUTCOME_WORDS = {
@@ -58,32 +66,240 @@ OUTCOME_WORDS = {
 }
 
 
+def _link(url_name: str, pk: Any, text: str) -> str:
+    """A link to a record's admin page, or its text when there is none to link to."""
+    if not isinstance(pk, int):
+        return text
+    try:
+        return format_html('<a href="{}">{}</a>', reverse(url_name, args=[pk]), text)
+    except NoReverseMatch:
+        return text
+
+
+def operator_action_on(action: OperatorAction) -> str:
+    """What the action was on, from its record: the source, deploy target, API client or
+    bulk replay job it names (each a link), the events it named or the source's events it
+    held or released, the evidence it marked. Escaped."""
+    details = action.details if isinstance(action.details, dict) else {}
+    parts: list[str] = []
+    if details.get("source"):
+        parts.append(
+            format_html(
+                "source {}",
+                _link(
+                    "admin:webhooks_webhooksource_change",
+                    details.get("source_id"),
+                    str(details["source"]),
+                ),
+            )
+        )
+    if details.get("target"):
+        parts.append(
+            format_html(
+                "deploy target {}",
+                _link(
+                    "admin:deployments_deploytarget_change",
+                    details.get("target_id"),
+                    str(details["target"]),
+                ),
+            )
+        )
+    if details.get("client"):
+        parts.append(
+            format_html(
+                "API client {}",
+                _link(
+                    "admin:core_apiclient_change",
+                    details.get("client_id"),
+                    str(details["client"]),
+                ),
+            )
+        )
+    if action.bulk_job_id is not None:
+        parts.append(
+            _link(
+                "admin:webhooks_bulkreplayjob_change",
+                action.bulk_job_id,
+                f"bulk replay job #{action.bulk_job_id}",
+            )
+        )
+    events = action.events_words
+    if events and action.event_ids and len(action.event_ids) == 1:
+        [pk] = action.event_ids
+        events = _link("admin:webhooks_inboxevent_change", pk, f"event #{pk}")
+    if events:
+        parts.append(events)
+    mismatches = details.get("mismatch_ids")
+    if isinstance(mismatches, list) and mismatches:
+        n = len(mismatches)
+        parts.append(f"{n} fingerprint mismatch{'' if n == 1 else 'es'}")
+    if not parts and details.get("older_than"):
+        parts.append(
+            format_html("records older than {}", _detail_value(details["older_than"]))
+        )
+    if not parts:
+        return "-"
+    return format_html_join(", ", "{}", ((part,) for part in parts))
+
+
+# The details' keys as the console names them; any other key is shown as written.
+DETAIL_LABELS = {
+    "processed": "replayed by then",
+    "total": "events to replay",
+    "run": "run",
+    "rate": "rate",
+    "rate_changed": "rate changed",
+    "state_before": "state before",
+    "held_events": "events waiting",
+    "held_events_capped": "more than counted",
+    "drain_interrupted": "drain interrupted",
+    "grace_seconds": "grace period (s)",
+    "older_than": "older than",
+    "purged_at": "purged at",
+    "paused_at": "paused at",
+    "paused_by": "paused by",
+    "pause_reason": "why paused",
+    "client_before": "API client before",
+    "client_after": "API client after",
+    "token_prefix": "token prefix",
+    "test_id": "test",
+    "url": "URL",
+    "url_query": "URL query (fingerprint)",
+}
+
+
+def _detail_label(key: str) -> str:
+    return DETAIL_LABELS.get(key, key.replace("_", " "))
+
+
+def _detail_value(value: Any, *, key: str = "") -> str:
+    """One value of an action's details in the console's words: a status in its words, a
+    time to the second with its zone, a rate with its unit, a float to three decimals."""
+    if value is None or value == "":
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if key in ("status", "state_before") and isinstance(value, str):
+        return status_words(value)
+    if key == "rate" and isinstance(value, int | float):
+        return f"{value:g} events/s"
+    if isinstance(value, float):
+        return f"{value:.3f}".rstrip("0").rstrip(".")
+    if isinstance(value, str):
+        moment = parse_datetime(value) if "T" in value else None
+        return time_display(moment) if moment is not None else value
+    if isinstance(value, list):
+        shown = ", ".join(_detail_value(item) for item in value[:20])
+        return shown + (f" … and {len(value) - 20} more" if len(value) > 20 else "")
+    if isinstance(value, dict):
+        return "; ".join(
+            f"{_detail_label(name)}: {_detail_value(item, key=name)}"
+            for name, item in value.items()
+        )
+    return str(value)
+
+
+def operator_action_details(action: OperatorAction) -> str:
+    """The action's details in words, one row per key (a change's settings as before →
+    after), and below them the details exactly as recorded (JSON). Escaped."""
+    details = action.details if isinstance(action.details, dict) else {}
+    rows: list[tuple[str, str]] = []
+    before, after = details.get("before"), details.get("after")
+    for key, value in details.items():
+        if key in ("before", "after") and isinstance(before, dict):
+            continue
+        if key == "previous" and isinstance(value, dict):
+            counts: dict[str, int] = {}
+            for previous in value.values():
+                if isinstance(previous, dict):
+                    status = str(previous.get("status", ""))
+                    counts[status] = counts.get(status, 0) + 1
+            shown = ", ".join(
+                f"{n} {status_words(status)}" for status, n in sorted(counts.items())
+            )
+            rows.append(("status before the replay", shown or "-"))
+            continue
+        rows.append((_detail_label(key), _detail_value(value, key=key)))
+    if isinstance(before, dict) and isinstance(after, dict):
+        for key in [*after, *(key for key in before if key not in after)]:
+            old, new = before.get(key), after.get(key)
+            if before and old == new:
+                continue
+            text = (
+                _detail_value(new, key=key)
+                if not before
+                else f"{_detail_value(old, key=key)} → {_detail_value(new, key=key)}"
+            )
+            rows.append((_detail_label(key), text))
+    table = format_html_join("", '<tr><th scope="row">{}</th><td>{}</td></tr>', rows)
+    return format_html(
+        '<table class="action-details">{}</table>'
+        "<details><summary>As recorded (JSON)</summary>{}</details>",
+        table,
+        json_block(action.details),
+    )
+
+
+class ActionFilter(admin.ChoicesFieldListFilter):
+    """The actions' filter, in the words the console shows for them."""
+
+    def choices(self, changelist):
+        values = iter(str(v) for v, _ in self.field.flatchoices if v is not None)
+        for i, choice in enumerate(super().choices(changelist)):
+            value = next(values, None) if i else None
+            yield (
+                {**choice, "display": operator_action_words(value)} if value else choice
+            )
+
+
+class ActionBulkJobFilter(admin.SimpleListFilter):
+    """The actions of one bulk replay job (``?bulk_job=N``, the link of the job's page);
+    shown only while it is applied."""
+
+    title = "bulk replay job"
+    parameter_name = "bulk_job"
+
+    def lookups(self, request, model_admin):
+        value = self.value()
+        return [(value, f"#{value}")] if value and value.isdigit() else []
+
+    def queryset(self, request, queryset):
+        value = self.value()
+        if value and value.isdigit():
+            return queryset.filter(bulk_job_id=int(value))
+        return queryset
+
+
 @admin.register(OperatorAction)
 class OperatorActionAdmin(ReadOnlyAdminMixin, LogEntryAdminMixin, admin.ModelAdmin):
     list_display = (
         "created",
-        "action",
+        "action_shown",
         "actor_name",
-        "event_count",
+        "on",
         "reason_summary",
-        "bulk_job",
         "log_entry",
     )
-    list_filter = ("action", ("created_at", DateRangeFilter))
+    list_filter = (
+        ("action", ActionFilter),
+        ("created_at", DateRangeFilter),
+        ActionBulkJobFilter,
+    )
+    list_select_related = ("bulk_job",)
     search_fields = ("actor_name",)
     search_help_text = "An actor's name, or the start of an event id the action was on."
     date_hierarchy = "created_at"
     ordering = ("-created_at", "-id")
     fields = (
         "created_at",
-        "action",
+        "action_shown",
         "actor_name",
         "reason",
-        "event_count",
+        "on",
+        "events",
         "skipped_count",
         "bulk_job",
-        "events",
-        "details",
+        "details_shown",
         "log_entry",
     )
     readonly_fields = fields
@@ -101,6 +317,18 @@ class OperatorActionAdmin(ReadOnlyAdminMixin, LogEntryAdminMixin, admin.ModelAdm
     @admin.display(description="at", ordering="created_at")
     def created(self, obj):
         return time_display(obj.created_at)
+
+    @admin.display(description="action", ordering="action")
+    def action_shown(self, obj):
+        return obj.action_words
+
+    @admin.display(description="on")
+    def on(self, obj):
+        return operator_action_on(obj)
+
+    @admin.display(description="details")
+    def details_shown(self, obj):
+        return operator_action_details(obj)
 
     @admin.display(description="reason")
     def reason_summary(self, obj):
@@ -123,7 +351,14 @@ class OperatorActionAdmin(ReadOnlyAdminMixin, LogEntryAdminMixin, admin.ModelAdm
             ),
         )
         more = len(obj.event_ids) - len(ids)
-        return format_html("{}{}", links, f" … and {more} more" if more > 0 else "")
+        if not ids:
+            return obj.events_words or "-"
+        return format_html(
+            "{}:<br>{}{}",
+            obj.events_words,
+            links,
+            f" … and {more} more" if more > 0 else "",
+        )
 
 
 def _rate_clean(value):
@@ -144,6 +379,15 @@ class BulkReplayJobForm(forms.ModelForm):
     class Meta:
         model = BulkReplayJob
         fields = ("source", "status", "since", "rate", "reason")
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if "status" in self.fields:
+            # The statuses in the console's words, as everywhere else.
+            cast(forms.ChoiceField, self.fields["status"]).choices = [
+                (status.value, status_words(status.value))
+                for status in REPLAYABLE_STATUSES
+            ]
 
     def clean_rate(self):
         return _rate_clean(self.cleaned_data.get("rate"))
@@ -311,11 +555,10 @@ class BulkReplayJobAdmin(admin.ModelAdmin):
 
     @admin.display(description="filter")
     def filter_summary(self, obj):
-        parts = [f"status={obj.status}"]
-        if obj.source_id:
-            parts.append(f"source={obj.source.slug}")
+        parts = [status_words(obj.status)]
+        parts.append(f"source {obj.source.slug}" if obj.source_id else "every source")
         if obj.since:
-            parts.append(f"since={time_display(obj.since)}")
+            parts.append(f"received since {time_display(obj.since)}")
         if obj.event_ids:
             parts.append(f"{len(obj.event_ids)} event id(s)")
         return ", ".join(parts)
@@ -395,28 +638,57 @@ class BulkReplayJobAdmin(admin.ModelAdmin):
 
     @admin.display(description="operator actions")
     def trail(self, obj):
-        """Who started, cancelled and resumed the job, when, why and at what rate (its
-        chunks' actions are in "Operator actions", filtered by job)."""
-        actions = (
-            OperatorAction.objects.filter(bulk_job=obj)
-            .exclude(action=OperatorAction.Action.BULK_REPLAY)
-            .order_by("pk")
+        """Every operator action of the job, oldest first: who started, cancelled and
+        resumed it, when, why and at what rate, and each chunk it replayed (the first
+        ``TRAIL_SHOWN_MAX``; the operator actions list, filtered by job, has them all)."""
+        actions = list(
+            OperatorAction.objects.filter(bulk_job=obj).order_by("created_at", "pk")[
+                : TRAIL_SHOWN_MAX + 1
+            ]
         )
-        return format_html_join(
-            mark_safe("<br>"),
-            '<a href="{}">{}</a> {} by {}: {} (rate {}, {} done)',
+        if not actions:
+            return "-"
+        rows = format_html_join(
+            "",
+            '<li><a href="{}">{}</a> {} by {}: {}</li>',
             (
                 (
                     reverse("admin:webhooks_operatoraction_change", args=[a.pk]),
                     time_display(a.created_at),
-                    a.action,
+                    a.action_words,
                     a.actor_name,
-                    a.reason or "-",
-                    _rate_text(a.details.get("rate")),
-                    a.details.get("processed", 0),
+                    self._trail_what(a),
                 )
-                for a in actions
+                for a in actions[:TRAIL_SHOWN_MAX]
             ),
+        )
+        every = format_html(
+            '<a href="{}?bulk_job={}">every operator action of this job</a>',
+            reverse("admin:webhooks_operatoraction_changelist"),
+            obj.pk,
+        )
+        more = (
+            format_html("The first {} are shown: {}.", TRAIL_SHOWN_MAX, every)
+            if len(actions) > TRAIL_SHOWN_MAX
+            else format_html("In the operator actions list: {}.", every)
+        )
+        return format_html(
+            '<ul class="job-trail">{}</ul><p class="help">{}</p>', rows, more
+        )
+
+    @staticmethod
+    def _trail_what(action: OperatorAction) -> str:
+        details = action.details if isinstance(action.details, dict) else {}
+        if action.action == OperatorAction.Action.BULK_REPLAY:
+            skipped = (
+                f", {action.skipped_count} skipped" if action.skipped_count else ""
+            )
+            return f"{action.events_words or 'no event'} replayed{skipped}"
+        return format_html(
+            "{} (rate {}, {} done)",
+            action.reason or "-",
+            _rate_text(details.get("rate")),
+            details.get("processed", 0),
         )
 
     @admin.action(permissions=["replay"], description="Start selected jobs")
