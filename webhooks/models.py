@@ -634,6 +634,9 @@ class BulkReplayJob(models.Model):
     queued or running job whose lease ran out was interrupted, and may be resumed, as may a
     cancelled one.
 
+    A document's events go back one at a time: a row whose entity has an earlier event not
+    finished yet (one the job replayed, still on its way) waits in ``waiting_event_pks``.
+
     With a ``rate`` the job replays at most that many events per second: slices of chunks on
     the schedule of ``webhooks.pacing``, ``next_chunk_at`` the next slice's due time. Progress
     and the measured rate are written with each chunk, never per event: ``rate_since`` and
@@ -710,6 +713,14 @@ class BulkReplayJob(models.Model):
     run = models.PositiveIntegerField(default=0)
     last_event_pk = models.BigIntegerField(
         default=0, help_text="The highest inbox row id this job has gone past."
+    )
+    # Rows the job went past that wait for an earlier event of their entity to finish
+    # (``webhooks.replay``, "one document's events in order"): at most one chunk of them.
+    waiting_event_pks = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="Inbox row ids the job went past that wait for an earlier event of "
+        "their document to finish.",
     )
     lease_expires_at = models.DateTimeField(null=True, blank=True)
     task_seq = models.PositiveIntegerField(default=0)

@@ -30,6 +30,7 @@ from ..models import (
     OperatorAction,
     ProcessingStatus,
 )
+from ..pacing import RATE_PROMISE
 from ..replay import (
     bulk_replay_job_cancel,
     bulk_replay_job_controls,
@@ -144,6 +145,13 @@ class BulkReplayJobForm(forms.ModelForm):
     class Meta:
         model = BulkReplayJob
         fields = ("source", "status", "since", "rate", "reason")
+        help_texts = {
+            "rate": (
+                f"Optional: {RATE_PROMISE} ({BULK_REPLAY_RATE_MIN:g} to "
+                f"{BULK_REPLAY_RATE_MAX:g}). Empty: as fast as the workers go, a "
+                "document's events still one after the other."
+            )
+        }
 
     def clean_rate(self):
         return _rate_clean(self.cleaned_data.get("rate"))
@@ -160,9 +168,8 @@ class BulkReplayResumeForm(ReasonForm):
         label="New rate (events/s)",
         required=False,
         help_text=(
-            "Optional: replay at most this many events per second from now on "
-            f"({BULK_REPLAY_RATE_MIN:g} to {BULK_REPLAY_RATE_MAX:g}). Empty: each job "
-            "keeps its own rate."
+            f"Optional: from now on, {RATE_PROMISE} ({BULK_REPLAY_RATE_MIN:g} to "
+            f"{BULK_REPLAY_RATE_MAX:g}). Empty: each job keeps its own rate."
         ),
     )
 

@@ -12,6 +12,7 @@ from webhooks.models import (
     ProcessingStatus,
     WebhookSource,
 )
+from webhooks.pacing import RATE_PROMISE
 from webhooks.replay import (
     bulk_replay_job_cancel,
     bulk_replay_job_create,
@@ -56,7 +57,7 @@ class Command(BaseCommand):
             "--rate",
             metavar="N",
             help=(
-                "replay at most N events per second (a positive number); with --resume, "
+                f"replay {RATE_PROMISE} (a positive number); with --resume, "
                 "the job's new rate (else it keeps its own)"
             ),
         )
