@@ -250,6 +250,12 @@ class DeadLetterCause(models.TextChoices):
 # What an operator may replay: back to ``received`` with a fresh round of attempts.
 REPLAYABLE_STATUSES = (ProcessingStatus.DEAD_LETTERED, ProcessingStatus.FAILED)
 
+# The dead-letter causes a replay meets again: it sends the same bytes to the same handler,
+# which rejects them again unless the handler changed since (a permanent error: invalid
+# data, a value the database refuses, a row that cannot be read). An exhausted event (its
+# dependency was down, say) is what a replay is for.
+REPLAY_REPEATS_CAUSES = frozenset({DeadLetterCause.REJECTED})
+
 TERMINAL_STATUSES = frozenset(
     {
         ProcessingStatus.PROCESSED,

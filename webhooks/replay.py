@@ -33,11 +33,13 @@ from .errors import (
     InvalidBulkReplayRate,
     InvalidBulkReplaySince,
     NothingToReplay,
+    ReplayRepeatsUnconfirmed,
     SelectionTooLarge,
 )
 from .models import (
     BULK_REPLAY_RATE_MAX,
     BULK_REPLAY_RATE_MIN,
+    REPLAY_REPEATS_CAUSES,
     REPLAYABLE_STATUSES,
     BulkReplayJob,
     InboxEvent,
@@ -93,6 +95,7 @@ def inbox_events_replay(
     reason: str,
     action: str = "replay",
     bulk_job: BulkReplayJob | None = None,
+    repeats_confirmed: bool = True,
 ) -> OperatorAction:
     """Moves the replayable rows of ``events_queryset`` back to ``received`` with a fresh round
     of attempts (the attempt history stays), clears their error and retry time, and records
@@ -103,7 +106,9 @@ def inbox_events_replay(
     two operators replaying the same rows at once replay each row once; rows in any other status
     are skipped and counted. Raises ``NothingToReplay`` when no row was replayable, and
     ``SelectionTooLarge`` (changing nothing) for more than ``REPLAY_SELECTED_MAX``
-    rows."""
+    rows. Without ``repeats_confirmed`` (the console asks for it), raises
+    ``ReplayRepeatsUnconfirmed`` (changing nothing) when a row to replay was dead-lettered for
+    a cause the same bytes meet again (``REPLAY_REPEATS_CAUSES``: its data was rejected)."""
     limit = REPLAY_SELECTED_MAX
     selected = list(
         events_queryset.order_by().values_list("pk", flat=True)[: limit + 1]
@@ -117,10 +122,25 @@ def inbox_events_replay(
             )
             .select_for_update(skip_locked=True)
             .order_by("pk")
-            .only("pk", "event_id", "processing_status", "attempts", "error_message")
+            .only(
+                "pk",
+                "event_id",
+                "processing_status",
+                "attempts",
+                "error_message",
+                "dead_letter_cause",
+            )
         )
         if not rows:
             raise NothingToReplay("no selected event is dead-lettered or failed")
+        repeats = sum(
+            1
+            for row in rows
+            if row.processing_status == ProcessingStatus.DEAD_LETTERED
+            and row.dead_letter_cause in REPLAY_REPEATS_CAUSES
+        )
+        if repeats and not repeats_confirmed:
+            raise ReplayRepeatsUnconfirmed(repeats)
         ids = [row.pk for row in rows]
         previous = {
             row.pk: {"status": row.processing_status, "attempts": row.attempts}

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from django_stubs_ext import WithAnnotations
 
 from .models import (
+    REPLAY_REPEATS_CAUSES,
     DeadLetterCause,
     InboxEvent,
     OperatorAction,
@@ -268,6 +269,24 @@ def inbox_event_get(*, source_slug: str, event_id: str) -> InboxEvent | None:
             "source__hold__paused_at",
         )
         .first()
+    )
+
+
+# --- what a replay meets again --------------------------------------------------------------
+
+
+def inbox_events_replay_repeats(
+    *, events_queryset: QuerySet[InboxEvent], cap: int = COUNT_CAP
+) -> int:
+    """How many of ``events_queryset`` are dead-lettered for a cause a replay meets again
+    (``REPLAY_REPEATS_CAUSES``: their data was rejected), counted up to ``cap + 1``: what a
+    replay form says before it asks for a confirmation."""
+    return capped_count(
+        events_queryset.filter(
+            processing_status=ProcessingStatus.DEAD_LETTERED,
+            dead_letter_cause__in=REPLAY_REPEATS_CAUSES,
+        ),
+        cap=cap,
     )
 
 
