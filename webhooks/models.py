@@ -582,6 +582,7 @@ class OperatorAction(AppendOnlyModel):
         CREATE_DEPLOY_TARGET = "create_deploy_target"
         CHANGE_DEPLOY_TARGET = "change_deploy_target"
         TEST_DEPLOY_TARGET = "test_deploy_target"
+        SWITCH_DEPENDENCY = "switch_dependency"
 
     action = models.CharField(max_length=32, choices=Action.choices)
     actor = models.ForeignKey(
