@@ -114,6 +114,7 @@ class ResearchDocumentAdmin(ReadOnlyAdminMixin, EvidenceAdminMixin, admin.ModelA
         "deleted",
         "created",
         "updated",
+        "story_events",
         "ignored_events",
         "evidence",
     )
