@@ -116,9 +116,10 @@ def _publications(rows: list[tuple[int, str, str]]) -> list[Publication]:
     """Messages of at most ``INBOX_BATCH_SIZE`` rows, ``(id, event_id, entity_id)`` in the
     order given (id order within each claim). The rows of one entity travel in one message:
     one worker claims them in one statement and applies them in id order, so that two
-    workers never race one document's events (a drain, a replay: docs/architecture.md,
-    "Pausing a source").
-    Only an entity with more rows than a message holds is split, in id order. A message of
+    workers never race one document's events within a claim. Only an entity with more rows
+    than a message holds is split, in id order: a drain never releases that many of one
+    entity at once (``_drain_release``), and a bulk replay puts back one of an entity at a
+    time (docs/architecture.md, "Pausing a source", "A bulk replay job"). A message of
     one row carries its event id as the correlation id; the worker binds each row's own while
     it processes it."""
     size = max(settings.INBOX_BATCH_SIZE, 1)
