@@ -11,6 +11,7 @@ from datetime import timedelta
 
 import pytest
 from django.db.models import F
+from django.urls import reverse
 from django.utils import timezone
 
 from core.actors import Actor
@@ -255,7 +256,9 @@ def chunk_events(job: BulkReplayJob) -> list[list[int]]:
 
 
 @pytest.mark.parametrize("rate", [None, 100.0], ids=["no-rate", "at-a-rate"])
-def test_a_job_replays_a_documents_next_event_once_the_one_before_is_finished(rate):
+def test_a_job_replays_a_documents_next_event_once_the_one_before_is_finished(
+    rate, operator_client
+):
     v7, other, v8, last = dead_letters(
         research_event(entity_id="doc_job", source_version=7),
         research_event(),
@@ -274,6 +277,12 @@ def test_a_job_replays_a_documents_next_event_once_the_one_before_is_finished(ra
     job = task(job, job.task_seq)
     assert len(chunk_events(job)) == 1  # still waiting: nothing replayed
     assert job.waiting_event_pks == [v8.pk]
+    page = operator_client.get(
+        reverse("admin:webhooks_bulkreplayjob_change", args=[job.pk])
+    )
+    assert "3/4 (1 waiting for an earlier event of their document)" in (
+        page.content.decode()
+    )
 
     processed(v7)
     job = task(job, job.task_seq)

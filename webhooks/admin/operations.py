@@ -33,6 +33,7 @@ from ..models import (
 )
 from ..pacing import RATE_PROMISE
 from ..replay import (
+    ACTIVE_STATES,
     bulk_replay_job_cancel,
     bulk_replay_job_controls,
     bulk_replay_job_create,
@@ -442,11 +443,15 @@ class BulkReplayJobAdmin(admin.ModelAdmin):
     def progress(self, obj):
         total = obj.total or obj.dry_run_count
         percent = round(100 * obj.processed / total) if total else 0
+        waiting = len(obj.waiting_event_pks or ())
         return format_html(
-            '<progress max="100" value="{}"></progress> {}/{}',
+            '<progress max="100" value="{}"></progress> {}/{}{}',
             percent,
             obj.processed,
             total,
+            f" ({waiting} waiting for an earlier event of their document)"
+            if waiting and obj.state in ACTIVE_STATES
+            else "",
         )
 
     def _outcomes(self, obj, *, limit: int | None = None):
