@@ -87,7 +87,7 @@ console-screenshots: setup system-tools
 	$(PY) scripts/check_services.py
 	mkdir -p docs/console
 	CONSOLE_SCREENSHOTS=$(CURDIR)/docs/console $(PYTEST) tests/audit/test_console_browser.py \
-	  tests/audit/test_story_browser.py -q
+	  tests/audit/test_story_browser.py tests/audit/test_document_story_browser.py -q
 
 ## Benchmarks on PostgreSQL and Redis: figures next to floors from the same run.
 bench: setup

@@ -68,6 +68,13 @@ class LogAdmin:
 
         return evidence_bundle(subject=subject, pk=pk)
 
+    def story_events_html(self, *, subject: str, pk: int) -> str:
+        if subject != "research_document":
+            return "-"
+        from .document_page import document_events_html
+
+        return document_events_html(document_pk=pk)
+
 
 def admin_hooks_register() -> None:
     log_admin_hooks_register(LogAdmin())

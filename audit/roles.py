@@ -39,6 +39,7 @@ OPERATOR_EXTRA_PERMISSIONS = (
     "deployments.add_deploytarget",
     "deployments.change_deploytarget",
     "deployments.test_deploytarget",  # "Send test trigger"
+    "demo.switch_dependency",  # the demo's rehearsal: a dependency down, then back up
 )
 
 

@@ -6,7 +6,9 @@ verifiable log, and its evidence bundle (docs/security.md, "Evidence bundles"):
   fingerprint), its raw body, its attempts, the mismatch evidence of conflicting deliveries
   (with their bodies), its body's purge, the revision it produced, and the operator actions
   that touched it (replays, purges, mismatches marked investigated);
-- a research document: its revisions, and the story of each event that made one;
+- a research document: its revisions, and the story of every event delivered for it: those
+  that made a revision, and the others (ignored by its ordering rule, dead-lettered, failed,
+  held, still waiting), each with its attempts and the operator actions that replayed it;
 - a deployment: its entry (key, repository, commit, environment), its transitions and status
   syncs, and whatever other ledger of ``audit.ledgers`` says it belongs to a deployment.
 
@@ -47,6 +49,7 @@ from .models import LogLeaf
 
 __all__ = [
     "SUBJECTS",
+    "document_events",
     "evidence_bundle",
     "story_records",
     "story_tell",
@@ -150,8 +153,8 @@ class _Story:
         """The limit over the whole story (a document's revisions each bring their event's
         records): of each kind past it, the first and the latest in the order told. Events
         and jobs are the records the others refer to: they are told whole (a document's
-        events are its revisions', bounded already). A mismatch left out takes its evidence
-        purge with it."""
+        events are its revisions', and the others of its entity, each bounded already). A
+        mismatch left out takes its evidence purge with it."""
         by_kind: dict[str, list[int]] = {}
         for kind, pk in self.records:
             by_kind.setdefault(kind, []).append(pk)
@@ -276,12 +279,24 @@ def _json_list_contains(field_name: str, values: list[int]) -> list[int]:
     return found
 
 
-def _event_story(story: _Story, pk: int) -> None:
-    story.add("inbox_event", [pk])
-    added = _belonging(story, "inbox_event", pk)
-    if InboxEvent.objects.filter(pk=pk, body_purged_at__isnull=False).exists():
-        story.add(BODY_PURGE, [pk])
-    mismatches = added.get("fingerprint_mismatch", [])
+def _events_story(story: _Story, pks: list[int]) -> None:
+    """The story of each of the inbox events ``pks``: the event, its attempts and mismatch
+    evidence (bounded), its body's purge, and the operator actions that named it or its
+    evidence (replays, bulk replays, purges, marked investigated: read once for all of
+    them)."""
+    mismatches: list[int] = []
+    for pk in pks:
+        story.add("inbox_event", [pk])
+        added = _belonging(story, "inbox_event", pk)
+        mismatches += added.get("fingerprint_mismatch", [])
+    story.add(
+        BODY_PURGE,
+        list(
+            InboxEvent.objects.filter(pk__in=pks, body_purged_at__isnull=False)
+            .order_by("pk")
+            .values_list("pk", flat=True)
+        ),
+    )
     story.add(
         EVIDENCE_PURGE,
         list(
@@ -296,11 +311,25 @@ def _event_story(story: _Story, pk: int) -> None:
         "operator_action",
         sorted(
             {
-                *_json_list_contains("event_ids", [pk]),
+                *_json_list_contains("event_ids", pks),
                 *_json_list_contains("details__mismatch_ids", mismatches),
             }
         ),
     )
+
+
+def document_events(*, document_pk: int) -> QuerySet[InboxEvent]:
+    """Every inbox event delivered for a research document, whatever became of it (applied,
+    ignored by the ordering rule, dead-lettered, failed, held, waiting): the events of its
+    entity id. Its page lists them (``audit.document_page``) and its bundle tells them."""
+    entity_id = (
+        ResearchDocument.objects.filter(pk=document_pk)
+        .values_list("entity_id", flat=True)
+        .first()
+    )
+    if entity_id is None:
+        return InboxEvent.objects.none()
+    return InboxEvent.objects.filter(entity_id=entity_id)
 
 
 def story_tell(*, subject: str, pk: int, limit: int) -> _Story:
@@ -310,13 +339,21 @@ def story_tell(*, subject: str, pk: int, limit: int) -> _Story:
         raise ValueError("a story keeps at least the first and the latest of a kind")
     story = _Story(limit=limit)
     if subject == "inbox_event":
-        _event_story(story, pk)
+        _events_story(story, [pk])
     elif subject == "research_document":
         revisions = LEDGERS["document_revision"].model_class._default_manager
         kept = story.add_bounded("document_revision", revisions.filter(document_id=pk))
         events = dict(revisions.filter(pk__in=kept).values_list("pk", "inbox_event_id"))
-        for revision_pk in kept:
-            _event_story(story, events[revision_pk])
+        made = [events[revision_pk] for revision_pk in kept]
+        # Every other event delivered for it (ignored, dead-lettered, failed, held, ...),
+        # bounded as the revisions are: the first and the latest, the others named.
+        others = story.add_bounded(
+            "inbox_event",
+            document_events(document_pk=pk).exclude(
+                pk__in=revisions.filter(document_id=pk).values("inbox_event_id")
+            ),
+        )
+        _events_story(story, [*made, *others])
     elif subject == "deployment":
         story.add("deployment", [pk])
         _belonging(story, "deployment", pk)

@@ -688,6 +688,11 @@ class LogAdminHooks(Protocol):
         """The evidence bundle of a record (``python manage.py audit_bundle``)."""
         ...
 
+    def story_events_html(self, *, subject: str, pk: int) -> str:
+        """The events of a record's story, as its page lists them (a research document:
+        every event delivered for it, with its attempts and the operator actions on it)."""
+        ...
+
 
 _log_hooks: list[LogAdminHooks] = []
 
@@ -751,6 +756,15 @@ class EvidenceAdminMixin:
         name = f"evidence-{self.evidence_subject}-{obj.pk}.json"
         response["Content-Disposition"] = f'attachment; filename="{name}"'
         return response
+
+    @admin.display(description="every event delivered for it")
+    def story_events(self, obj: Model) -> str:
+        """The events its bundle tells, on its page (list ``"story_events"`` in its
+        fields): from the document to each event and the operators who replayed it."""
+        hooks = _hooks()
+        if obj.pk is None or hooks is None:
+            return "-"
+        return hooks.story_events_html(subject=self.evidence_subject, pk=obj.pk)
 
     @admin.display(description="evidence")
     def evidence(self, obj: Model) -> str:

@@ -116,6 +116,7 @@ class ResearchDocumentAdmin(ReadOnlyAdminMixin, EvidenceAdminMixin, admin.ModelA
         "deleted",
         "created",
         "updated",
+        "story_events",
         "ignored_events",
         "evidence",
     )

@@ -64,6 +64,22 @@ class NothingToReplay(ServiceError):
     code = "nothing_to_replay"
 
 
+class ReplayRepeatsUnconfirmed(ServiceError):
+    """A replay of events whose cause the same bytes meet again (their data was rejected),
+    asked without saying so: nothing was replayed."""
+
+    status_code = 409
+    code = "replay_repeats_unconfirmed"
+
+    def __init__(self, count: int):
+        super().__init__(
+            f"{count} of the events were dead-lettered because their data was rejected: a "
+            "replay sends the same bytes, which will be rejected again; confirm to replay "
+            "them anyway"
+        )
+        self.count = count
+
+
 class SelectionTooLarge(ServiceError):
     """More rows were selected than one action takes in one transaction (a replay: the work
     of a bulk replay job then; marking mismatches investigated)."""

@@ -250,6 +250,12 @@ class DeadLetterCause(models.TextChoices):
 # What an operator may replay: back to ``received`` with a fresh round of attempts.
 REPLAYABLE_STATUSES = (ProcessingStatus.DEAD_LETTERED, ProcessingStatus.FAILED)
 
+# The dead-letter causes a replay meets again: it sends the same bytes to the same handler,
+# which rejects them again unless the handler changed since (a permanent error: invalid
+# data, a value the database refuses, a row that cannot be read). An exhausted event (its
+# dependency was down, say) is what a replay is for.
+REPLAY_REPEATS_CAUSES = frozenset({DeadLetterCause.REJECTED})
+
 TERMINAL_STATUSES = frozenset(
     {
         ProcessingStatus.PROCESSED,
@@ -576,6 +582,7 @@ class OperatorAction(AppendOnlyModel):
         CREATE_DEPLOY_TARGET = "create_deploy_target"
         CHANGE_DEPLOY_TARGET = "change_deploy_target"
         TEST_DEPLOY_TARGET = "test_deploy_target"
+        SWITCH_DEPENDENCY = "switch_dependency"
 
     action = models.CharField(max_length=32, choices=Action.choices)
     actor = models.ForeignKey(
@@ -669,6 +676,7 @@ OPERATOR_ACTION_WORDS: dict[str, str] = {
     OperatorAction.Action.CREATE_DEPLOY_TARGET: "Create deploy target",
     OperatorAction.Action.CHANGE_DEPLOY_TARGET: "Change deploy target",
     OperatorAction.Action.TEST_DEPLOY_TARGET: "Send test trigger",
+    OperatorAction.Action.SWITCH_DEPENDENCY: "Switch a demo dependency",
 }
 
 
@@ -692,6 +700,9 @@ class BulkReplayJob(models.Model):
     again even if it failed again since. ``lease_expires_at`` is renewed by every chunk: a
     queued or running job whose lease ran out was interrupted, and may be resumed, as may a
     cancelled one.
+
+    A document's events go back one at a time: a row whose entity has an earlier event not
+    finished yet (one the job replayed, still on its way) waits in ``waiting_event_pks``.
 
     With a ``rate`` the job replays at most that many events per second: slices of chunks on
     the schedule of ``webhooks.pacing``, ``next_chunk_at`` the next slice's due time. Progress
@@ -769,6 +780,14 @@ class BulkReplayJob(models.Model):
     run = models.PositiveIntegerField(default=0)
     last_event_pk = models.BigIntegerField(
         default=0, help_text="The highest inbox row id this job has gone past."
+    )
+    # Rows the job went past that wait for an earlier event of their entity to finish
+    # (``webhooks.replay``, "one document's events in order"): at most one chunk of them.
+    waiting_event_pks = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="Inbox row ids the job went past that wait for an earlier event of "
+        "their document to finish.",
     )
     lease_expires_at = models.DateTimeField(null=True, blank=True)
     task_seq = models.PositiveIntegerField(default=0)

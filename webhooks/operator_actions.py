@@ -171,6 +171,14 @@ class TestDeployTargetDetails(TypedDict):
 
 Action = OperatorAction.Action
 
+
+class SwitchDependencyDetails(TypedDict):
+    """A demo dependency switched down (``up`` false) or back up (``demo.services``)."""
+
+    dependency: str
+    up: bool
+
+
 DETAILS_SHAPES: dict[str, type] = {
     Action.REPLAY: ReplayDetails,
     Action.BULK_REPLAY: ReplayDetails,
@@ -196,6 +204,7 @@ DETAILS_SHAPES: dict[str, type] = {
     Action.CREATE_DEPLOY_TARGET: DeployTargetDetails,
     Action.CHANGE_DEPLOY_TARGET: DeployTargetDetails,
     Action.TEST_DEPLOY_TARGET: TestDeployTargetDetails,
+    Action.SWITCH_DEPENDENCY: SwitchDependencyDetails,
 }
 
 

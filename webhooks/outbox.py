@@ -13,7 +13,8 @@ rows, read once per statement) excludes the held sources. Each round, the relay 
 held source apart (``InboxOutbox.held_claim``) under its hold's row lock: it sets the
 source's waiting rows aside (``held_at``: out of the two partial indexes, so that a long pause
 never makes a claim walk past its rows), and once the source is resumed it releases them in id
-order, at the source's drain rate, until none is left.
+order, at the source's drain rate (every event one token), a document's next event only once
+the one before it is finished (``_drain_release``), until none is left.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from core.relay import Outbox, Publication, relay_round
 from .dispatch import PROCESS_TASK
 from .models import InboxEvent, ProcessingStatus, SourceHold
 from .pausing import drain_budget, drain_end
+from .selectors import UnfinishedEvent, inbox_entities_first_unfinished
 
 logger = logging.getLogger(__name__)
 
@@ -114,9 +116,10 @@ def _publications(rows: list[tuple[int, str, str]]) -> list[Publication]:
     """Messages of at most ``INBOX_BATCH_SIZE`` rows, ``(id, event_id, entity_id)`` in the
     order given (id order within each claim). The rows of one entity travel in one message:
     one worker claims them in one statement and applies them in id order, so that two
-    workers never race one document's events (a drain, a replay: docs/architecture.md,
-    "Pausing a source").
-    Only an entity with more rows than a message holds is split, in id order. A message of
+    workers never race one document's events within a claim. Only an entity with more rows
+    than a message holds is split, in id order: a drain never releases that many of one
+    entity at once (``_drain_release``), and a bulk replay puts back one of an entity at a
+    time (docs/architecture.md, "Pausing a source", "A bulk replay job"). A message of
     one row carries its event id as the correlation id; the worker binds each row's own while
     it processes it."""
     size = max(settings.INBOX_BATCH_SIZE, 1)
@@ -244,6 +247,88 @@ def _rows_set_aside(*, source_id: int, limit: int, now: datetime) -> int:
     return len(ids)
 
 
+def _blocker_lost(event: UnfinishedEvent, *, hold: SourceHold, now: datetime) -> bool:
+    """Whether no message will take ``event``, the earliest unfinished event of a document
+    whose next events a drain holds back: one published before the drain started (a worker
+    that takes it leaves it alone, and the sweep leaves a held source alone), one published
+    longer than ``INBOX_REDISPATCH_AFTER_SECONDS`` ago and never taken (a lost message), or
+    one whose worker was lost (its lease expired). Waiting for it would hold its document
+    back for the whole drain, and the drain could never end: the drain publishes it again."""
+    if event.held_at is not None:
+        return False  # set aside: it is released in its turn
+    if event.processing_status == ProcessingStatus.PROCESSING:
+        return event.lease_expires_at is not None and event.lease_expires_at < now
+    if event.dispatched_at is None:
+        return False  # waiting to be set aside (a new row, a retry not yet due)
+    stale = now - timedelta(seconds=settings.INBOX_REDISPATCH_AFTER_SECONDS)
+    started = hold.drain_started_at or now
+    return event.dispatched_at < started or event.dispatched_at < stale
+
+
+def _drain_release(
+    hold: SourceHold,
+    candidates: list[tuple[int, str, str]],
+    *,
+    budget: int,
+    now: datetime,
+    stamp: datetime,
+) -> list[tuple[int, str, str]]:
+    """Which of the held rows ``candidates`` (``(id, event_id, entity_id)`` in id order) a
+    drain releases now, at most ``budget``: in id order, except that a document's event
+    waits while an earlier event of that document is unfinished (released and not done yet,
+    waiting for its retry, or held by another transaction), and that at most
+    ``INBOX_BATCH_SIZE`` of one document go in one round (one message: ``_publications``
+    splits none). Released apart, two workers could apply a document's v8 before its v7,
+    which the ordering rule would then ignore: its revision never written. An earliest
+    unfinished event whose message is lost (``_blocker_lost``) goes again, first, conditionally
+    stamped so that a worker holding it is not overtaken; the others of its document wait
+    for the next round."""
+    per_message = max(settings.INBOX_BATCH_SIZE, 1)
+    first = inbox_entities_first_unfinished(
+        keys={(hold.pk, entity_id) for _, _, entity_id in candidates},
+        exclude=[pk for pk, _, _ in candidates],
+        below=candidates[-1][0],
+    )
+    released: list[tuple[int, str, str]] = []
+    waiting: set[str] = set()
+    taken: dict[str, int] = {}
+    for pk, event_id, entity_id in candidates:
+        if len(released) >= budget:
+            break
+        if entity_id:
+            if entity_id in waiting:
+                continue
+            earlier = first.get((hold.pk, entity_id))
+            if earlier is not None and earlier.pk < pk:
+                waiting.add(entity_id)
+                if _blocker_lost(earlier, hold=hold, now=now) and _blocker_restamp(
+                    earlier, stamp=stamp
+                ):
+                    released.append((earlier.pk, earlier.event_id, entity_id))
+                continue
+            if taken.get(entity_id, 0) >= per_message:
+                waiting.add(entity_id)
+                continue
+            taken[entity_id] = taken.get(entity_id, 0) + 1
+        released.append((pk, event_id, entity_id))
+    return sorted(released)
+
+
+def _blocker_restamp(event: UnfinishedEvent, *, stamp: datetime) -> bool:
+    """Stamps a lost earliest event dispatched by the drain (its state unchanged since it
+    was read, and no worker holding its row): whether it is to be published again."""
+    rows = InboxEvent.objects.filter(
+        pk=event.pk,
+        processing_status=event.processing_status,
+        dispatched_at=event.dispatched_at,
+        held_at__isnull=True,
+    )
+    locked = list(rows.select_for_update(skip_locked=True).values_list("pk", flat=True))
+    if not locked:
+        return False
+    return bool(InboxEvent.objects.filter(pk=event.pk).update(dispatched_at=stamp))
+
+
 class InboxOutbox(Outbox[int]):
     """The inbox's outbox (module docstring): new rows and due retries, the sweep, held
     sources set aside and drained, and flow control."""
@@ -307,11 +392,12 @@ class InboxOutbox(Outbox[int]):
         finds it taken leaves it to the one holding it this round).
 
         Paused: its waiting rows are set aside. Draining: rows are set aside likewise, then the
-        set-aside rows are released in id order, as many as the bucket allows: stamped
-        dispatched (never before the drain started: that is how a worker tells them from a
-        message published before the pause) and published, the bucket spent, in this
-        transaction, so that several relays together never exceed the rate. A drain with
-        nothing left to release ends: the source is normal again."""
+        set-aside rows are released in id order, one token each, as many as the bucket holds
+        (``_drain_release``: a document's next event also waits for the one before it to
+        finish): stamped dispatched (never before the drain started: that is how a worker
+        tells them from a message published before the pause) and published, the tokens
+        spent, in this transaction, so that several relays together never exceed the rate. A
+        drain with nothing left set aside ends: the source is normal again."""
         hold = (
             SourceHold.objects.select_for_update(skip_locked=True)
             .filter(pk=source_id)
@@ -328,29 +414,21 @@ class InboxOutbox(Outbox[int]):
             return 0, []
         _rows_set_aside(source_id=source_id, limit=limit, now=now)
         held = InboxEvent.objects.filter(source_id=source_id, held_at__isnull=False)
-        rows = list(
+        candidates = list(
             held.select_for_update(skip_locked=True)
             .order_by("id")
-            .values_list("id", "event_id", "entity_id")[:budget]
+            .values_list("id", "event_id", "entity_id")[:limit]
         )
-        if not rows:
-            drain_end(hold)
+        if not candidates:
+            if not held.exists():  # (a row another transaction locks is still held)
+                drain_end(hold)
             return 0, []
-        # The other held rows of the same entities go with them, in one message (see
-        # ``_publications``): released one by one at the rate, two workers could apply a
-        # document's v8 before its v7. They are paid for with tokens to come.
-        entities = {entity_id for _, _, entity_id in rows if entity_id}
-        if entities:
-            rows += (
-                held.filter(entity_id__in=entities)
-                .exclude(id__in=[pk for pk, _, _ in rows])
-                .select_for_update(skip_locked=True)
-                .order_by("id")
-                .values_list("id", "event_id", "entity_id")[: max(limit - len(rows), 0)]
-            )
-            rows.sort()
+        stamp = max(now, hold.drain_started_at or now)
+        rows = _drain_release(hold, candidates, budget=budget, now=now, stamp=stamp)
+        if not rows:
+            return 0, []
         InboxEvent.objects.filter(id__in=[pk for pk, _, _ in rows]).update(
-            dispatched_at=max(now, hold.drain_started_at or now), held_at=None
+            dispatched_at=stamp, held_at=None
         )
         SourceHold.objects.filter(pk=source_id).update(
             drain_released=F("drain_released") + len(rows),

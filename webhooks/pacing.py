@@ -22,6 +22,14 @@ from datetime import datetime, timedelta
 # not the schedule, set its pace): its estimated end follows the measure.
 KEEPS_UP = 0.9
 
+# What a rate promises, wherever one is offered (a resume, a bulk replay job, their
+# commands): each event is one of the rate's N a second, and a document's events go one
+# after the other (docs/architecture.md, "One document's events in order").
+RATE_PROMISE = (
+    "at most N events a second, every event counted: a document's next event waits for "
+    "its own turn and for the one before it to finish"
+)
+
 
 @dataclass(frozen=True)
 class Pace:

@@ -35,9 +35,12 @@ from .selectors import webhook_source_held_count
 
 logger = logging.getLogger(__name__)
 
-# A rate-limited drain may catch up on at most this much time at once (a relay that was
-# away): a burst after a gap stays within one second's worth of events.
-DRAIN_BURST_SECONDS = 1.0
+# A drain at a rate keeps at most this much time's worth of tokens (at least one): after a
+# wait (a relay that was away, documents waiting for their earlier events) at most a tenth
+# of a second's worth of events goes at once, so that no second sees more than the rate
+# and that tenth. The relay comes round far more often while it drains (every
+# RELAY_IDLE_POLL_SECONDS at most when it releases nothing), so the rate is still reached.
+DRAIN_BURST_SECONDS = 0.1
 
 
 def _held_counts(source: WebhookSource) -> HeldDetails:
@@ -116,7 +119,8 @@ def webhook_source_resume(
     *, source: WebhookSource, actor: Actor, rate: float | None = None, reason: str = ""
 ) -> OperatorAction:
     """Resumes a paused ``source``: its held events drain in id order (the order the relay
-    would have claimed them), at most ``rate`` a second if given, new deliveries queueing
+    would have claimed them), at most ``rate`` a second if given (each event one token), a
+    document's next event waiting for its earlier one to finish, new deliveries queueing
     behind them; once none waits the source is normal again. Records the operator action
     (who, the source, how many events were held, the rate) and returns it.
 
@@ -175,7 +179,8 @@ def webhook_source_resume(
 def drain_budget(hold: SourceHold, *, now: datetime, limit: int) -> tuple[int, float]:
     """How many held rows a draining source may release now, and the tokens its bucket holds
     before they go: ``drain_rate`` tokens a second since ``drain_tokens_at``, at most
-    ``DRAIN_BURST_SECONDS`` worth (at least one). No rate: ``limit``."""
+    ``DRAIN_BURST_SECONDS`` worth (at least one). Each released event spends one token: the
+    bucket never goes below zero. No rate: ``limit``."""
     if hold.drain_rate is None:
         return limit, 0.0
     ceiling = max(1.0, hold.drain_rate * DRAIN_BURST_SECONDS)

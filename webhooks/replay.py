@@ -33,11 +33,13 @@ from .errors import (
     InvalidBulkReplayRate,
     InvalidBulkReplaySince,
     NothingToReplay,
+    ReplayRepeatsUnconfirmed,
     SelectionTooLarge,
 )
 from .models import (
     BULK_REPLAY_RATE_MAX,
     BULK_REPLAY_RATE_MIN,
+    REPLAY_REPEATS_CAUSES,
     REPLAYABLE_STATUSES,
     BulkReplayJob,
     InboxEvent,
@@ -47,6 +49,7 @@ from .models import (
 )
 from .operator_actions import ReplayDetails, operator_action_record
 from .pacing import Pace, next_slice_due, pace_for, slice_start
+from .selectors import inbox_entities_first_unfinished
 
 logger = logging.getLogger(__name__)
 
@@ -92,6 +95,7 @@ def inbox_events_replay(
     reason: str,
     action: str = "replay",
     bulk_job: BulkReplayJob | None = None,
+    repeats_confirmed: bool = True,
 ) -> OperatorAction:
     """Moves the replayable rows of ``events_queryset`` back to ``received`` with a fresh round
     of attempts (the attempt history stays), clears their error and retry time, and records
@@ -102,7 +106,9 @@ def inbox_events_replay(
     two operators replaying the same rows at once replay each row once; rows in any other status
     are skipped and counted. Raises ``NothingToReplay`` when no row was replayable, and
     ``SelectionTooLarge`` (changing nothing) for more than ``REPLAY_SELECTED_MAX``
-    rows."""
+    rows. Without ``repeats_confirmed`` (the console asks for it), raises
+    ``ReplayRepeatsUnconfirmed`` (changing nothing) when a row to replay was dead-lettered for
+    a cause the same bytes meet again (``REPLAY_REPEATS_CAUSES``: its data was rejected)."""
     limit = REPLAY_SELECTED_MAX
     selected = list(
         events_queryset.order_by().values_list("pk", flat=True)[: limit + 1]
@@ -116,10 +122,25 @@ def inbox_events_replay(
             )
             .select_for_update(skip_locked=True)
             .order_by("pk")
-            .only("pk", "event_id", "processing_status", "attempts", "error_message")
+            .only(
+                "pk",
+                "event_id",
+                "processing_status",
+                "attempts",
+                "error_message",
+                "dead_letter_cause",
+            )
         )
         if not rows:
             raise NothingToReplay("no selected event is dead-lettered or failed")
+        repeats = sum(
+            1
+            for row in rows
+            if row.processing_status == ProcessingStatus.DEAD_LETTERED
+            and row.dead_letter_cause in REPLAY_REPEATS_CAUSES
+        )
+        if repeats and not repeats_confirmed:
+            raise ReplayRepeatsUnconfirmed(repeats)
         ids = [row.pk for row in rows]
         previous = {
             row.pk: {"status": row.processing_status, "attempts": row.attempts}
@@ -479,6 +500,9 @@ class _Slice:
     start: datetime | None = None
     taken: int = 0
     replayed: int = 0
+    # Every row left waits for an earlier event of its entity: the slice ends, and the next
+    # task comes ``ORDER_WAIT_SECONDS`` later (or at the next slice's due time).
+    waiting: bool = False
 
     def room(self, chunk_size: int) -> int:
         if self.pace is None:
@@ -493,6 +517,95 @@ class _Slice:
         if self.pace is None or self.start is None:
             raise RuntimeError("a slice without a rate has no schedule")
         return next_slice_due(start=self.start, replayed=self.replayed, pace=self.pace)
+
+
+# A job whose every row left waits for an earlier event of its entity looks again this
+# much later: long enough not to spin, short next to a worker's round trip.
+ORDER_WAIT_SECONDS = 0.1
+
+
+@dataclass(frozen=True)
+class _Pick:
+    """What a chunk replays (``chunk``, in id order), how far the job then got (``cursor``),
+    the rows it went past that wait (``waiting``), and whether rows remain (``more``)."""
+
+    chunk: list[int]
+    cursor: int
+    waiting: list[int]
+    more: bool
+
+
+def _chunk_pick(
+    job: BulkReplayJob,
+    remaining: QuerySet[InboxEvent],
+    *,
+    limit: int,
+    chunk_size: int,
+) -> _Pick:
+    """The rows of the job's next chunk, at most ``limit``: the rows that waited, then the
+    next rows past the cursor, in id order, one event of an entity (a document) at most, and
+    none whose entity has an earlier event not finished yet (one a previous chunk replayed,
+    still on its way; one waiting for its retry). Those wait in the job, at most a chunk's
+    worth (past that the cursor stops), and go in a later chunk, once the earlier event is
+    done. Replayed together, two events of a document could be published in two messages (a
+    claim's limit, two relays at once) and two workers could apply the later one first: the
+    earlier one would then be ``ignored_out_of_order``, its revision never written."""
+    matching = _job_queryset(job)
+    waited = (
+        list(
+            matching.filter(pk__in=job.waiting_event_pks)
+            .order_by("pk")
+            .values_list("pk", "source_id", "entity_id")
+        )
+        if job.waiting_event_pks
+        else []
+    )
+    room = max(chunk_size - len(waited), 0)
+    # One row past the room says whether more follow: no empty last task.
+    fetched = list(
+        remaining.order_by("pk").values_list("pk", "source_id", "entity_id")[: room + 1]
+    )
+    fresh, more_fresh = fetched[:room], len(fetched) > room
+    candidates = waited + fresh
+    first = (
+        inbox_entities_first_unfinished(
+            keys={(source_id, entity_id) for _, source_id, entity_id in candidates},
+            exclude=[pk for pk, _, _ in candidates],
+            below=candidates[-1][0],
+        )
+        if candidates
+        else {}
+    )
+    chunk: list[int] = []
+    waiting: list[int] = []
+    seen: set[tuple[int, str]] = set()
+    cursor = job.last_event_pk
+    stopped = False
+    for pk, source_id, entity_id in candidates:
+        past_cursor = pk > job.last_event_pk
+        if len(chunk) >= limit:
+            if past_cursor:
+                stopped = True  # this row and the next stay past the cursor
+                break
+            waiting.append(pk)
+            continue
+        if entity_id:
+            key = (source_id, entity_id)
+            earlier = first.get(key)
+            if key in seen or (earlier is not None and earlier.pk < pk):
+                seen.add(key)
+                waiting.append(pk)
+                cursor = max(cursor, pk)
+                continue
+            seen.add(key)
+        chunk.append(pk)
+        cursor = max(cursor, pk)
+    return _Pick(
+        chunk=chunk,
+        cursor=cursor,
+        waiting=waiting,
+        more=more_fresh or stopped or bool(waiting),
+    )
 
 
 def _chunk_run(
@@ -518,6 +631,7 @@ def _chunk_run(
         "rate_since",
         "rate_base",
         "last_chunk_at",
+        "waiting_event_pks",
     ]
     with transaction.atomic():
         job = BulkReplayJob.objects.select_for_update().filter(pk=job_id).first()
@@ -536,18 +650,18 @@ def _chunk_run(
         if job.state == BulkReplayJob.State.QUEUED:  # a run begins
             job.state = BulkReplayJob.State.RUNNING
             job.started_at = job.started_at or now
-            job.total = job.processed + remaining.count()
+            job.total = job.processed + remaining.count() + len(job.waiting_event_pks)
         if job.rate is not None and slice_.pace is None:
             slice_.pace = pace_for(
                 rate=job.rate, tick=settings.BULK_REPLAY_RATE_TICK_SECONDS
             )
             slice_.start = slice_start(due=job.next_chunk_at, now=now, pace=slice_.pace)
         limit = slice_.room(chunk_size)
-        # One row past the chunk says whether another chunk follows: no empty last task.
-        fetched = list(
-            remaining.order_by("pk").values_list("pk", flat=True)[: limit + 1]
-        )
-        chunk, more = fetched[:limit], len(fetched) > limit
+        pick = _chunk_pick(job, remaining, limit=limit, chunk_size=chunk_size)
+        chunk, more = pick.chunk, pick.more
+        slice_.waiting = more and not chunk
+        job.last_event_pk = pick.cursor
+        job.waiting_event_pks = pick.waiting
         if chunk:
             replayed = 0
             try:
@@ -562,7 +676,6 @@ def _chunk_run(
             except NothingToReplay:
                 pass  # a concurrent replay took every row of this chunk
             job.processed += replayed
-            job.last_event_pk = chunk[-1]
             slice_.taken += len(chunk)
             slice_.replayed += replayed
             done = timezone.now()
@@ -575,9 +688,12 @@ def _chunk_run(
             done = timezone.now()
         if more:
             lease_from = done
-            if slice_.full():
-                job.next_chunk_at = slice_.next_due()
-                lease_from = max(done, job.next_chunk_at)
+            if slice_.full() or slice_.waiting:
+                due = slice_.next_due() if slice_.pace is not None else done
+                if slice_.waiting:
+                    due = max(due, done + timedelta(seconds=ORDER_WAIT_SECONDS))
+                job.next_chunk_at = due
+                lease_from = max(done, due)
             job.lease_expires_at = _lease_end(lease_from)
         else:
             job.state = BulkReplayJob.State.SUCCEEDED
@@ -644,9 +760,7 @@ def bulk_replay_job_run(
                 progress(job)
             if not more:
                 break
-            if slice_.pace is not None:
-                if not slice_.full():
-                    continue
+            if slice_.waiting or (slice_.pace is not None and slice_.full()):
                 slice_ = _Slice()
                 if publish_next:
                     bulk_replay_job_publish(
@@ -660,6 +774,8 @@ def bulk_replay_job_run(
                 wait = (due - timezone.now()).total_seconds()
                 if wait > 0:
                     sleep(wait)
+                continue
+            if slice_.pace is not None:
                 continue
             if deadline is not None and time.monotonic() >= deadline:
                 if publish_next:

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from django_stubs_ext import WithAnnotations
 
 from .models import (
+    REPLAY_REPEATS_CAUSES,
     DeadLetterCause,
     InboxAttempt,
     InboxEvent,
@@ -270,6 +271,94 @@ def inbox_event_get(*, source_slug: str, event_id: str) -> InboxEvent | None:
         )
         .first()
     )
+
+
+# --- what a replay meets again --------------------------------------------------------------
+
+
+def inbox_events_replay_repeats(
+    *, events_queryset: QuerySet[InboxEvent], cap: int = COUNT_CAP
+) -> int:
+    """How many of ``events_queryset`` are dead-lettered for a cause a replay meets again
+    (``REPLAY_REPEATS_CAUSES``: their data was rejected), counted up to ``cap + 1``: what a
+    replay form says before it asks for a confirmation."""
+    return capped_count(
+        events_queryset.filter(
+            processing_status=ProcessingStatus.DEAD_LETTERED,
+            dead_letter_cause__in=REPLAY_REPEATS_CAUSES,
+        ),
+        cap=cap,
+    )
+
+
+# --- one entity's events in order -----------------------------------------------------------
+
+# The statuses of an event not finished with: waiting, being processed, or waiting for its
+# retry. A later event of the same entity released before it finishes could apply first.
+UNFINISHED_STATUSES = (
+    ProcessingStatus.RECEIVED,
+    ProcessingStatus.PROCESSING,
+    ProcessingStatus.FAILED,
+)
+
+
+@dataclass(frozen=True)
+class UnfinishedEvent:
+    """The earliest unfinished event of an entity, with what tells whether a message for it
+    is on its way (``webhooks.outbox``, the drain's ``_blocker_lost``)."""
+
+    pk: int
+    event_id: str
+    processing_status: str
+    dispatched_at: datetime | None
+    held_at: datetime | None
+    lease_expires_at: datetime | None
+
+
+def inbox_entities_first_unfinished(
+    *, keys: set[tuple[int, str]], exclude: list[int], below: int
+) -> dict[tuple[int, str], UnfinishedEvent]:
+    """For each ``(source_id, entity_id)`` of ``keys``, its unfinished event
+    (``UNFINISHED_STATUSES``) of the lowest id below ``below``, ``exclude`` left out (the
+    rows the caller is about to release): what a release of the entity's next events must
+    wait for (docs/architecture.md, "One document's events in order"). Read through the
+    entity index; no lock taken."""
+    keys = {(source_id, entity_id) for source_id, entity_id in keys if entity_id}
+    if not keys:
+        return {}
+    rows = (
+        InboxEvent.objects.filter(
+            entity_id__in={entity_id for _, entity_id in keys},
+            source_id__in={source_id for source_id, _ in keys},
+            processing_status__in=UNFINISHED_STATUSES,
+            pk__lt=below,
+        )
+        .exclude(pk__in=exclude)
+        .order_by("pk")
+        .values_list(
+            "pk",
+            "source_id",
+            "entity_id",
+            "event_id",
+            "processing_status",
+            "dispatched_at",
+            "held_at",
+            "lease_expires_at",
+        )
+    )
+    first: dict[tuple[int, str], UnfinishedEvent] = {}
+    for pk, source_id, entity_id, event_id, status, dispatched, held, lease in rows:
+        key = (source_id, entity_id)
+        if key in keys and key not in first:
+            first[key] = UnfinishedEvent(
+                pk=pk,
+                event_id=event_id,
+                processing_status=status,
+                dispatched_at=dispatched,
+                held_at=held,
+                lease_expires_at=lease,
+            )
+    return first
 
 
 # --- paused sources -------------------------------------------------------------------------

@@ -46,6 +46,7 @@ INSTALLED_APPS = [
     "research",
     "deployments",
     "audit",
+    "demo",
 ]
 
 MIDDLEWARE = [

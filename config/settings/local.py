@@ -18,7 +18,13 @@ from pathlib import Path
 from django.core.exceptions import ImproperlyConfigured
 
 from .base import *  # noqa: F403
-from .base import BASE_DIR, DATABASES, audit_signing_configure, env
+from .base import (
+    BASE_DIR,
+    DATABASES,
+    WEBHOOK_INTEGRATIONS,
+    audit_signing_configure,
+    env,
+)
 
 DEBUG = env.bool("DJANGO_DEBUG", default=True)
 SECRET_KEY = env(
@@ -104,3 +110,7 @@ if "DJANGO_DEBUG" not in os.environ:
             "with DJANGO_SETTINGS_MODULE=config.settings.production; to run the local "
             "settings here on purpose, set DJANGO_DEBUG (true or false)."
         )
+
+# The demo's integration (demo/): research documents behind a search index an operator
+# switches down and back up, for the console's rehearsal of a failure that a replay fixes.
+WEBHOOK_INTEGRATIONS = {**WEBHOOK_INTEGRATIONS, "demo": "demo.integration.integration"}

@@ -4,6 +4,7 @@ import os
 
 from .base import *  # noqa: F403
 from .base import (
+    WEBHOOK_INTEGRATIONS,
     audit_signing_configure,
     database_binding_apply,
     database_timeouts_apply,
@@ -59,3 +60,7 @@ AXES_ENABLED = False
 # for every request (the cache has tests of its own, which turn it on).
 WEBHOOK_SOURCE_CACHE_SECONDS = env.float("WEBHOOK_SOURCE_CACHE_SECONDS", default=0)
 API_CLIENT_CACHE_SECONDS = env.float("API_CLIENT_CACHE_SECONDS", default=0)
+
+# The demo's integration (demo/): research documents behind a search index an operator
+# switches down and back up, for the console's rehearsal of a failure that a replay fixes.
+WEBHOOK_INTEGRATIONS = {**WEBHOOK_INTEGRATIONS, "demo": "demo.integration.integration"}

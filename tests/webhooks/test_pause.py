@@ -22,8 +22,6 @@ from core.relay_state import relay_state
 from research.models import ResearchDocument
 from tests.broker import (
     broker_reset,
-    inbox_messages,
-    message_inbox_event_ids,
     queued_inbox_event_ids,
 )
 from tests.integrations.research.factories import research_event
@@ -478,41 +476,6 @@ def test_the_workers_process_the_rows_the_drain_released_and_no_others(paused):
     ]
 
 
-def test_a_paced_drain_releases_a_documents_held_events_together_in_one_message(
-    settings, paused
-):
-    """Released one a token, v7 and v8 of one document would be two messages, and two
-    workers could apply v8 first (v7 then ``ignored_out_of_order``). The drain releases the
-    other held events of the documents it releases with them, in one message in id order,
-    and pays for them with tokens to come."""
-    settings.INBOX_BATCH_SIZE = 50
-    pause(paused)
-    v7, other, v8, last = inbox_events_bulk_create(
-        [
-            research_event(entity_id="doc_v7_v8", source_version=7),
-            research_event(),
-            research_event(entity_id="doc_v7_v8", source_version=8),
-            research_event(),
-        ],
-        source=paused,
-    )
-    rounds()
-    resume(paused, rate=1)
-
-    assert Relay().run_once(sweep=False) == (2, False)  # one token: v7, and v8 with it
-    assert [message_inbox_event_ids(m) for m in inbox_messages()] == [[v7.pk, v8.pk]]
-    # Two rows for one token: the bucket owes one, and the next round releases nothing.
-    assert hold_of(paused).drain_tokens == pytest.approx(-1, abs=0.01)
-    assert Relay().run_once(sweep=False) == (0, False)
-
-    outcomes = inbox_events_process(ids=[v7.pk, v8.pk], worker="w")
-    assert [o.status for o in outcomes] == ["processed", "processed"]
-    assert hold_of(paused).drain_released == 2
-    assert {other.pk, last.pk} <= set(
-        InboxEvent.objects.filter(held_at__isnull=False).values_list("pk", flat=True)
-    )
-
-
 def test_one_entitys_rows_of_a_claim_travel_in_one_message(settings):
     """A replay, or any claim: the rows of one document go in one message (so one worker
     applies them in id order), the others fill the messages up to INBOX_BATCH_SIZE."""
@@ -542,26 +505,30 @@ def test_one_entitys_rows_of_a_claim_travel_in_one_message(settings):
     assert single[0].correlation_id == "evt_9"
 
 
-def test_drain_budget_refills_at_the_rate_up_to_one_second(paused):
+def test_drain_budget_refills_at_the_rate_up_to_a_tenth_of_a_second(paused):
     now = timezone.now()
     hold = SourceHold(
         source=paused,
         drain_started_at=now,
-        drain_rate=10.0,
+        drain_rate=100.0,
         drain_tokens=1.0,
         drain_tokens_at=now,
     )
     assert drain_budget(hold, now=now, limit=500) == (1, 1.0)
-    assert drain_budget(hold, now=now + timedelta(seconds=0.25), limit=500) == (
-        3,
-        3.5,
+    assert drain_budget(hold, now=now + timedelta(seconds=0.05), limit=500) == (
+        6,
+        6.0,
     )
-    # A relay that was away catches up on one second's worth at most.
+    # After a wait (a relay away, documents waiting for their earlier events) at most a
+    # tenth of a second's worth goes at once: no second sees more than the rate and that.
     assert drain_budget(hold, now=now + timedelta(minutes=5), limit=500) == (
         10,
         10.0,
     )
     assert drain_budget(hold, now=now + timedelta(minutes=5), limit=4)[0] == 4
+    # Below ten a second, one token at most: never two events at once.
+    hold.drain_rate = 1.0
+    assert drain_budget(hold, now=now + timedelta(minutes=5), limit=500) == (1, 1.0)
     hold.drain_rate = None
     assert drain_budget(hold, now=now, limit=500)[0] == 500
 

@@ -23,12 +23,15 @@ from core.admin_base import admin_link, pretty_body, status_words
 from core.errors import ServiceError
 from core.times import duration_display, time_display
 
+from ..errors import ReplayRepeatsUnconfirmed
 from ..models import (
+    REPLAY_REPEATS_CAUSES,
     REPLAYABLE_STATUSES,
     FingerprintMismatch,
     InboxAttempt,
     InboxEvent,
     OperatorAction,
+    ProcessingStatus,
     WebhookSecret,
 )
 from ..replay import inbox_events_replay
@@ -63,6 +66,21 @@ class EventReplayForm(forms.Form):
         widget=forms.Textarea(attrs={"rows": 2, "cols": 60}),
         max_length=2000,
         help_text="Recorded with the operator action; auditors read it.",
+    )
+    # Shown (and needed) only when the event's cause is one a replay meets again.
+    repeats_confirmed = forms.BooleanField(
+        required=False,
+        label="Replay it anyway: its data will be rejected again unless the handler "
+        "changed",
+    )
+
+
+def replay_repeats(event: InboxEvent) -> bool:
+    """Whether a replay of ``event`` meets its cause again: the same bytes go to the same
+    handler, which rejected them (``REPLAY_REPEATS_CAUSES``)."""
+    return (
+        event.processing_status == ProcessingStatus.DEAD_LETTERED
+        and event.dead_letter_cause in REPLAY_REPEATS_CAUSES
     )
 
 
@@ -334,7 +352,16 @@ class EventPageMixin(_ModelAdmin):
                 events_queryset=InboxEvent.objects.filter(pk=event.pk),
                 actor=Actor.of(request.user),  # type: ignore[arg-type]  # a staff user
                 reason=form.cleaned_data["reason"],
+                repeats_confirmed=form.cleaned_data["repeats_confirmed"],
             )
+        except ReplayRepeatsUnconfirmed:
+            self.message_user(
+                request,
+                "Nothing was replayed: this event's data was rejected, and a replay sends "
+                "the same bytes. Tick “Replay it anyway” to replay it all the same.",
+                messages.ERROR,
+            )
+            return HttpResponseRedirect(page)
         except ServiceError:
             self.message_user(
                 request,
@@ -400,6 +427,11 @@ class EventPageMixin(_ModelAdmin):
             context["replay_url"] = reverse(
                 "admin:webhooks_inboxevent_replay", args=[event.pk]
             )
+            if context["replay_form"] is not None and replay_repeats(event):
+                context["replay_repeats"] = {
+                    "cause": event.get_dead_letter_cause_display(),
+                    "error": event.error_message,
+                }
         return super().change_view(request, object_id, form_url, context)
 
     def get_inline_instances(self, request: HttpRequest, obj: Any = None) -> list[Any]:

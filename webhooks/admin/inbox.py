@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
+from django import forms
 from django.contrib import admin, messages
 from django.db.models import DurationField, ExpressionWrapper, F
 from django.http import HttpResponse
@@ -16,6 +17,7 @@ from core.admin_base import (
     LogEntryAdminMixin,
     ReadOnlyAdminMixin,
     ReadOnlyInlineMixin,
+    ReasonForm,
     StatusFilter,
     admin_link,
     confirm_with_reason,
@@ -25,9 +27,10 @@ from core.admin_base import (
     status_field_badge,
 )
 from core.errors import ServiceError
+from core.selectors import COUNT_CAP
 from core.times import duration_display, time_display
 
-from ..errors import SelectionTooLarge
+from ..errors import ReplayRepeatsUnconfirmed, SelectionTooLarge
 from ..models import DeadLetteredEvent, InboxAttempt, InboxEvent, ProcessingStatus
 from ..replay import inbox_events_replay, replay_selection_check
 from ..selectors import (
@@ -38,9 +41,46 @@ from ..selectors import (
     inbox_event_search_q,
     inbox_event_types,
     inbox_events_attempts_annotate,
+    inbox_events_replay_repeats,
 )
 from ..story import REPLAY_ACTIONS, Round, attempt_round, inbox_event_actions
 from .event_page import EventPageMixin, attempts_words
+
+
+def repeats_words(count: int) -> str:
+    return f"more than {COUNT_CAP}" if count > COUNT_CAP else str(count)
+
+
+class ReplayConfirmForm(ReasonForm):
+    """The reason of a replay of selected events, and, when some of them were dead-lettered
+    for a cause a replay meets again (``REPLAY_REPEATS_CAUSES``), the operator's
+    confirmation that they are to be replayed all the same."""
+
+    repeats_confirmed = forms.BooleanField(
+        required=False,
+        label="Replay them anyway: the rejected ones will be rejected again unless the "
+        "handler changed",
+    )
+    repeats = 0
+
+    @classmethod
+    def for_repeats(cls, repeats: int) -> type[ReplayConfirmForm]:
+        return type(cls.__name__, (cls,), {"repeats": repeats})
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if not self.repeats:
+            self.fields["repeats_confirmed"].widget = forms.HiddenInput()
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        if self.repeats and not data.get("repeats_confirmed"):
+            self.add_error(
+                "repeats_confirmed",
+                f"{repeats_words(self.repeats)} of the selected events were rejected: "
+                "tick this to replay them anyway.",
+            )
+        return data
 
 
 class EventTypeFilter(admin.SimpleListFilter):
@@ -375,26 +415,42 @@ class DeadLetteredEventAdmin(InboxEventAdmin):
             replay_selection_check(events_queryset=queryset)
         except SelectionTooLarge as exc:
             return self._selection_too_large(request, exc)
-        reason = confirm_with_reason(
+        repeats = inbox_events_replay_repeats(events_queryset=queryset)
+        intro = (
+            "These events go back to 'received' with a fresh round of attempts and are "
+            "dispatched to the workers. Their attempt history stays."
+        )
+        if repeats:
+            intro += (
+                f" {repeats_words(repeats)} of them dead-lettered because their data was "
+                "rejected: a replay sends the same bytes to the same handler, which will "
+                "reject them again unless it changed since. Tick “Replay them anyway” to "
+                "replay them all the same."
+            )
+        data = confirm_with_reason(
             self,
             request,
             queryset,
             action="replay_selected",
             title="Replay dead-lettered events",
-            intro=(
-                "These events go back to 'received' with a fresh round of attempts and are "
-                "dispatched to the workers. Their attempt history stays."
-            ),
-            submit_label="Replay",
+            intro=intro,
+            submit_label="Replay anyway" if repeats else "Replay",
+            form_class=ReplayConfirmForm.for_repeats(repeats),
         )
-        if isinstance(reason, HttpResponse):
-            return reason
+        if isinstance(data, HttpResponse):
+            return data
         try:
             action = inbox_events_replay(
-                events_queryset=queryset, actor=Actor.of(request.user), reason=reason
+                events_queryset=queryset,
+                actor=Actor.of(request.user),
+                reason=data["reason"],
+                repeats_confirmed=data["repeats_confirmed"],
             )
         except SelectionTooLarge as exc:
             return self._selection_too_large(request, exc)
+        except ReplayRepeatsUnconfirmed as exc:
+            self.message_user(request, f"Nothing was replayed: {exc}.", messages.ERROR)
+            return None
         except ServiceError:  # nothing to replay
             self.message_user(
                 request,

@@ -25,6 +25,7 @@ from core.admin_base import (
     status_words,
 )
 from core.errors import ServiceError
+from core.selectors import COUNT_CAP
 from core.times import time_display
 
 from ..models import (
@@ -36,7 +37,9 @@ from ..models import (
     ProcessingStatus,
     operator_action_words,
 )
+from ..pacing import RATE_PROMISE
 from ..replay import (
+    ACTIVE_STATES,
     bulk_replay_job_cancel,
     bulk_replay_job_controls,
     bulk_replay_job_create,
@@ -44,10 +47,12 @@ from ..replay import (
     bulk_replay_job_start,
     bulk_replay_rate_parse,
     bulk_replay_since_check,
+    replay_queryset_build,
 )
 from ..selectors import (
     bulk_replay_job_outcomes,
     inbox_events_by_pks,
+    inbox_events_replay_repeats,
     operator_actions_on_events_q,
 )
 
@@ -55,6 +60,44 @@ from ..selectors import (
 LIST_OUTCOMES_MAX = 1000
 # A job's page lists this many of its operator actions (its chunks' among them).
 TRAIL_SHOWN_MAX = 50
+
+# A replayed event's status now that says it failed again, or that it is still on its way.
+_AGAIN = {ProcessingStatus.DEAD_LETTERED, ProcessingStatus.FAILED}
+_ON_ITS_WAY = {ProcessingStatus.RECEIVED, ProcessingStatus.PROCESSING}
+
+
+def bulk_replay_job_completion(
+    counts: dict[str, int] | None, *, replayed: int
+) -> tuple[str, str]:
+    """A completed job's badge, its words and tone: what became of the events it replayed
+    (``Completed: 0 processed, 1 dead-lettered again``). Green only when some were
+    processed and none failed again or is still on its way; red when none was processed
+    and some failed again; amber when some were processed and some failed again; blue while
+    some are on their way; grey when none needed replaying or every one was ignored."""
+    if counts is None:
+        return f"Completed: {replayed} replayed (outcomes on the job's page)", "neutral"
+    if not replayed or not counts:
+        return "Completed: nothing replayed", "ignored"
+    again = sum(n for status, n in counts.items() if status in _AGAIN)
+    on_its_way = sum(n for status, n in counts.items() if status in _ON_ITS_WAY)
+    processed = counts.get(ProcessingStatus.PROCESSED, 0)
+    order = {status: i for i, status in enumerate(ProcessingStatus.values)}
+    parts = [f"{processed} processed"] + [
+        f"{n} {OUTCOME_WORDS.get(status, status_words(status).lower())}"
+        for status, n in sorted(counts.items(), key=lambda kv: order.get(kv[0], 99))
+        if status != ProcessingStatus.PROCESSED and n
+    ]
+    words = "Completed: " + ", ".join(parts)
+    if again and not processed:
+        return words, "error"
+    if again:
+        return words, "warning"
+    if on_its_way:
+        return words, "running"
+    if not processed:
+        return words, "ignored"  # every one ignored by its ordering rule
+    return words, "ok"
+
 
 # What a replayed event's status says of the replay.
 OUTCOME_WORDS = {
@@ -379,6 +422,23 @@ class BulkReplayJobForm(forms.ModelForm):
     class Meta:
         model = BulkReplayJob
         fields = ("source", "status", "since", "rate", "reason")
+        help_texts = {
+            "rate": (
+                f"Optional: {RATE_PROMISE} ({BULK_REPLAY_RATE_MIN:g} to "
+                f"{BULK_REPLAY_RATE_MAX:g}). Empty: as fast as the workers go, a "
+                "document's events still one after the other."
+            )
+        }
+
+    repeats_confirmed = forms.BooleanField(
+        label="Replay rejected events too",
+        required=False,
+        help_text=(
+            "Events dead-lettered because their data was rejected meet the same rejection "
+            "again: a replay sends the same bytes to the same handler. When the filter "
+            "matches some, the form says how many and asks for this."
+        ),
+    )
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -398,15 +458,37 @@ class BulkReplayJobForm(forms.ModelForm):
         except ServiceError as exc:
             raise forms.ValidationError(str(exc)) from None
 
+    def clean(self):
+        data = super().clean() or {}
+        if self.errors:
+            return data
+        source = data.get("source")
+        matching = replay_queryset_build(
+            source_slug=source.slug if source is not None else None,
+            status=data.get("status") or ProcessingStatus.DEAD_LETTERED,
+            since=data.get("since"),
+            event_ids=(data.get("event_ids_text") or "").split() or None,
+        )
+        repeats = inbox_events_replay_repeats(events_queryset=matching)
+        if repeats and not data.get("repeats_confirmed"):
+            count = f"more than {COUNT_CAP}" if repeats > COUNT_CAP else str(repeats)
+            self.add_error(
+                "repeats_confirmed",
+                f"{count} of the events this job would replay were dead-lettered because "
+                "their data was rejected: a replay sends the same bytes, which will be "
+                "rejected again unless the handler changed since. Tick “Replay rejected "
+                "events too” to replay them anyway, or narrow the filter.",
+            )
+        return data
+
 
 class BulkReplayResumeForm(ReasonForm):
     rate = forms.FloatField(
         label="New rate (events/s)",
         required=False,
         help_text=(
-            "Optional: replay at most this many events per second from now on "
-            f"({BULK_REPLAY_RATE_MIN:g} to {BULK_REPLAY_RATE_MAX:g}). Empty: each job "
-            "keeps its own rate."
+            f"Optional: from now on, {RATE_PROMISE} ({BULK_REPLAY_RATE_MIN:g} to "
+            f"{BULK_REPLAY_RATE_MAX:g}). Empty: each job keeps its own rate."
         ),
     )
 
@@ -450,7 +532,7 @@ class BulkReplayJobAdmin(admin.ModelAdmin):
         "filter_summary",
         "reason",
         "dry_run_count",
-        "state_badge",
+        "state_summary",
         "progress",
         "outcomes",
         "rate_summary",
@@ -474,7 +556,15 @@ class BulkReplayJobAdmin(admin.ModelAdmin):
 
     def get_fields(self, request, obj=None):
         if obj is None:
-            return ("source", "status", "since", "event_ids_text", "rate", "reason")
+            return (
+                "source",
+                "status",
+                "since",
+                "event_ids_text",
+                "rate",
+                "reason",
+                "repeats_confirmed",
+            )
         return self.readonly_fields
 
     def has_change_permission(self, request, obj=None):
@@ -539,7 +629,36 @@ class BulkReplayJobAdmin(admin.ModelAdmin):
 
     @admin.display(description="state", ordering="state")
     def state_badge(self, obj):
-        return status_badge(obj.state)
+        return self._state(obj, limit=LIST_OUTCOMES_MAX)
+
+    @admin.display(description="state")
+    def state_summary(self, obj):
+        """The state; a job that replayed its last row says what became of its events."""
+        return self._state(obj)
+
+    def _state(self, obj, *, limit: int | None = None):
+        if obj.state != BulkReplayJob.State.SUCCEEDED:
+            return status_badge(obj.state)
+        words, tone = bulk_replay_job_completion(
+            self._outcome_counts(obj, limit=limit), replayed=obj.processed
+        )
+        return format_html(
+            '<span class="badge badge-{}" data-status="{}">{}</span>',
+            tone,
+            obj.state,
+            words,
+        )
+
+    def _outcome_counts(self, obj, *, limit: int | None) -> dict[str, int] | None:
+        """The job's events by their status now (``bulk_replay_job_outcomes``), read once
+        per job and page; None when there are too many to count here."""
+        if limit is not None and obj.processed > limit:
+            return None
+        cached = getattr(obj, "_outcome_counts", None)
+        if cached is None:
+            cached = bulk_replay_job_outcomes(job_id=obj.pk, replayed=obj.processed)
+            obj._outcome_counts = cached
+        return cached
 
     @admin.display(description="created", ordering="created_at")
     def created(self, obj):
@@ -567,17 +686,21 @@ class BulkReplayJobAdmin(admin.ModelAdmin):
     def progress(self, obj):
         total = obj.total or obj.dry_run_count
         percent = round(100 * obj.processed / total) if total else 0
+        waiting = len(obj.waiting_event_pks or ())
         return format_html(
-            '<progress max="100" value="{}"></progress> {}/{}',
+            '<progress max="100" value="{}"></progress> {}/{}{}',
             percent,
             obj.processed,
             total,
+            f" ({waiting} waiting for an earlier event of their document)"
+            if waiting and obj.state in ACTIVE_STATES
+            else "",
         )
 
     def _outcomes(self, obj, *, limit: int | None = None):
         if limit is not None and obj.processed > limit:
             return "on the job's page"
-        counts = bulk_replay_job_outcomes(job_id=obj.pk, replayed=obj.processed)
+        counts = self._outcome_counts(obj, limit=limit)
         if counts is None:
             return format_html(
                 "{} replayed: too many to count here (filter the inbox by "

@@ -26,6 +26,7 @@ from core.selectors import COUNT_CAP
 from core.times import time_display
 
 from ..models import SignatureFailure, SourceHold, WebhookSecret, WebhookSource
+from ..pacing import RATE_PROMISE
 from ..pausing import webhook_source_pause, webhook_source_resume
 from ..schemes import PRIVATE_KEY_PREFIX, public_key_validate, scheme_get
 from ..selectors import (
@@ -129,8 +130,9 @@ class SourceResumeForm(ReasonForm):
         min_value=0.001,
         max_value=1e6,
         help_text=(
-            "Optional: the held events drain at most this fast, in the order they were "
-            "received. Empty: as fast as the relay goes."
+            f"Optional: {RATE_PROMISE}. The held events drain in the order they were "
+            "received. Empty: as fast as the relay goes, a document's events still one "
+            "after the other."
         ),
     )
 

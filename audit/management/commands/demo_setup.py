@@ -6,6 +6,7 @@ from audit.roles import AUDITORS, OPERATORS, roles_bootstrap
 from core.actors import Actor
 from core.models import ApiClient, token_hash
 from core.services import api_client_create
+from demo.services import SEARCH_INDEX, demo_dependency_ensure
 from webhooks.models import WebhookSource
 from webhooks.sources import webhook_source_create
 
@@ -13,13 +14,17 @@ DEMO_ADMIN = ("admin", "admin")
 DEMO_API_TOKEN = "demo-api-token-change-me"  # noqa: S105 - a published demo credential
 DEMO_WEBHOOK_SECRET = "demo-webhook-secret-change-me"  # noqa: S105 - published, like the token
 DEMO_OPERATOR = ("operator", "operator")
+# The source of the console's rehearsal (docs/console.md, "A rehearsal"): the research
+# documents behind the demo's search index, which an operator switches down and back up.
+DEMO_REHEARSAL_SOURCE = "demo-indexed"
 DEMO_AUDITOR = ("auditor", "auditor")
 
 
 class Command(BaseCommand):
     help = (
         "Create the demo data of the embedded default (idempotent): an admin user and an API "
-        "client with published credentials. Refuses to run with DEBUG off."
+        "client with published credentials, the demo webhook sources and the demo's search "
+        "index (up). Refuses to run with DEBUG off."
     )
 
     def add_arguments(self, parser):
@@ -43,6 +48,7 @@ class Command(BaseCommand):
         )
         self.stdout.write(f"demo API token: {DEMO_API_TOKEN}")
         self._demo_webhook_source()
+        self._demo_rehearsal()
         self._demo_roles(user_model)
 
     def _demo_webhook_source(self):
@@ -57,6 +63,29 @@ class Command(BaseCommand):
         self.stdout.write(
             "demo webhook source: http://127.0.0.1:8000/webhooks/demo/ (hmac-sha256, "
             f"research) secret {DEMO_WEBHOOK_SECRET}"
+        )
+
+    def _demo_rehearsal(self):
+        """The rehearsal's source and the dependency its events need, when the settings
+        register the demo integration (the local ones do)."""
+        if "demo" not in settings.WEBHOOK_INTEGRATIONS:
+            return
+        demo_dependency_ensure(
+            name=SEARCH_INDEX,
+            description="The demo integration indexes each document for search.",
+        )
+        if not WebhookSource.objects.filter(slug=DEMO_REHEARSAL_SOURCE).exists():
+            webhook_source_create(
+                slug=DEMO_REHEARSAL_SOURCE,
+                scheme="hmac-sha256",
+                handler="demo",
+                secret=DEMO_WEBHOOK_SECRET,
+                actor=Actor.system(),
+            )
+        self.stdout.write(
+            f"demo rehearsal source: http://127.0.0.1:8000/webhooks/"
+            f"{DEMO_REHEARSAL_SOURCE}/ (hmac-sha256, demo: needs the demo's "
+            f"{SEARCH_INDEX}) secret {DEMO_WEBHOOK_SECRET}"
         )
 
     def _demo_roles(self, user_model):

@@ -12,6 +12,7 @@ from webhooks.models import (
     ProcessingStatus,
     WebhookSource,
 )
+from webhooks.pacing import RATE_PROMISE
 from webhooks.replay import (
     bulk_replay_job_cancel,
     bulk_replay_job_create,
@@ -20,7 +21,9 @@ from webhooks.replay import (
     bulk_replay_job_start,
     bulk_replay_rate_parse,
     bulk_replay_since_check,
+    replay_queryset_build,
 )
+from webhooks.selectors import inbox_events_replay_repeats
 
 
 def rate_text(rate: float | None) -> str:
@@ -56,7 +59,7 @@ class Command(BaseCommand):
             "--rate",
             metavar="N",
             help=(
-                "replay at most N events per second (a positive number); with --resume, "
+                f"replay {RATE_PROMISE} (a positive number); with --resume, "
                 "the job's new rate (else it keeps its own)"
             ),
         )
@@ -148,6 +151,17 @@ class Command(BaseCommand):
             created_by=user,
         )
         self.stdout.write(f"{job.dry_run_count} events match")
+        repeats = inbox_events_replay_repeats(
+            events_queryset=replay_queryset_build(
+                source_slug=source, status=status, since=since_dt, event_ids=event_ids
+            )
+        )
+        if repeats:
+            self.stdout.write(
+                f"{repeats} of them were dead-lettered because their data was rejected: a "
+                "replay sends the same bytes, which will be rejected again unless the "
+                "handler changed since"
+            )
         if dry_run or job.dry_run_count == 0:
             return
         self._run(bulk_replay_job_start(job=job, started_by=user, publish=False))

@@ -11,6 +11,7 @@ from core.models import ApiClient
 from webhooks.errors import SourceAlreadyPaused
 from webhooks.integrations import integration_names
 from webhooks.models import WebhookSource
+from webhooks.pacing import RATE_PROMISE
 from webhooks.pausing import webhook_source_pause, webhook_source_resume
 from webhooks.schemes import DEFAULT_SCHEME, scheme_names, secret_fingerprint
 from webhooks.selectors import webhook_source_list, webhook_source_public_keys
@@ -137,7 +138,7 @@ class Command(BaseCommand):
             "--rate",
             type=_rate,
             default=None,
-            help="at most N events per second (default: as fast as the relay goes)",
+            help=f"{RATE_PROMISE} (default: as fast as the relay goes)",
         )
 
     def handle(self, *args, action, **options):
