@@ -94,8 +94,10 @@ bench: setup
 	$(PY) -m bench.run $(BENCH)
 
 ## Chaos suite: faults under load on a private PostgreSQL and Redis, then the invariants.
+## CLUSTER=1: the same stack on hosts of its own (network namespaces made by the run, so as
+## root) with faults between them: partitions, a host killed, slow and lossy links.
 chaos: setup
-	$(PY) -m chaos.run --size $(or $(CHAOS_SIZE),medium)
+	$(PY) -m $(if $(CLUSTER),chaos.cluster,chaos.run) --size $(or $(CHAOS_SIZE),medium)
 
 lint: setup
 	$(VENV)/bin/ruff check .

@@ -195,6 +195,10 @@ class PrivateRedis:
                 "yes",
                 "--bind",
                 " ".join(dict.fromkeys(["127.0.0.1", self.host])),
+                # No password: clients on ``host`` are let in too (a private namespace's
+                # address in the cluster run).
+                "--protected-mode",
+                "no",
                 "--port",
                 str(self.port),
                 "--dir",
