@@ -192,7 +192,8 @@ class ClusterFault:
     options: dict = field(default_factory=dict)
     start: float = 0.0  # time.monotonic()
     healed: float = 0.0
-    recovered: float | None = None
+    served: float | None = None  # a probe sent once it ended went through
+    recovered: float | None = None  # every host whole again besides
     error: str = ""
     # What the requests sent while it lasted got: per web host, the count of each status
     # ("None": no answer), and the slowest answer.
@@ -208,6 +209,10 @@ class ClusterFault:
     @property
     def recovery(self) -> float | None:
         return None if self.recovered is None else self.recovered - self.healed
+
+    @property
+    def serving(self) -> float | None:
+        return None if self.served is None else self.served - self.healed
 
     def overlaps(self, outcome: Outcome) -> bool:
         """Whether ``outcome`` was under way while the fault lasted, or while its effects
@@ -241,6 +246,7 @@ class ClusterFault:
             "hosts": self.hosts,
             "options": self.options,
             "seconds": round(self.healed - self.start, 1) if self.healed else None,
+            "served_again_s": None if self.serving is None else round(self.serving, 2),
             "recovery_s": None if self.recovery is None else round(self.recovery, 2),
             "answers": self.answers,
             "error": self.error,
@@ -293,6 +299,10 @@ def fault_plan(rng: random.Random, size: dict) -> list[ClusterFault]:
             }
         plan.append(fault)
     return plan
+
+
+def seconds(value: float | None) -> str:
+    return "NOT" if value is None else f"{value:.1f} s"
 
 
 def port_open(host: str, port: int) -> bool:
@@ -445,10 +455,11 @@ class Injector:
         fault.healed = time.monotonic()
         if not fault.error:
             self.run.faults.append((fault.name, fault.start, fault.healed))
-        fault.recovered = self.whole_again(fault)
-        recovery = "NOT whole" if fault.recovery is None else f"{fault.recovery:.1f} s"
+        fault.served, fault.recovered = self.whole_again(fault)
         print(
-            f"[cluster] {fault.name}: ended, whole again after {recovery}", flush=True
+            f"[cluster] {fault.name}: ended; served again after {seconds(fault.serving)}, "
+            f"whole again after {seconds(fault.recovery)}",
+            flush=True,
         )
 
     def _fault(self, fault: ClusterFault) -> None:
@@ -482,11 +493,14 @@ class Injector:
             finally:
                 net.heal(rules)
 
-    def whole_again(self, fault: ClusterFault | None) -> float | None:
-        """When the system was whole again after ``fault`` ended (None: not within
-        RECOVERY_BOUND): a probe event and a probe deployment sent now (through the web host
-        the fault touched, if any) processed and succeeded, every web host ready, every
-        worker host's relay reporting since and its worker answering a ping."""
+    def whole_again(
+        self, fault: ClusterFault | None
+    ) -> tuple[float | None, float | None]:
+        """When, after ``fault`` ended, a probe event and a probe deployment sent then
+        (through the web host the fault touched, if any) had been processed and had
+        succeeded: the system served again; and when, besides, every web host was ready,
+        every worker host's relay had reported since and its worker answered a ping: the
+        system was whole again (None: not within RECOVERY_BOUND)."""
         since, since_wall = time.monotonic(), datetime.now(UTC)
         n = next(self.probes)
         web = next((h for h in (fault.hosts if fault else []) if h in WEBS), None)
@@ -496,38 +510,50 @@ class Injector:
         self.probe_keys.append(key)
         send_event(self.producer, "event", event, base=base)
         send_deployment(self.producer, key, n, repository=PROBE_REPOSITORY, base=base)
-        deadline = since + RECOVERY_BOUND
-        while time.monotonic() < deadline:
-            if self._whole(event["event_id"], key, since_wall):
-                return time.monotonic()
+        served = None
+        while time.monotonic() < since + RECOVERY_BOUND:
+            if served is None and self._probe_done(event["event_id"], key):
+                served = time.monotonic()
+            if served is not None and self._hosts_whole(since_wall):
+                return served, time.monotonic()
             time.sleep(0.2)
-        return None
+        return served, None
 
-    def _whole(self, event_id: str, key: str, since: datetime) -> bool:
+    @staticmethod
+    def _probe_done(event_id: str, key: str) -> bool:
         from django.apps import apps
         from django.db import close_old_connections
 
-        from config.celery_app import app
-
         inbox = apps.get_model("webhooks", "InboxEvent")
         deployment = apps.get_model("deployments", "Deployment")
-        heartbeat = apps.get_model("core", "RelayHeartbeat")
         close_old_connections()
         try:
-            if not inbox.objects.filter(
-                source__slug=SOURCE, event_id=event_id, processing_status="processed"
-            ).exists():
-                return False
-            if not deployment.objects.filter(
-                idempotency_key=key, status="succeeded"
-            ).exists():
-                return False
+            return (
+                inbox.objects.filter(
+                    source__slug=SOURCE,
+                    event_id=event_id,
+                    processing_status="processed",
+                ).exists()
+                and deployment.objects.filter(
+                    idempotency_key=key, status="succeeded"
+                ).exists()
+            )
+        except Exception:  # the database may still be coming back
+            return False
+
+    def _hosts_whole(self, since: datetime) -> bool:
+        from django.apps import apps
+
+        from config.celery_app import app
+
+        heartbeat = apps.get_model("core", "RelayHeartbeat")
+        try:
             relays = set(
                 heartbeat.objects.filter(last_seen_at__gte=since).values_list(
                     "relay_id", flat=True
                 )
             )
-        except Exception:  # the database may still be coming back
+        except Exception:
             return False
         machine = socket.gethostname()
         for worker in WORKERS:
@@ -667,7 +693,7 @@ def exercise(
     producer = Producer(cluster.bases, run, timeout=PRODUCER_TIMEOUT)
     injector = Injector(cluster, producer, run)
     started = time.monotonic()
-    baseline_end = injector.whole_again(None)
+    baseline_end = injector.whole_again(None)[1]
     if baseline_end is None:
         raise RuntimeError("the cluster never became whole before its first fault")
     first = FirstCheckpoint(cluster.bases)
@@ -726,31 +752,33 @@ def answer_figures(run: Run) -> dict:
 
 def table_print(faults: list[ClusterFault], figures: dict) -> None:
     header = (
-        f"{'#':>2}  {'fault':<14} {'hosts':<17} {'lasted':>7} {'whole again':>12} "
-        f"{'answers while it lasted (per web host)'}"
+        f"{'#':>2}  {'fault':<14} {'hosts':<17} {'lasted':>7} {'served':>7} "
+        f"{'whole':>7}  answers while it lasted (per web host)"
     )
     print(header)
     print("-" * len(header))
     for n, fault in enumerate(faults, 1):
-        lasted = f"{fault.healed - fault.start:.1f} s" if fault.healed else ""
-        recovery = "NOT" if fault.recovery is None else f"{fault.recovery:.1f} s"
         hosts = ", ".join(fault.hosts)
         answers = "; ".join(
             f"{web} {counts}" if web != "slowest_s" else f"slowest {counts} s"
             for web, counts in fault.answers.items()
         )
         print(
-            f"{n:>2}  {fault.kind:<14} {hosts:<17} {lasted:>7} {recovery:>12} {answers}"
+            f"{n:>2}  {fault.kind:<14} {hosts:<17} "
+            f"{seconds(fault.healed - fault.start):>7} {seconds(fault.serving):>7} "
+            f"{seconds(fault.recovery):>7}  {answers}"
         )
     print()
     by_kind = defaultdict(list)
     for fault in faults:
-        if fault.recovery is not None:
-            by_kind[fault.kind].append(fault.recovery)
-    for kind, times in by_kind.items():
+        by_kind[fault.kind].append(fault)
+    for kind, done in by_kind.items():
+        served = [f.serving for f in done if f.serving is not None]
+        whole = [f.recovery for f in done if f.recovery is not None]
         print(
-            f"{kind:<16} whole again after {statistics.median(times):.1f} s "
-            f"(median of {len(times)}; max {max(times):.1f} s): {KINDS[kind]}"
+            f"{kind:<14} served again after {statistics.median(served or [0]):.1f} s, "
+            f"whole again after {statistics.median(whole or [0]):.1f} s (median of "
+            f"{len(whole)} of {len(done)}; max {max(whole, default=0):.1f} s): {KINDS[kind]}"
         )
     print()
     for name, key in (
