@@ -228,15 +228,20 @@ class ClusterFault:
             {web, sender} & set(self.hosts)
         )
 
-    def impairs(self, web: str) -> bool:
-        """Whether the fault impaired web host ``web``'s way to the database."""
-        if self.kind == "web-db":
-            return web in self.hosts
+    def impairs_database(self) -> bool:
+        """Whether the fault impaired some host's way to the database. Any web host may
+        then answer 503: its own statements wait, or a statement of its waits for rows that
+        a transaction of the host cut off holds locked (the statement timeout: a worker cut
+        from the database in the middle of a job's transaction made a status report for that
+        job wait 5 s, on either web host). A host killed is not one: its sockets close with
+        it, and the server ends its transactions at once."""
+        if self.kind in ("web-db", "worker-db"):
+            return True
         if self.kind in ("isolate", "bandwidth"):
-            return web in self.hosts or "db" in self.hosts
+            return self.hosts[0] not in ("broker", "receiver")
         if self.kind == "kill":
-            return "db" in self.hosts
-        return self.kind == "proxy" and self.hosts == [web, "db"]
+            return self.hosts == ["db"]
+        return self.kind == "proxy" and "db" in self.hosts
 
     def as_dict(self) -> dict:
         return {
@@ -576,10 +581,10 @@ class Injector:
 def cluster_answers(
     faults: list[ClusterFault], webs: dict[str, str]
 ) -> Callable[[Run], list[str]]:
-    """The answers the contract allows across hosts: a 503 (with ``Retry-After``) only from a
-    web host whose way to the database a fault impaired, no answer only where a fault cut
-    the way to the web host, and never an answer later than ANSWER_BOUND. ``webs``: each
-    web host's name by its base URL."""
+    """The answers the contract allows across hosts: a 503 (with ``Retry-After``) only while
+    a fault impaired some host's way to the database (``ClusterFault.impairs_database``), no
+    answer only where a fault cut the way to the web host, and never an answer later than
+    ANSWER_BOUND. ``webs``: each web host's name by its base URL."""
 
     def rule(run: Run) -> list[str]:
         violations = []
@@ -602,7 +607,7 @@ def cluster_answers(
             if outcome.status < 500:
                 continue
             if outcome.status != 503 or not any(
-                f.impairs(web) or f.unreachable(web, sender) for f in around
+                f.impairs_database() or f.unreachable(web, sender) for f in around
             ):
                 violations.append(f"{what}: HTTP {outcome.status}")
             elif not (outcome.retry_after or "").isdigit():

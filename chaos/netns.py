@@ -118,11 +118,13 @@ def subnet_choose(
     )
 
 
-def _owner_running(pid: int) -> bool:
+def process_running(pid: int) -> bool:
+    """Whether process ``pid`` runs (a zombie, dead and not yet reaped, does not)."""
     try:
-        return b"chaos.cluster" in Path(f"/proc/{pid}/cmdline").read_bytes()
+        stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return False
+    return stat.rpartition(")")[2].split()[0] != "Z"
 
 
 def namespaces() -> list[str]:
@@ -150,17 +152,18 @@ def stale_cleanup() -> list[str]:
     gone (a run killed with SIGKILL cannot tear down): only names with this tool's prefix,
     only of a dead owner. Returns what it removed."""
     removed = []
+    # The load's links first: deleting the router's namespace would take them away unseen.
+    for link in json.loads(ip("-j", "link", "show") or "[]"):
+        match = PREFIX.match(link["ifname"])
+        if match and not process_running(int(match[1])):
+            ip("link", "del", link["ifname"], check=False)
+            removed.append(link["ifname"])
     for name in namespaces():
         match = PREFIX.match(name)
-        if match and not _owner_running(int(match[1])):
+        if match and not process_running(int(match[1])):
             namespace_kill(name)
             ip("netns", "del", name, check=False)
             removed.append(name)
-    for link in json.loads(ip("-j", "link", "show") or "[]"):
-        match = PREFIX.match(link["ifname"])
-        if match and not _owner_running(int(match[1])):
-            ip("link", "del", link["ifname"], check=False)
-            removed.append(link["ifname"])
     return removed
 
 

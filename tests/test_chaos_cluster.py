@@ -12,7 +12,6 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 
 import pytest
 
@@ -134,13 +133,4 @@ def test_the_hosts_of_a_killed_run_are_removed_by_the_next_run_cleanup():
         assert set(left) <= set(removed)
         assert f"rsc{process.pid}-ld" in removed
         assert run_namespaces(process.pid) == []
-        assert [pid for pid in pids if running(pid)] == []
-
-
-def running(pid: int) -> bool:
-    """Whether ``pid`` runs (a zombie, dead and not yet reaped, does not)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rpartition(")")[2].split()[0] != "Z"
+        assert [pid for pid in pids if netns.process_running(pid)] == []
