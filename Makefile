@@ -98,8 +98,7 @@ bench: setup
 ## root) with faults between them: partitions, a host killed, slow and lossy links.
 ## CHAOS_SEED=N repeats the run that printed seed=N.
 chaos: setup
-	$(PY) -m $(if $(CLUSTER),chaos.cluster,chaos.run) --size $(or $(CHAOS_SIZE),medium) \
-	  $(if $(CHAOS_SEED),--seed $(CHAOS_SEED))
+	$(PY) -m $(if $(CLUSTER),chaos.cluster,chaos.run) --size $(or $(CHAOS_SIZE),medium)$(if $(CHAOS_SEED), --seed $(CHAOS_SEED))
 
 lint: setup
 	$(VENV)/bin/ruff check .
