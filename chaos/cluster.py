@@ -1,11 +1,8 @@
 """``make chaos CLUSTER=1``: the stack on several hosts of its own, each a network namespace
 this run makes on this machine (chaos.netns), and faults between them under the load of
-``make chaos``; then every invariant ``make chaos`` checks, and more.
-
-    load (root namespace) ──┐
-                            │
-      db ── broker ── web1 ── web2 ── worker1 (+beat) ── worker2 ── receiver
-       └────────────── all joined by the router (namespace "net") ──────────┘
+``make chaos``; then every invariant ``make chaos`` checks, and more. The hosts, each
+joined to a router of its own namespace (the picture: docs/scaling.md, "Several hosts,
+measured"):
 
 - db: a PostgreSQL of its own (initdb into a temporary folder, started in its namespace),
   and a TCP fault proxy (chaos.linkproxy) through which each web and worker host reaches it,
@@ -22,14 +19,14 @@ this run makes on this machine (chaos.netns), and faults between them under the 
   link limited to 256 kbit/s (``tc tbf``); a host's link to the database or the broker
   delayed and lossy through the fault proxy (this kernel has no ``netem``). After each, the
   time until the system is whole again: a probe event and a probe deployment sent once the
-  fault ends (through the host the fault touched, for a web host) processed and succeeded,
-  every web host ready (``/readyz``) and every worker host's relay reporting and its worker
-  answering a ping.
+  fault ends (through the host the fault touched, for a web host) processed and succeeded
+  (served again), and besides every web host ready (``/readyz``) and every worker host's
+  relay reporting and its worker answering a ping (whole again).
 - The invariants: chaos.run's (every accepted event processed once, in order per document;
   one deployment per key, none executed or triggered twice; nothing lost), the answers the
-  contract allows during a partition (a 503 with ``Retry-After`` only from a web host whose
-  way to the database a fault impaired; no answer only from a host a fault made
-  unreachable; no answer later than ``ANSWER_BOUND``), every fault recovered within
+  contract allows during a partition (a 503 with ``Retry-After`` only while a fault impaired
+  some host's way to the database; no answer only from a host a fault made unreachable; no
+  answer later than ``ANSWER_BOUND``), every fault recovered within
   ``RECOVERY_BOUND``, and ``audit_verify`` passing with the first checkpoint of the run and
   the last one given to it (the last extends the first).
 
@@ -162,8 +159,9 @@ CLUSTER_TUNABLES = {
 # The longest a request may wait for its answer. The web's own bounds (docs/scaling.md,
 # "Database timeouts") end a request whose database went away within 9 s (a kept connection:
 # the bounded health check, then the connect timeout); a request that arrives meanwhile waits
-# for one of its server's two sync workers first, and this machine is shared, so the bound
-# holds some of that room; far below gunicorn's timeout, which would be a hang.
+# for one of its server's two sync workers first, and the machine the runs are made on is
+# shared (two cores): the slowest 503 measured there took 12.0 s. Far below gunicorn's
+# timeout (30 s), past which the request would be a hang.
 ANSWER_BOUND = 20.0
 # How long after a fault ends a host's answers may still show it (a 503 on a connection kept
 # from before, say), and how long the system has to be whole again.
