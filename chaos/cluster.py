@@ -47,6 +47,7 @@ import itertools
 import json
 import os
 import random
+import secrets
 import shutil
 import signal
 import socket
@@ -55,7 +56,6 @@ import sys
 import tempfile
 import threading
 import time
-import uuid
 from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -511,7 +511,7 @@ class Injector:
         web = next((h for h in (fault.hosts if fault else []) if h in WEBS), None)
         base = self.cluster.base(web) if web else None
         event = chaos_event(f"probe-{n:04d}", 1, "created")
-        key = f"chaos-probe-{n:04d}-{uuid.uuid4().hex[:8]}"
+        key = f"chaos-probe-{n:04d}-{secrets.token_hex(4)}"
         self.probe_keys.append(key)
         send_event(self.producer, "event", event, base=base)
         send_deployment(self.producer, key, n, repository=PROBE_REPOSITORY, base=base)
