@@ -96,8 +96,11 @@ bench: setup
 	$(PY) -m bench.run $(BENCH)
 
 ## Chaos suite: faults under load on a private PostgreSQL and Redis, then the invariants.
+## CLUSTER=1: the same stack on hosts of its own (network namespaces made by the run, so as
+## root) with faults between them: partitions, a host killed, slow and lossy links.
+## CHAOS_SEED=N repeats the run that printed seed=N.
 chaos: setup
-	$(PY) -m chaos.run --size $(or $(CHAOS_SIZE),medium)
+	$(PY) -m $(if $(CLUSTER),chaos.cluster,chaos.run) --size $(or $(CHAOS_SIZE),medium)$(if $(CHAOS_SEED), --seed $(CHAOS_SEED))
 
 lint: setup
 	$(VENV)/bin/ruff check .

@@ -30,6 +30,7 @@ import threading
 import time
 import uuid
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -94,7 +95,10 @@ class Outcome:
     kind: str  # event | duplicate | inconsistent | invalid | deployment | status_sync
     key: str
     status: int | None  # None: no HTTP answer at all (connection refused/reset)
-    at: float
+    at: float  # when the answer came (or the attempt failed), time.monotonic()
+    host: str = ""  # the base URL the request was sent to
+    sent: float = 0.0  # when it was sent
+    retry_after: str | None = None  # the answer's Retry-After
 
 
 @dataclass
@@ -139,11 +143,21 @@ def signed_headers(body: bytes, event_id: str, *, valid: bool = True) -> dict[st
 
 
 class Producer:
-    """Sends like a real producer: retries on no answer and on 503, as webhooks senders do."""
+    """Sends like a real producer: retries on no answer and on 503, as webhooks senders do.
+    With several base URLs (web servers behind a load balancer), each request starts at the
+    next one and each retry goes to the one after."""
 
-    def __init__(self, base: str, run: Run):
-        self.base = base
+    def __init__(
+        self,
+        base: str | list[str],
+        run: Run,
+        *,
+        timeout: float | tuple[float, float] = 15,
+    ):
+        self.bases = [base] if isinstance(base, str) else list(base)
         self.run = run
+        self.timeout = timeout
+        self.turns = itertools.count()
         self.http = threading.local()
 
     def _session(self) -> requests.Session:
@@ -151,19 +165,28 @@ class Producer:
             self.http.session = requests.Session()
         return self.http.session
 
-    def post(self, kind: str, key: str, path: str, make_request) -> int | None:
+    def post(
+        self, kind: str, key: str, path: str, make_request, *, base: str | None = None
+    ) -> int | None:
+        """Sends until answered other than 503; ``base``: to that server only."""
         status = None
+        first = next(self.turns)
         for attempt in range(30):
+            host = base or self.bases[(first + attempt) % len(self.bases)]
             body, headers = make_request()
+            sent, retry_after = time.monotonic(), None
             try:
                 response = self._session().post(
-                    self.base + path, data=body, headers=headers, timeout=15
+                    host + path, data=body, headers=headers, timeout=self.timeout
                 )
                 status = response.status_code
+                retry_after = response.headers.get("Retry-After")
             except requests.RequestException:
                 status = None
                 self.http.session = requests.Session()
-            self.run.record(Outcome(kind, key, status, time.monotonic()))
+            self.run.record(
+                Outcome(kind, key, status, time.monotonic(), host, sent, retry_after)
+            )
             if status is not None and status != 503:
                 return status
             time.sleep(min(2.0, 0.2 * (attempt + 1)))
@@ -199,7 +222,9 @@ def plan_events(size: dict, rng: random.Random) -> list[tuple[str, dict]]:
     return deliveries
 
 
-def send_event(producer: Producer, kind: str, event: dict) -> None:
+def send_event(
+    producer: Producer, kind: str, event: dict, *, base: str | None = None
+) -> None:
     def make():
         body_event = dict(event)
         if kind == "duplicate":
@@ -208,12 +233,19 @@ def send_event(producer: Producer, kind: str, event: dict) -> None:
         body = json.dumps(body_event).encode()
         return body, signed_headers(body, event["event_id"], valid=kind != "invalid")
 
-    producer.post(kind, event["event_id"], f"/webhooks/{SOURCE}/", make)
+    producer.post(kind, event["event_id"], f"/webhooks/{SOURCE}/", make, base=base)
 
 
-def send_deployment(producer: Producer, key: str, n: int) -> None:
+def send_deployment(
+    producer: Producer,
+    key: str,
+    n: int,
+    *,
+    repository: str | None = None,
+    base: str | None = None,
+) -> None:
     payload = {
-        "repository": TRIGGERED_REPOSITORY if n % 2 else "acme/chaos",
+        "repository": repository or (TRIGGERED_REPOSITORY if n % 2 else "acme/chaos"),
         "commit_sha": hashlib.sha1(key.encode()).hexdigest()[:12],  # noqa: S324 - an id
         "environment": "staging",
         "workflow": "deploy.yml",
@@ -227,17 +259,18 @@ def send_deployment(producer: Producer, key: str, n: int) -> None:
             "Idempotency-Key": key,
         }
 
-    producer.post("deployment", key, "/api/deployments/", make)
+    producer.post("deployment", key, "/api/deployments/", make, base=base)
 
 
-def load(base: str, run: Run, size: dict, rng: random.Random, threads: int = 4) -> dict:
+def load(producer: Producer, size: dict, rng: random.Random, threads: int = 4) -> dict:
+    """The planned deliveries and deployment requests, sent by ``threads`` producers over
+    about 0.8 of ``size["duration"]``."""
     deliveries = plan_events(size, rng)
     keys = [f"chaos-key-{uuid.uuid4().hex[:12]}" for _ in range(size["deployments"])]
     work: list = [("webhook", kind, event) for kind, event in deliveries]
     for n, key in enumerate(keys):
         for _ in range(rng.choice([1, 2, 3])):
             work.insert(rng.randrange(len(work) + 1), ("deployment", key, n))
-    producer = Producer(base, run)
     pace = size["duration"] * 0.8 / max(1, len(work)) * threads
     lock = threading.Lock()
 
@@ -262,15 +295,27 @@ def load(base: str, run: Run, size: dict, rng: random.Random, threads: int = 4) 
 
 
 class ChaosReceiver:
-    """The CI/CD system of the triggered deployments: fails at random, and reports each job
-    it takes (acted on, or a duplicate it answered) as succeeded a moment later, through the
-    product's API, as a CD system that deduplicates on ``webhook-id`` would."""
+    """The CI/CD system of the triggered deployments: fails at random (``faults``, weighted),
+    and reports each job it takes (acted on, or a duplicate it answered) as succeeded
+    ``report_after`` seconds later, through the product's API, as a CD system that
+    deduplicates on ``webhook-id`` would. ``receiver_options``: the Receiver's (where it
+    listens)."""
 
-    def __init__(self, producer: Producer, rng: random.Random) -> None:
+    def __init__(
+        self,
+        producer: Producer,
+        rng: random.Random,
+        *,
+        faults: list = TRIGGER_FAULTS,
+        report_after: float = 1.5,
+        **receiver_options,
+    ) -> None:
         self.producer = producer
         self.rng = rng
+        self.faults = faults
+        self.report_after = report_after
         self.rng_lock = threading.Lock()
-        self.receiver = Receiver()
+        self.receiver = Receiver(**receiver_options)
         self.receiver.fault_for = self._fault
         self.receiver.on_taken = self._report_later
         self.reports = itertools.count()
@@ -286,7 +331,7 @@ class ChaosReceiver:
     def _fault(self, webhook_id: str) -> Fault | None:
         """The first requests meet each fault once, in turn (so that every kind happens in
         any run); the rest, faults at random."""
-        faults, weights = zip(*TRIGGER_FAULTS, strict=True)
+        faults, weights = zip(*self.faults, strict=True)
         with self.rng_lock:
             turn = next(self.turns)
             if turn < len(faults) - 1:
@@ -297,7 +342,7 @@ class ChaosReceiver:
         key = f"chaos-sync-{webhook_id}-{next(self.reports)}"
 
         def report() -> None:
-            time.sleep(1.5)  # the deployment downstream takes a moment
+            time.sleep(self.report_after)  # the deployment downstream takes a moment
 
             def make():
                 body = {
@@ -317,15 +362,21 @@ class ChaosReceiver:
         threading.Thread(target=report, daemon=True).start()
 
 
-def trigger_target_create(url: str, secret: str) -> None:
-    """The deploy target that routes TRIGGERED_REPOSITORY to the receiver."""
+def trigger_target_create(
+    url: str,
+    secret: str,
+    *,
+    name: str = "chaos-receiver",
+    repository: str = TRIGGERED_REPOSITORY,
+) -> None:
+    """The deploy target that routes ``repository`` to the receiver at ``url``."""
     from core.actors import Actor
     from deployments.models import DeployTarget
     from deployments.targets import deploy_target_save
 
     target = DeployTarget(
-        name="chaos-receiver",
-        repository_pattern=TRIGGERED_REPOSITORY,
+        name=name,
+        repository_pattern=repository,
         executor="http",
         url=url,
     )
@@ -509,16 +560,9 @@ def wait_recovered(timeout: float) -> dict:
     return pending
 
 
-def check(run: Run, planned: dict, receiver: Receiver) -> tuple[list[str], dict]:
-    from django.apps import apps
-
-    inbox = apps.get_model("webhooks", "InboxEvent")
-    document = apps.get_model("research", "ResearchDocument")
-    revision = apps.get_model("research", "DocumentRevision")
-    deployment = apps.get_model("deployments", "Deployment")
-    violations: list[str] = []
-
-    # 5xx: only 503 during (and shortly after) a database outage is documented.
+def outage_answers(run: Run) -> list[str]:
+    """5xx: only 503 during (and shortly after) a database outage is documented."""
+    violations = []
     grace = 10.0
     for outcome in run.outcomes:
         if outcome.status is None or outcome.status >= 500:
@@ -527,6 +571,25 @@ def check(run: Run, planned: dict, receiver: Receiver) -> tuple[list[str], dict]
                 violations.append(
                     f"{outcome.kind} {outcome.key}: HTTP {outcome.status}"
                 )
+    return violations
+
+
+def check(
+    run: Run,
+    planned: dict,
+    receiver: Receiver,
+    *,
+    answers: Callable[[Run], list[str]] = outage_answers,
+) -> tuple[list[str], dict]:
+    """Every invariant, from the database and the receiver; ``answers``: the rule the HTTP
+    answers the producers got are held to."""
+    from django.apps import apps
+
+    inbox = apps.get_model("webhooks", "InboxEvent")
+    document = apps.get_model("research", "ResearchDocument")
+    revision = apps.get_model("research", "DocumentRevision")
+    deployment = apps.get_model("deployments", "Deployment")
+    violations: list[str] = answers(run)
 
     # Nothing lost: every event a producer saw accepted is in the inbox, terminal.
     accepted = {
@@ -599,8 +662,35 @@ def check(run: Run, planned: dict, receiver: Receiver) -> tuple[list[str], dict]
         f"deployment {d} executed {n} times" for d, n in executions.items() if n > 1
     ]
 
-    # Zero jobs triggered twice: the receiver acted on each webhook-id at most once, every
-    # request it got verified, and each triggered job that succeeded was acted on.
+    downstream, triggered_figures = receiver_check(receiver, TRIGGERED_REPOSITORY)
+    violations += downstream
+
+    figures = {
+        "requests": len(run.outcomes),
+        "http_statuses": dict(Counter(str(o.status) for o in run.outcomes)),
+        "faults_injected": len(run.faults),
+        "faults": [name for name, _, _ in run.faults],
+        "faults_scheduled": run.scheduled,
+        "events_checked": len(accepted),
+        # Where every accepted event ended: "missing" if it is not in the inbox.
+        "accepted_statuses": dict(Counter(rows.get(e, "missing") for e in accepted)),
+        "documents_checked": len(expected_max),
+        "revisions": sum(applied.values()),
+        "deployments_checked": len(planned["deployment_keys"]),
+        **triggered_figures,
+        "violations": len(violations),
+    }
+    return violations, figures
+
+
+def receiver_check(receiver: Receiver, repository: str) -> tuple[list[str], dict]:
+    """Zero jobs triggered twice: the receiver acted on each webhook-id at most once, every
+    request it got verified, and each triggered job of ``repository`` that succeeded was
+    acted on."""
+    from django.apps import apps
+
+    deployment = apps.get_model("deployments", "Deployment")
+    violations: list[str] = []
     with receiver.lock:
         acted = dict(receiver.acted)
         requests_seen = list(receiver.received)
@@ -615,7 +705,7 @@ def check(run: Run, planned: dict, receiver: Receiver) -> tuple[list[str], dict]
         if not r.verified
     ]
     triggered = dict(
-        deployment.objects.filter(repository=TRIGGERED_REPOSITORY).values_list(
+        deployment.objects.filter(repository=repository).values_list(
             "public_id", "status"
         )
     )
@@ -630,18 +720,7 @@ def check(run: Run, planned: dict, receiver: Receiver) -> tuple[list[str], dict]
         if webhook_id not in triggered
     ]
 
-    figures = {
-        "requests": len(run.outcomes),
-        "http_statuses": dict(Counter(str(o.status) for o in run.outcomes)),
-        "faults_injected": len(run.faults),
-        "faults": [name for name, _, _ in run.faults],
-        "faults_scheduled": run.scheduled,
-        "events_checked": len(accepted),
-        # Where every accepted event ended: "missing" if it is not in the inbox.
-        "accepted_statuses": dict(Counter(rows.get(e, "missing") for e in accepted)),
-        "documents_checked": len(expected_max),
-        "revisions": sum(applied.values()),
-        "deployments_checked": len(planned["deployment_keys"]),
+    return violations, {
         "trigger_jobs_checked": len(triggered),
         "trigger_requests": len(requests_seen),
         "trigger_faults": dict(
@@ -649,9 +728,7 @@ def check(run: Run, planned: dict, receiver: Receiver) -> tuple[list[str], dict]
         ),
         "triggered_twice": sum(1 for n in acted.values() if n > 1),
         "trigger_statuses": dict(Counter(triggered.values())),
-        "violations": len(violations),
     }
-    return violations, figures
 
 
 def deployment_execution_counts() -> dict:
@@ -666,6 +743,69 @@ def deployment_execution_counts() -> dict:
             )
         )
     )
+
+
+RESULT = ROOT / "var" / "chaos" / "result.json"
+# How long the run waits, after its load and faults, for every event and job to end.
+RECOVERY_TIMEOUT = 180
+
+
+def stack_prepare(env: dict[str, str]) -> None:
+    """The private database migrated, with the run's webhook source and API client."""
+    stack = stack_env(**env)
+    manage("migrate", "--noinput", "-v", "0", env=stack)
+    manage(
+        "webhook_source",
+        "create",
+        SOURCE,
+        "--scheme",
+        "hmac-sha256",
+        "--handler",
+        "research",
+        "--secret",
+        SECRET,
+        env=stack,
+    )
+    manage("api_client", "create", "chaos", "--token", TOKEN, env=stack)
+    _django_setup(env)
+
+
+def recovered_check(
+    run: Run, planned: dict, receiver: Receiver, **options
+) -> tuple[list[str], dict]:
+    """Waits until every event and job has ended (``RECOVERY_TIMEOUT`` at most), then
+    checks every invariant (``check``, with ``options``)."""
+    pending = wait_recovered(timeout=RECOVERY_TIMEOUT)
+    violations, figures = check(run, planned, receiver, **options)
+    # The counts only: the details of what is stuck are in the violation.
+    figures["pending_after_recovery"] = {
+        k: v for k, v in pending.items() if k in ("inbox", "deployments", "error")
+    }
+    if pending.get("inbox") or pending.get("deployments") or "error" in pending:
+        violations.append(f"not recovered after {RECOVERY_TIMEOUT} s: {pending}")
+        figures["violations"] = len(violations)
+    return violations, figures
+
+
+def logs_keep(folder: Path) -> None:
+    """The processes' logs, kept in var/chaos/logs for the investigation of a violation."""
+    logs = ROOT / "var" / "chaos" / "logs"
+    shutil.rmtree(logs, ignore_errors=True)
+    shutil.copytree(folder, logs, ignore=shutil.ignore_patterns("*schedule*"))
+
+
+def result_write(figures: dict, violations: list[str], path: Path = RESULT) -> int:
+    """Prints the figures and the violations, writes them to ``path``; the exit status."""
+    print(json.dumps(figures, indent=2))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({**figures, "violation_list": violations}))
+    for violation in violations[:50]:
+        print(f"VIOLATION {violation}")
+    print(
+        f"chaos: {figures['requests']} requests, {figures['faults_injected']} faults, "
+        f"{figures['events_checked']} events checked, violations = {len(violations)}"
+    )
+    return 1 if violations else 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -687,22 +827,7 @@ def main(argv: list[str] | None = None) -> int:
         pg.init()
         redis.start()
         env = {"DATABASE_URL": pg.url, "CELERY_BROKER_URL": redis.url, **TUNABLES}
-        stack = stack_env(**env)
-        manage("migrate", "--noinput", "-v", "0", env=stack)
-        manage(
-            "webhook_source",
-            "create",
-            SOURCE,
-            "--scheme",
-            "hmac-sha256",
-            "--handler",
-            "research",
-            "--secret",
-            SECRET,
-            env=stack,
-        )
-        manage("api_client", "create", "chaos", "--token", TOKEN, env=stack)
-        _django_setup(env)
+        stack_prepare(env)
         with BenchContext() as ctx, contextlib.ExitStack() as stack:
             base = ctx.gunicorn(workers=2, **env)
             chaos_receiver = stack.enter_context(
@@ -720,44 +845,18 @@ def main(argv: list[str] | None = None) -> int:
                 target=faults.schedule, args=(size["duration"],), daemon=True
             )
             injector.start()
-            planned = load(base, run, size, rng)
+            planned = load(Producer(base, run), size, rng)
             injector.join()
             print("[chaos] load and faults done; waiting for recovery", flush=True)
-            pending = wait_recovered(timeout=180)
-            violations, figures = check(run, planned, chaos_receiver.receiver)
-            # The counts only: the details of what is stuck are in the violation.
-            figures["pending_after_recovery"] = {
-                k: v
-                for k, v in pending.items()
-                if k in ("inbox", "deployments", "error")
-            }
-            if pending.get("inbox") or pending.get("deployments") or "error" in pending:
-                violations.append(f"not recovered after 180 s: {pending}")
-                figures["violations"] = len(violations)
+            violations, figures = recovered_check(run, planned, chaos_receiver.receiver)
             figures["seed"] = seed
             figures["size"] = args.size
-            if violations:  # keep the processes' logs for the investigation
-                logs = ROOT / "var" / "chaos" / "logs"
-                shutil.rmtree(logs, ignore_errors=True)
-                shutil.copytree(
-                    ctx.tmp, logs, ignore=shutil.ignore_patterns("*schedule*")
-                )
+            if violations:
+                logs_keep(ctx.tmp)
     finally:
         pg.destroy()
         redis.destroy()
-    print(json.dumps(figures, indent=2))
-    out = ROOT / "var" / "chaos"
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "result.json").write_text(
-        json.dumps({**figures, "violation_list": violations})
-    )
-    for violation in violations[:50]:
-        print(f"VIOLATION {violation}")
-    print(
-        f"chaos: {figures['requests']} requests, {figures['faults_injected']} faults, "
-        f"{figures['events_checked']} events checked, violations = {len(violations)}"
-    )
-    return 1 if violations else 0
+    return result_write(figures, violations)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,9 @@
 """Private PostgreSQL and Redis servers for the chaos suite.
 
 The suite restarts them and cuts their connections, so it runs its own: the machine's shared
-services, and anything else using them, are never disturbed."""
+services, and anything else using them, are never disturbed. On loopback by default; the
+cluster run (chaos.cluster) starts each on a host of its own: a network namespace, named by the
+command that runs each of the server's commands there (``wrap``), and that host's address."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ import shutil
 import socket
 import subprocess
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 
@@ -21,11 +24,13 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def _wait_port(port: int, *, up: bool, timeout: float = 60) -> None:
+def _wait_port(
+    port: int, *, up: bool, timeout: float = 60, host: str = "127.0.0.1"
+) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
-            with socket.create_connection(("127.0.0.1", port), timeout=1):
+            with socket.create_connection((host, port), timeout=1):
                 is_up = True
         except OSError:
             is_up = False
@@ -41,7 +46,18 @@ def _as_postgres_user() -> list[str]:
 
 
 class PrivatePostgres:
-    def __init__(self, root: Path):
+    """``host``: the address it listens on besides loopback; ``trust``: the networks whose
+    clients it lets in (loopback always); ``wrap``: the command its commands run under."""
+
+    def __init__(
+        self,
+        root: Path,
+        *,
+        host: str = "127.0.0.1",
+        port: int | None = None,
+        trust: Sequence[str] = (),
+        wrap: Sequence[str] = (),
+    ):
         bins = sorted(glob.glob("/usr/lib/postgresql/*/bin"))
         if not bins:
             raise RuntimeError(
@@ -49,15 +65,19 @@ class PrivatePostgres:
             )
         self.bin = Path(bins[-1])
         self.dir = root / "pg"
-        self.port = _free_port()
+        self.host = host
+        self.port = port or _free_port()
+        self.trust = list(trust)
+        self.wrap = list(wrap)
 
     @property
     def url(self) -> str:
-        return f"postgres://postgres@127.0.0.1:{self.port}/chaos"
+        return f"postgres://postgres@{self.host}:{self.port}/chaos"
 
     def _pg_ctl(self, *args: str) -> None:
         subprocess.run(
             [
+                *self.wrap,
                 *_as_postgres_user(),
                 str(self.bin / "pg_ctl"),
                 "-D",
@@ -80,6 +100,7 @@ class PrivatePostgres:
             shutil.chown(self.dir, "postgres", "postgres")
         subprocess.run(
             [
+                *self.wrap,
                 *_as_postgres_user(),
                 str(self.bin / "initdb"),
                 "-D",
@@ -93,12 +114,14 @@ class PrivatePostgres:
             capture_output=True,
             timeout=120,
         )
+        with open(self.dir / "data" / "pg_hba.conf", "a") as hba:
+            hba.writelines(f"host all all {network} trust\n" for network in self.trust)
         self.start()
         subprocess.run(
             [
                 str(self.bin / "createdb"),
                 "-h",
-                "127.0.0.1",
+                self.host,
                 "-p",
                 str(self.port),
                 "-U",
@@ -111,12 +134,13 @@ class PrivatePostgres:
         )
 
     def start(self) -> None:
+        listen = ",".join(dict.fromkeys(["127.0.0.1", self.host]))
         options = (
-            f"-p {self.port} -c listen_addresses=127.0.0.1 -k {self.dir} "
+            f"-p {self.port} -c listen_addresses={listen} -k {self.dir} "
             "-c max_connections=200"
         )
         self._pg_ctl("-o", options, "-l", str(self.dir / "server.log"), "start")
-        _wait_port(self.port, up=True)
+        _wait_port(self.port, up=True, host=self.host)
 
     def stop(self, mode: str = "fast") -> None:
         self._pg_ctl("-m", mode, "stop")
@@ -133,24 +157,48 @@ class PrivatePostgres:
 
 
 class PrivateRedis:
-    def __init__(self, root: Path):
+    """``host``: the address it listens on besides loopback; ``wrap``: the command its
+    commands run under."""
+
+    def __init__(
+        self,
+        root: Path,
+        *,
+        host: str = "127.0.0.1",
+        port: int | None = None,
+        wrap: Sequence[str] = (),
+    ):
         self.dir = root / "redis"
-        self.port = _free_port()
+        self.host = host
+        self.port = port or _free_port()
+        self.wrap = list(wrap)
 
     @property
     def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
+        return f"redis://{self.host}:{self.port}/0"
+
+    def _cli(self, *args: str) -> None:
+        subprocess.run(
+            ["redis-cli", "-h", self.host, "-p", str(self.port), *args],
+            capture_output=True,
+            timeout=30,
+        )
 
     def start(self) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
         # Append-only file on: a restart keeps the queued messages, as a production broker does.
         subprocess.run(
             [
+                *self.wrap,
                 "redis-server",
                 "--daemonize",
                 "yes",
                 "--bind",
-                "127.0.0.1",
+                " ".join(dict.fromkeys(["127.0.0.1", self.host])),
+                # No password: clients on ``host`` are let in too (a private namespace's
+                # address in the cluster run).
+                "--protected-mode",
+                "no",
                 "--port",
                 str(self.port),
                 "--dir",
@@ -170,24 +218,16 @@ class PrivateRedis:
             capture_output=True,
             timeout=30,
         )
-        _wait_port(self.port, up=True)
+        _wait_port(self.port, up=True, host=self.host)
 
     def stop(self) -> None:
-        subprocess.run(
-            ["redis-cli", "-p", str(self.port), "shutdown"],
-            capture_output=True,
-            timeout=30,
-        )
-        _wait_port(self.port, up=False)
+        self._cli("shutdown")
+        _wait_port(self.port, up=False, host=self.host)
 
     def restart(self) -> None:
         self.stop()
         self.start()
 
     def destroy(self) -> None:
-        subprocess.run(
-            ["redis-cli", "-p", str(self.port), "shutdown", "nosave"],
-            capture_output=True,
-            timeout=30,
-        )
+        self._cli("shutdown", "nosave")
         shutil.rmtree(self.dir, ignore_errors=True)

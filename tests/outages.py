@@ -63,18 +63,37 @@ class TcpProxy:
     - ``reset()``: every connection through the proxy is reset (RST both ways), as by a
       restart of the server or a firewall; new ones go through.
     - ``slow(seconds)``: each piece of data waits that long before it is passed on.
+    - ``lossy(probability)``: each piece of data is lost with that probability, and its
+      retransmission too, each loss costing what it costs under TCP: a retransmission
+      timeout (``RETRANSMIT_SECONDS``, doubled at each loss in a row, ``RETRANSMISSIONS``
+      in a row at most) before it is passed on.
 
-    Runs in threads of the test process; ``close()`` stops it."""
+    Runs in threads of the process that makes it, listening on ``listen`` (loopback, a free
+    port by default); ``close()`` stops it."""
 
-    def __init__(self, target_host: str, target_port: int):
+    # Linux's shortest retransmission timeout (TCP_RTO_MIN), and losses in a row at most.
+    RETRANSMIT_SECONDS = 0.2
+    RETRANSMISSIONS = 6
+
+    def __init__(
+        self,
+        target_host: str,
+        target_port: int,
+        *,
+        listen: tuple[str, int] = ("127.0.0.1", 0),
+        seed: int | None = None,
+    ):
+        import random
         import threading
 
         self.target = (target_host, target_port)
-        self._listener = socket.create_server(("127.0.0.1", 0))
+        self._listener = socket.create_server(listen)
         self.port = self._listener.getsockname()[1]
         self._flowing = threading.Event()
         self._flowing.set()
         self._delay = 0.0
+        self._loss = 0.0
+        self._random = random.Random(seed)
         self._lock = threading.Lock()
         self._pairs: list[tuple[socket.socket, socket.socket]] = []
         self._accepted = 0
@@ -88,10 +107,14 @@ class TcpProxy:
 
     def heal(self) -> None:
         self._delay = 0.0
+        self._loss = 0.0
         self._flowing.set()
 
     def slow(self, seconds: float) -> None:
         self._delay = seconds
+
+    def lossy(self, probability: float) -> None:
+        self._loss = probability
 
     def reset(self) -> None:
         with self._lock:
@@ -162,8 +185,9 @@ class TcpProxy:
                 except OSError:
                     data = b""
                 self._flowing.wait()  # held: data, and the end of the stream too
-                if data and self._delay:
-                    time.sleep(self._delay)
+                wait = self._delay + self._retransmissions() if data else 0.0
+                if wait:
+                    time.sleep(wait)
                 try:
                     if not data:
                         sink.shutdown(socket.SHUT_WR)
@@ -174,6 +198,16 @@ class TcpProxy:
         finally:
             with contextlib.suppress(Exception):
                 done.wait()
+
+    def _retransmissions(self) -> float:
+        """How long a piece of data waits for its retransmissions while ``lossy``."""
+        wait, timeout = 0.0, self.RETRANSMIT_SECONDS
+        for _ in range(self.RETRANSMISSIONS):
+            if not self._loss or self._random.random() >= self._loss:
+                break
+            wait += timeout
+            timeout *= 2
+        return wait
 
 
 def _reset(sock: socket.socket) -> None:

@@ -186,15 +186,21 @@ def celery_beat_command(*, schedule: Path, loglevel: str = "INFO") -> list[str]:
 
 
 def gunicorn_command(
-    *, port: int, workers: int = 2, threads: int | None = None, app: str = "config.wsgi"
+    *,
+    port: int,
+    workers: int = 2,
+    threads: int | None = None,
+    app: str = "config.wsgi",
+    host: str = "127.0.0.1",
 ) -> list[str]:
     """With ``threads``, threaded workers: up to ``workers x threads`` requests inside the
-    views at the same moment (the concurrency tests). ``app``: the WSGI module served."""
+    views at the same moment (the concurrency tests). ``app``: the WSGI module served;
+    ``host``: the address it listens on."""
     command = [
         str(BIN / "gunicorn"),
         app,
         "--bind",
-        f"127.0.0.1:{port}",
+        f"{host}:{port}",
         "--workers",
         str(workers),
     ]

@@ -131,6 +131,13 @@ DATABASE_KEEPALIVES_INTERVAL_SECONDS = env.int(
     "DATABASE_KEEPALIVES_INTERVAL_SECONDS", default=3
 )
 DATABASE_KEEPALIVES_COUNT = env.int("DATABASE_KEEPALIVES_COUNT", default=3)
+# The server's side of every connection gets the same keepalives and user timeout (startup
+# options): a process cut off by a partition in the middle of a transaction gives up on its
+# side, and the server ends the session on its own, its transaction rolled back and its row
+# locks released, instead of keeping it "idle in transaction" until the operating system's
+# keepalives of two hours (docs/scaling.md, "Database timeouts"). false behind a pooler that
+# refuses startup options (PgBouncer: its idle_transaction_timeout plays that part).
+DATABASE_SERVER_KEEPALIVES = env.bool("DATABASE_SERVER_KEEPALIVES", default=True)
 # Web processes only (config/wsgi.py says a process is one: APP_PROCESS=web): a statement
 # is ended by the server after WEB_STATEMENT_TIMEOUT_SECONDS, and any wait for an answer by
 # the client one second later (core/pgbackend/), so that a request never waits for a
@@ -160,6 +167,14 @@ def database_timeouts_apply(database: dict) -> None:
     options.setdefault("keepalives_interval", DATABASE_KEEPALIVES_INTERVAL_SECONDS)
     options.setdefault("keepalives_count", DATABASE_KEEPALIVES_COUNT)
     options.setdefault("tcp_user_timeout", (idle + probes) * 1000)
+    if DATABASE_SERVER_KEEPALIVES:
+        server = (
+            f"-c tcp_keepalives_idle={idle} "
+            f"-c tcp_keepalives_interval={DATABASE_KEEPALIVES_INTERVAL_SECONDS} "
+            f"-c tcp_keepalives_count={DATABASE_KEEPALIVES_COUNT} "
+            f"-c tcp_user_timeout={(idle + probes) * 1000}"
+        )
+        options["options"] = f"{options.get('options', '')} {server}".strip()
     if APP_PROCESS != "web" or WEB_STATEMENT_TIMEOUT_SECONDS <= 0:
         return
     database["ENGINE"] = "core.pgbackend"

@@ -238,12 +238,32 @@ def database_settings(prelude: str, **env: str) -> tuple[str, dict]:
     return engine, options
 
 
+# What every connection asks of the server's side (DATABASE_SERVER_KEEPALIVES).
+SERVER_KEEPALIVES = (
+    "-c tcp_keepalives_idle=10 -c tcp_keepalives_interval=3 "
+    "-c tcp_keepalives_count=3 -c tcp_user_timeout=19000"
+)
+
+
 def test_every_process_bounds_its_connect_and_finds_a_dead_link():
     for prelude in ("import config.wsgi", "import config.celery_app"):
         _, options = database_settings(prelude)
         assert options["connect_timeout"] == 3
         assert options["keepalives"] == 1
         assert options["keepalives_idle"] == 10
+        assert options["tcp_user_timeout"] == 19000
+        # and so does the server on its side (tests/core/test_database_partition_sessions.py).
+        assert options["options"].startswith(SERVER_KEEPALIVES)
+
+
+def test_behind_a_pooler_no_process_sends_startup_options():
+    for prelude in ("import config.wsgi", "import config.celery_app"):
+        _, options = database_settings(
+            prelude,
+            DATABASE_SERVER_KEEPALIVES="false",
+            WEB_STATEMENT_TIMEOUT_ON_SERVER="false",
+        )
+        assert "options" not in options
         assert options["tcp_user_timeout"] == 19000
 
 
@@ -252,31 +272,31 @@ def test_only_web_processes_get_the_statement_timeout_and_bounded_waits():
     or manage.py, which load the Celery app or the settings alone)."""
     engine, options = database_settings("import config.wsgi")
     assert engine == "core.pgbackend"
-    assert options["options"] == "-c statement_timeout=5000"
+    assert options["options"] == f"{SERVER_KEEPALIVES} -c statement_timeout=5000"
     assert options["answer_timeout"] == 6
     for prelude in ("import config.celery_app", "import django; django.setup()"):
         engine, options = database_settings(prelude)
         assert engine == "django.db.backends.postgresql"
-        assert "options" not in options
+        assert options["options"] == SERVER_KEEPALIVES
         assert "answer_timeout" not in options
     # Tunable, and off with 0; behind PgBouncer the server's part is the pooler's.
     _, options = database_settings(
         "import config.wsgi", WEB_STATEMENT_TIMEOUT_SECONDS="2.5"
     )
     assert (options["options"], options["answer_timeout"]) == (
-        "-c statement_timeout=2500",
+        f"{SERVER_KEEPALIVES} -c statement_timeout=2500",
         3.5,
     )
     engine, options = database_settings(
         "import config.wsgi", WEB_STATEMENT_TIMEOUT_ON_SERVER="false"
     )
     assert engine == "core.pgbackend"
-    assert "options" not in options
+    assert options["options"] == SERVER_KEEPALIVES
     engine, options = database_settings(
         "import config.wsgi", WEB_STATEMENT_TIMEOUT_SECONDS="0"
     )
     assert engine == "django.db.backends.postgresql"
-    assert "options" not in options
+    assert options["options"] == SERVER_KEEPALIVES
 
 
 BARE_FLOOR = (
