@@ -1,5 +1,5 @@
-"""The schedule of a bulk replay job given a rate (docs/architecture.md, "Bulk replay at a
-rate"): pure functions of the job's numbers and a time, no database, no clock of their own.
+"""The schedule of a bulk replay job given a rate (docs/architecture.md, "A bulk replay
+job"): pure functions of the job's numbers and a time, no database, no clock of their own.
 
 A job at ``rate`` events per second replays in slices of ``size`` events, one slice every
 ``size / rate`` seconds; ``size`` is about ``BULK_REPLAY_RATE_TICK_SECONDS`` worth of

@@ -16,7 +16,7 @@ env = environ.Env()
 
 def env_renamed(cast: str, name: str, *, former: str, default):
     """A variable renamed to say what it configures: ``name`` if set, else its former name
-    (still read, documented as an alias in the README), else ``default``."""
+    (still read, documented as an alias in docs/configuration.md), else ``default``."""
     read = getattr(env, cast)
     if name not in env.ENVIRON and former in env.ENVIRON:
         return read(former, default=default)

@@ -302,7 +302,7 @@ def _history(source, n: int) -> None:
         cursor.execute(f"ANALYZE {table}")
 
 
-@pytest.mark.slow  # tens of thousands of rows: make test only (README)
+@pytest.mark.slow  # tens of thousands of rows: make test only (docs/development.md)
 def test_the_claims_keep_their_partial_indexes_with_a_source_paused(paused, normal):
     """EXPLAIN on PostgreSQL, over an inbox with a past: with a source paused and its rows
     set aside, the relay's claim (``outbox._CLAIM_SQL``) and its look before it walk
