@@ -1,5 +1,5 @@
 """Writes: research documents change only through ``document_change_apply``, under the
-ordering rule (docs/architecture.md, "Research documents")."""
+ordering rule (docs/subsystems/processing.md, "Research documents")."""
 
 from __future__ import annotations
 
@@ -118,7 +118,7 @@ def document_data_validate(data: Any) -> tuple[str, list[str], list[dict[str, st
 
 
 def document_change_decide(*, document: LockedDocument, change: DocumentChange) -> str:
-    """The ordering rule (docs/architecture.md, "Research documents"): versions when both
+    """The ordering rule (docs/subsystems/processing.md, "Research documents"): versions when both
     sides have one, else ``(occurred_at, event_id)``. Arrival order never decides."""
     if not document.last_event_id:
         return Decision.APPLY  # nothing applied yet

@@ -119,13 +119,18 @@ def anchors(path: Path) -> set[str]:
 
 
 def relative_links(path: Path) -> list[tuple[int, str]]:
+    """The relative links of a markdown file with their line numbers; a link's text may run
+    over several lines."""
+    kept = dict(outside_code(path.read_text()))
+    lines = [kept.get(number, "") for number in range(1, max(kept, default=0) + 1)]
+    # Inline code is not a link; what it spans is blanked, its line breaks kept.
+    text = re.sub(r"`[^`]*`", lambda code: "\n" * code[0].count("\n"), "\n".join(lines))
     links = []
-    for number, line in outside_code(path.read_text()):
-        line = re.sub(r"`[^`]*`", "", line)  # inline code is not a link
-        for target in LINK.findall(line):
-            if re.match(r"^[a-z][a-z0-9+.-]*:", target):  # https:, mailto:
-                continue
-            links.append((number, target))
+    for match in LINK.finditer(text):
+        target = match.group(1)
+        if re.match(r"^[a-z][a-z0-9+.-]*:", target):  # https:, mailto:
+            continue
+        links.append((text.count("\n", 0, match.start()) + 1, target))
     return links
 
 
@@ -212,6 +217,16 @@ def test_headings_are_anchored_as_github_anchors_them(tmp_path):
         "twice",
         "twice-1",
     }
+
+
+def test_links_are_read_across_lines_and_never_in_code(tmp_path):
+    page = tmp_path / "page.md"
+    page.write_text(
+        "A [link whose text\nruns over](other.md#there), `[code](not.md)` and\n"
+        "[an address](https://example.org/).\n```\n[a block](not-either.md)\n```\n"
+        "[Last](#here)\n"
+    )
+    assert relative_links(page) == [(1, "other.md#there"), (7, "#here")]
 
 
 def test_every_relative_link_of_the_docs_resolves():

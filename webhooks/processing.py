@@ -1,5 +1,5 @@
 """The processing service: inbox rows through their integration's handler, at most once each
-(docs/architecture.md, "Processing state machine").
+(docs/subsystems/processing.md, "An inbox row").
 
 A worker takes a batch of rows (one message carries up to ``INBOX_BATCH_SIZE`` ids):
 
@@ -26,7 +26,7 @@ the pause, one of an earlier release): they stay ``received`` (or ``failed``) wi
 ``dispatched_at`` cleared, for the relay to set aside and release after the resume. While the
 source drains, only the rows its drain released are claimed (stamped dispatched at or after
 the drain's start). Rows already ``processing`` when a pause lands finish normally
-(docs/architecture.md, "Pausing a source").
+(docs/subsystems/relay.md, "Pausing a source").
 """
 
 from __future__ import annotations

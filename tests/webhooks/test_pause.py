@@ -1,4 +1,4 @@
-"""Pausing a source (docs/architecture.md, "Pausing a source") against PostgreSQL and the
+"""Pausing a source (docs/subsystems/relay.md, "Pausing a source") against PostgreSQL and the
 real Redis broker: ingest answers as before, the relay holds the source's events (its claim,
 its sweep and its lag leave them alone) and sets them aside, a worker never processes a held
 row whatever message names it, and a resume drains them in id order, at a rate if given,
