@@ -38,7 +38,7 @@ stopped. It loops:
   milliseconds while work trickles in, up to ``RELAY_BUSY_POLL_SECONDS`` under load, so that
   messages fill; up to ``RELAY_IDLE_POLL_SECONDS`` when idle. Polling costs nothing on the
   request path (a ``NOTIFY`` from every inserting transaction was measured to cost about a
-  third of the database's commit rate; see docs/benchmarks.md), and a lost wake-up cannot
+  third of the database's commit rate; see docs/bench-log/2026-11-30.md), and a lost wake-up cannot
   exist: the database, not a notification, says what is waiting.
 """
 

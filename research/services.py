@@ -361,7 +361,7 @@ def _jsonb_array(name: str) -> str:
     """A jsonb[] built in the statement from one JSON array bound as ``name``, in its
     order: psycopg writes a bound jsonb[] as an array literal, escaping each element's quotes
     one regular-expression match at a time, which cost a worker more CPU than the rest of
-    the batch (docs/benchmarks.md, "Processing")."""
+    the batch (docs/bench-log/2026-12-01.md, "Processing")."""
     return (
         f"ARRAY(SELECT e.value FROM jsonb_array_elements(%({name})s::jsonb) "  # noqa: S608 - a placeholder name
         "WITH ORDINALITY AS e(value, n) ORDER BY e.n)"

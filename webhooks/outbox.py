@@ -170,9 +170,9 @@ def _take(queryset: QuerySet[InboxEvent], limit: int, now: datetime) -> list[tup
 
 
 # The relay's claim and its look before it, on PostgreSQL: what ``_waiting_new`` and
-# ``_waiting_retries`` select and ``_take`` does, written once as SQL, so that a round spends
-# no time building the same statements again (building them was about a third of a busy
-# relay's CPU: docs/benchmarks.md, "The relay's own cost"). Their conditions are those of the
+# ``_waiting_retries`` select and ``_take`` does, written once as SQL, so that a round spends no
+# time building the same statements again (building them was about a third of a busy relay's
+# CPU: docs/bench-log/2026-12-02.md, "The relay's own cost"). Their conditions are those of the
 # partial indexes ``webhooks_inbox_outbox_idx`` and ``webhooks_inbox_retry_idx``, as the
 # querysets' are. The embedded default (SQLite) takes the querysets' way.
 _EVENTS = InboxEvent._meta.db_table
@@ -382,7 +382,7 @@ class InboxOutbox(Outbox[int]):
     def held(self) -> list[int]:
         """The sources whose events are held back now (paused or draining): one statement
         written once, read in every round of the relay (a queryset built each time was a
-        tenth of a busy relay's CPU: docs/benchmarks.md, "One relay at a time")."""
+        tenth of a busy relay's CPU: docs/bench-log/2026-12-03.md, "One relay at a time")."""
         with connection.cursor() as cursor:
             cursor.execute(_HELD_SQL)
             return [source_id for (source_id,) in cursor.fetchall()]

@@ -180,7 +180,8 @@ RETURNING a.id
 # The same statement with its arrays bound in binary, where the server binds parameters
 # (``config.settings.base.database_binding_apply``): psycopg writes a text array element by
 # element in Python, quoting and escaping each, about ten times the cost of the binary form
-# (docs/benchmarks.md, "Processing and the relay"). A client-side cursor keeps the text form.
+# (docs/bench-log/2026-12-01.md, "Processing and the relay"). A client-side cursor keeps the
+# text form.
 _BATCH_CLOSE_SQL_BINARY = re.sub(
     r"%\((\w+)\)s::(\w+)\[\]", r"%(\1)b::\2[]", _BATCH_CLOSE_SQL
 )
@@ -286,7 +287,7 @@ class _Loaded:
     """Instances of ``model`` built from some of its columns, as a query loads them
     (``Model.from_db``): the other fields deferred, read from the database if ever touched.
     ``model(**columns)`` would compute every other field's default, per row, which cost
-    the claim about as much as the rest of it (docs/benchmarks.md, "Processing and the
+    the claim about as much as the rest of it (docs/bench-log/2026-12-01.md, "Processing and the
     relay")."""
 
     def __init__(self, model: type[Model], names: tuple[str, ...]) -> None:

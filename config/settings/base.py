@@ -103,8 +103,8 @@ def database_binding_apply(database: dict) -> None:
     """On PostgreSQL, parameters bound by the server rather than quoted into the SQL text by
     the client, and statements prepared: psycopg prepares a statement a connection runs often
     (its fifth run), and PostgreSQL then parses and plans it once per connection instead of
-    once per request (docs/benchmarks.md, "Where the accepted request's time goes"). Behind a
-    PgBouncer older than 1.21 in transaction mode, turn it off with
+    once per request (docs/bench-log/2026-12-01.md, "Where the accepted request's time
+    goes"). Behind a PgBouncer older than 1.21 in transaction mode, turn it off with
     ``DATABASE_SERVER_SIDE_BINDING=false``. The test settings apply it too, so that the suite
     runs every query the way production sends it."""
     if database["ENGINE"] != "django.db.backends.postgresql":
