@@ -81,7 +81,7 @@ test-fast: setup
 	  echo "test-fast: alerting rule tests skipped: promtool is missing (make test installs it)"; \
 	fi
 
-## The console's screenshots in docs/console/ (README, "Admin audit console"), taken by the
+## The console's screenshots in docs/console/ (docs/console.md, "What it holds"), taken by the
 ## browser tests of its lists and of an event's story at 1400 px on realistic rows.
 console-screenshots: setup system-tools
 	$(PY) scripts/check_services.py

@@ -1,5 +1,5 @@
 """gunicorn settings. gunicorn reads ``gunicorn.conf.py`` from its working directory, so
-``gunicorn config.wsgi`` started at the repository root (README.md, "Processes") runs with
+``gunicorn config.wsgi`` started at the repository root (docs/operations.md, "Processes") runs with
 them; elsewhere, pass ``-c <repository>/gunicorn.conf.py``.
 
 Metrics: this server's workers share one folder of metric files, set up here in the arbiter

@@ -1,7 +1,7 @@
 """The verifiable log's storage: one Merkle tree (RFC 9162 section 2.1) over every ledger, kept
 in PostgreSQL (SQLite for the embedded default) so that appending a batch, a root, an
 inclusion proof and a consistency proof each read O(log n) rows (docs/security.md, "Verifiable
-log"; docs/architecture.md, "The verifiable log").
+log"; docs/subsystems/log.md, "The verifiable log").
 
 Two tables: ``LogLeaf`` (index, kind, record id, the leaf's canonical JSON) and ``LogNode``
 (the hash of every complete subtree, at its ``stored_hash_index``). A proof is a handful of

@@ -1,4 +1,4 @@
-"""The verifiable log's metrics (docs/architecture.md, "Metrics")."""
+"""The verifiable log's metrics (docs/operations.md, "Metrics")."""
 
 from core.metrics import Counter
 

@@ -1,5 +1,5 @@
 """The sealer: every ledger row takes its place in the verifiable log, once, whatever its id
-(docs/architecture.md, "The verifiable log"; docs/security.md, "What the log holds").
+(docs/subsystems/log.md, "The verifiable log"; docs/security.md, "What the log holds").
 
 Beat's ``audit.seal_inbox`` runs ``ledger_rows_seal`` and then signs a checkpoint. A round
 goes through the ledgers of ``audit.ledgers`` in their order and appends, in batches of
@@ -306,7 +306,7 @@ def ledger_rows_seal(
 ) -> SealReport:
     """Appends to the log every ledger row older than ``AUDIT_SEAL_HORIZON_SECONDS`` that is
     ready and not logged yet, ledger by ledger in ``audit.ledgers`` order, each in the order
-    of its tickets (docs/architecture.md, "The verifiable log"). The first round takes the
+    of its tickets (docs/subsystems/log.md, "The verifiable log"). The first round takes the
     retired HMAC chain in first. Idempotent, safe to run concurrently (a second sealer finds
     the log's lock taken and returns). A round starts at most ``max_batches`` batches, and none
     after ``max_seconds`` (half the task's soft time limit by default); the rest is left to

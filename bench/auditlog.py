@@ -1,6 +1,6 @@
-"""The verifiable log at 1,000,000 leaves (docs/benchmarks.md, "Verifiable log"): appending
-in sealing batches, inclusion and consistency proofs, and recomputing the whole tree from its
-leaves, each next to a floor measured in the same run on the same database.
+"""The verifiable log at 1,000,000 leaves (docs/bench-log/2026-12-01.md, "Verifiable log"):
+appending in sealing batches, inclusion and consistency proofs, and recomputing the whole
+tree from its leaves, each next to a floor measured in the same run on the same database.
 
     BENCH_DATABASE_URL=postgres://postgres@127.0.0.1:5432/wt_bench python -m bench.auditlog
 

@@ -1,6 +1,6 @@
 """The floors alone: a bare endpoint and a raw INSERT ... ON CONFLICT endpoint on gunicorn;
 and what a ``NOTIFY`` in the inserting transaction would cost the raw insert, with a
-connection ``LISTEN``ing as a relay woken that way would (docs/benchmarks.md, "Waking the
+connection ``LISTEN``ing as a relay woken that way would (docs/bench-log/2026-11-30.md, "Waking the
 relay")."""
 
 import json

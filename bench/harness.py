@@ -51,7 +51,7 @@ BENCH_SECONDS = float(os.environ.get("BENCH_SECONDS", "8"))
 BENCH_CONNECTIONS = int(os.environ.get("BENCH_CONNECTIONS", "8"))
 # gunicorn's sync workers per server in every benchmark (floors and product alike). Two by
 # default, as every figure in docs/benchmarks.md was read; gunicorn.conf.py's own default is
-# 2 x cores + 1 (docs/benchmarks.md, "One relay at a time").
+# 2 x cores + 1 (docs/bench-log/2026-12-03.md, "One relay at a time").
 BENCH_WEB_WORKERS = int(os.environ.get("BENCH_WEB_WORKERS", "2"))
 
 

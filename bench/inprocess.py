@@ -14,7 +14,7 @@ code does; the instructions do not: run it under valgrind's callgrind twice with
 (``valgrind --tool=callgrind python -m bench.inprocess ingest 100``, then ``600``), and the
 difference of the two totals divided by 500 is the instructions one request runs in this
 process, the same from one run to the next within a fraction of a percent
-(docs/benchmarks.md, "Headers read from the environ").
+(docs/bench-log/2026-12-03.md, "Headers read from the environ").
 
 The bench database is reset first with ``--reset`` (else it must hold the bench sources:
 ``python -m bench.ingest`` leaves them)."""

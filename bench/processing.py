@@ -130,7 +130,7 @@ def _rate(first, last, n: int) -> float:
     return (n - 1) / seconds if seconds > 0 else float("nan")
 
 
-# The tables a drain leaves dead row versions in (docs/benchmarks.md, "Statements and row
+# The tables a drain leaves dead row versions in (docs/bench-log/2026-12-01.md, "Statements and row
 # versions per event").
 VACUUMED = (
     "webhooks_inboxevent",
@@ -151,7 +151,7 @@ def _vacuum_if_autovacuum_off() -> None:
     foreign keys' checks, which a connection keeps until the table is analyzed again; a
     prepared statement's generic plan) scan it whole while the drain fills it, with no
     autovacuum to analyze it again.
-    That cost the first drain half its rate (docs/benchmarks.md, "Processing and the
+    That cost the first drain half its rate (docs/bench-log/2026-12-01.md, "Processing and the
     relay")."""
     if sql("SHOW autovacuum")[0][0] == "on":
         return
@@ -191,7 +191,7 @@ def _drain_inbox(
     rows = InboxEvent.objects.filter(pk__in=ids)
     # Polled through the ids' range, then checked once by the ids themselves: a statement
     # binding 20,000 ids, every 0.2 s, cost this process and the database about half a core
-    # while the workers drained, on the cores they share (docs/benchmarks.md, "Processing
+    # while the workers drained, on the cores they share (docs/bench-log/2026-12-01.md, "Processing
     # and the relay").
     span_rows = InboxEvent.objects.filter(pk__range=(min(ids), max(ids)))
     with CoreSampler() as cores:
@@ -344,7 +344,7 @@ def run(ctx: BenchContext) -> list[Figure]:
                 floor_name=f"1-UPDATE task, {workers} worker(s)",
                 floor_value=floor,
                 # Each worker process at least three times what it does with a task of one
-                # UPDATE (docs/benchmarks.md, "Processing and the relay").
+                # UPDATE (docs/bench-log/2026-12-01.md, "Processing and the relay").
                 target_ratio=3.0,
                 extra={
                     "events": EVENTS,

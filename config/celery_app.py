@@ -9,7 +9,7 @@ from core import broker
 # cookiecutter-django does: only manage.py and `make run` default to the local settings.
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.production")
 # `filesystem://` (the embedded default's broker) writes a message whole before a consumer can
-# see it (docs/architecture.md, "The embedded default's broker").
+# see it (docs/subsystems/relay.md, "The embedded default's broker").
 broker.register()
 
 

@@ -58,7 +58,7 @@ STATUS_WORDS: dict[str, tuple[str, str]] = {
     "enabled": ("Enabled", "ok"),
     "disabled": ("Disabled", "error"),
     "stuck": ("Processing (stuck)", "error"),
-    # An inbox event that waits because its source is paused (docs/architecture.md,
+    # An inbox event that waits because its source is paused (docs/subsystems/relay.md,
     # "Pausing a source").
     "held": ("Held (paused)", "warning"),
     # A trigger attempt's outcome (``deployments.TriggerAttempt.Outcome``).

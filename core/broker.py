@@ -9,7 +9,7 @@ Here a message is written under a name the consumer does not pick up (it matches
 ending in ``.<queue>.msg``) and renamed into place when whole; a rename within one folder is
 atomic, so a consumer sees either no file or the full message. Registering the transport under
 kombu's own ``filesystem`` alias keeps ``CELERY_BROKER_URL=filesystem://`` what an operator
-writes (docs/architecture.md, "The embedded default's broker").
+writes (docs/subsystems/relay.md, "The embedded default's broker").
 """
 
 from __future__ import annotations

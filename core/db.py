@@ -43,7 +43,7 @@ def _fetchone(wrapper: Any, sql: str, params: Sequence[Any]) -> tuple | None:
 def fetchone_checking_connection(sql: str, params: Sequence[Any]) -> tuple | None:
     """Runs one statement in autocommit and returns its first row. As the request's first
     use of a connection kept from an earlier request, the statement is the connection's
-    health check (docs/benchmarks.md, "The health check's round trip, and a retry of the
+    health check (docs/bench-log/2026-12-01.md, "The health check's round trip, and a retry of the
     same bytes"): instead of Django's ``SELECT 1`` before it (``CONN_HEALTH_CHECKS``, one
     more round trip on every request), a statement that fails on a connection found dead
     afterwards (the database restarted since) runs once more on a new connection, as it

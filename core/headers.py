@@ -1,5 +1,5 @@
 """A request's headers read where the WSGI server put them, in ``request.META``
-(docs/benchmarks.md, "Headers read from the environ").
+(docs/bench-log/2026-12-03.md, "Headers read from the environ").
 
 ``request.headers`` (Django's ``HttpHeaders``) copies every ``HTTP_*`` entry of the environ
 into a case-insensitive mapping when first read, and each lookup goes through three layers

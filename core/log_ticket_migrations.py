@@ -1,5 +1,5 @@
 """The migration operations that give a ledger its ``log_ticket`` column
-(``core.models.log_ticket_field``; docs/architecture.md, "The verifiable log"), shared by the
+(``core.models.log_ticket_field``; docs/subsystems/log.md, "The verifiable log"), shared by the
 migrations of every app whose rows the log takes in. What they do must never change: a
 migration already applied ran them as they were."""
 

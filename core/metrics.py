@@ -1,4 +1,4 @@
-"""Prometheus exposition for every process of the deployment (docs/architecture.md,
+"""Prometheus exposition for every process of the deployment (docs/operations.md,
 "Metrics").
 
 Each app defines its own counters and histograms (``<app>/metrics.py``), incremented where the
@@ -126,7 +126,7 @@ def celery_signals_connect() -> None:
             _worker_metrics_server.socket.close()
 
 
-# --- a worker's own /metrics (docs/architecture.md, "Metrics") ------------------------------
+# --- a worker's own /metrics (docs/operations.md, "Metrics") ------------------------------
 WORKER_METRICS_PORT_VARIABLE = "CELERY_METRICS_PORT"
 WORKER_METRICS_ADDR_VARIABLE = "CELERY_METRICS_ADDR"
 WORKER_METRICS_PORT_DEFAULT = 9808

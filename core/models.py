@@ -52,7 +52,7 @@ class AppendOnlyModel(models.Model):
 @deconstructible(path="core.models.TransactionTicket")
 class TransactionTicket(Expression):
     """The id of the transaction that writes the row, as a column's database default
-    (docs/architecture.md, "The verifiable log"): PostgreSQL's ``pg_current_xact_id()`` (64
+    (docs/subsystems/log.md, "The verifiable log"): PostgreSQL's ``pg_current_xact_id()`` (64
     bits, never wrapping). Once every transaction older than a snapshot's ``xmin`` has ended,
     no row with a smaller ticket can still appear: this is what lets the log's sealer take
     every ledger row, whatever its id, with no write to the row. SQLite writes NULL: its
@@ -76,7 +76,7 @@ class TransactionTicket(Expression):
 
 def log_ticket_field() -> models.BigIntegerField:
     """The ``log_ticket`` column of a ledger the verifiable log takes in: set by the database
-    when the row is inserted, never written afterwards (docs/architecture.md, "The verifiable
+    when the row is inserted, never written afterwards (docs/subsystems/log.md, "The verifiable
     log")."""
     return models.BigIntegerField(
         null=True,
@@ -172,7 +172,7 @@ class RelayHeartbeat(models.Model):
     """One outbox relay (a thread of a worker process), as it last reported itself: how
     ``/metrics`` and ``/readyz`` tell how many relays are alive and which one publishes, how
     the relay that publishes learns how many worker processes it publishes for, and how a
-    standing-by relay tells that the one publishing went silent (docs/architecture.md, "One
+    standing-by relay tells that the one publishing went silent (docs/subsystems/relay.md, "One
     relay publishes at a time")."""
 
     relay_id = models.CharField(max_length=255)

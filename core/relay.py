@@ -1,5 +1,5 @@
 """The outbox relay: moves committed work from the database to the workers
-(docs/architecture.md, "Request paths" and "Where each race is decided").
+(docs/subsystems/relay.md; docs/architecture.md, "Where each race is decided").
 
 A request that accepts work (a webhook event, a deployment) commits one row and answers; it
 never talks to the broker. The row is the outbox. Each app registers its outboxes here from
@@ -32,13 +32,13 @@ stopped. It loops:
   paused webhook source). Each round the relay serves every such group apart, in a
   transaction of its own (``Outbox.held_claim``): the outbox sets the group's rows aside, or
   releases them in order within the group's rate. The claim of everything else stays what it
-  was; see docs/architecture.md, "Pausing a source";
+  was; see docs/subsystems/relay.md, "Pausing a source";
 - poll adaptively: at once again while batches come back full; after a round that took rows,
   a pause in proportion to the rate it takes them at (``Relay.busy_pause``): a few
   milliseconds while work trickles in, up to ``RELAY_BUSY_POLL_SECONDS`` under load, so that
   messages fill; up to ``RELAY_IDLE_POLL_SECONDS`` when idle. Polling costs nothing on the
   request path (a ``NOTIFY`` from every inserting transaction was measured to cost about a
-  third of the database's commit rate; see docs/benchmarks.md), and a lost wake-up cannot
+  third of the database's commit rate; see docs/bench-log/2026-11-30.md), and a lost wake-up cannot
   exist: the database, not a notification, says what is waiting.
 """
 
@@ -436,7 +436,7 @@ class Relay:
 
     def run(self) -> None:
         """Rounds until ``stop`` is set. On PostgreSQL, with ``RELAY_ONE_ACTIVE``, only the
-        relay holding the active relay's lock runs them (docs/architecture.md, "One relay
+        relay holding the active relay's lock runs them (docs/subsystems/relay.md, "One relay
         publishes at a time"); the others stand by, trying to take the lock every
         ``RELAY_STANDBY_POLL_SECONDS``."""
         pause = 0.0

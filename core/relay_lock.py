@@ -1,4 +1,4 @@
-"""The lock that makes one relay the one that publishes (docs/architecture.md, "One relay
+"""The lock that makes one relay the one that publishes (docs/subsystems/relay.md, "One relay
 publishes at a time"): a PostgreSQL session advisory lock, held on a connection of the
 relay's own, apart from Django's (which the relay's loop closes and opens again as its
 ``CONN_MAX_AGE`` says).

@@ -17,7 +17,7 @@ from .relay import outbox_lag_seconds
 
 def relays_alive() -> tuple[int, int]:
     """Relays whose heartbeat is fresher than three of their periods, and of those the ones
-    that said they publish (one, with several on PostgreSQL: docs/architecture.md, "One
+    that said they publish (one, with several on PostgreSQL: docs/subsystems/relay.md, "One
     relay publishes at a time")."""
     horizon = timezone.now() - timedelta(seconds=3 * settings.RELAY_HEARTBEAT_SECONDS)
     counts = RelayHeartbeat.objects.filter(last_seen_at__gte=horizon).aggregate(

@@ -1,6 +1,6 @@
 """How the console writes an instant: one format everywhere, to the second, with the zone
 (``2026-12-01 15:41:02 UTC``), so that rows of different pages can be put in order by eye.
-The zone is ``TIME_ZONE`` (README, "Admin audit console")."""
+The zone is ``TIME_ZONE`` (docs/console.md, "Times")."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """What core records in the trail of operator actions: an API client created, activated or
-deactivated (docs/security.md, "Operator actions").
+deactivated (docs/security.md, "Every change of trust is an operator action").
 
 The trail's one recorder lives in the app that owns ``OperatorAction`` (``webhooks``,
 ``operator_actions.operator_action_record``), above core; it installs itself here from its

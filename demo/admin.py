@@ -32,7 +32,7 @@ class DemoDependencyAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
 
     @admin.display(description="state")
     def state(self, obj: DemoDependency) -> str:
-        # The badges' colours (docs/console.md, "Statuses"): up is green, down red.
+        # The badges' colours (docs/console.md, "One wording"): up is green, down red.
         return format_html(
             '<span class="badge badge-{}" data-status="{}">{}</span>',
             "ok" if obj.is_up else "error",

@@ -1,4 +1,4 @@
-"""The job worker's metrics (docs/architecture.md, "Metrics"), incremented in the worker
+"""The job worker's metrics (docs/operations.md, "Metrics"), incremented in the worker
 process that makes the attempt."""
 
 from core.metrics import Counter, Histogram

@@ -39,7 +39,7 @@ REPORTED_DETAIL_MAX_LENGTH = 1000
 
 class TriggerPhase(models.TextChoices):
     """Where a job run by a trigger executor (``http``, ``github``) stands, so that recovery
-    knows what it may repeat (docs/architecture.md, "A deployment or build job")."""
+    knows what it may repeat (docs/subsystems/executors.md, "A deployment or build job")."""
 
     NONE = "", "-"
     # An attempt is open: its request may have left. Only the same id may be sent again.
@@ -254,7 +254,7 @@ class Job(BaseModel):
     the executor runs, with the executor the claim chose (a deploy target's, or
     ``DEPLOY_EXECUTOR``): a job with it set is never claimed again. A ``simulated`` job's
     executor is never run a second time; an ``http`` or ``github`` job is triggered again only
-    under its one id, while ``trigger_phase`` says it may be (docs/architecture.md)."""
+    under its one id, while ``trigger_phase`` says it may be (docs/subsystems/executors.md)."""
 
     public_id_prefix = ""
     # The request fields of its kind beyond those every job has (``services.job_new``).

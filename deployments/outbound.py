@@ -1,4 +1,4 @@
-"""Outbound calls of the trigger executors (docs/architecture.md, "Outbound calls"): how a
+"""Outbound calls of the trigger executors (docs/subsystems/executors.md, "Outbound calls"): how a
 call is made (``core.egress``: to a checked address of the URL's host, never one in a denied
 network; explicit connect and read timeouts and one deadline for the whole attempt; no
 redirects; a bounded response), and the one classification of what came back.

@@ -1,4 +1,4 @@
-"""Jobs as an outbox (docs/architecture.md, "Request paths"): a new deployment or build is
+"""Jobs as an outbox (docs/subsystems/relay.md): a new deployment or build is
 committed with its idempotency record and answered; the relay (``core.relay``) in each worker
 publishes its run message. Nothing on the request path talks to the broker.
 

@@ -236,7 +236,7 @@ class _OpenAttempt:
 
 
 def job_run(*, kind: str, public_id: str, worker: str) -> str:
-    """Carries out one job, however often its message is delivered (docs/architecture.md,
+    """Carries out one job, however often its message is delivered (docs/subsystems/executors.md,
     "A deployment or build job").
 
     The first delivery claims the job (``executor_started_at``, the executor its deploy
@@ -821,9 +821,9 @@ def deployment_status_report_apply(
     job_id_in_payload: str = "",
     client_id: int | None = None,
 ) -> StatusReportOutcome:
-    """A deployment status reported by GitHub (docs/architecture.md, "GitHub"), applied under
-    ``report_applies`` to the deployment it is about, locked until the caller's transaction
-    ends:
+    """A deployment status reported by GitHub (docs/subsystems/processing.md, "GitHub"),
+    applied under ``report_applies`` to the deployment it is about, locked until the caller's
+    transaction ends:
 
     1. the deployment that holds GitHub's deployment id (the ``github`` executor recorded
        it), of the same repository;

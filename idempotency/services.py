@@ -385,7 +385,7 @@ def idempotency_identical_replay(
 ) -> IdempotentResponse | None:
     """The replay of a retry whose body is byte for byte the body of the request that made
     the key's live, unexpired record (``request_hash``), counted on the record, or ``None``:
-    one statement, before the body is parsed (docs/architecture.md, "An idempotent API
+    one statement, before the body is parsed (docs/subsystems/idempotency.md, "An idempotent API
     call"). On PostgreSQL, in autocommit only (elsewhere ``None``). The statement is the
     request's first (``core.db.fetchone_checking_connection``): for a new key it takes the
     place of the connection's health check, so that a new key still costs two round trips;

@@ -1,5 +1,5 @@
 """Writes: research documents change only through ``document_change_apply``, under the
-ordering rule (docs/architecture.md, "Research documents")."""
+ordering rule (docs/subsystems/processing.md, "Research documents")."""
 
 from __future__ import annotations
 
@@ -118,7 +118,7 @@ def document_data_validate(data: Any) -> tuple[str, list[str], list[dict[str, st
 
 
 def document_change_decide(*, document: LockedDocument, change: DocumentChange) -> str:
-    """The ordering rule (docs/architecture.md, "Research documents"): versions when both
+    """The ordering rule (docs/subsystems/processing.md, "Research documents"): versions when both
     sides have one, else ``(occurred_at, event_id)``. Arrival order never decides."""
     if not document.last_event_id:
         return Decision.APPLY  # nothing applied yet
@@ -361,7 +361,7 @@ def _jsonb_array(name: str) -> str:
     """A jsonb[] built in the statement from one JSON array bound as ``name``, in its
     order: psycopg writes a bound jsonb[] as an array literal, escaping each element's quotes
     one regular-expression match at a time, which cost a worker more CPU than the rest of
-    the batch (docs/benchmarks.md, "Processing")."""
+    the batch (docs/bench-log/2026-12-01.md, "Processing")."""
     return (
         f"ARRAY(SELECT e.value FROM jsonb_array_elements(%({name})s::jsonb) "  # noqa: S608 - a placeholder name
         "WITH ORDINALITY AS e(value, n) ORDER BY e.n)"

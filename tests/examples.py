@@ -1,6 +1,6 @@
 """How many examples a Hypothesis test draws: its full count in ``make test``, a third of it
 (at least 10) in ``make test-fast``, which sets ``TEST_EXAMPLES=fast`` to keep the loop short
-(docs/benchmarks.md, "The test loop")."""
+(docs/development.md, "What the test loop costs")."""
 
 import os
 

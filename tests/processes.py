@@ -149,8 +149,8 @@ def embedded_env(tmp_path: Path, port: int) -> dict[str, str]:
     return env
 
 
-# The commands of the product's processes, as README.md ("Processes") starts them: every test
-# and benchmark that starts one starts it with these.
+# The commands of the product's processes, as docs/operations.md ("Processes") starts them:
+# every test and benchmark that starts one starts it with these.
 
 
 def celery_worker_command(

@@ -1,5 +1,6 @@
 """Rows a test starts from, made once per process through the product's own paths and copied
-back for every later test that asks for them (docs/benchmarks.md, "The test loop").
+back for every later test that asks for them (docs/development.md, "How the tests are laid
+out").
 
 ``rows_snapshot(name, build)`` runs ``build()`` the first time a process asks for ``name``,
 on tables that are empty (a transactional test's flush emptied them, or the rolled-back

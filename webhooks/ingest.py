@@ -1,5 +1,5 @@
 """Ingest: one delivery verified, validated and recorded with one statement
-(docs/architecture.md, "A webhook delivery"). Failed authentication costs one bounded counter
+(docs/subsystems/inbox.md, "A webhook delivery"). Failed authentication costs one bounded counter
 write; nothing here talks to the broker: a relay publishes the new row."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Integrations: what a source's ``handler`` names (docs/architecture.md, "Integrations").
+"""Integrations: what a source's ``handler`` names (docs/subsystems/inbox.md, "Integrations").
 
 An integration is one package under ``integrations/`` that knows one producer's events:
 

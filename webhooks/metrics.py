@@ -1,4 +1,4 @@
-"""The inbox's metrics (docs/architecture.md, "Metrics")."""
+"""The inbox's metrics (docs/operations.md, "Metrics")."""
 
 from core.metrics import Counter, GaugeMetricFamily, Histogram
 
@@ -83,7 +83,7 @@ class QueueLagCollector:
 class PausedSourcesCollector:
     """``webhook_source_paused_seconds{source}`` and ``webhook_source_held_events{source}``,
     read from the database at scrape time, one series per enabled source and one statement
-    per family (docs/architecture.md, "Pausing a source")."""
+    per family (docs/subsystems/relay.md, "Pausing a source")."""
 
     def collect(self):
         from core.selectors import COUNT_CAP

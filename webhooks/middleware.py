@@ -1,4 +1,4 @@
-"""The webhook endpoint's own lane through the middleware (docs/benchmarks.md, "Where the
+"""The webhook endpoint's own lane through the middleware (docs/bench-log/2026-12-01.md, "Where the
 accepted request's time goes").
 
 ``POST /webhooks/<slug>/`` is served by a plain view that authenticates by signature and

@@ -109,7 +109,7 @@ class WebhookSource(models.Model):
 
 
 class SourceHold(models.Model):
-    """A source whose events are held back (docs/architecture.md, "Pausing a source"):
+    """A source whose events are held back (docs/subsystems/relay.md, "Pausing a source"):
     paused by an operator, or draining after a resume. One row per held source and none for
     the others: the row is created by a pause, turned into a drain by the resume, and deleted
     when the drain has released everything.
@@ -328,7 +328,7 @@ class InboxEvent(models.Model):
     delivery_count = models.PositiveIntegerField(default=1)
     last_seen_at = models.DateTimeField(default=timezone.now)
     dispatched_at = models.DateTimeField(null=True, blank=True)
-    # Set aside by the relay while its source is paused or draining (docs/architecture.md,
+    # Set aside by the relay while its source is paused or draining (docs/subsystems/relay.md,
     # "Pausing a source"): out of the outbox's partial indexes, so that a long pause never
     # makes a claim walk past its rows; cleared when the drain releases the row.
     held_at = models.DateTimeField(null=True, blank=True)

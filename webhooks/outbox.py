@@ -1,4 +1,4 @@
-"""The inbox as an outbox (docs/architecture.md, "Request paths"): which rows wait for a
+"""The inbox as an outbox (docs/subsystems/relay.md): which rows wait for a
 processing message, claimed by the relay (``core.relay``) in each worker.
 
 A row waits for a message when it is ``received`` and no message was published for it yet
@@ -7,7 +7,7 @@ no message for that retry. Both are read through partial indexes that hold only 
 a claim stays an index probe however large the inbox grows. The sweep publishes again what a
 lost message left behind (see ``inbox_sweep_due_q``).
 
-Rows of a paused source are held (docs/architecture.md, "Pausing a source"). The claim, the
+Rows of a paused source are held (docs/subsystems/relay.md, "Pausing a source"). The claim, the
 sweep and the lag leave them alone: a subquery over the holds (``SourceHold``: a handful of
 rows, read once per statement) excludes the held sources. Each round, the relay serves every
 held source apart (``InboxOutbox.held_claim``) under its hold's row lock: it sets the
@@ -119,9 +119,9 @@ def _publications(rows: list[tuple[int, str, str]]) -> list[Publication]:
     workers never race one document's events within a claim. Only an entity with more rows
     than a message holds is split, in id order: a drain never releases that many of one
     entity at once (``_drain_release``), and a bulk replay puts back one of an entity at a
-    time (docs/architecture.md, "Pausing a source", "A bulk replay job"). A message of
-    one row carries its event id as the correlation id; the worker binds each row's own while
-    it processes it."""
+    time (docs/subsystems/relay.md, "Pausing a source"; docs/subsystems/processing.md, "A
+    bulk replay job"). A message of one row carries its event id as the correlation id; the
+    worker binds each row's own while it processes it."""
     size = max(settings.INBOX_BATCH_SIZE, 1)
     groups: dict[str, list[tuple[int, str]]] = {}
     for pk, event_id, entity_id in rows:
@@ -170,9 +170,9 @@ def _take(queryset: QuerySet[InboxEvent], limit: int, now: datetime) -> list[tup
 
 
 # The relay's claim and its look before it, on PostgreSQL: what ``_waiting_new`` and
-# ``_waiting_retries`` select and ``_take`` does, written once as SQL, so that a round spends
-# no time building the same statements again (building them was about a third of a busy
-# relay's CPU: docs/benchmarks.md, "The relay's own cost"). Their conditions are those of the
+# ``_waiting_retries`` select and ``_take`` does, written once as SQL, so that a round spends no
+# time building the same statements again (building them was about a third of a busy relay's
+# CPU: docs/bench-log/2026-12-02.md, "The relay's own cost"). Their conditions are those of the
 # partial indexes ``webhooks_inbox_outbox_idx`` and ``webhooks_inbox_retry_idx``, as the
 # querysets' are. The embedded default (SQLite) takes the querysets' way.
 _EVENTS = InboxEvent._meta.db_table
@@ -382,7 +382,7 @@ class InboxOutbox(Outbox[int]):
     def held(self) -> list[int]:
         """The sources whose events are held back now (paused or draining): one statement
         written once, read in every round of the relay (a queryset built each time was a
-        tenth of a busy relay's CPU: docs/benchmarks.md, "One relay at a time")."""
+        tenth of a busy relay's CPU: docs/bench-log/2026-12-03.md, "One relay at a time")."""
         with connection.cursor() as cursor:
             cursor.execute(_HELD_SQL)
             return [source_id for (source_id,) in cursor.fetchall()]

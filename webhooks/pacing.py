@@ -1,5 +1,5 @@
-"""The schedule of a bulk replay job given a rate (docs/architecture.md, "Bulk replay at a
-rate"): pure functions of the job's numbers and a time, no database, no clock of their own.
+"""The schedule of a bulk replay job given a rate (docs/subsystems/processing.md, "A bulk replay
+job"): pure functions of the job's numbers and a time, no database, no clock of their own.
 
 A job at ``rate`` events per second replays in slices of ``size`` events, one slice every
 ``size / rate`` seconds; ``size`` is about ``BULK_REPLAY_RATE_TICK_SECONDS`` worth of
@@ -24,7 +24,7 @@ KEEPS_UP = 0.9
 
 # What a rate promises, wherever one is offered (a resume, a bulk replay job, their
 # commands): each event is one of the rate's N a second, and a document's events go one
-# after the other (docs/architecture.md, "One document's events in order").
+# after the other (docs/subsystems/relay.md, "One document's events in order").
 RATE_PROMISE = (
     "at most N events a second, every event counted: a document's next event waits for "
     "its own turn and for the one before it to finish"

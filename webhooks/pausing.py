@@ -1,4 +1,4 @@
-"""Pausing and resuming a source (docs/architecture.md, "Pausing a source").
+"""Pausing and resuming a source (docs/subsystems/relay.md, "Pausing a source").
 
 A held source has one ``SourceHold`` row: paused (by an operator), then draining (after the
 resume) until the relays have released every event it held, when the row is deleted. The

@@ -1,5 +1,5 @@
 """The processing service: inbox rows through their integration's handler, at most once each
-(docs/architecture.md, "Processing state machine").
+(docs/subsystems/processing.md, "An inbox row").
 
 A worker takes a batch of rows (one message carries up to ``INBOX_BATCH_SIZE`` ids):
 
@@ -26,7 +26,7 @@ the pause, one of an earlier release): they stay ``received`` (or ``failed``) wi
 ``dispatched_at`` cleared, for the relay to set aside and release after the resume. While the
 source drains, only the rows its drain released are claimed (stamped dispatched at or after
 the drain's start). Rows already ``processing`` when a pause lands finish normally
-(docs/architecture.md, "Pausing a source").
+(docs/subsystems/relay.md, "Pausing a source").
 """
 
 from __future__ import annotations
@@ -180,7 +180,8 @@ RETURNING a.id
 # The same statement with its arrays bound in binary, where the server binds parameters
 # (``config.settings.base.database_binding_apply``): psycopg writes a text array element by
 # element in Python, quoting and escaping each, about ten times the cost of the binary form
-# (docs/benchmarks.md, "Processing and the relay"). A client-side cursor keeps the text form.
+# (docs/bench-log/2026-12-01.md, "Processing and the relay"). A client-side cursor keeps the
+# text form.
 _BATCH_CLOSE_SQL_BINARY = re.sub(
     r"%\((\w+)\)s::(\w+)\[\]", r"%(\1)b::\2[]", _BATCH_CLOSE_SQL
 )
@@ -286,7 +287,7 @@ class _Loaded:
     """Instances of ``model`` built from some of its columns, as a query loads them
     (``Model.from_db``): the other fields deferred, read from the database if ever touched.
     ``model(**columns)`` would compute every other field's default, per row, which cost
-    the claim about as much as the rest of it (docs/benchmarks.md, "Processing and the
+    the claim about as much as the rest of it (docs/bench-log/2026-12-01.md, "Processing and the
     relay")."""
 
     def __init__(self, model: type[Model], names: tuple[str, ...]) -> None:

@@ -1,5 +1,5 @@
 """The OpenAPI description of the webhook endpoint, a plain Django view kept off DRF for speed
-(docs/http-api.md, "POST /webhooks/<slug>/"): its headers are those the registered signature
+(docs/http-api.md, "Webhook ingest"): its headers are those the registered signature
 schemes and integrations declare."""
 
 from __future__ import annotations

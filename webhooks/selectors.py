@@ -321,7 +321,7 @@ def inbox_entities_first_unfinished(
     """For each ``(source_id, entity_id)`` of ``keys``, its unfinished event
     (``UNFINISHED_STATUSES``) of the lowest id below ``below``, ``exclude`` left out (the
     rows the caller is about to release): what a release of the entity's next events must
-    wait for (docs/architecture.md, "One document's events in order"). Read through the
+    wait for (docs/subsystems/relay.md, "One document's events in order"). Read through the
     entity index; no lock taken."""
     keys = {(source_id, entity_id) for source_id, entity_id in keys if entity_id}
     if not keys:

@@ -40,7 +40,7 @@ from .selectors import webhook_source_key_kind, webhook_source_snapshot_forget
 logger = logging.getLogger(__name__)
 
 DEFAULT_GRACE_SECONDS = 86400
-# The longest a rotated-out secret stays valid (docs/http-api.md, "Secrets and rotation").
+# The longest a rotated-out secret stays valid (docs/http-api.md, "Signature schemes").
 MAX_GRACE_SECONDS = 30 * 86400
 
 

@@ -16,7 +16,7 @@ env = environ.Env()
 
 def env_renamed(cast: str, name: str, *, former: str, default):
     """A variable renamed to say what it configures: ``name`` if set, else its former name
-    (still read, documented as an alias in the README), else ``default``."""
+    (still read, documented as an alias in docs/configuration.md), else ``default``."""
     read = getattr(env, cast)
     if name not in env.ENVIRON and former in env.ENVIRON:
         return read(former, default=default)
@@ -103,8 +103,8 @@ def database_binding_apply(database: dict) -> None:
     """On PostgreSQL, parameters bound by the server rather than quoted into the SQL text by
     the client, and statements prepared: psycopg prepares a statement a connection runs often
     (its fifth run), and PostgreSQL then parses and plans it once per connection instead of
-    once per request (docs/benchmarks.md, "Where the accepted request's time goes"). Behind a
-    PgBouncer older than 1.21 in transaction mode, turn it off with
+    once per request (docs/bench-log/2026-12-01.md, "Where the accepted request's time
+    goes"). Behind a PgBouncer older than 1.21 in transaction mode, turn it off with
     ``DATABASE_SERVER_SIDE_BINDING=false``. The test settings apply it too, so that the suite
     runs every query the way production sends it."""
     if database["ENGINE"] != "django.db.backends.postgresql":
@@ -347,7 +347,7 @@ CELERY_WORKER_CONSUMER = "config.celery_worker:Consumer"
 
 # --- Webhook schemes and integrations -------------------------------------------------------
 # What a source's ``scheme`` may name: a signature scheme's class, a generic one of the inbox or
-# a producer's own in its integration's package (docs/architecture.md, "Integrations").
+# a producer's own in its integration's package (docs/subsystems/inbox.md, "Integrations").
 # Adding one is one class and one line here.
 WEBHOOK_SCHEMES = {
     "hmac-sha256": "webhooks.schemes.HmacSha256Scheme",
@@ -356,7 +356,7 @@ WEBHOOK_SCHEMES = {
 }
 # What a source's ``handler`` may name: each integration is a package under integrations/ that
 # reads its producer's envelope at ingest and applies its events at processing
-# (docs/architecture.md, "Integrations"). Adding one is its package and one line here.
+# (docs/subsystems/inbox.md, "Integrations"). Adding one is its package and one line here.
 WEBHOOK_INTEGRATIONS = {
     "research": "integrations.research.integration",
     "github": "integrations.github.integration",
@@ -385,14 +385,14 @@ INBOX_REDISPATCH_AFTER_SECONDS = env.int("INBOX_REDISPATCH_AFTER_SECONDS", defau
 DEPLOY_REDISPATCH_AFTER_SECONDS = env.int("DEPLOY_REDISPATCH_AFTER_SECONDS", default=60)
 DEPLOY_SIMULATED_SECONDS = env.float("DEPLOY_SIMULATED_SECONDS", default=1)
 
-# --- The outbox relay (docs/architecture.md, "Request paths") --------------------------------
+# --- The outbox relay (docs/subsystems/relay.md) ---------------------------------------------
 # Every worker runs a relay that publishes committed work (new events, retries that came due,
 # new jobs) to the broker. It polls the database: at once while batches come back full, after a
 # pause in proportion to the rate it takes rows at while work arrives, up to
 # RELAY_IDLE_POLL_SECONDS when idle.
 RELAY_ENABLED = env.bool("RELAY_ENABLED", default=True)
 # On PostgreSQL one relay publishes at a time (it holds an advisory lock); the others stand by
-# and try to take over every RELAY_STANDBY_POLL_SECONDS (docs/architecture.md, "One relay
+# and try to take over every RELAY_STANDBY_POLL_SECONDS (docs/subsystems/relay.md, "One relay
 # publishes at a time"). Off: every relay publishes, sharing the rows.
 RELAY_ONE_ACTIVE = env.bool("RELAY_ONE_ACTIVE", default=True)
 RELAY_STANDBY_POLL_SECONDS = env.float("RELAY_STANDBY_POLL_SECONDS", default=1.0)
@@ -407,7 +407,7 @@ RELAY_SWEEP_INTERVAL_SECONDS = env_renamed(
 RELAY_BATCH_LIMIT = env.int("RELAY_BATCH_LIMIT", default=500)  # rows per claim
 RELAY_IDLE_POLL_SECONDS = env.float("RELAY_IDLE_POLL_SECONDS", default=0.025)
 # The pause after a round that took rows but not a full batch: rows arriving meanwhile go out
-# together, in fewer rounds and fuller messages (docs/architecture.md, "How fast it wakes").
+# together, in fewer rounds and fuller messages (docs/subsystems/relay.md, "How fast it wakes").
 # The whole pause from the rate (rows of a round over the time since the relay's previous round
 # began) at which it collects RELAY_BUSY_FILL_ROWS rows; below that rate, that share of it, so
 # that a lightly loaded relay stays quick.
@@ -478,7 +478,7 @@ DEFAULT_EXCEPTION_REPORTER_FILTER = (
 # AUDIT_SEAL_KEY, the HMAC key of the retired sealed trail (audit_verify still checks its
 # seals), is set by each environment's module: production has no default for it.
 # Every INTERVAL, ledger rows older than the HORIZON enter the verifiable log, BATCH_SIZE per
-# transaction, whatever their id (docs/architecture.md, "The verifiable log"); audit_verify
+# transaction, whatever their id (docs/subsystems/log.md, "The verifiable log"); audit_verify
 # names an entry logged more than LOOKBACK after entries newer than the time it claims.
 AUDIT_SEAL_INTERVAL_SECONDS = env.float("AUDIT_SEAL_INTERVAL_SECONDS", default=60)
 AUDIT_SEAL_HORIZON_SECONDS = env.int("AUDIT_SEAL_HORIZON_SECONDS", default=60)
@@ -489,7 +489,7 @@ AUDIT_SEAL_BATCH_SIZE = env.int("AUDIT_SEAL_BATCH_SIZE", default=5000)
 # well inside the task time limits, then queues the next. A job whose lease (renewed by every
 # chunk) has run out was interrupted and may be resumed. A job given a rate replays a slice of
 # about RATE_TICK_SECONDS worth of events at a time, each task queueing the next for when the
-# schedule says (docs/architecture.md, "A bulk replay job"). Their former names
+# schedule says (docs/subsystems/processing.md, "A bulk replay job"). Their former names
 # (AUDIT_BULK_REPLAY_*) are still read.
 BULK_REPLAY_CHUNK_SIZE = env_renamed(
     "int", "BULK_REPLAY_CHUNK_SIZE", former="AUDIT_BULK_REPLAY_CHUNK_SIZE", default=200

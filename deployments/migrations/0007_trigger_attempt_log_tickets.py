@@ -1,6 +1,6 @@
 """Trigger attempts enter the verifiable log (once closed): rows inserted from now on carry
 the transaction that inserted them (``log_ticket``); rows already there keep NULL and are
-taken by id (docs/architecture.md, "The verifiable log")."""
+taken by id (docs/subsystems/log.md, "The verifiable log")."""
 
 from django.db import migrations
 

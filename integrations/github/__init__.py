@@ -1,5 +1,5 @@
 """GitHub: ``ping`` and ``deployment_status`` events; a deployment status moves the matching
-deployment forward (docs/architecture.md, "GitHub")."""
+deployment forward (docs/subsystems/processing.md, "GitHub")."""
 
 from .integration import GitHubIntegration
 

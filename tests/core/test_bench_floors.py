@@ -1,5 +1,5 @@
 """The bare floor of ``make bench``'s ingest figure: a plain view's one insert of a row as wide
-as the inbox's (docs/benchmarks.md, "The bare floor, a row as wide as the inbox's")."""
+as the inbox's (docs/bench-log/2026-12-03.md, "The bare floor, a row as wide as the inbox's")."""
 
 import pytest
 from django.db import connection

@@ -1,7 +1,7 @@
 """The README's first steps on the embedded default (SQLite, filesystem broker): the demo data,
 a web and a worker process, ``send_test_webhook``, and the event processed by the research
-handler, as a newcomer sees it through the API; then the README's blocks as printed, a
-producer that signs with Ed25519 (``v1a``) among them."""
+handler, as a newcomer sees it through the API; then the README's blocks as printed, and
+docs/sources.md's for a producer that signs with Ed25519 (``v1a``)."""
 
 import re
 import subprocess
@@ -83,7 +83,7 @@ def test_a_signed_demo_event_is_processed_on_sqlite(tmp_path):
         assert document.json()["last_event_id"] == "evt_readme_1"
 
         # The README's curl examples, as printed (on this test's port).
-        event_out = readme_block_run("X-Webhook-Signature", port)
+        event_out = doc_block_run("X-Webhook-Signature", port)
         answers = [line for line in event_out.splitlines() if " HTTP " in line]
         assert [line.rsplit(" HTTP ", 1)[1] for line in answers] == ["202", "200"]
         assert '"status": "accepted"' in answers[0], event_out
@@ -91,7 +91,7 @@ def test_a_signed_demo_event_is_processed_on_sqlite(tmp_path):
         shown = event_out.splitlines()[-1]
         assert '"processing_status":"processed"' in shown.replace(" ", ""), event_out
 
-        deploy_out = readme_block_run("Idempotency-Key", port)
+        deploy_out = doc_block_run("Idempotency-Key", port)
         answers = [line for line in deploy_out.splitlines() if " HTTP " in line]
         assert [line.rsplit(" HTTP ", 1)[1] for line in answers] == [
             "202",
@@ -103,12 +103,16 @@ def test_a_signed_demo_event_is_processed_on_sqlite(tmp_path):
         assert re.search(r'"deployment_id": ?"dep_', answers[0]), deploy_out
         assert "idempotency_key_reused" in answers[2], deploy_out
 
-        # A producer that signs with Ed25519: the demo pair of webhook_keygen through
-        # send_test_webhook, then a key of OpenSSL's own by hand with curl.
-        keygen_out = readme_block_run("webhook_keygen", port, env=env, curl=False)
+        # A producer that signs with Ed25519 (docs/sources.md): the demo pair of
+        # webhook_keygen through send_test_webhook, then a key of OpenSSL's own by hand.
+        keygen_out = doc_block_run(
+            "webhook_keygen", port, env=env, curl=False, doc=SOURCES_DOC
+        )
         assert "-> 202" in keygen_out, keygen_out
         assert "whsk_" not in keygen_out  # the private key went to its file only
-        v1a_out = readme_block_run("webhook-signature: v1a", port, env=env)
+        v1a_out = doc_block_run(
+            "webhook-signature: v1a", port, env=env, doc=SOURCES_DOC
+        )
         answers = [line for line in v1a_out.splitlines() if " HTTP " in line]
         assert [line.rsplit(" HTTP ", 1)[1] for line in answers] == ["202", "200"]
         assert '"status": "accepted"' in answers[0], v1a_out
@@ -120,17 +124,24 @@ def test_a_signed_demo_event_is_processed_on_sqlite(tmp_path):
         worker.stop()
 
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+ROOT = Path(__file__).resolve().parents[2]
+README = ROOT / "README.md"
+SOURCES_DOC = ROOT / "docs" / "sources.md"
 
 
-def readme_block_run(
-    marker: str, port: int, *, env: dict[str, str] | None = None, curl: bool = True
+def doc_block_run(
+    marker: str,
+    port: int,
+    *,
+    env: dict[str, str] | None = None,
+    curl: bool = True,
+    doc: Path = README,
 ) -> str:
-    """Runs the README's ``sh`` block that names ``marker`` (and curl, unless ``curl`` is
-    false) with bash at the repository's root, against the server on ``port`` instead of
-    8000, and returns what it printed. ``env``: the environment of its commands (the
-    server's own, for a block that runs ``manage.py`` on its database)."""
-    blocks = re.findall(r"```sh\n(.*?)```", README.read_text(), flags=re.S)
+    """Runs the ``sh`` block of ``doc`` (the README unless named) that names ``marker`` (and
+    curl, unless ``curl`` is false) with bash at the repository's root, against the server
+    on ``port`` instead of 8000, and returns what it printed. ``env``: the environment of
+    its commands (the server's own, for a block that runs ``manage.py`` on its database)."""
+    blocks = re.findall(r"```sh\n(.*?)```", doc.read_text(), flags=re.S)
     [block] = [
         block for block in blocks if marker in block and ("curl" in block or not curl)
     ]
@@ -140,7 +151,7 @@ def readme_block_run(
         capture_output=True,
         text=True,
         timeout=120,
-        cwd=README.parent,
+        cwd=ROOT,
         env=env,
     )
     assert done.returncode == 0, done.stdout + done.stderr

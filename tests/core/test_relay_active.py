@@ -1,4 +1,4 @@
-"""One relay publishes at a time (docs/architecture.md, "One relay publishes at a time"): of
+"""One relay publishes at a time (docs/subsystems/relay.md, "One relay publishes at a time"): of
 several relays on one PostgreSQL database, the one holding the active relay's lock runs the
 rounds and the others stand by; a standby takes over when the active relay stops, loses its
 lock's connection, or goes silent with the lock held."""

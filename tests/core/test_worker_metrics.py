@@ -59,7 +59,8 @@ def group_listeners(pgid: int) -> set[tuple[str, int]]:
 
 def worker_started(tmp_path, *, name: str = "w1", **env: str) -> processes.Process:
     """``celery -A config worker`` with the test database and broker; ``env`` adds to it,
-    and a variable given as None is left out of it (as the README's command has none)."""
+    and a variable given as None is left out of it (as the command of docs/operations.md
+    has none)."""
     worker = processes.celery_worker(tmp_path, name=name)
     for key, value in env.items():
         if value is None:

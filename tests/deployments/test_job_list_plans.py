@@ -47,7 +47,7 @@ def _scans(plan: dict) -> list[dict]:
     return found
 
 
-@pytest.mark.slow  # tens of thousands of rows: make test only (README)
+@pytest.mark.slow  # tens of thousands of rows: make test only (docs/development.md)
 @pytest.mark.parametrize(
     ("model", "factory"), [(Deployment, DeploymentFactory), (Build, BuildFactory)]
 )

@@ -260,7 +260,7 @@ def test_a_pending_metric_once_exported_must_leave_the_list():
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.slow
 def test_a_gunicorn_server_exports_every_metric_and_label_used(tmp_path):
-    """The same check against /metrics of gunicorn started as README.md's "Processes" says
+    """The same check against /metrics of gunicorn started as docs/operations.md's "Processes" says
     (its workers' metrics shared in multiprocess mode, as in production)."""
     from core.services import api_client_create
     from tests.webhooks.factories import research_source

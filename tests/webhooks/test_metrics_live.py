@@ -1,4 +1,4 @@
-"""/metrics on real servers started as README.md's "Processes" says, with no variable set:
+"""/metrics on real servers started as docs/operations.md's "Processes" says, with no variable set:
 gunicorn's workers and a Celery worker's pool processes share their metrics (prometheus
 multiprocess mode, set up by the servers themselves), so after a scripted burst every scrape
 says exactly what happened, whichever process answered which request."""
@@ -77,7 +77,7 @@ def metrics_folder(tmp_path, server: str) -> Path | None:
 def test_metrics_count_a_scripted_burst_exactly_across_two_workers(tmp_path):
     source = WebhookSourceFactory(slug="metered")
     port = processes.free_port()
-    # Exactly as README.md's "Processes" says, at the repository root; only the address is
+    # Exactly as docs/operations.md's "Processes" says, at the repository root; only the address is
     # chosen by the test (gunicorn's own GUNICORN_CMD_ARGS).
     server = processes.Process(
         [str(processes.BIN / "gunicorn"), "config.wsgi", "-w", "2"],

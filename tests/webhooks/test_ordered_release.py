@@ -1,4 +1,4 @@
-"""A document's events released from a backlog go one after the other (docs/architecture.md,
+"""A document's events released from a backlog go one after the other (docs/subsystems/relay.md,
 "One document's events in order"): a paused source's drain and a bulk replay job release a
 document's next event only once the one before it is finished, each event one token of the
 rate; a drain publishes again an earlier event whose message is lost, so that it never

@@ -2,7 +2,7 @@
 their revisions in version order with REAL processes: two Celery workers, each with its own
 relay, both relays publishing (``RELAY_ONE_ACTIVE`` off: two relays claim at once). Released
 apart, two workers could apply a later version first, and the earlier one would then be
-``ignored_out_of_order``: its revision never written (docs/architecture.md, "One document's
+``ignored_out_of_order``: its revision never written (docs/subsystems/relay.md, "One document's
 events in order")."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Pausing a source (docs/architecture.md, "Pausing a source") against PostgreSQL and the
+"""Pausing a source (docs/subsystems/relay.md, "Pausing a source") against PostgreSQL and the
 real Redis broker: ingest answers as before, the relay holds the source's events (its claim,
 its sweep and its lag leave them alone) and sets them aside, a worker never processes a held
 row whatever message names it, and a resume drains them in id order, at a rate if given,
@@ -302,7 +302,7 @@ def _history(source, n: int) -> None:
         cursor.execute(f"ANALYZE {table}")
 
 
-@pytest.mark.slow  # tens of thousands of rows: make test only (README)
+@pytest.mark.slow  # tens of thousands of rows: make test only (docs/development.md)
 def test_the_claims_keep_their_partial_indexes_with_a_source_paused(paused, normal):
     """EXPLAIN on PostgreSQL, over an inbox with a past: with a source paused and its rows
     set aside, the relay's claim (``outbox._CLAIM_SQL``) and its look before it walk

@@ -1,4 +1,4 @@
-"""A batch applied as a set (docs/architecture.md, "A batch of inbox events on a worker"):
+"""A batch applied as a set (docs/subsystems/processing.md, "A batch of inbox events on a worker"):
 the research integration's ``handle_batch`` gives every event exactly the outcome the
 per-event path gives it, in a number of statements that does not grow with the batch."""
 

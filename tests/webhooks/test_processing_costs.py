@@ -1,4 +1,4 @@
-"""What processing costs the database per event (docs/benchmarks.md, "Statements and row
+"""What processing costs the database per event (docs/bench-log/2026-12-01.md, "Statements and row
 versions per event"): statements, and the row versions it writes to each table (PostgreSQL's
 own counters, ``pg_stat_user_tables``), for the same events applied as sets and one event at a
 time. ``-s`` prints the table."""

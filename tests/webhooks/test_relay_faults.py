@@ -1,4 +1,4 @@
-"""The outbox relay under faults, with REAL processes (docs/architecture.md, "Request paths"):
+"""The outbox relay under faults, with REAL processes (docs/subsystems/relay.md):
 a relay killed with SIGKILL while it publishes, rows committed while no relay runs, the broker
 restarted under load, and many copies of one event at once. In every case each accepted event
 is processed, and applied at most once."""
@@ -120,7 +120,7 @@ def test_the_publishing_relays_worker_killed_another_relay_takes_over(
     tmp_path, running, broker_url
 ):
     """Two workers with a relay each: one relay publishes, the other stands by
-    (docs/architecture.md, "One relay publishes at a time"). kill -9 of the publishing one's
+    (docs/subsystems/relay.md, "One relay publishes at a time"). kill -9 of the publishing one's
     worker ends its lock with its connection: the other relay takes over within its standby
     poll, and every event is processed once, those committed after the kill included."""
     env = {

@@ -56,7 +56,7 @@ def dead_count() -> int:
     ).count()
 
 
-@pytest.mark.slow  # tens of thousands of rows: make test only (README)
+@pytest.mark.slow  # tens of thousands of rows: make test only (docs/development.md)
 def test_replaying_all_of_more_than_65535_rows_is_refused_with_a_pointer_to_bulk_replay(
     operator_client,
 ):

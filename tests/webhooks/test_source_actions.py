@@ -1,7 +1,7 @@
 """Every change of who and what the inbox trusts is an operator action with the state before
-and after (docs/security.md, "Operator actions"): a source created, enabled, disabled, its
-expected delivery interval; an API client created, deactivated, activated. A disable returns
-once every web process answers 404."""
+and after (docs/security.md, "Every change of trust is an operator action"): a source
+created, enabled, disabled, its expected delivery interval; an API client created,
+deactivated, activated. A disable returns once every web process answers 404."""
 
 from __future__ import annotations
 

@@ -100,7 +100,7 @@ def _rows_insert(sources: list[WebhookSource], *, count: int, start, step_second
         )
 
 
-@pytest.mark.slow  # tens of thousands of rows: make test only (README)
+@pytest.mark.slow  # tens of thousands of rows: make test only (docs/development.md)
 def test_a_silent_source_costs_one_index_probe_in_a_large_inbox():
     """The plan that walks the inbox's received_at index back until it meets a row of the
     source reads every row received since that source last sent: the very case the alert is

@@ -1,4 +1,4 @@
-"""Pausing a source (docs/architecture.md, "Pausing a source"): the source's pause and drain
+"""Pausing a source (docs/subsystems/relay.md, "Pausing a source"): the source's pause and drain
 columns, the inbox's ``held_at``, the two outbox indexes that leave set-aside rows out, and the
 index a drain reads them through.
 

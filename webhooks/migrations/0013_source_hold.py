@@ -1,5 +1,5 @@
 """A held source's pause and drain state moves from the source's row to a row of its own
-(``SourceHold``, docs/architecture.md, "Pausing a source"): one row per paused or draining
+(``SourceHold``, docs/subsystems/relay.md, "Pausing a source"): one row per paused or draining
 source, which a pause, a resume and every drain round lock instead of the source's row (the one
 every delivery's foreign key check reads). The state of sources paused or draining when this
 runs is carried over. Workers read the pause: stop those of the previous release before this

@@ -2,7 +2,7 @@
 
 Rows inserted from now on carry the transaction that inserted them (``log_ticket``, set by
 the database: ``core.models.TransactionTicket``), which the verifiable log's sealer walks to
-take every row, whatever its id, without writing to it again (docs/architecture.md, "The
+take every row, whatever its id, without writing to it again (docs/subsystems/log.md, "The
 verifiable log"). Rows already there keep NULL and are taken by id.
 
 ``WebhookSecret.fingerprint`` names a secret without revealing it; ``InboxEvent.secret_fingerprint``
