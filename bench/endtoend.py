@@ -1,33 +1,12 @@
 """End to end: ingest and processing together on the same machine (gunicorn, the workers with
 their relays, PostgreSQL and the load generator share the cores), at a fixed offered rate.
 
-1. The ingest-only rate: signed new events as fast as 8 connections go, no worker running (the
-   same figure as ``bench.ingest``, measured again on this server in this run). It is measured
-   again right before and right after each 300 s run (the workers stopped, the tables the run
-   writes vacuumed first, and no vacuum while it is read, as at the start), and the
-   sustained rate is judged against the mean of those two: this machine's speed drifts by up
-   to a factor of two within minutes, and a floor read ten minutes before the run it judges
-   measures the drift as much as the product. The first floor is reported beside it.
-2. Short probes at fixed offered rates (``BENCH_E2E_PROBE_SECONDS``, 30 s), from the target (0.6
-   of the ingest-only rate) up or down by 15% steps, find the highest rate that holds; two more
-   probes halve the gap between it and the lowest rate that did not hold, twice (to ~4%).
-3. That rate is held for ``BENCH_E2E_SECONDS`` (300 s); if it does not hold, 10% less is tried
-   (or 97% of the rate the web answered over that run, if lower), up to ``CONFIRMATIONS`` runs.
-   A rate holds when every request is answered 202 (no error, no timeout), the offered rate is
-   achieved, every event is processed, and the queue lag stays under ``LAG_LIMIT_SECONDS``.
-   The queue lag at an instant is the age of the oldest event not yet processed, so its highest
-   value over a run is the longest any event of the run waited: ``max(processed_at -
-   received_at)``, read from the database's own timestamps.
-4. Latency at half that rate (``BENCH_E2E_LATENCY_SECONDS``, 60 s): accepted (the row's
-   ``received_at``, written by the request that answers 202) to processed, p50 and p99.
-
-The inbox is written like a queue (each row is inserted, then updated as it is dispatched,
-claimed and finished), so its dead row versions pile up in the table and its indexes unless
-vacuumed, and every probe of the relay and the workers walks past more of them. PostgreSQL's
-autovacuum (on by default) does that in production, and analyzes the tables as they grow. On a
-server that has it off, this benchmark vacuums and analyzes every table the run writes
-(``WRITTEN_TABLES``) every ``VACUUM_SECONDS`` while it runs, as autovacuum would, and says so in
-its output; without that, a 300 s run measures the missing vacuum, not the product.
+How a rate is found, held and judged (the ingest-only floor measured around each 300 s run,
+the probes, the confirmations, what "holds" means, the queue lag, latency at half the rate, and
+why the run vacuums where autovacuum is off) is docs/benchmarks.md, "End to end: how a rate is
+held". The knobs are ``BENCH_E2E_SECONDS``, ``BENCH_E2E_PROBE_SECONDS``,
+``BENCH_E2E_LATENCY_SECONDS``, ``CONFIRMATIONS``, ``LAG_LIMIT_SECONDS``, ``WRITTEN_TABLES``
+and ``VACUUM_SECONDS``.
 
 Run alone: ``python -m bench.endtoend``.
 """

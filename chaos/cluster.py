@@ -1,39 +1,17 @@
-"""``make chaos CLUSTER=1``: the stack on several hosts of its own, each a network namespace
-this run makes on this machine (chaos.netns), and faults between them under the load of
-``make chaos``; then every invariant ``make chaos`` checks, and more. The hosts, each
-joined to a router of its own namespace (the picture: docs/scaling.md, "Several hosts,
-measured"):
+"""``make chaos CLUSTER=1``: the stack on several hosts of its own, network namespaces this run
+makes on this machine (chaos.netns), and faults between them under ``make chaos``'s load.
 
-- db: a PostgreSQL of its own (initdb into a temporary folder, started in its namespace),
-  and a TCP fault proxy (chaos.linkproxy) through which each web and worker host reaches it,
-  one port per host; broker: a Redis of its own, and a fault proxy per worker host's link;
-  web1, web2: gunicorn; worker1, worker2: a Celery worker each (with its relay), beat on
-  worker1; receiver: the CI/CD system of the triggered deployments (chaos.run's, and a second
-  one that never fails, for the probes), served by threads of this process inside that
-  namespace, reporting through the API. The load runs in the root namespace and spreads its
-  requests over both web hosts, as a load balancer would.
-- Faults, one at a time, on a schedule drawn from the seed (printed, so that ``--seed``
-  repeats it): a worker host cut from the database and not the broker, and the reverse; a
-  web host cut from the database while the other serves; one host cut from everything; a
-  whole host killed (every process of its namespace at once) and started again; a host's
-  link limited to 256 kbit/s (``tc tbf``); a host's link to the database or the broker
-  delayed and lossy through the fault proxy (this kernel has no ``netem``). After each, the
-  time until the system is whole again: a probe event and a probe deployment sent once the
-  fault ends (through the host the fault touched, for a web host) processed and succeeded
-  (served again), and besides every web host ready (``/readyz``) and every worker host's
-  relay reporting and its worker answering a ping (whole again).
-- The invariants: chaos.run's (every accepted event processed once, in order per document;
-  one deployment per key, none executed or triggered twice; nothing lost), the answers the
-  contract allows during a partition (a 503 with ``Retry-After`` only while a fault impaired
-  some host's way to the database; no answer only from a host a fault made unreachable; no
-  answer later than ``ANSWER_BOUND``), every fault recovered within
-  ``RECOVERY_BOUND``, and ``audit_verify`` passing with the first checkpoint of the run and
-  the last one given to it (the last extends the first).
+The hosts (db, broker, web1, web2, worker1, worker2, receiver) and the router that joins them,
+the faults (partitions, a host killed, a slow or lossy link through chaos.linkproxy), what
+"served again" and "whole again" measure after each, and the invariants checked on top of
+chaos.run's are docs/scaling.md, "Several hosts, measured". The schedule is drawn from the
+seed (printed, so that ``--seed`` repeats it); the bounds are ``ANSWER_BOUND`` and
+``RECOVERY_BOUND`` below.
 
 Prints the schedule, a table of the faults with their recovery times and the figures, and
-writes ``var/chaos/result.json`` as ``make chaos`` does, with the hosts and each fault's kind,
-hosts and recovery time. Needs root (network namespaces); everything it makes is removed at
-its end, on Ctrl-C and on SIGTERM, and the leftovers of a run killed outright by the next run.
+writes ``var/chaos/result.json`` as ``make chaos`` does. Needs root; everything it makes is
+removed at its end, on Ctrl-C and on SIGTERM, and the leftovers of a run killed outright by
+the next run.
 
     python -m chaos.cluster [--size small|medium|large] [--seed N] [--subnet 10.213.7.0/24]
 """
