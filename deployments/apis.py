@@ -30,7 +30,7 @@ from idempotency.models import IdempotencyStatus
 from idempotency.schema import idempotent_post_schema
 from idempotency.services import OperationResult
 
-from . import selectors, services
+from . import selectors
 from .models import REPORTED_DETAIL_MAX_LENGTH, Build, Deployment, Job, JobStatus
 from .naming import REPOSITORY_MAX_LENGTH, REPOSITORY_PATTERN
 from .representations import (
@@ -39,6 +39,8 @@ from .representations import (
     BuildOutputSerializer,
     DeploymentOutputSerializer,
 )
+from .services.jobs import OPERATION_TYPES, job_new, job_pickup_deadline
+from .services.reports import status_sync_record
 
 # Either case: stored lower-cased.
 COMMIT_SHA_PATTERN = "[0-9A-Fa-f]{7,40}"
@@ -183,9 +185,7 @@ class _JobCollectionApi(IdempotentPostMixin, APIView):
     perform_returns_unsaved_row = True
 
     def perform(self, *, client, key, data) -> OperationResult:
-        job = services.job_new(
-            kind=self.kind, client=client, idempotency_key=key, data=data
-        )
+        job = job_new(kind=self.kind, client=client, idempotency_key=key, data=data)
         return OperationResult(
             status_code=202,
             body=self.output.to_representation(job),
@@ -193,7 +193,7 @@ class _JobCollectionApi(IdempotentPostMixin, APIView):
             resource_id=job.public_id,
             location=job.get_absolute_url(),
             record_status=IdempotencyStatus.PROCESSING,
-            progress_deadline=services.job_pickup_deadline(job=job),
+            progress_deadline=job_pickup_deadline(job=job),
         )
 
     def get(self, request):
@@ -245,7 +245,7 @@ class DeploymentCollectionApi(_JobCollectionApi):
     """POST creates (idempotent), GET lists the client's deployments (``?idempotency_key=``)."""
 
     kind = "deployment"
-    operation_type = services.OPERATION_TYPES[kind]
+    operation_type = OPERATION_TYPES[kind]
     fingerprint_fields = ("repository", "commit_sha", "environment", "workflow")
     input_serializer_class = DeploymentCreateInputSerializer
     input_validate_fast = staticmethod(deployment_input_validate)
@@ -279,7 +279,7 @@ class BuildCollectionApi(_JobCollectionApi):
     """POST creates (idempotent), GET lists the client's builds (``?idempotency_key=``)."""
 
     kind = "build"
-    operation_type = services.OPERATION_TYPES[kind]
+    operation_type = OPERATION_TYPES[kind]
     fingerprint_fields = ("repository", "commit_sha", "ref", "workflow")
     input_serializer_class = BuildCreateInputSerializer
     input_validate_fast = staticmethod(build_input_validate)
@@ -378,7 +378,7 @@ class StatusSyncApi(IdempotentPostMixin, APIView):
 
     def perform(self, *, client, key, data) -> OperationResult:
         kind = "deployment" if "deployment_id" in data else "build"
-        sync = services.status_sync_record(
+        sync = status_sync_record(
             client=client,
             target_kind=kind,
             target_id=data[f"{kind}_id"],

@@ -1,4 +1,15 @@
-"""Writes. Functions with keyword-only, typed arguments: <entity>_<action>."""
+"""Attempts: a worker's run of one job, however often its message is delivered
+(docs/subsystems/executors.md, "A job on a worker").
+
+- ``job_run``: the claim (the executor its deploy target or ``DEPLOY_EXECUTOR`` names), then
+  a run executor's one run, or one ``TriggerAttempt`` of a trigger executor, recorded before
+  its request leaves and closed with its outcome after;
+- the outcome of an attempt moves the job on: running, a retry scheduled through the outbox,
+  or failed (docs/subsystems/executors.md, "Outbound calls");
+- ``trigger_retry_delay``: the backoff between attempts.
+
+Statuses and transitions are ``jobs``'; this module decides when to set them.
+"""
 
 from __future__ import annotations
 
@@ -9,20 +20,15 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import CharField, F, QuerySet, Value
+from django.db.models import QuerySet
 from django.utils import timezone
 
 from core.backoff import full_jitter_delay
-from core.errors import NotFound
-from core.models import ApiClient
 from core.secrets import secrets_scrubbed, settings_secrets
-from idempotency.services import (
-    idempotency_record_progress_deadline_set,
-    idempotency_record_resolve,
-)
+from idempotency.services import idempotency_record_progress_deadline_set
 
-from . import metrics
-from .executors import (
+from .. import metrics
+from ..executors import (
     ExecutionResult,
     Executor,
     RunExecutor,
@@ -32,177 +38,27 @@ from .executors import (
     UnknownExecutor,
     executor_get,
 )
-from .models import (
-    TERMINAL_JOB_STATUSES,
-    Build,
+from ..models import (
     Deployment,
     DeployTarget,
     Job,
     JobStatus,
-    JobTransition,
-    StatusSync,
     TriggerAttempt,
     TriggerPhase,
-    public_id_generate,
 )
-from .outbound import outcome_classify, traceback_kept
-from .selectors import deploy_target_for, deploy_target_serves
-from .trigger_urls import url_shown
+from ..outbound import outcome_classify, traceback_kept
+from ..selectors import deploy_target_for, deploy_target_serves
+from ..trigger_urls import url_shown
+from .jobs import (
+    OPERATION_TYPES,
+    job_kind,
+    job_locked,
+    job_status_set,
+    job_worker_lost_fail,
+    report_applies,
+)
 
 logger = logging.getLogger(__name__)
-
-# Published by name, so that this module never imports the tasks that run it.
-RUN_JOB_TASK = "deployments.run_job"
-
-JOB_MODELS: dict[str, type[Job]] = {"deployment": Deployment, "build": Build}
-OPERATION_TYPES: dict[str, str] = {
-    "deployment": "deployment.create",
-    "build": "build.create",
-}
-
-
-def job_kind(job: Job) -> str:
-    return "deployment" if isinstance(job, Deployment) else "build"
-
-
-def job_pickup_deadline(*, job: Job) -> datetime:
-    """When a new job's key counts as stuck if no worker has picked the job up: the sweep
-    re-dispatches it after ``DEPLOY_REDISPATCH_AFTER_SECONDS`` and runs every
-    ``RELAY_SWEEP_INTERVAL_SECONDS``, so by then it has been published twice."""
-    return job.created_at + timedelta(
-        seconds=settings.DEPLOY_REDISPATCH_AFTER_SECONDS
-        + settings.RELAY_SWEEP_INTERVAL_SECONDS
-    )
-
-
-def job_new(*, kind: str, client: ApiClient, idempotency_key: str, data: dict) -> Job:
-    """A queued deployment or build, not saved yet: the Idempotency-Key mechanism writes it
-    together with the key's record (``OperationResult.resource_row``), and the relay then
-    publishes its job (``deployments.outbox``). Nothing here talks to the database or the
-    broker. ``data`` is the request's validated body: its kind's own fields
-    (``Job.request_fields``) as given, the rest empty when absent."""
-    model = JOB_MODELS[kind]
-    now = timezone.now()
-    return model(
-        public_id=public_id_generate(model.public_id_prefix),
-        client=client,
-        idempotency_key=idempotency_key,
-        repository=data["repository"],
-        commit_sha=data["commit_sha"],
-        workflow=data.get("workflow") or "",
-        triggered_by=data.get("triggered_by") or "",
-        **{name: data.get(name) or "" for name in model.request_fields},
-        status_changed_at=now,
-        created_at=now,
-        updated_at=now,
-    )
-
-
-def _transition_record(
-    *, job: Job, from_status: str, to_status: str, at: datetime, actor: str, detail: str
-) -> JobTransition:
-    target = {job_kind(job): job}
-    return JobTransition.objects.create(
-        from_status=from_status,
-        to_status=to_status,
-        at=at,
-        actor=actor[:255],
-        detail=detail,
-        **target,
-    )
-
-
-def report_applies(
-    *, job: Job, status: str, at: datetime, github_status_id: int | None = None
-) -> bool:
-    """The one ordering rule for reported statuses (status-sync, GitHub's deployment
-    statuses, the worker's own results). A non-terminal status never replaces a terminal one.
-    Then reports are ordered by their reporter's own sequence where it has one (GitHub's
-    ``deployment_status`` ids: only a higher id applies), else by time: a report older than
-    the last applied change is not applied. A newer terminal status may replace an older
-    terminal one (a failed deploy later reported as succeeded)."""
-    if job.status in TERMINAL_JOB_STATUSES and status not in TERMINAL_JOB_STATUSES:
-        return False
-    if github_status_id is not None:
-        last = getattr(job, "last_github_status_id", None)
-        return last is None or github_status_id > last
-    return at >= job.status_changed_at
-
-
-def job_status_set(
-    *, job: Job, status: str, at: datetime, actor: str, detail: str = ""
-) -> None:
-    """Moves a locked job to ``status`` (the caller decided that it applies): the transition
-    row, and the idempotency record's status once the job is terminal.
-
-    A job that is, or is reported, ``running`` holds a lease of
-    ``DEPLOY_RUNNING_LEASE_SECONDS`` from now (each running report renews it; it never
-    shrinks): if neither its worker nor its reporter says more by then, the sweep fails it.
-    Its key's progress deadline is that lease.
-
-    ``detail`` is the reason of the latest transition (``""`` when it gave none); a report
-    that changes nothing keeps the reason of the change it repeats unless it gives one."""
-    previous = job.status
-    job.status = status
-    job.status_changed_at = at
-    if detail or previous != status:
-        job.detail = detail
-    update_fields = ["status", "status_changed_at", "detail", "updated_at"]
-    if status == JobStatus.RUNNING:
-        lease = timezone.now() + timedelta(
-            seconds=settings.DEPLOY_RUNNING_LEASE_SECONDS
-        )
-        job.lease_expires_at = max(lease, job.lease_expires_at or lease)
-        update_fields.append("lease_expires_at")
-    job.save(update_fields=update_fields)
-    if previous != status:
-        _transition_record(
-            job=job,
-            from_status=previous,
-            to_status=status,
-            at=at,
-            actor=actor,
-            detail=detail,
-        )
-    if status in TERMINAL_JOB_STATUSES:
-        idempotency_record_resolve(
-            operation_type=OPERATION_TYPES[job_kind(job)],
-            resource_id=job.public_id,
-            succeeded=status == JobStatus.SUCCEEDED,
-        )
-    elif status == JobStatus.RUNNING and job.lease_expires_at is not None:
-        idempotency_record_progress_deadline_set(
-            operation_type=OPERATION_TYPES[job_kind(job)],
-            resource_id=job.public_id,
-            deadline=job.lease_expires_at,
-        )
-    logger.info(
-        "job.transition",
-        extra={
-            "job_id": job.public_id,
-            "from_status": previous,
-            "to_status": status,
-            "actor": actor,
-        },
-    )
-
-
-def _job_locked(*, kind: str, public_id: str) -> Job | None:
-    return (
-        JOB_MODELS[kind].objects.select_for_update().filter(public_id=public_id).first()
-    )
-
-
-def _worker_lost_fail(*, job: Job, actor: str, now: datetime) -> None:
-    if job.executor_started_at is None or job.executor_finished_at is not None:
-        # Reported running by an external system (never run by a worker of ours, or reported
-        # running again after our worker's result or trigger).
-        detail = (
-            "report_lost: reported running, but no further report came within the lease"
-        )
-    else:
-        detail = "worker_lost: the executor was started but never reported a result"
-    job_status_set(job=job, status=JobStatus.FAILED, at=now, actor=actor, detail=detail)
 
 
 @dataclass(frozen=True)
@@ -257,7 +113,7 @@ def job_run(*, kind: str, public_id: str, worker: str) -> str:
       ``lost`` and the job is triggered again under the same id. Returns what happened."""
     now = timezone.now()
     with transaction.atomic():
-        job = _job_locked(kind=kind, public_id=public_id)
+        job = job_locked(kind=kind, public_id=public_id)
         if job is None:
             return "missing"
         if job.executor_started_at is None:
@@ -335,7 +191,7 @@ def _run_redelivered(*, job: Job, now: datetime, worker: str) -> str:
         and job.lease_expires_at <= now
         and job.executor_finished_at is None
     ):
-        _worker_lost_fail(job=job, actor=worker, now=now)
+        job_worker_lost_fail(job=job, actor=worker, now=now)
         return "worker_lost"
     return "already_started"
 
@@ -378,7 +234,7 @@ def _job_execute(
     finished = timezone.now()
     status = JobStatus.SUCCEEDED if result.succeeded else JobStatus.FAILED
     with transaction.atomic():
-        locked = _job_locked(kind=kind, public_id=public_id)
+        locked = job_locked(kind=kind, public_id=public_id)
         if locked is None:  # gone while the executor ran
             return "missing"
         locked.executor_finished_at = finished
@@ -598,7 +454,7 @@ def _trigger_outcome_record(
         )
         retry_at = finished + timedelta(seconds=delay)
     with transaction.atomic():
-        job = _job_locked(kind=kind, public_id=public_id)
+        job = job_locked(kind=kind, public_id=public_id)
         assert job is not None
         closed = TriggerAttempt.objects.filter(pk=attempt.pk).close(
             finished_at=finished,
@@ -685,188 +541,3 @@ def _trigger_give_up(*, job: Job, at: datetime, actor: str, detail: str) -> None
     job.executor_finished_at = at
     job.save(update_fields=_TRIGGER_FIELDS)
     job_status_set(job=job, status=JobStatus.FAILED, at=at, actor=actor, detail=detail)
-
-
-def jobs_lost_fail(*, batch_size: int = 500) -> int:
-    """Fails running jobs whose lease ran out: the worker that ran the executor died without a
-    result, or the system that reported them running reported nothing more. Rows are taken
-    with ``SKIP LOCKED``: overlapping sweeps never take the same job. Returns how many."""
-    now = timezone.now()
-    count = 0
-    for model in JOB_MODELS.values():
-        with transaction.atomic():
-            lost = list(
-                model.objects.select_for_update(skip_locked=True)
-                .filter(status=JobStatus.RUNNING, lease_expires_at__lt=now)
-                .order_by("lease_expires_at")[:batch_size]
-            )
-            for job in lost:
-                _worker_lost_fail(job=job, actor="sweep", now=now)
-            count += len(lost)
-    return count
-
-
-def status_sync_record(
-    *,
-    client: ApiClient,
-    target_kind: str,
-    target_id: str,
-    status: str,
-    reported_at: datetime,
-    detail: str = "",
-) -> StatusSync:
-    """Applies an external status report to one of the client's deployments or builds under
-    ``report_applies``, and records the report whether it applied or not."""
-    job = (
-        JOB_MODELS[target_kind]
-        .objects.select_for_update()
-        .filter(client=client, public_id=target_id)
-        .first()
-    )
-    if job is None:
-        raise NotFound()
-    applied = report_applies(job=job, status=status, at=reported_at)
-    if applied:
-        job_status_set(
-            job=job,
-            status=status,
-            at=reported_at,
-            actor=f"status-sync:{client.name}",
-            detail=detail,
-        )
-    return StatusSync.objects.create(
-        client=client,
-        status=status,
-        reported_at=reported_at,
-        detail=detail,
-        applied=applied,
-        resulting_status=job.status,
-        **{target_kind: job},
-    )
-
-
-@dataclass(frozen=True)
-class StatusReportOutcome:
-    deployment: Deployment | None
-    applied: bool
-
-
-FULL_SHA_LENGTH = 40
-
-
-def _status_target(
-    *,
-    repository: str,
-    environment: str,
-    sha: str,
-    github_deployment_id: int | None,
-    job_id_in_payload: str,
-    client_id: int | None,
-) -> Deployment | None:
-    """The deployment a GitHub status is about, locked (``deployment_status_report_apply``)."""
-    candidates = Deployment.objects.select_for_update()
-    if client_id is not None:
-        candidates = candidates.filter(client_id=client_id)
-    if github_deployment_id is not None:
-        exact = (
-            candidates.filter(
-                github_deployment_id=github_deployment_id, repository=repository
-            )
-            .order_by("-id")
-            .first()
-        )
-        if exact is not None:
-            return exact
-    if job_id_in_payload:
-        named = candidates.filter(
-            public_id=job_id_in_payload,
-            repository=repository,
-            environment=environment,
-        ).first()
-        if named is not None and named.github_deployment_id in (
-            None,
-            github_deployment_id,
-        ):
-            return named
-    # A deployment made elsewhere (not one of ours on GitHub): by repository, environment
-    # and commit. A short commit_sha matches a full sha it starts with only while no other
-    # full commit was matched to it (``github_commit_sha``).
-    elsewhere = candidates.filter(
-        repository=repository,
-        environment=environment,
-        github_deployment_id__isnull=True,
-    )
-    if len(sha) == FULL_SHA_LENGTH:
-        elsewhere = elsewhere.alias(
-            github_sha=Value(sha, output_field=CharField())
-        ).filter(
-            github_sha__startswith=F("commit_sha"), github_commit_sha__in=["", sha]
-        )
-    else:
-        elsewhere = elsewhere.filter(commit_sha=sha)
-    return elsewhere.order_by("-id").first()
-
-
-def deployment_status_report_apply(
-    *,
-    repository: str,
-    environment: str,
-    sha: str,
-    github_status_id: int,
-    status: str,
-    reported_at: datetime,
-    actor: str,
-    detail: str = "",
-    github_deployment_id: int | None = None,
-    job_id_in_payload: str = "",
-    client_id: int | None = None,
-) -> StatusReportOutcome:
-    """A deployment status reported by GitHub (docs/subsystems/processing.md, "GitHub"),
-    applied under ``report_applies`` to the deployment it is about, locked until the caller's
-    transaction ends:
-
-    1. the deployment that holds GitHub's deployment id (the ``github`` executor recorded
-       it), of the same repository;
-    2. else the deployment our id in the GitHub deployment's payload names (same repository
-       and environment), which then holds GitHub's id;
-    3. else, of the deployments holding no GitHub id (made elsewhere), the most recent of
-       ``repository`` to ``environment`` whose commit is ``sha``: a short ``commit_sha``
-       matches the first full commit that a status names, and that commit only.
-
-    ``client_id`` (the source's bound API client) limits all three to that client's
-    deployments; without it any client's may match (a single tenant). A ``reported_at``
-    further ahead than ``WEBHOOK_TIMESTAMP_TOLERANCE_SECONDS`` counts as now plus that, so
-    that a clock (or a payload) in the future cannot block the reports after it."""
-    horizon = timezone.now() + timedelta(
-        seconds=settings.WEBHOOK_TIMESTAMP_TOLERANCE_SECONDS
-    )
-    reported_at = min(reported_at, horizon)
-    deployment = _status_target(
-        repository=repository,
-        environment=environment,
-        sha=sha,
-        github_deployment_id=github_deployment_id,
-        job_id_in_payload=job_id_in_payload,
-        client_id=client_id,
-    )
-    if deployment is None:
-        return StatusReportOutcome(deployment=None, applied=False)
-    fields = []
-    if github_deployment_id is not None and deployment.github_deployment_id is None:
-        deployment.github_deployment_id = github_deployment_id
-        fields.append("github_deployment_id")
-    if len(sha) == FULL_SHA_LENGTH and not deployment.github_commit_sha:
-        deployment.github_commit_sha = sha
-        fields.append("github_commit_sha")
-    if fields:
-        deployment.save(update_fields=fields)
-    if not report_applies(
-        job=deployment, status=status, at=reported_at, github_status_id=github_status_id
-    ):
-        return StatusReportOutcome(deployment=deployment, applied=False)
-    deployment.last_github_status_id = github_status_id
-    deployment.save(update_fields=["last_github_status_id"])
-    job_status_set(
-        job=deployment, status=status, at=reported_at, actor=actor, detail=detail
-    )
-    return StatusReportOutcome(deployment=deployment, applied=True)

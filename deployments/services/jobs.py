@@ -1,0 +1,211 @@
+"""Jobs: a new deployment or build, its status and its transitions
+(docs/subsystems/executors.md, "A deployment or build job").
+
+- ``job_new``: a queued job, not saved yet (the Idempotency-Key path writes it with its key's
+  record, docs/subsystems/idempotency.md, "An idempotent API call");
+- ``report_applies``: the one ordering rule for reported statuses;
+- ``job_status_set``: a locked job moved to a status, with its ``JobTransition`` and its key's
+  record kept in step;
+- ``jobs_lost_fail``: the sweep's failing of running jobs whose lease ran out.
+
+How a worker carries a job out is ``attempts``; what reports from outside do is ``reports``.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from core.models import ApiClient
+from idempotency.services import (
+    idempotency_record_progress_deadline_set,
+    idempotency_record_resolve,
+)
+
+from ..models import (
+    TERMINAL_JOB_STATUSES,
+    Build,
+    Deployment,
+    Job,
+    JobStatus,
+    JobTransition,
+    public_id_generate,
+)
+
+logger = logging.getLogger(__name__)
+
+# Published by name, so that this module never imports the tasks that run it.
+RUN_JOB_TASK = "deployments.run_job"
+
+JOB_MODELS: dict[str, type[Job]] = {"deployment": Deployment, "build": Build}
+OPERATION_TYPES: dict[str, str] = {
+    "deployment": "deployment.create",
+    "build": "build.create",
+}
+
+
+def job_kind(job: Job) -> str:
+    return "deployment" if isinstance(job, Deployment) else "build"
+
+
+def job_pickup_deadline(*, job: Job) -> datetime:
+    """When a new job's key counts as stuck if no worker has picked the job up: the sweep
+    re-dispatches it after ``DEPLOY_REDISPATCH_AFTER_SECONDS`` and runs every
+    ``RELAY_SWEEP_INTERVAL_SECONDS``, so by then it has been published twice."""
+    return job.created_at + timedelta(
+        seconds=settings.DEPLOY_REDISPATCH_AFTER_SECONDS
+        + settings.RELAY_SWEEP_INTERVAL_SECONDS
+    )
+
+
+def job_new(*, kind: str, client: ApiClient, idempotency_key: str, data: dict) -> Job:
+    """A queued deployment or build, not saved yet: the Idempotency-Key mechanism writes it
+    together with the key's record (``OperationResult.resource_row``), and the relay then
+    publishes its job (``deployments.outbox``). Nothing here talks to the database or the
+    broker. ``data`` is the request's validated body: its kind's own fields
+    (``Job.request_fields``) as given, the rest empty when absent."""
+    model = JOB_MODELS[kind]
+    now = timezone.now()
+    return model(
+        public_id=public_id_generate(model.public_id_prefix),
+        client=client,
+        idempotency_key=idempotency_key,
+        repository=data["repository"],
+        commit_sha=data["commit_sha"],
+        workflow=data.get("workflow") or "",
+        triggered_by=data.get("triggered_by") or "",
+        **{name: data.get(name) or "" for name in model.request_fields},
+        status_changed_at=now,
+        created_at=now,
+        updated_at=now,
+    )
+
+
+def _transition_record(
+    *, job: Job, from_status: str, to_status: str, at: datetime, actor: str, detail: str
+) -> JobTransition:
+    target = {job_kind(job): job}
+    return JobTransition.objects.create(
+        from_status=from_status,
+        to_status=to_status,
+        at=at,
+        actor=actor[:255],
+        detail=detail,
+        **target,
+    )
+
+
+def report_applies(
+    *, job: Job, status: str, at: datetime, github_status_id: int | None = None
+) -> bool:
+    """The one ordering rule for reported statuses (status-sync, GitHub's deployment
+    statuses, the worker's own results). A non-terminal status never replaces a terminal one.
+    Then reports are ordered by their reporter's own sequence where it has one (GitHub's
+    ``deployment_status`` ids: only a higher id applies), else by time: a report older than
+    the last applied change is not applied. A newer terminal status may replace an older
+    terminal one (a failed deploy later reported as succeeded)."""
+    if job.status in TERMINAL_JOB_STATUSES and status not in TERMINAL_JOB_STATUSES:
+        return False
+    if github_status_id is not None:
+        last = getattr(job, "last_github_status_id", None)
+        return last is None or github_status_id > last
+    return at >= job.status_changed_at
+
+
+def job_status_set(
+    *, job: Job, status: str, at: datetime, actor: str, detail: str = ""
+) -> None:
+    """Moves a locked job to ``status`` (the caller decided that it applies): the transition
+    row, and the idempotency record's status once the job is terminal.
+
+    A job that is, or is reported, ``running`` holds a lease of
+    ``DEPLOY_RUNNING_LEASE_SECONDS`` from now (each running report renews it; it never
+    shrinks): if neither its worker nor its reporter says more by then, the sweep fails it.
+    Its key's progress deadline is that lease.
+
+    ``detail`` is the reason of the latest transition (``""`` when it gave none); a report
+    that changes nothing keeps the reason of the change it repeats unless it gives one."""
+    previous = job.status
+    job.status = status
+    job.status_changed_at = at
+    if detail or previous != status:
+        job.detail = detail
+    update_fields = ["status", "status_changed_at", "detail", "updated_at"]
+    if status == JobStatus.RUNNING:
+        lease = timezone.now() + timedelta(
+            seconds=settings.DEPLOY_RUNNING_LEASE_SECONDS
+        )
+        job.lease_expires_at = max(lease, job.lease_expires_at or lease)
+        update_fields.append("lease_expires_at")
+    job.save(update_fields=update_fields)
+    if previous != status:
+        _transition_record(
+            job=job,
+            from_status=previous,
+            to_status=status,
+            at=at,
+            actor=actor,
+            detail=detail,
+        )
+    if status in TERMINAL_JOB_STATUSES:
+        idempotency_record_resolve(
+            operation_type=OPERATION_TYPES[job_kind(job)],
+            resource_id=job.public_id,
+            succeeded=status == JobStatus.SUCCEEDED,
+        )
+    elif status == JobStatus.RUNNING and job.lease_expires_at is not None:
+        idempotency_record_progress_deadline_set(
+            operation_type=OPERATION_TYPES[job_kind(job)],
+            resource_id=job.public_id,
+            deadline=job.lease_expires_at,
+        )
+    logger.info(
+        "job.transition",
+        extra={
+            "job_id": job.public_id,
+            "from_status": previous,
+            "to_status": status,
+            "actor": actor,
+        },
+    )
+
+
+def job_locked(*, kind: str, public_id: str) -> Job | None:
+    return (
+        JOB_MODELS[kind].objects.select_for_update().filter(public_id=public_id).first()
+    )
+
+
+def job_worker_lost_fail(*, job: Job, actor: str, now: datetime) -> None:
+    if job.executor_started_at is None or job.executor_finished_at is not None:
+        # Reported running by an external system (never run by a worker of ours, or reported
+        # running again after our worker's result or trigger).
+        detail = (
+            "report_lost: reported running, but no further report came within the lease"
+        )
+    else:
+        detail = "worker_lost: the executor was started but never reported a result"
+    job_status_set(job=job, status=JobStatus.FAILED, at=now, actor=actor, detail=detail)
+
+
+def jobs_lost_fail(*, batch_size: int = 500) -> int:
+    """Fails running jobs whose lease ran out: the worker that ran the executor died without a
+    result, or the system that reported them running reported nothing more. Rows are taken
+    with ``SKIP LOCKED``: overlapping sweeps never take the same job. Returns how many."""
+    now = timezone.now()
+    count = 0
+    for model in JOB_MODELS.values():
+        with transaction.atomic():
+            lost = list(
+                model.objects.select_for_update(skip_locked=True)
+                .filter(status=JobStatus.RUNNING, lease_expires_at__lt=now)
+                .order_by("lease_expires_at")[:batch_size]
+            )
+            for job in lost:
+                job_worker_lost_fail(job=job, actor="sweep", now=now)
+            count += len(lost)
+    return count
