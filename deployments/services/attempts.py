@@ -17,6 +17,7 @@ import logging
 import time
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
+from enum import StrEnum
 
 from django.conf import settings
 from django.db import transaction
@@ -51,6 +52,7 @@ from ..selectors import deploy_target_for, deploy_target_serves
 from ..trigger_urls import url_shown
 from .jobs import (
     OPERATION_TYPES,
+    Reason,
     job_kind,
     job_locked,
     job_status_set,
@@ -59,6 +61,26 @@ from .jobs import (
 )
 
 logger = logging.getLogger(__name__)
+
+
+class RunOutcome(StrEnum):
+    """What one delivery of a job's message came to: ``job_run``'s answer, and its task's
+    result (docs/subsystems/executors.md, "A deployment or build job")."""
+
+    # The job moved on.
+    SUCCEEDED = "succeeded"  # a run executor's result
+    FAILED = "failed"  # its executor's result, or the trigger refused or unreachable
+    TRIGGERED = "triggered"  # a 2xx: the downstream has it
+    RETRY_SCHEDULED = "retry_scheduled"  # the relay publishes it again when due
+    EXTERNAL = "external"  # claimed; it waits for a report
+    WORKER_LOST = "worker_lost"  # its run's lease ran out with no result: failed
+    # Nothing done.
+    MISSING = "missing"  # no such job (any more)
+    NOT_QUEUED = "not_queued"  # a report moved it on before this delivery
+    ALREADY_STARTED = "already_started"  # another delivery holds it within its lease
+    ALREADY_TRIGGERED = "already_triggered"  # delivered or given up before
+    NOT_DUE = "not_due"  # an early copy of a message for a retry not due yet
+    SUPERSEDED = "superseded"  # a takeover or a report decided before this outcome
 
 
 @dataclass(frozen=True)
@@ -91,7 +113,7 @@ class _OpenAttempt:
     call: TriggerCall
 
 
-def job_run(*, kind: str, public_id: str, worker: str) -> str:
+def job_run(*, kind: str, public_id: str, worker: str) -> RunOutcome:
     """Carries out one job, however often its message is delivered (docs/subsystems/executors.md,
     "A deployment or build job").
 
@@ -115,10 +137,11 @@ def job_run(*, kind: str, public_id: str, worker: str) -> str:
     with transaction.atomic():
         job = job_locked(kind=kind, public_id=public_id)
         if job is None:
-            return "missing"
+            return RunOutcome.MISSING
         if job.executor_started_at is None:
             if job.status != JobStatus.QUEUED:
-                return "not_queued"  # an external report moved it on before any worker
+                # An external report moved it on before any worker.
+                return RunOutcome.NOT_QUEUED
             route = job_route(job=job)
             _job_claim(job=job, route=route, worker=worker, now=now)
             try:
@@ -129,9 +152,9 @@ def job_run(*, kind: str, public_id: str, worker: str) -> str:
                     status=JobStatus.FAILED,
                     at=now,
                     actor=worker,
-                    detail=f"executor_unknown: {exc}",
+                    detail=f"{Reason.EXECUTOR_UNKNOWN}: {exc}",
                 )
-                return "failed"
+                return RunOutcome.FAILED
             if isinstance(executor, TriggerExecutor):
                 opened = _trigger_attempt_open(
                     job=job, kind=kind, executor=executor, now=now, worker=worker
@@ -141,18 +164,18 @@ def job_run(*, kind: str, public_id: str, worker: str) -> str:
                 job_status_set(job=job, status=JobStatus.RUNNING, at=now, actor=worker)
             else:
                 _external_wait(job=job, now=now)
-                return "external"
+                return RunOutcome.EXTERNAL
         else:
             claimed = _claimed_executor(job)
             if claimed is None or isinstance(claimed, RunExecutor):
                 return _run_redelivered(job=job, now=now, worker=worker)
             if not isinstance(claimed, TriggerExecutor):
-                return "external"
+                return RunOutcome.EXTERNAL
             executor = claimed
             step = _trigger_resume(
                 job=job, kind=kind, executor=executor, now=now, worker=worker
             )
-            if isinstance(step, str):
+            if isinstance(step, RunOutcome):
                 return step
             opened = step
     if isinstance(executor, RunExecutor):
@@ -184,7 +207,7 @@ def _claimed_executor(job: Job) -> Executor | None:
         return None
 
 
-def _run_redelivered(*, job: Job, now: datetime, worker: str) -> str:
+def _run_redelivered(*, job: Job, now: datetime, worker: str) -> RunOutcome:
     if (
         job.status == JobStatus.RUNNING
         and job.lease_expires_at is not None
@@ -192,8 +215,8 @@ def _run_redelivered(*, job: Job, now: datetime, worker: str) -> str:
         and job.executor_finished_at is None
     ):
         job_worker_lost_fail(job=job, actor=worker, now=now)
-        return "worker_lost"
-    return "already_started"
+        return RunOutcome.WORKER_LOST
+    return RunOutcome.ALREADY_STARTED
 
 
 def _external_wait(*, job: Job, now: datetime) -> None:
@@ -209,7 +232,7 @@ def _external_wait(*, job: Job, now: datetime) -> None:
 
 def _job_execute(
     *, kind: str, public_id: str, job: Job, executor: RunExecutor, worker: str
-) -> str:
+) -> RunOutcome:
     try:
         result = executor.run(job)
     except Exception as exc:  # the executor's failure is the job's failure
@@ -236,15 +259,15 @@ def _job_execute(
     with transaction.atomic():
         locked = job_locked(kind=kind, public_id=public_id)
         if locked is None:  # gone while the executor ran
-            return "missing"
+            return RunOutcome.MISSING
         locked.executor_finished_at = finished
         locked.save(update_fields=["executor_finished_at"])
         if not report_applies(job=locked, status=status, at=finished):
-            return "superseded"
+            return RunOutcome.SUPERSEDED
         job_status_set(
             job=locked, status=status, at=finished, actor=worker, detail=result.detail
         )
-    return status
+    return RunOutcome(status)
 
 
 # --- trigger executors -------------------------------------------------------------------
@@ -278,7 +301,7 @@ def trigger_retry_delay(*, attempt: int, retry_after: float | None = None) -> fl
 
 
 def _attempts_of(job: Job) -> QuerySet[TriggerAttempt]:
-    return TriggerAttempt.objects.filter(**{job_kind(job): job})
+    return TriggerAttempt.objects.filter(**{job_kind(job).value: job})
 
 
 def _trigger_attempt_open(
@@ -324,16 +347,16 @@ def _trigger_attempt_open(
 
 def _trigger_resume(
     *, job: Job, kind: str, executor: TriggerExecutor, now: datetime, worker: str
-) -> _OpenAttempt | str:
+) -> _OpenAttempt | RunOutcome:
     """A later delivery of a claimed trigger job: the next attempt, or why there is none."""
     if job.status != JobStatus.QUEUED:
-        return "not_queued"
+        return RunOutcome.NOT_QUEUED
     if job.trigger_phase not in (TriggerPhase.SENT, TriggerPhase.RETRY_WAIT):
-        return "already_triggered"
+        return RunOutcome.ALREADY_TRIGGERED
     open_attempt = _attempts_of(job).filter(finished_at__isnull=True).first()
     if open_attempt is not None:
         if job.lease_expires_at is not None and job.lease_expires_at > now:
-            return "already_started"  # its worker is at it
+            return RunOutcome.ALREADY_STARTED  # its worker is at it
         TriggerAttempt.objects.filter(pk=open_attempt.pk).close(
             finished_at=now,
             outcome=Outcome.LOST,
@@ -352,12 +375,13 @@ def _trigger_resume(
                 job=job,
                 at=now,
                 actor=worker,
-                detail=f"trigger_unreachable: {open_attempt.number} attempts, the last "
-                "lost with its worker",
+                detail=f"{Reason.TRIGGER_UNREACHABLE}: {open_attempt.number} attempts, "
+                "the last lost with its worker",
             )
-            return "failed"
+            return RunOutcome.FAILED
     elif job.next_attempt_at is not None and job.next_attempt_at > now:
-        return "not_due"  # an early copy of a message; the relay publishes it when due
+        # An early copy of a message; the relay publishes it when due.
+        return RunOutcome.NOT_DUE
     if job.target_id is not None and not deploy_target_serves(
         target_id=job.target_id, client_id=job.client_id
     ):
@@ -366,9 +390,10 @@ def _trigger_resume(
             job=job,
             at=now,
             actor=worker,
-            detail="trigger_rejected: its deploy target no longer serves this API client",
+            detail=f"{Reason.TRIGGER_REJECTED}: its deploy target no longer serves this "
+            "API client",
         )
-        return "failed"
+        return RunOutcome.FAILED
     return _trigger_attempt_open(
         job=job, kind=kind, executor=executor, now=now, worker=worker
     )
@@ -381,7 +406,7 @@ def _trigger_attempt_make(
     opened: _OpenAttempt,
     executor: TriggerExecutor,
     worker: str,
-) -> str:
+) -> RunOutcome:
     """The call, outside any transaction, then its outcome recorded."""
     # Whatever an executor reports, or raises, is kept without the call's secret (nor
     # any other it may quote): scrubbed here, for every executor (docs/security.md,
@@ -439,7 +464,7 @@ def _trigger_outcome_record(
     result: TriggerResult,
     duration: float,
     actor: str,
-) -> str:
+) -> RunOutcome:
     """Closes the attempt with its outcome and moves the job on, under its row lock. An
     attempt already closed (its lease ran out and another delivery took over) records
     nothing: that delivery's attempt decides."""
@@ -467,7 +492,7 @@ def _trigger_outcome_record(
             url=url_shown(result.url) if result.url else attempt.url,
         )
         if not closed:
-            return "superseded"
+            return RunOutcome.SUPERSEDED
         if result.outcome == Outcome.DELIVERED:
             return _trigger_delivered(job=job, result=result, at=finished, actor=actor)
         if job.status != JobStatus.QUEUED:
@@ -475,24 +500,24 @@ def _trigger_outcome_record(
             job.trigger_phase = TriggerPhase.TRIGGERED
             job.next_attempt_at = None
             job.save(update_fields=_TRIGGER_FIELDS)
-            return "superseded"
+            return RunOutcome.SUPERSEDED
         if result.outcome == Outcome.REJECTED:
             _trigger_give_up(
                 job=job,
                 at=finished,
                 actor=actor,
-                detail=f"trigger_rejected: {result.reason()}",
+                detail=f"{Reason.TRIGGER_REJECTED}: {result.reason()}",
             )
-            return "failed"
+            return RunOutcome.FAILED
         if retry_at is None:
             _trigger_give_up(
                 job=job,
                 at=finished,
                 actor=actor,
-                detail=f"trigger_unreachable: {attempt.number} attempts, the last: "
-                f"{result.reason()}",
+                detail=f"{Reason.TRIGGER_UNREACHABLE}: {attempt.number} attempts, "
+                f"the last: {result.reason()}",
             )
-            return "failed"
+            return RunOutcome.FAILED
         # Waits for its retry in the database: out of the message's way, into the partial
         # retry index; the relay publishes it once due.
         job.trigger_phase = TriggerPhase.RETRY_WAIT
@@ -506,12 +531,12 @@ def _trigger_outcome_record(
             deadline=retry_at
             + timedelta(seconds=settings.DEPLOY_RUNNING_LEASE_SECONDS),
         )
-    return "retry_scheduled"
+    return RunOutcome.RETRY_SCHEDULED
 
 
 def _trigger_delivered(
     *, job: Job, result: TriggerResult, at: datetime, actor: str
-) -> str:
+) -> RunOutcome:
     job.trigger_phase = TriggerPhase.TRIGGERED
     job.next_attempt_at = None
     job.executor_finished_at = at
@@ -529,9 +554,9 @@ def _trigger_delivered(
             status=JobStatus.RUNNING,
             at=at,
             actor=actor,
-            detail=f"triggered: {result.reason()}",
+            detail=f"{Reason.TRIGGERED}: {result.reason()}",
         )
-    return "triggered"
+    return RunOutcome.TRIGGERED
 
 
 def _trigger_give_up(*, job: Job, at: datetime, actor: str, detail: str) -> None:

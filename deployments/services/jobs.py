@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 from datetime import datetime, timedelta
+from enum import StrEnum
 
 from django.conf import settings
 from django.db import transaction
@@ -41,15 +42,39 @@ logger = logging.getLogger(__name__)
 # Published by name, so that this module never imports the tasks that run it.
 RUN_JOB_TASK = "deployments.run_job"
 
-JOB_MODELS: dict[str, type[Job]] = {"deployment": Deployment, "build": Build}
+
+class JobKind(StrEnum):
+    """A job's kind, as its task's argument, its FK's name and its API's path name it."""
+
+    DEPLOYMENT = "deployment"
+    BUILD = "build"
+
+
+class Reason(StrEnum):
+    """The word a job's ``detail`` starts with when the worker or the sweep moved it
+    (``<reason>: <what happened>``; docs/subsystems/executors.md, "A deployment or build
+    job"). Its client reads it: the values never change."""
+
+    TRIGGERED = "triggered"
+    TRIGGER_REJECTED = "trigger_rejected"
+    TRIGGER_UNREACHABLE = "trigger_unreachable"
+    EXECUTOR_UNKNOWN = "executor_unknown"
+    WORKER_LOST = "worker_lost"
+    REPORT_LOST = "report_lost"
+
+
+JOB_MODELS: dict[str, type[Job]] = {
+    JobKind.DEPLOYMENT: Deployment,
+    JobKind.BUILD: Build,
+}
 OPERATION_TYPES: dict[str, str] = {
-    "deployment": "deployment.create",
-    "build": "build.create",
+    JobKind.DEPLOYMENT: "deployment.create",
+    JobKind.BUILD: "build.create",
 }
 
 
-def job_kind(job: Job) -> str:
-    return "deployment" if isinstance(job, Deployment) else "build"
+def job_kind(job: Job) -> JobKind:
+    return JobKind.DEPLOYMENT if isinstance(job, Deployment) else JobKind.BUILD
 
 
 def job_pickup_deadline(*, job: Job) -> datetime:
@@ -88,7 +113,7 @@ def job_new(*, kind: str, client: ApiClient, idempotency_key: str, data: dict) -
 def _transition_record(
     *, job: Job, from_status: str, to_status: str, at: datetime, actor: str, detail: str
 ) -> JobTransition:
-    target = {job_kind(job): job}
+    target = {job_kind(job).value: job}
     return JobTransition.objects.create(
         from_status=from_status,
         to_status=to_status,
@@ -185,10 +210,11 @@ def job_worker_lost_fail(*, job: Job, actor: str, now: datetime) -> None:
         # Reported running by an external system (never run by a worker of ours, or reported
         # running again after our worker's result or trigger).
         detail = (
-            "report_lost: reported running, but no further report came within the lease"
+            f"{Reason.REPORT_LOST}: reported running, but no further report came within "
+            "the lease"
         )
     else:
-        detail = "worker_lost: the executor was started but never reported a result"
+        detail = f"{Reason.WORKER_LOST}: the executor was started but never reported a result"
     job_status_set(job=job, status=JobStatus.FAILED, at=now, actor=actor, detail=detail)
 
 
