@@ -26,7 +26,6 @@ from django.utils import timezone
 
 from core.backoff import full_jitter_delay
 from core.secrets import secrets_scrubbed, settings_secrets
-from idempotency.services import idempotency_record_progress_deadline_set
 
 from .. import metrics
 from ..executors import (
@@ -51,10 +50,10 @@ from ..outbound import outcome_classify, traceback_kept
 from ..selectors import deploy_target_for, deploy_target_serves
 from ..trigger_urls import url_shown
 from .jobs import (
-    OPERATION_TYPES,
     Reason,
     job_kind,
     job_locked,
+    job_save,
     job_status_set,
     job_worker_lost_fail,
     report_applies,
@@ -163,7 +162,7 @@ def job_run(*, kind: str, public_id: str, worker: str) -> RunOutcome:
                 # Running: the job's lease starts, and its key's deadline moves to it.
                 job_status_set(job=job, status=JobStatus.RUNNING, at=now, actor=worker)
             else:
-                _external_wait(job=job, now=now)
+                _external_wait(job=job)
                 return RunOutcome.EXTERNAL
         else:
             claimed = _claimed_executor(job)
@@ -193,7 +192,9 @@ def _job_claim(*, job: Job, route: Route, worker: str, now: datetime) -> None:
     job.claimed_by = worker[:255]
     job.executor = route.executor[:32]
     job.target = route.target
-    job.save(update_fields=["executor_started_at", "claimed_by", "executor", "target"])
+    job_save(
+        job=job, fields=["executor_started_at", "claimed_by", "executor", "target"]
+    )
 
 
 def _claimed_executor(job: Job) -> Executor | None:
@@ -219,14 +220,9 @@ def _run_redelivered(*, job: Job, now: datetime, worker: str) -> RunOutcome:
     return RunOutcome.ALREADY_STARTED
 
 
-def _external_wait(*, job: Job, now: datetime) -> None:
+def _external_wait(*, job: Job) -> None:
     """An ``external`` job waits for its first report: its key counts as stuck if none
-    came within ``DEPLOY_RUNNING_LEASE_SECONDS``."""
-    idempotency_record_progress_deadline_set(
-        operation_type=OPERATION_TYPES[job_kind(job)],
-        resource_id=job.public_id,
-        deadline=now + timedelta(seconds=settings.DEPLOY_RUNNING_LEASE_SECONDS),
-    )
+    came within ``DEPLOY_RUNNING_LEASE_SECONDS`` of the claim (``jobs._key_deadline``)."""
     logger.info("job.external", extra={"job_id": job.public_id})
 
 
@@ -261,7 +257,7 @@ def _job_execute(
         if locked is None:  # gone while the executor ran
             return RunOutcome.MISSING
         locked.executor_finished_at = finished
-        locked.save(update_fields=["executor_finished_at"])
+        job_save(job=locked, fields=["executor_finished_at"])
         if not report_applies(job=locked, status=status, at=finished):
             return RunOutcome.SUPERSEDED
         job_status_set(
@@ -330,10 +326,7 @@ def _trigger_attempt_open(
     job.trigger_phase = TriggerPhase.SENT
     job.next_attempt_at = None
     job.lease_expires_at = lease
-    job.save(update_fields=_TRIGGER_FIELDS)
-    idempotency_record_progress_deadline_set(
-        operation_type=OPERATION_TYPES[kind], resource_id=job.public_id, deadline=lease
-    )
+    job_save(job=job, fields=_TRIGGER_FIELDS)
     call = TriggerCall(
         job=job,
         kind=kind,
@@ -499,7 +492,7 @@ def _trigger_outcome_record(
             # A report moved the job on meanwhile: whoever carries it out has it.
             job.trigger_phase = TriggerPhase.TRIGGERED
             job.next_attempt_at = None
-            job.save(update_fields=_TRIGGER_FIELDS)
+            job_save(job=job, fields=_TRIGGER_FIELDS)
             return RunOutcome.SUPERSEDED
         if result.outcome == Outcome.REJECTED:
             _trigger_give_up(
@@ -524,13 +517,7 @@ def _trigger_outcome_record(
         job.next_attempt_at = retry_at
         job.last_dispatched_at = None
         job.lease_expires_at = None
-        job.save(update_fields=_TRIGGER_FIELDS)
-        idempotency_record_progress_deadline_set(
-            operation_type=OPERATION_TYPES[kind],
-            resource_id=job.public_id,
-            deadline=retry_at
-            + timedelta(seconds=settings.DEPLOY_RUNNING_LEASE_SECONDS),
-        )
+        job_save(job=job, fields=_TRIGGER_FIELDS)
     return RunOutcome.RETRY_SCHEDULED
 
 
@@ -545,7 +532,7 @@ def _trigger_delivered(
         job.github_deployment_id = result.github_deployment_id
         job.github_commit_sha = result.github_commit_sha or job.github_commit_sha
         fields += ["github_deployment_id", "github_commit_sha"]
-    job.save(update_fields=fields)
+    job_save(job=job, fields=fields)
     if job.status == JobStatus.QUEUED and report_applies(
         job=job, status=JobStatus.RUNNING, at=at
     ):
@@ -564,5 +551,5 @@ def _trigger_give_up(*, job: Job, at: datetime, actor: str, detail: str) -> None
     job.next_attempt_at = None
     job.lease_expires_at = None
     job.executor_finished_at = at
-    job.save(update_fields=_TRIGGER_FIELDS)
+    job_save(job=job, fields=_TRIGGER_FIELDS)
     job_status_set(job=job, status=JobStatus.FAILED, at=at, actor=actor, detail=detail)

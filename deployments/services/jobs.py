@@ -27,6 +27,12 @@ from idempotency.services import (
     idempotency_record_resolve,
 )
 
+from ..executors import (
+    RunExecutor,
+    TriggerExecutor,
+    UnknownExecutor,
+    executor_get,
+)
 from ..models import (
     TERMINAL_JOB_STATUSES,
     Build,
@@ -34,6 +40,7 @@ from ..models import (
     Job,
     JobStatus,
     JobTransition,
+    TriggerPhase,
     public_id_generate,
 )
 
@@ -145,7 +152,7 @@ def job_status_set(
     *, job: Job, status: str, at: datetime, actor: str, detail: str = ""
 ) -> None:
     """Moves a locked job to ``status`` (the caller decided that it applies): the transition
-    row, and the idempotency record's status once the job is terminal.
+    row, and its key's record in step (``job_save``).
 
     A job that is, or is reported, ``running`` holds a lease of
     ``DEPLOY_RUNNING_LEASE_SECONDS`` from now (each running report renews it; it never
@@ -166,7 +173,7 @@ def job_status_set(
         )
         job.lease_expires_at = max(lease, job.lease_expires_at or lease)
         update_fields.append("lease_expires_at")
-    job.save(update_fields=update_fields)
+    job_save(job=job, fields=update_fields)
     if previous != status:
         _transition_record(
             job=job,
@@ -176,18 +183,6 @@ def job_status_set(
             actor=actor,
             detail=detail,
         )
-    if status in TERMINAL_JOB_STATUSES:
-        idempotency_record_resolve(
-            operation_type=OPERATION_TYPES[job_kind(job)],
-            resource_id=job.public_id,
-            succeeded=status == JobStatus.SUCCEEDED,
-        )
-    elif status == JobStatus.RUNNING and job.lease_expires_at is not None:
-        idempotency_record_progress_deadline_set(
-            operation_type=OPERATION_TYPES[job_kind(job)],
-            resource_id=job.public_id,
-            deadline=job.lease_expires_at,
-        )
     logger.info(
         "job.transition",
         extra={
@@ -196,6 +191,73 @@ def job_status_set(
             "to_status": status,
             "actor": actor,
         },
+    )
+
+
+# The fields of a job its key's record follows (``job_key_mirror``).
+_MIRRORED_FIELDS = frozenset(
+    {"status", "lease_expires_at", "next_attempt_at", "trigger_phase", "executor"}
+)
+
+
+def job_save(*, job: Job, fields: list[str]) -> None:
+    """Saves ``fields`` of a locked job: the one place that writes a job's state, so that
+    its key's record follows whatever moved (``job_key_mirror``)."""
+    job.save(update_fields=fields)
+    if _MIRRORED_FIELDS.intersection(fields):
+        job_key_mirror(job=job)
+
+
+def job_key_mirror(*, job: Job) -> None:
+    """Brings the job's idempotency record in step with the job, in the caller's
+    transaction (docs/subsystems/idempotency.md, "A key's life"): ``succeeded`` or
+    ``failed`` once the job is terminal, else the progress deadline the job's state gives
+    (``_key_deadline``), if it gives one."""
+    operation_type = OPERATION_TYPES[job_kind(job)]
+    if job.status in TERMINAL_JOB_STATUSES:
+        idempotency_record_resolve(
+            operation_type=operation_type,
+            resource_id=job.public_id,
+            succeeded=job.status == JobStatus.SUCCEEDED,
+        )
+        return
+    deadline = _key_deadline(job)
+    if deadline is not None:
+        idempotency_record_progress_deadline_set(
+            operation_type=operation_type, resource_id=job.public_id, deadline=deadline
+        )
+
+
+def _key_deadline(job: Job) -> datetime | None:
+    """When a job that is not terminal must show progress, else its key is stuck: a running
+    job, or an attempt in flight, by its lease; a trigger waiting for its retry, a lease
+    after the retry's time; a job claimed by an ``external`` executor, a lease after its
+    claim (its first report). ``None``: the deadline stays as it is (a job not claimed yet
+    keeps the one of its creation, ``job_pickup_deadline``)."""
+    lease = timedelta(seconds=settings.DEPLOY_RUNNING_LEASE_SECONDS)
+    if job.status == JobStatus.RUNNING:
+        return job.lease_expires_at
+    if job.trigger_phase == TriggerPhase.SENT:
+        return job.lease_expires_at
+    if job.trigger_phase == TriggerPhase.RETRY_WAIT and job.next_attempt_at is not None:
+        return job.next_attempt_at + lease
+    if (
+        job.trigger_phase == TriggerPhase.NONE
+        and job.executor_started_at is not None
+        and _waits_for_report(job)
+    ):
+        return job.executor_started_at + lease
+    return None
+
+
+def _waits_for_report(job: Job) -> bool:
+    """Whether the job's executor calls nothing (``external``): neither runs nor triggers."""
+    try:
+        executor = executor_get(job.executor) if job.executor else None
+    except UnknownExecutor:
+        return False
+    return executor is not None and not isinstance(
+        executor, (RunExecutor, TriggerExecutor)
     )
 
 

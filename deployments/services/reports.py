@@ -20,7 +20,7 @@ from core.errors import NotFound
 from core.models import ApiClient
 
 from ..models import Deployment, StatusSync
-from .jobs import JOB_MODELS, job_status_set, report_applies
+from .jobs import JOB_MODELS, job_save, job_status_set, report_applies
 
 
 def status_sync_record(
@@ -176,13 +176,13 @@ def deployment_status_report_apply(
         deployment.github_commit_sha = sha
         fields.append("github_commit_sha")
     if fields:
-        deployment.save(update_fields=fields)
+        job_save(job=deployment, fields=fields)
     if not report_applies(
         job=deployment, status=status, at=reported_at, github_status_id=github_status_id
     ):
         return StatusReportOutcome(deployment=deployment, applied=False)
     deployment.last_github_status_id = github_status_id
-    deployment.save(update_fields=["last_github_status_id"])
+    job_save(job=deployment, fields=["last_github_status_id"])
     job_status_set(
         job=deployment, status=status, at=reported_at, actor=actor, detail=detail
     )
