@@ -18,7 +18,7 @@ from django.db import IntegrityError, transaction
 
 from core import egress
 from deployments.models import secret_fingerprint
-from deployments.services import url_shown
+from deployments.trigger_urls import url_shown
 
 from . import merkle, note
 from .log import log_consistency_proof, log_lock, log_root

@@ -101,7 +101,7 @@ def _jobs_create(n: int, *, tag: str) -> list[str]:
     from core.actors import Actor
     from core.services import api_client_create
     from deployments.models import Deployment
-    from deployments.services import job_new
+    from deployments.services.jobs import job_new
 
     client, _ = api_client_create(actor=Actor.system(), name=f"bench-triggers-{tag}")
     jobs = [

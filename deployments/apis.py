@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import re
 from datetime import timedelta
 
 from django.conf import settings
@@ -18,19 +17,18 @@ from rest_framework.views import APIView
 
 from core.errors import NotFound
 from core.fields import (
-    NO_NUL_PATTERN,
     InstantField,
     LowercaseCharField,
     StrictCharField,
     StrictChoiceField,
 )
 from core.pagination import CursorPage
-from idempotency.apis import IdempotentPostMixin
+from idempotency.apis import IdempotentPostMixin, input_validate_compile
 from idempotency.models import IdempotencyStatus
 from idempotency.schema import idempotent_post_schema
 from idempotency.services import OperationResult
 
-from . import selectors, services
+from . import selectors
 from .models import REPORTED_DETAIL_MAX_LENGTH, Build, Deployment, Job, JobStatus
 from .naming import REPOSITORY_MAX_LENGTH, REPOSITORY_PATTERN
 from .representations import (
@@ -39,6 +37,8 @@ from .representations import (
     BuildOutputSerializer,
     DeploymentOutputSerializer,
 )
+from .services.jobs import OPERATION_TYPES, job_new, job_pickup_deadline
+from .services.reports import status_sync_record
 
 # Either case: stored lower-cased.
 COMMIT_SHA_PATTERN = "[0-9A-Fa-f]{7,40}"
@@ -89,83 +89,12 @@ class BuildCreateInputSerializer(_JobCreateInputSerializer):
 
 
 # The serializers above, for the bodies they accept, without building their fields for every
-# request (a deep copy of each field per instance, the largest share of a new operation's
-# cost). Each function gives what ``is_valid()`` would put in ``validated_data``, or ``None``
-# where the serializer refuses: the serializer then answers the refusal, so that its codes
-# and messages stay the one definition (tests/deployments/test_input_fast.py holds the two to
-# the same bodies). Each step mirrors ``core.fields.StrictCharField`` (a string, as sent;
-# empty only where optional; ``max_length``; no surrogate; its pattern as a whole, no NUL
-# where none is given), then the lower case of ``LowercaseCharField``.
-_REPOSITORY = re.compile(REPOSITORY_PATTERN)
-_COMMIT_SHA = re.compile(COMMIT_SHA_PATTERN)
-_ENVIRONMENT = re.compile(ENVIRONMENT_PATTERN)
-_NO_NUL = re.compile(NO_NUL_PATTERN)
-_SURROGATE = re.compile("[\ud800-\udfff]")
-
-
-def _text(
-    body: dict,
-    name: str,
-    *,
-    max_length: int | None = None,
-    optional: bool = False,
-    pattern: re.Pattern[str] = _NO_NUL,
-) -> str | None:
-    """One ``StrictCharField`` member: its value, or ``None`` where the field refuses it (no
-    member here allows null)."""
-    if name not in body:
-        return "" if optional else None
-    value = body[name]
-    if not isinstance(value, str):
-        return None
-    if value == "":
-        return "" if optional else None  # the optional members allow blank
-    if max_length is not None and len(value) > max_length:
-        return None
-    if _SURROGATE.search(value) or not pattern.fullmatch(value):
-        return None
-    return value
-
-
-def _job_input_validate(body: dict, own: dict[str, str | None]) -> dict | None:
-    repository = _text(
-        body, "repository", max_length=REPOSITORY_MAX_LENGTH, pattern=_REPOSITORY
-    )
-    commit_sha = _text(body, "commit_sha", pattern=_COMMIT_SHA)
-    workflow = _text(body, "workflow", max_length=TEXT_MAX_LENGTH, optional=True)
-    triggered_by = _text(
-        body, "triggered_by", max_length=TEXT_MAX_LENGTH, optional=True
-    )
-    if (
-        repository is None
-        or commit_sha is None
-        or workflow is None
-        or triggered_by is None
-        or None in own.values()
-    ):
-        return None
-    return {
-        "repository": repository.lower(),
-        "commit_sha": commit_sha.lower(),
-        "workflow": workflow,
-        "triggered_by": triggered_by,
-        **own,
-    }
-
-
-def deployment_input_validate(body: dict) -> dict | None:
-    """``DeploymentCreateInputSerializer``'s validated data, or ``None`` where it refuses."""
-    environment = _text(
-        body, "environment", max_length=ENVIRONMENT_MAX_LENGTH, pattern=_ENVIRONMENT
-    )
-    return _job_input_validate(body, {"environment": environment})
-
-
-def build_input_validate(body: dict) -> dict | None:
-    """``BuildCreateInputSerializer``'s validated data, or ``None`` where it refuses."""
-    return _job_input_validate(
-        body, {"ref": _text(body, "ref", max_length=REF_MAX_LENGTH, optional=True)}
-    )
+# request: what ``is_valid()`` would put in ``validated_data``, or ``None`` where the
+# serializer refuses, read from the serializers' own fields (the serializer then answers the
+# refusal, its codes and messages the one definition; tests/deployments/test_input_fast.py
+# holds the two to the same bodies).
+deployment_input_validate = input_validate_compile(DeploymentCreateInputSerializer)
+build_input_validate = input_validate_compile(BuildCreateInputSerializer)
 
 
 class _JobCollectionApi(IdempotentPostMixin, APIView):
@@ -183,9 +112,7 @@ class _JobCollectionApi(IdempotentPostMixin, APIView):
     perform_returns_unsaved_row = True
 
     def perform(self, *, client, key, data) -> OperationResult:
-        job = services.job_new(
-            kind=self.kind, client=client, idempotency_key=key, data=data
-        )
+        job = job_new(kind=self.kind, client=client, idempotency_key=key, data=data)
         return OperationResult(
             status_code=202,
             body=self.output.to_representation(job),
@@ -193,7 +120,7 @@ class _JobCollectionApi(IdempotentPostMixin, APIView):
             resource_id=job.public_id,
             location=job.get_absolute_url(),
             record_status=IdempotencyStatus.PROCESSING,
-            progress_deadline=services.job_pickup_deadline(job=job),
+            progress_deadline=job_pickup_deadline(job=job),
         )
 
     def get(self, request):
@@ -245,7 +172,7 @@ class DeploymentCollectionApi(_JobCollectionApi):
     """POST creates (idempotent), GET lists the client's deployments (``?idempotency_key=``)."""
 
     kind = "deployment"
-    operation_type = services.OPERATION_TYPES[kind]
+    operation_type = OPERATION_TYPES[kind]
     fingerprint_fields = ("repository", "commit_sha", "environment", "workflow")
     input_serializer_class = DeploymentCreateInputSerializer
     input_validate_fast = staticmethod(deployment_input_validate)
@@ -279,7 +206,7 @@ class BuildCollectionApi(_JobCollectionApi):
     """POST creates (idempotent), GET lists the client's builds (``?idempotency_key=``)."""
 
     kind = "build"
-    operation_type = services.OPERATION_TYPES[kind]
+    operation_type = OPERATION_TYPES[kind]
     fingerprint_fields = ("repository", "commit_sha", "ref", "workflow")
     input_serializer_class = BuildCreateInputSerializer
     input_validate_fast = staticmethod(build_input_validate)
@@ -378,7 +305,7 @@ class StatusSyncApi(IdempotentPostMixin, APIView):
 
     def perform(self, *, client, key, data) -> OperationResult:
         kind = "deployment" if "deployment_id" in data else "build"
-        sync = services.status_sync_record(
+        sync = status_sync_record(
             client=client,
             target_kind=kind,
             target_id=data[f"{kind}_id"],

@@ -8,7 +8,7 @@ a 5xx, a worker lost mid-call), the next attempt first looks for its own
 (``GET /repos/<repository>/deployments?sha=...&environment=...``, matched on
 ``payload.deployment_id``), so a job never creates two. GitHub's ``deployment_status``
 deliveries then move the job that holds the GitHub deployment's id
-(``deployments.services.deployment_status_report_apply``).
+(``deployments.services.reports.deployment_status_report_apply``).
 """
 
 from __future__ import annotations

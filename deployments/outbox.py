@@ -27,7 +27,7 @@ from django.utils import timezone
 from core.relay import Outbox, Publication
 
 from .models import Job, JobStatus, TriggerPhase
-from .services import JOB_MODELS, RUN_JOB_TASK, jobs_lost_fail
+from .services.jobs import JOB_MODELS, RUN_JOB_TASK, jobs_lost_fail
 
 
 def _waiting(model: type[Job]) -> QuerySet:

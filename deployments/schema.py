@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import services
+from .services.jobs import OPERATION_TYPES
 
 # The answer that names a new (or replayed) job, per operation, and what its id is called.
 _JOB_ANSWERS = {
@@ -38,7 +38,7 @@ def _job_links(kind: str, *, created: bool) -> dict[str, Any]:
         links["LookUpKey"] = {
             "operationId": "idempotency_keys_retrieve",
             "parameters": {
-                "operation_type": services.OPERATION_TYPES[kind],
+                "operation_type": OPERATION_TYPES[kind],
                 "key": key,
             },
             "description": "What became of the request's Idempotency-Key.",

@@ -11,6 +11,7 @@ import json
 import logging
 import secrets as random_secrets
 from collections.abc import Sequence
+from enum import StrEnum
 
 from celery import current_app
 from django.db import transaction
@@ -50,6 +51,14 @@ logger = logging.getLogger(__name__)
 TEST_MESSAGE_TYPE = "deploy_target.test"
 # Published by name (``deploy_target_test_publish``), run by ``tasks.deploy_target_test_task``.
 TEST_TASK = "deployments.deploy_target_test"
+
+
+class NotSent(StrEnum):
+    """Why a delivery of a test's message sent nothing (``deploy_target_test_run``)."""
+
+    MISSING = "missing"  # no such test (any more)
+    ALREADY_SENT = "already_sent"  # another delivery claimed it
+    EXPIRED = "expired"  # no worker took it within TEST_EXPIRES_SECONDS
 
 
 def deploy_target_url_errors(url: str) -> list[str]:
@@ -228,7 +237,9 @@ def deploy_target_test_publish(*, test_id: int) -> bool:
     return True
 
 
-def deploy_target_test_run(*, test_id: int, worker: str) -> str:
+def deploy_target_test_run(
+    *, test_id: int, worker: str
+) -> NotSent | DeployTargetTest.Outcome:
     """Sends a test once, however often its message is delivered, to its target as the
     target is now: an ``http`` target gets a signed test message under the test's id
     (``tst_...``), a ``github`` target's token is checked with ``GET /rate_limit``. The
@@ -244,15 +255,15 @@ def deploy_target_test_run(*, test_id: int, worker: str) -> str:
             .first()
         )
         if test is None:
-            return "missing"
+            return NotSent.MISSING
         if test.state != DeployTargetTest.State.QUEUED:
-            return "already_sent"
+            return NotSent.ALREADY_SENT
         if test.expired(now=now):
             test.state = DeployTargetTest.State.NOT_SENT
             test.reason = f"no worker took it within {TEST_EXPIRES_SECONDS} s"
             test.finished_at = now
             test.save(update_fields=["state", "reason", "finished_at"])
-            return "expired"
+            return NotSent.EXPIRED
         test.state = DeployTargetTest.State.SENDING
         test.started_at = now
         test.save(update_fields=["state", "started_at"])
@@ -285,7 +296,9 @@ def deploy_target_test_run(*, test_id: int, worker: str) -> str:
     return outcome
 
 
-def test_outcome_of(result: TriggerResult | None) -> tuple[str, str]:
+def test_outcome_of(
+    result: TriggerResult | None,
+) -> tuple[DeployTargetTest.Outcome, str]:
     """The coarse outcome of a test's classified result (``outbound.outcome_classify``),
     and the class of a status that is not a 2xx: whether an HTTP answer came, and its
     class, nothing else. Refused, timed out, unresolvable, denied and dropped are all

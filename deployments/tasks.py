@@ -3,7 +3,8 @@ import socket
 
 from celery import shared_task
 
-from .services import RUN_JOB_TASK, job_run
+from .services.attempts import job_run
+from .services.jobs import RUN_JOB_TASK
 from .targets import TEST_TASK, deploy_target_test_run
 
 

@@ -45,7 +45,7 @@ from core.errors import TemporarilyUnavailable
 from core.models import ApiClient
 
 from .errors import IdempotencyKeyReused
-from .metrics import IDEMPOTENCY_REQUESTS
+from .metrics import IDEMPOTENCY_REQUESTS, RequestOutcome
 from .models import IdempotencyRecord, IdempotencyStatus
 
 logger = logging.getLogger(__name__)
@@ -400,7 +400,7 @@ def idempotency_identical_replay(
     )
     if row is None:
         return None
-    IDEMPOTENCY_REQUESTS.labels(operation_type, "replayed").inc()
+    IDEMPOTENCY_REQUESTS.labels(operation_type, RequestOutcome.REPLAYED).inc()
     return IdempotentResponse(
         status_code=200, body=bytes(row[0]), location=row[1], replayed=True
     )
@@ -417,7 +417,7 @@ def idempotency_replay(
 ) -> IdempotentResponse:
     if record.fingerprint != fingerprint:
         differing = _differing_fields(record.fingerprint_fields, fingerprint_fields)
-        IDEMPOTENCY_REQUESTS.labels(operation_type, "conflict").inc()
+        IDEMPOTENCY_REQUESTS.labels(operation_type, RequestOutcome.CONFLICT).inc()
         _record_seen(pk=record.pk, conflict=True)
         logger.info(
             "idempotency.conflict",
@@ -429,7 +429,7 @@ def idempotency_replay(
             },
         )
         raise IdempotencyKeyReused(differing_fields=differing)
-    IDEMPOTENCY_REQUESTS.labels(operation_type, "replayed").inc()
+    IDEMPOTENCY_REQUESTS.labels(operation_type, RequestOutcome.REPLAYED).inc()
     _record_seen(pk=record.pk, conflict=False)
     return IdempotentResponse(
         status_code=200,
@@ -489,7 +489,7 @@ def idempotent_execute(
         now = timezone.now()
         if existing is not None and existing.unexpired:
             return idempotency_replay(record=existing, **replay_args)
-        outcome = "new" if existing is None else "expired"
+        outcome = RequestOutcome.NEW if existing is None else RequestOutcome.EXPIRED
         record_id, result, body = _operation_record(
             perform=perform,
             perform_returns_unsaved_row=perform_returns_unsaved_row,
@@ -517,7 +517,7 @@ def _executed(
     *,
     result: OperationResult,
     body: bytes,
-    outcome: str,
+    outcome: RequestOutcome,
     client: ApiClient,
     key: str,
     operation_type: str,
@@ -578,7 +578,7 @@ def _insert_first(
     answer = _executed(
         result=result,
         body=body,
-        outcome="new",
+        outcome=RequestOutcome.NEW,
         client=client,
         key=key,
         operation_type=operation_type,

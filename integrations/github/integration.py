@@ -10,7 +10,7 @@ from django.utils import timezone
 
 from core.errors import InvalidPayload, PermanentProcessingError
 from deployments.models import REPORTED_DETAIL_MAX_LENGTH, JobStatus
-from deployments.services import deployment_status_report_apply
+from deployments.services.reports import deployment_status_report_apply
 from integrations.github.scheme import DELIVERY_HEADER
 from webhooks.envelopes import (
     MAX_ID_LENGTH,

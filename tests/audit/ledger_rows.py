@@ -17,7 +17,7 @@ from django.utils import timezone
 
 from core.actors import Actor
 from deployments.models import Build, Deployment
-from deployments.services import job_run
+from deployments.services.attempts import job_run
 from research.models import DocumentRevision, ResearchDocument
 from tests.core.factories import api_client_make, bearer_http
 from tests.deployments.factories import build_body, deployment_body, idempotent_post

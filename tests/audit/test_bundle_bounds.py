@@ -26,7 +26,7 @@ from audit.models import LogLeaf
 from audit.stories import evidence_bundle
 from core.actors import Actor
 from deployments.models import Deployment, JobTransition, StatusSync
-from deployments.services import status_sync_record
+from deployments.services.reports import status_sync_record
 from research.models import DocumentRevision
 from tests.core.factories import api_client_make, bearer_http
 from tests.deployments.factories import deployment_body, idempotent_post

@@ -22,7 +22,7 @@ from audit.checkpoints import checkpoint_make, log_verifier_key
 from audit.stories import evidence_bundle
 from core.actors import Actor
 from deployments.models import Deployment
-from deployments.services import job_run
+from deployments.services.attempts import job_run
 from tests.core.factories import api_client_make, bearer_http
 from tests.deployments.factories import deployment_body, idempotent_post
 from tests.deployments.receiver import Fault, Receiver

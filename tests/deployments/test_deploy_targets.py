@@ -10,7 +10,7 @@ import pytest
 
 from core.actors import Actor
 from deployments.models import Build, Deployment, DeployTarget, TriggerAttempt
-from deployments.services import job_run
+from deployments.services.attempts import job_run
 from deployments.targets import deploy_target_save
 from tests.deployments.factories import build_body, deployment_body, idempotent_post
 from tests.deployments.receiver import Fault, Receiver, closed_port_url

@@ -12,7 +12,7 @@ from django.db import transaction
 
 from deployments.models import Deployment, TriggerAttempt
 from deployments.outbox import JOBS_OUTBOX
-from deployments.services import job_run
+from deployments.services.attempts import job_run
 from tests.deployments.factories import (
     build_body,
     deployment_body,

@@ -19,12 +19,13 @@ from deployments.outbound import (
     outcome_classify,
     retry_after_seconds,
 )
-from deployments.services import trigger_retry_delay, url_shown
+from deployments.services.attempts import trigger_retry_delay
 from deployments.targets import (
     deploy_target_save,
     deploy_target_test_request,
     deploy_target_test_run,
 )
+from deployments.trigger_urls import url_shown
 from deployments.triggers import post_signed
 from tests.deployments.receiver import RECEIVER_SECRET
 from tests.deployments.trickler import Trickler

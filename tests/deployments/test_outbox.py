@@ -16,7 +16,7 @@ from core.logging import CELERY_HEADER
 from core.relay import Relay, outbox_lag_seconds, relay_round
 from deployments.models import Build, Deployment, JobTransition
 from deployments.outbox import JOBS_OUTBOX
-from deployments.services import jobs_lost_fail
+from deployments.services.jobs import jobs_lost_fail
 from tests.broker import broker_messages, broker_reset
 from tests.deployments.factories import (
     BuildFactory,

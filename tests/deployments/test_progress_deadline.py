@@ -14,7 +14,7 @@ from deployments import executors
 from deployments.executors import ExecutionResult
 from deployments.models import Deployment, JobTransition
 from deployments.outbox import JOBS_OUTBOX
-from deployments.services import job_run
+from deployments.services.attempts import job_run
 from idempotency.models import IdempotencyRecord
 from idempotency.selectors import idempotency_records_stuck
 from tests.deployments.factories import deployment_body, lease_ended

@@ -21,7 +21,7 @@ from deployments.executors import (
     TriggerResult,
 )
 from deployments.models import Deployment, TriggerAttempt
-from deployments.services import job_run
+from deployments.services.attempts import job_run
 from deployments.triggers import result_of
 from tests.deployments.factories import deployment_body, idempotent_post
 from tests.deployments.fake_github import FakeGitHub

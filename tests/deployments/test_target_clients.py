@@ -13,7 +13,7 @@ from django.urls import reverse
 from core.actors import Actor
 from core.models import ApiClient
 from deployments.models import Deployment, DeployTarget, TriggerAttempt
-from deployments.services import job_run
+from deployments.services.attempts import job_run
 from deployments.targets import deploy_target_save
 from tests import processes
 from tests.core.factories import api_client_make, bearer_http

@@ -20,7 +20,7 @@ from core.actors import Actor
 from core.errors import InvalidPayload
 from deployments.executors import executor_settings_check
 from deployments.models import Deployment, DeployTarget, TriggerAttempt
-from deployments.services import job_run
+from deployments.services.attempts import job_run
 from deployments.targets import deploy_target_save
 from deployments.trigger_urls import url_query_fingerprint, url_shown
 from tests.audit.ledger_rows import seal_all

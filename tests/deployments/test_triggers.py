@@ -25,7 +25,7 @@ from deployments.models import (
     TriggerAttempt,
 )
 from deployments.outbox import JOBS_OUTBOX
-from deployments.services import job_run
+from deployments.services.attempts import job_run
 from idempotency.models import IdempotencyRecord
 from tests.deployments.factories import (
     build_body,

@@ -9,7 +9,7 @@ from django.utils import timezone
 from deployments import executors
 from deployments.executors import ExecutionResult
 from deployments.models import JobTransition
-from deployments.services import job_run
+from deployments.services.attempts import job_run
 from idempotency.models import IdempotencyRecord
 from tests.deployments.factories import DeploymentFactory
 from tests.idempotency.factories import IdempotencyRecordFactory

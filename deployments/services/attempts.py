@@ -1,4 +1,15 @@
-"""Writes. Functions with keyword-only, typed arguments: <entity>_<action>."""
+"""Attempts: a worker's run of one job, however often its message is delivered
+(docs/subsystems/executors.md, "A job on a worker").
+
+- ``job_run``: the claim (the executor its deploy target or ``DEPLOY_EXECUTOR`` names), then
+  a run executor's one run, or one ``TriggerAttempt`` of a trigger executor, recorded before
+  its request leaves and closed with its outcome after;
+- the outcome of an attempt moves the job on: running, a retry scheduled through the outbox,
+  or failed (docs/subsystems/executors.md, "Outbound calls");
+- ``trigger_retry_delay``: the backoff between attempts.
+
+Statuses and transitions are ``jobs``'; this module decides when to set them.
+"""
 
 from __future__ import annotations
 
@@ -6,23 +17,18 @@ import logging
 import time
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
+from enum import StrEnum
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import CharField, F, QuerySet, Value
+from django.db.models import QuerySet
 from django.utils import timezone
 
 from core.backoff import full_jitter_delay
-from core.errors import NotFound
-from core.models import ApiClient
 from core.secrets import secrets_scrubbed, settings_secrets
-from idempotency.services import (
-    idempotency_record_progress_deadline_set,
-    idempotency_record_resolve,
-)
 
-from . import metrics
-from .executors import (
+from .. import metrics
+from ..executors import (
     ExecutionResult,
     Executor,
     RunExecutor,
@@ -32,177 +38,48 @@ from .executors import (
     UnknownExecutor,
     executor_get,
 )
-from .models import (
-    TERMINAL_JOB_STATUSES,
-    Build,
+from ..models import (
     Deployment,
     DeployTarget,
     Job,
     JobStatus,
-    JobTransition,
-    StatusSync,
     TriggerAttempt,
     TriggerPhase,
-    public_id_generate,
 )
-from .outbound import outcome_classify, traceback_kept
-from .selectors import deploy_target_for, deploy_target_serves
-from .trigger_urls import url_shown
+from ..outbound import outcome_classify, traceback_kept
+from ..selectors import deploy_target_for, deploy_target_serves
+from ..trigger_urls import url_shown
+from .jobs import (
+    Reason,
+    job_kind,
+    job_locked,
+    job_save,
+    job_status_set,
+    job_worker_lost_fail,
+    report_applies,
+)
 
 logger = logging.getLogger(__name__)
 
-# Published by name, so that this module never imports the tasks that run it.
-RUN_JOB_TASK = "deployments.run_job"
 
-JOB_MODELS: dict[str, type[Job]] = {"deployment": Deployment, "build": Build}
-OPERATION_TYPES: dict[str, str] = {
-    "deployment": "deployment.create",
-    "build": "build.create",
-}
+class RunOutcome(StrEnum):
+    """What one delivery of a job's message came to: ``job_run``'s answer, and its task's
+    result (docs/subsystems/executors.md, "A deployment or build job")."""
 
-
-def job_kind(job: Job) -> str:
-    return "deployment" if isinstance(job, Deployment) else "build"
-
-
-def job_pickup_deadline(*, job: Job) -> datetime:
-    """When a new job's key counts as stuck if no worker has picked the job up: the sweep
-    re-dispatches it after ``DEPLOY_REDISPATCH_AFTER_SECONDS`` and runs every
-    ``RELAY_SWEEP_INTERVAL_SECONDS``, so by then it has been published twice."""
-    return job.created_at + timedelta(
-        seconds=settings.DEPLOY_REDISPATCH_AFTER_SECONDS
-        + settings.RELAY_SWEEP_INTERVAL_SECONDS
-    )
-
-
-def job_new(*, kind: str, client: ApiClient, idempotency_key: str, data: dict) -> Job:
-    """A queued deployment or build, not saved yet: the Idempotency-Key mechanism writes it
-    together with the key's record (``OperationResult.resource_row``), and the relay then
-    publishes its job (``deployments.outbox``). Nothing here talks to the database or the
-    broker. ``data`` is the request's validated body: its kind's own fields
-    (``Job.request_fields``) as given, the rest empty when absent."""
-    model = JOB_MODELS[kind]
-    now = timezone.now()
-    return model(
-        public_id=public_id_generate(model.public_id_prefix),
-        client=client,
-        idempotency_key=idempotency_key,
-        repository=data["repository"],
-        commit_sha=data["commit_sha"],
-        workflow=data.get("workflow") or "",
-        triggered_by=data.get("triggered_by") or "",
-        **{name: data.get(name) or "" for name in model.request_fields},
-        status_changed_at=now,
-        created_at=now,
-        updated_at=now,
-    )
-
-
-def _transition_record(
-    *, job: Job, from_status: str, to_status: str, at: datetime, actor: str, detail: str
-) -> JobTransition:
-    target = {job_kind(job): job}
-    return JobTransition.objects.create(
-        from_status=from_status,
-        to_status=to_status,
-        at=at,
-        actor=actor[:255],
-        detail=detail,
-        **target,
-    )
-
-
-def report_applies(
-    *, job: Job, status: str, at: datetime, github_status_id: int | None = None
-) -> bool:
-    """The one ordering rule for reported statuses (status-sync, GitHub's deployment
-    statuses, the worker's own results). A non-terminal status never replaces a terminal one.
-    Then reports are ordered by their reporter's own sequence where it has one (GitHub's
-    ``deployment_status`` ids: only a higher id applies), else by time: a report older than
-    the last applied change is not applied. A newer terminal status may replace an older
-    terminal one (a failed deploy later reported as succeeded)."""
-    if job.status in TERMINAL_JOB_STATUSES and status not in TERMINAL_JOB_STATUSES:
-        return False
-    if github_status_id is not None:
-        last = getattr(job, "last_github_status_id", None)
-        return last is None or github_status_id > last
-    return at >= job.status_changed_at
-
-
-def job_status_set(
-    *, job: Job, status: str, at: datetime, actor: str, detail: str = ""
-) -> None:
-    """Moves a locked job to ``status`` (the caller decided that it applies): the transition
-    row, and the idempotency record's status once the job is terminal.
-
-    A job that is, or is reported, ``running`` holds a lease of
-    ``DEPLOY_RUNNING_LEASE_SECONDS`` from now (each running report renews it; it never
-    shrinks): if neither its worker nor its reporter says more by then, the sweep fails it.
-    Its key's progress deadline is that lease.
-
-    ``detail`` is the reason of the latest transition (``""`` when it gave none); a report
-    that changes nothing keeps the reason of the change it repeats unless it gives one."""
-    previous = job.status
-    job.status = status
-    job.status_changed_at = at
-    if detail or previous != status:
-        job.detail = detail
-    update_fields = ["status", "status_changed_at", "detail", "updated_at"]
-    if status == JobStatus.RUNNING:
-        lease = timezone.now() + timedelta(
-            seconds=settings.DEPLOY_RUNNING_LEASE_SECONDS
-        )
-        job.lease_expires_at = max(lease, job.lease_expires_at or lease)
-        update_fields.append("lease_expires_at")
-    job.save(update_fields=update_fields)
-    if previous != status:
-        _transition_record(
-            job=job,
-            from_status=previous,
-            to_status=status,
-            at=at,
-            actor=actor,
-            detail=detail,
-        )
-    if status in TERMINAL_JOB_STATUSES:
-        idempotency_record_resolve(
-            operation_type=OPERATION_TYPES[job_kind(job)],
-            resource_id=job.public_id,
-            succeeded=status == JobStatus.SUCCEEDED,
-        )
-    elif status == JobStatus.RUNNING and job.lease_expires_at is not None:
-        idempotency_record_progress_deadline_set(
-            operation_type=OPERATION_TYPES[job_kind(job)],
-            resource_id=job.public_id,
-            deadline=job.lease_expires_at,
-        )
-    logger.info(
-        "job.transition",
-        extra={
-            "job_id": job.public_id,
-            "from_status": previous,
-            "to_status": status,
-            "actor": actor,
-        },
-    )
-
-
-def _job_locked(*, kind: str, public_id: str) -> Job | None:
-    return (
-        JOB_MODELS[kind].objects.select_for_update().filter(public_id=public_id).first()
-    )
-
-
-def _worker_lost_fail(*, job: Job, actor: str, now: datetime) -> None:
-    if job.executor_started_at is None or job.executor_finished_at is not None:
-        # Reported running by an external system (never run by a worker of ours, or reported
-        # running again after our worker's result or trigger).
-        detail = (
-            "report_lost: reported running, but no further report came within the lease"
-        )
-    else:
-        detail = "worker_lost: the executor was started but never reported a result"
-    job_status_set(job=job, status=JobStatus.FAILED, at=now, actor=actor, detail=detail)
+    # The job moved on.
+    SUCCEEDED = "succeeded"  # a run executor's result
+    FAILED = "failed"  # its executor's result, or the trigger refused or unreachable
+    TRIGGERED = "triggered"  # a 2xx: the downstream has it
+    RETRY_SCHEDULED = "retry_scheduled"  # the relay publishes it again when due
+    EXTERNAL = "external"  # claimed; it waits for a report
+    WORKER_LOST = "worker_lost"  # its run's lease ran out with no result: failed
+    # Nothing done.
+    MISSING = "missing"  # no such job (any more)
+    NOT_QUEUED = "not_queued"  # a report moved it on before this delivery
+    ALREADY_STARTED = "already_started"  # another delivery holds it within its lease
+    ALREADY_TRIGGERED = "already_triggered"  # delivered or given up before
+    NOT_DUE = "not_due"  # an early copy of a message for a retry not due yet
+    SUPERSEDED = "superseded"  # a takeover or a report decided before this outcome
 
 
 @dataclass(frozen=True)
@@ -235,7 +112,7 @@ class _OpenAttempt:
     call: TriggerCall
 
 
-def job_run(*, kind: str, public_id: str, worker: str) -> str:
+def job_run(*, kind: str, public_id: str, worker: str) -> RunOutcome:
     """Carries out one job, however often its message is delivered (docs/subsystems/executors.md,
     "A deployment or build job").
 
@@ -257,12 +134,13 @@ def job_run(*, kind: str, public_id: str, worker: str) -> str:
       ``lost`` and the job is triggered again under the same id. Returns what happened."""
     now = timezone.now()
     with transaction.atomic():
-        job = _job_locked(kind=kind, public_id=public_id)
+        job = job_locked(kind=kind, public_id=public_id)
         if job is None:
-            return "missing"
+            return RunOutcome.MISSING
         if job.executor_started_at is None:
             if job.status != JobStatus.QUEUED:
-                return "not_queued"  # an external report moved it on before any worker
+                # An external report moved it on before any worker.
+                return RunOutcome.NOT_QUEUED
             route = job_route(job=job)
             _job_claim(job=job, route=route, worker=worker, now=now)
             try:
@@ -273,9 +151,9 @@ def job_run(*, kind: str, public_id: str, worker: str) -> str:
                     status=JobStatus.FAILED,
                     at=now,
                     actor=worker,
-                    detail=f"executor_unknown: {exc}",
+                    detail=f"{Reason.EXECUTOR_UNKNOWN}: {exc}",
                 )
-                return "failed"
+                return RunOutcome.FAILED
             if isinstance(executor, TriggerExecutor):
                 opened = _trigger_attempt_open(
                     job=job, kind=kind, executor=executor, now=now, worker=worker
@@ -284,19 +162,19 @@ def job_run(*, kind: str, public_id: str, worker: str) -> str:
                 # Running: the job's lease starts, and its key's deadline moves to it.
                 job_status_set(job=job, status=JobStatus.RUNNING, at=now, actor=worker)
             else:
-                _external_wait(job=job, now=now)
-                return "external"
+                _external_wait(job=job)
+                return RunOutcome.EXTERNAL
         else:
             claimed = _claimed_executor(job)
             if claimed is None or isinstance(claimed, RunExecutor):
                 return _run_redelivered(job=job, now=now, worker=worker)
             if not isinstance(claimed, TriggerExecutor):
-                return "external"
+                return RunOutcome.EXTERNAL
             executor = claimed
             step = _trigger_resume(
                 job=job, kind=kind, executor=executor, now=now, worker=worker
             )
-            if isinstance(step, str):
+            if isinstance(step, RunOutcome):
                 return step
             opened = step
     if isinstance(executor, RunExecutor):
@@ -314,7 +192,9 @@ def _job_claim(*, job: Job, route: Route, worker: str, now: datetime) -> None:
     job.claimed_by = worker[:255]
     job.executor = route.executor[:32]
     job.target = route.target
-    job.save(update_fields=["executor_started_at", "claimed_by", "executor", "target"])
+    job_save(
+        job=job, fields=["executor_started_at", "claimed_by", "executor", "target"]
+    )
 
 
 def _claimed_executor(job: Job) -> Executor | None:
@@ -328,32 +208,27 @@ def _claimed_executor(job: Job) -> Executor | None:
         return None
 
 
-def _run_redelivered(*, job: Job, now: datetime, worker: str) -> str:
+def _run_redelivered(*, job: Job, now: datetime, worker: str) -> RunOutcome:
     if (
         job.status == JobStatus.RUNNING
         and job.lease_expires_at is not None
         and job.lease_expires_at <= now
         and job.executor_finished_at is None
     ):
-        _worker_lost_fail(job=job, actor=worker, now=now)
-        return "worker_lost"
-    return "already_started"
+        job_worker_lost_fail(job=job, actor=worker, now=now)
+        return RunOutcome.WORKER_LOST
+    return RunOutcome.ALREADY_STARTED
 
 
-def _external_wait(*, job: Job, now: datetime) -> None:
+def _external_wait(*, job: Job) -> None:
     """An ``external`` job waits for its first report: its key counts as stuck if none
-    came within ``DEPLOY_RUNNING_LEASE_SECONDS``."""
-    idempotency_record_progress_deadline_set(
-        operation_type=OPERATION_TYPES[job_kind(job)],
-        resource_id=job.public_id,
-        deadline=now + timedelta(seconds=settings.DEPLOY_RUNNING_LEASE_SECONDS),
-    )
+    came within ``DEPLOY_RUNNING_LEASE_SECONDS`` of the claim (``jobs._key_deadline``)."""
     logger.info("job.external", extra={"job_id": job.public_id})
 
 
 def _job_execute(
     *, kind: str, public_id: str, job: Job, executor: RunExecutor, worker: str
-) -> str:
+) -> RunOutcome:
     try:
         result = executor.run(job)
     except Exception as exc:  # the executor's failure is the job's failure
@@ -378,17 +253,17 @@ def _job_execute(
     finished = timezone.now()
     status = JobStatus.SUCCEEDED if result.succeeded else JobStatus.FAILED
     with transaction.atomic():
-        locked = _job_locked(kind=kind, public_id=public_id)
+        locked = job_locked(kind=kind, public_id=public_id)
         if locked is None:  # gone while the executor ran
-            return "missing"
+            return RunOutcome.MISSING
         locked.executor_finished_at = finished
-        locked.save(update_fields=["executor_finished_at"])
+        job_save(job=locked, fields=["executor_finished_at"])
         if not report_applies(job=locked, status=status, at=finished):
-            return "superseded"
+            return RunOutcome.SUPERSEDED
         job_status_set(
             job=locked, status=status, at=finished, actor=worker, detail=result.detail
         )
-    return status
+    return RunOutcome(status)
 
 
 # --- trigger executors -------------------------------------------------------------------
@@ -422,7 +297,7 @@ def trigger_retry_delay(*, attempt: int, retry_after: float | None = None) -> fl
 
 
 def _attempts_of(job: Job) -> QuerySet[TriggerAttempt]:
-    return TriggerAttempt.objects.filter(**{job_kind(job): job})
+    return TriggerAttempt.objects.filter(**{job_kind(job).value: job})
 
 
 def _trigger_attempt_open(
@@ -451,10 +326,7 @@ def _trigger_attempt_open(
     job.trigger_phase = TriggerPhase.SENT
     job.next_attempt_at = None
     job.lease_expires_at = lease
-    job.save(update_fields=_TRIGGER_FIELDS)
-    idempotency_record_progress_deadline_set(
-        operation_type=OPERATION_TYPES[kind], resource_id=job.public_id, deadline=lease
-    )
+    job_save(job=job, fields=_TRIGGER_FIELDS)
     call = TriggerCall(
         job=job,
         kind=kind,
@@ -468,16 +340,16 @@ def _trigger_attempt_open(
 
 def _trigger_resume(
     *, job: Job, kind: str, executor: TriggerExecutor, now: datetime, worker: str
-) -> _OpenAttempt | str:
+) -> _OpenAttempt | RunOutcome:
     """A later delivery of a claimed trigger job: the next attempt, or why there is none."""
     if job.status != JobStatus.QUEUED:
-        return "not_queued"
+        return RunOutcome.NOT_QUEUED
     if job.trigger_phase not in (TriggerPhase.SENT, TriggerPhase.RETRY_WAIT):
-        return "already_triggered"
+        return RunOutcome.ALREADY_TRIGGERED
     open_attempt = _attempts_of(job).filter(finished_at__isnull=True).first()
     if open_attempt is not None:
         if job.lease_expires_at is not None and job.lease_expires_at > now:
-            return "already_started"  # its worker is at it
+            return RunOutcome.ALREADY_STARTED  # its worker is at it
         TriggerAttempt.objects.filter(pk=open_attempt.pk).close(
             finished_at=now,
             outcome=Outcome.LOST,
@@ -496,12 +368,13 @@ def _trigger_resume(
                 job=job,
                 at=now,
                 actor=worker,
-                detail=f"trigger_unreachable: {open_attempt.number} attempts, the last "
-                "lost with its worker",
+                detail=f"{Reason.TRIGGER_UNREACHABLE}: {open_attempt.number} attempts, "
+                "the last lost with its worker",
             )
-            return "failed"
+            return RunOutcome.FAILED
     elif job.next_attempt_at is not None and job.next_attempt_at > now:
-        return "not_due"  # an early copy of a message; the relay publishes it when due
+        # An early copy of a message; the relay publishes it when due.
+        return RunOutcome.NOT_DUE
     if job.target_id is not None and not deploy_target_serves(
         target_id=job.target_id, client_id=job.client_id
     ):
@@ -510,9 +383,10 @@ def _trigger_resume(
             job=job,
             at=now,
             actor=worker,
-            detail="trigger_rejected: its deploy target no longer serves this API client",
+            detail=f"{Reason.TRIGGER_REJECTED}: its deploy target no longer serves this "
+            "API client",
         )
-        return "failed"
+        return RunOutcome.FAILED
     return _trigger_attempt_open(
         job=job, kind=kind, executor=executor, now=now, worker=worker
     )
@@ -525,7 +399,7 @@ def _trigger_attempt_make(
     opened: _OpenAttempt,
     executor: TriggerExecutor,
     worker: str,
-) -> str:
+) -> RunOutcome:
     """The call, outside any transaction, then its outcome recorded."""
     # Whatever an executor reports, or raises, is kept without the call's secret (nor
     # any other it may quote): scrubbed here, for every executor (docs/security.md,
@@ -583,7 +457,7 @@ def _trigger_outcome_record(
     result: TriggerResult,
     duration: float,
     actor: str,
-) -> str:
+) -> RunOutcome:
     """Closes the attempt with its outcome and moves the job on, under its row lock. An
     attempt already closed (its lease ran out and another delivery took over) records
     nothing: that delivery's attempt decides."""
@@ -598,7 +472,7 @@ def _trigger_outcome_record(
         )
         retry_at = finished + timedelta(seconds=delay)
     with transaction.atomic():
-        job = _job_locked(kind=kind, public_id=public_id)
+        job = job_locked(kind=kind, public_id=public_id)
         assert job is not None
         closed = TriggerAttempt.objects.filter(pk=attempt.pk).close(
             finished_at=finished,
@@ -611,51 +485,45 @@ def _trigger_outcome_record(
             url=url_shown(result.url) if result.url else attempt.url,
         )
         if not closed:
-            return "superseded"
+            return RunOutcome.SUPERSEDED
         if result.outcome == Outcome.DELIVERED:
             return _trigger_delivered(job=job, result=result, at=finished, actor=actor)
         if job.status != JobStatus.QUEUED:
             # A report moved the job on meanwhile: whoever carries it out has it.
             job.trigger_phase = TriggerPhase.TRIGGERED
             job.next_attempt_at = None
-            job.save(update_fields=_TRIGGER_FIELDS)
-            return "superseded"
+            job_save(job=job, fields=_TRIGGER_FIELDS)
+            return RunOutcome.SUPERSEDED
         if result.outcome == Outcome.REJECTED:
             _trigger_give_up(
                 job=job,
                 at=finished,
                 actor=actor,
-                detail=f"trigger_rejected: {result.reason()}",
+                detail=f"{Reason.TRIGGER_REJECTED}: {result.reason()}",
             )
-            return "failed"
+            return RunOutcome.FAILED
         if retry_at is None:
             _trigger_give_up(
                 job=job,
                 at=finished,
                 actor=actor,
-                detail=f"trigger_unreachable: {attempt.number} attempts, the last: "
-                f"{result.reason()}",
+                detail=f"{Reason.TRIGGER_UNREACHABLE}: {attempt.number} attempts, "
+                f"the last: {result.reason()}",
             )
-            return "failed"
+            return RunOutcome.FAILED
         # Waits for its retry in the database: out of the message's way, into the partial
         # retry index; the relay publishes it once due.
         job.trigger_phase = TriggerPhase.RETRY_WAIT
         job.next_attempt_at = retry_at
         job.last_dispatched_at = None
         job.lease_expires_at = None
-        job.save(update_fields=_TRIGGER_FIELDS)
-        idempotency_record_progress_deadline_set(
-            operation_type=OPERATION_TYPES[kind],
-            resource_id=job.public_id,
-            deadline=retry_at
-            + timedelta(seconds=settings.DEPLOY_RUNNING_LEASE_SECONDS),
-        )
-    return "retry_scheduled"
+        job_save(job=job, fields=_TRIGGER_FIELDS)
+    return RunOutcome.RETRY_SCHEDULED
 
 
 def _trigger_delivered(
     *, job: Job, result: TriggerResult, at: datetime, actor: str
-) -> str:
+) -> RunOutcome:
     job.trigger_phase = TriggerPhase.TRIGGERED
     job.next_attempt_at = None
     job.executor_finished_at = at
@@ -664,7 +532,7 @@ def _trigger_delivered(
         job.github_deployment_id = result.github_deployment_id
         job.github_commit_sha = result.github_commit_sha or job.github_commit_sha
         fields += ["github_deployment_id", "github_commit_sha"]
-    job.save(update_fields=fields)
+    job_save(job=job, fields=fields)
     if job.status == JobStatus.QUEUED and report_applies(
         job=job, status=JobStatus.RUNNING, at=at
     ):
@@ -673,9 +541,9 @@ def _trigger_delivered(
             status=JobStatus.RUNNING,
             at=at,
             actor=actor,
-            detail=f"triggered: {result.reason()}",
+            detail=f"{Reason.TRIGGERED}: {result.reason()}",
         )
-    return "triggered"
+    return RunOutcome.TRIGGERED
 
 
 def _trigger_give_up(*, job: Job, at: datetime, actor: str, detail: str) -> None:
@@ -683,190 +551,5 @@ def _trigger_give_up(*, job: Job, at: datetime, actor: str, detail: str) -> None
     job.next_attempt_at = None
     job.lease_expires_at = None
     job.executor_finished_at = at
-    job.save(update_fields=_TRIGGER_FIELDS)
+    job_save(job=job, fields=_TRIGGER_FIELDS)
     job_status_set(job=job, status=JobStatus.FAILED, at=at, actor=actor, detail=detail)
-
-
-def jobs_lost_fail(*, batch_size: int = 500) -> int:
-    """Fails running jobs whose lease ran out: the worker that ran the executor died without a
-    result, or the system that reported them running reported nothing more. Rows are taken
-    with ``SKIP LOCKED``: overlapping sweeps never take the same job. Returns how many."""
-    now = timezone.now()
-    count = 0
-    for model in JOB_MODELS.values():
-        with transaction.atomic():
-            lost = list(
-                model.objects.select_for_update(skip_locked=True)
-                .filter(status=JobStatus.RUNNING, lease_expires_at__lt=now)
-                .order_by("lease_expires_at")[:batch_size]
-            )
-            for job in lost:
-                _worker_lost_fail(job=job, actor="sweep", now=now)
-            count += len(lost)
-    return count
-
-
-def status_sync_record(
-    *,
-    client: ApiClient,
-    target_kind: str,
-    target_id: str,
-    status: str,
-    reported_at: datetime,
-    detail: str = "",
-) -> StatusSync:
-    """Applies an external status report to one of the client's deployments or builds under
-    ``report_applies``, and records the report whether it applied or not."""
-    job = (
-        JOB_MODELS[target_kind]
-        .objects.select_for_update()
-        .filter(client=client, public_id=target_id)
-        .first()
-    )
-    if job is None:
-        raise NotFound()
-    applied = report_applies(job=job, status=status, at=reported_at)
-    if applied:
-        job_status_set(
-            job=job,
-            status=status,
-            at=reported_at,
-            actor=f"status-sync:{client.name}",
-            detail=detail,
-        )
-    return StatusSync.objects.create(
-        client=client,
-        status=status,
-        reported_at=reported_at,
-        detail=detail,
-        applied=applied,
-        resulting_status=job.status,
-        **{target_kind: job},
-    )
-
-
-@dataclass(frozen=True)
-class StatusReportOutcome:
-    deployment: Deployment | None
-    applied: bool
-
-
-FULL_SHA_LENGTH = 40
-
-
-def _status_target(
-    *,
-    repository: str,
-    environment: str,
-    sha: str,
-    github_deployment_id: int | None,
-    job_id_in_payload: str,
-    client_id: int | None,
-) -> Deployment | None:
-    """The deployment a GitHub status is about, locked (``deployment_status_report_apply``)."""
-    candidates = Deployment.objects.select_for_update()
-    if client_id is not None:
-        candidates = candidates.filter(client_id=client_id)
-    if github_deployment_id is not None:
-        exact = (
-            candidates.filter(
-                github_deployment_id=github_deployment_id, repository=repository
-            )
-            .order_by("-id")
-            .first()
-        )
-        if exact is not None:
-            return exact
-    if job_id_in_payload:
-        named = candidates.filter(
-            public_id=job_id_in_payload,
-            repository=repository,
-            environment=environment,
-        ).first()
-        if named is not None and named.github_deployment_id in (
-            None,
-            github_deployment_id,
-        ):
-            return named
-    # A deployment made elsewhere (not one of ours on GitHub): by repository, environment
-    # and commit. A short commit_sha matches a full sha it starts with only while no other
-    # full commit was matched to it (``github_commit_sha``).
-    elsewhere = candidates.filter(
-        repository=repository,
-        environment=environment,
-        github_deployment_id__isnull=True,
-    )
-    if len(sha) == FULL_SHA_LENGTH:
-        elsewhere = elsewhere.alias(
-            github_sha=Value(sha, output_field=CharField())
-        ).filter(
-            github_sha__startswith=F("commit_sha"), github_commit_sha__in=["", sha]
-        )
-    else:
-        elsewhere = elsewhere.filter(commit_sha=sha)
-    return elsewhere.order_by("-id").first()
-
-
-def deployment_status_report_apply(
-    *,
-    repository: str,
-    environment: str,
-    sha: str,
-    github_status_id: int,
-    status: str,
-    reported_at: datetime,
-    actor: str,
-    detail: str = "",
-    github_deployment_id: int | None = None,
-    job_id_in_payload: str = "",
-    client_id: int | None = None,
-) -> StatusReportOutcome:
-    """A deployment status reported by GitHub (docs/subsystems/processing.md, "GitHub"),
-    applied under ``report_applies`` to the deployment it is about, locked until the caller's
-    transaction ends:
-
-    1. the deployment that holds GitHub's deployment id (the ``github`` executor recorded
-       it), of the same repository;
-    2. else the deployment our id in the GitHub deployment's payload names (same repository
-       and environment), which then holds GitHub's id;
-    3. else, of the deployments holding no GitHub id (made elsewhere), the most recent of
-       ``repository`` to ``environment`` whose commit is ``sha``: a short ``commit_sha``
-       matches the first full commit that a status names, and that commit only.
-
-    ``client_id`` (the source's bound API client) limits all three to that client's
-    deployments; without it any client's may match (a single tenant). A ``reported_at``
-    further ahead than ``WEBHOOK_TIMESTAMP_TOLERANCE_SECONDS`` counts as now plus that, so
-    that a clock (or a payload) in the future cannot block the reports after it."""
-    horizon = timezone.now() + timedelta(
-        seconds=settings.WEBHOOK_TIMESTAMP_TOLERANCE_SECONDS
-    )
-    reported_at = min(reported_at, horizon)
-    deployment = _status_target(
-        repository=repository,
-        environment=environment,
-        sha=sha,
-        github_deployment_id=github_deployment_id,
-        job_id_in_payload=job_id_in_payload,
-        client_id=client_id,
-    )
-    if deployment is None:
-        return StatusReportOutcome(deployment=None, applied=False)
-    fields = []
-    if github_deployment_id is not None and deployment.github_deployment_id is None:
-        deployment.github_deployment_id = github_deployment_id
-        fields.append("github_deployment_id")
-    if len(sha) == FULL_SHA_LENGTH and not deployment.github_commit_sha:
-        deployment.github_commit_sha = sha
-        fields.append("github_commit_sha")
-    if fields:
-        deployment.save(update_fields=fields)
-    if not report_applies(
-        job=deployment, status=status, at=reported_at, github_status_id=github_status_id
-    ):
-        return StatusReportOutcome(deployment=deployment, applied=False)
-    deployment.last_github_status_id = github_status_id
-    deployment.save(update_fields=["last_github_status_id"])
-    job_status_set(
-        job=deployment, status=status, at=reported_at, actor=actor, detail=detail
-    )
-    return StatusReportOutcome(deployment=deployment, applied=True)
