@@ -35,13 +35,7 @@ from .models import (
     SignatureFailure,
     WebhookSource,
 )
-from .schemes import (
-    REASON_MISMATCH,
-    SignatureScheme,
-    scheme_get,
-    schemes,
-    secret_fingerprint,
-)
+from .schemes import REASON_MISMATCH, scheme_get, schemes
 from .selectors import webhook_secrets_valid
 
 logger = logging.getLogger(__name__)
@@ -264,26 +258,6 @@ def _inbox_upsert_execute(*, params: list, by_body: bool) -> tuple | None:
         return _upsert_execute(_inbox_upsert_sql(vendor, on="event_id"), params)
 
 
-def _verifying_secret(
-    *,
-    scheme: SignatureScheme,
-    raw_body: bytes,
-    headers: Mapping[str, str],
-    secrets: Sequence[str],
-) -> str:
-    """The fingerprint of the secret that verified an accepted signature: the only valid one
-    (the common case: nothing more is computed), else the first of several (a rotation's
-    grace period) that verifies it alone. Evidence bundles name it; the secret itself is
-    never stored with the event (docs/security.md, "What the log holds")."""
-    if len(secrets) == 1:
-        return secret_fingerprint(secrets[0])
-    for secret in secrets:
-        with contextlib.suppress(InvalidSignature):
-            scheme.verify(raw_body=raw_body, headers=headers, secrets=[secret])
-            return secret_fingerprint(secret)
-    return ""
-
-
 # Every local of ingest, and of what it calls, is hidden from error reports and debug pages
 # (docs/security.md, "No secrets in error reports"): they hold the source's secrets.
 @sensitive_variables()
@@ -342,9 +316,7 @@ def inbox_event_record(
         raw_body=raw_body,
         headers=headers,
         remote_addr=remote_addr,
-        verifying_secret=_verifying_secret(
-            scheme=scheme, raw_body=raw_body, headers=headers, secrets=secrets
-        ),
+        verifying_secret=verified.secret_fingerprint,
     )
 
 

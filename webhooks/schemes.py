@@ -69,11 +69,15 @@ class Verified:
     the signature, so that an unsigned request never learns about the window.
     ``event_id_signed``: the id header is part of the signed bytes (the scheme's
     ``signs_event_id``); when it is not, anyone holding a signed body can send it again under
-    an id of their choosing."""
+    an id of their choosing. ``secret_fingerprint`` names the secret that matched."""
 
     event_id: str
     timestamp: str | None
     event_id_signed: bool = False
+    # The fingerprint (``secret_fingerprint``) of the secret or public key that verified the
+    # signature: during a rotation's grace period, the first of the source's that does.
+    # Evidence bundles name it; the secret itself is never stored with the event.
+    secret_fingerprint: str = ""
 
 
 class SignatureScheme(Protocol):
@@ -148,13 +152,16 @@ def hmac_sha256(key: bytes, message: bytes) -> bytes:
     return hmac.new(key, message, hashlib.sha256).digest()
 
 
-def any_match(candidates: Sequence[bytes], expected: Sequence[bytes]) -> bool:
+def first_match(candidates: Sequence[bytes], expected: Sequence[bytes]) -> int | None:
+    """The index of the first of ``expected`` (one digest per secret, in the source's order)
+    that one of ``candidates`` equals, or ``None``."""
     # Every comparison runs: no early exit that would tell which secret or entry matched.
-    matched = False
+    matched = len(expected)
     for candidate in candidates:
-        for digest in expected:
-            matched |= hmac.compare_digest(candidate, digest)
-    return matched
+        for index, digest in enumerate(expected):
+            hit = hmac.compare_digest(candidate, digest)
+            matched = min(matched, index if hit else matched)
+    return None if matched == len(expected) else matched
 
 
 def hex_entries(header: str, prefix: str) -> list[bytes]:
@@ -265,12 +272,14 @@ class HmacSha256Scheme:
             raise InvalidSignature(REASON_MALFORMED)
         message = header_bytes(headers, self.timestamp_header) + b"." + raw_body
         expected = [hmac_sha256(secret.encode(), message) for secret in secrets]
-        if not any_match(candidates, expected):
+        matched = first_match(candidates, expected)
+        if matched is None:
             raise InvalidSignature(REASON_MISMATCH)
         return Verified(
             event_id=header_value(headers, self.id_header),
             timestamp=timestamp,
             event_id_signed=self.signs_event_id,
+            secret_fingerprint=secret_fingerprint(secrets[matched]),
         )
 
     def sign(
@@ -380,16 +389,17 @@ def key_pair_generate() -> tuple[str, str]:
 
 def _ed25519_match(
     candidates: Sequence[bytes], public_keys: Sequence[str], message: bytes
-) -> bool:
+) -> str | None:
+    """The first of ``public_keys`` that one of ``candidates`` verifies under, or ``None``."""
     # No constant-time concern here: the keys are public and so is everything compared.
-    for candidate in candidates:
-        for public_key in public_keys:
+    for public_key in public_keys:
+        for candidate in candidates:
             try:
                 _ed25519_public_key(public_key).verify(candidate, message)
             except Ed25519Mismatch:
                 continue
-            return True
-    return False
+            return public_key
+    return None
 
 
 class StandardWebhooksScheme:
@@ -454,13 +464,21 @@ class StandardWebhooksScheme:
         expected = [
             hmac_sha256(standard_webhooks_key(secret), message) for secret in secrets
         ]
-        matched = any_match(candidates["v1"], expected) or _ed25519_match(
-            candidates["v1a"][:V1A_MAX_ENTRIES], public_keys, message
+        index = first_match(candidates["v1"], expected)
+        matched = (
+            secrets[index]
+            if index is not None
+            else _ed25519_match(
+                candidates["v1a"][:V1A_MAX_ENTRIES], public_keys, message
+            )
         )
-        if not matched:
+        if matched is None:
             raise InvalidSignature(REASON_MISMATCH)
         return Verified(
-            event_id=event_id, timestamp=timestamp, event_id_signed=self.signs_event_id
+            event_id=event_id,
+            timestamp=timestamp,
+            event_id_signed=self.signs_event_id,
+            secret_fingerprint=secret_fingerprint(matched),
         )
 
     def sign(

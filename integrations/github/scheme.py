@@ -15,10 +15,11 @@ from webhooks.schemes import (
     REASON_MISMATCH,
     REASON_MISSING,
     Verified,
-    any_match,
+    first_match,
     header_value,
     hex_entries,
     hmac_sha256,
+    secret_fingerprint,
     secret_length_check,
 )
 
@@ -49,12 +50,14 @@ class GitHubScheme:
         if not candidates:
             raise InvalidSignature(REASON_MALFORMED)
         expected = [hmac_sha256(secret.encode(), raw_body) for secret in secrets]
-        if not any_match(candidates, expected):
+        matched = first_match(candidates, expected)
+        if matched is None:
             raise InvalidSignature(REASON_MISMATCH)
         return Verified(
             event_id=header_value(headers, self.id_header),
             timestamp=None,
             event_id_signed=self.signs_event_id,
+            secret_fingerprint=secret_fingerprint(secrets[matched]),
         )
 
     def sign(
