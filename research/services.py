@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from enum import StrEnum
 from typing import Any
 
 from django.conf import settings
@@ -23,7 +24,9 @@ from .models import Citation, DocumentRevision, ResearchDocument
 _http_url = URLValidator(schemes=["http", "https"])
 
 
-class Decision:
+class Decision(StrEnum):
+    """What the ordering rule decides for a change (``document_change_decide``)."""
+
     APPLY = "apply"
     DUPLICATE_VERSION = "duplicate_version"
     OUT_OF_ORDER = "out_of_order"
@@ -117,7 +120,9 @@ def document_data_validate(data: Any) -> tuple[str, list[str], list[dict[str, st
     return summary, authors, cleaned
 
 
-def document_change_decide(*, document: LockedDocument, change: DocumentChange) -> str:
+def document_change_decide(
+    *, document: LockedDocument, change: DocumentChange
+) -> Decision:
     """The ordering rule (docs/subsystems/processing.md, "Research documents"): versions when both
     sides have one, else ``(occurred_at, event_id)``. Arrival order never decides."""
     if not document.last_event_id:
@@ -279,7 +284,7 @@ def _instant_read(value) -> datetime | None:
 
 def document_change_apply(
     *, inbox_event_id: int, change: DocumentChange
-) -> tuple[str, LockedDocument, bool]:
+) -> tuple[Decision, LockedDocument, bool]:
     """Applies ``change`` to its document if the ordering rule lets it, with its revision;
     returns the decision, the document as it was, and whether it applied.
 
@@ -498,7 +503,7 @@ def _documents_lock(*, entity_ids: list[str]) -> dict[str, LockedDocument]:
 
 def document_changes_apply(
     *, changes: list[tuple[int, DocumentChange]]
-) -> list[tuple[str, LockedDocument, bool]]:
+) -> list[tuple[Decision, LockedDocument, bool]]:
     """Applies a batch of changes, given as ``(inbox event id, change)`` in the order the
     events must apply, as ``document_change_apply`` would one after the other: the same
     ordering rule (``document_change_decide``) decides each against the state the earlier
@@ -516,7 +521,7 @@ def document_changes_apply(
         return []
     state = _documents_lock(entity_ids=list({c.entity_id for _, c in changes}))
     now = timezone.now()
-    results: list[tuple[str, LockedDocument, bool]] = []
+    results: list[tuple[Decision, LockedDocument, bool]] = []
     final: dict[str, tuple[int | None, DocumentChange]] = {}  # the last change applied
     revisions: list[tuple[int, DocumentChange]] = []
     for inbox_event_id, change in changes:

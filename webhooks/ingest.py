@@ -21,7 +21,12 @@ from django.views.decorators.debug import sensitive_variables
 from core.db import fetchone_checking_connection
 
 from .envelopes import Envelope, body_parse
-from .errors import InconsistentDuplicate, InvalidSignature, StaleTimestamp
+from .errors import (
+    InconsistentDuplicate,
+    InvalidSignature,
+    SignatureFailureReason,
+    StaleTimestamp,
+)
 from .integrations import integration_get, integration_names
 from .metrics import (
     WEBHOOK_DUPLICATES,
@@ -35,7 +40,7 @@ from .models import (
     SignatureFailure,
     WebhookSource,
 )
-from .schemes import REASON_MISMATCH, scheme_get, schemes
+from .schemes import scheme_get, schemes
 from .selectors import webhook_secrets_valid
 
 logger = logging.getLogger(__name__)
@@ -117,7 +122,7 @@ def _inbox_db_values(values: dict[str, Any]) -> None:
 
 
 def signature_failure_record(
-    *, source: WebhookSource, reason: str, remote_addr: str | None
+    *, source: WebhookSource, reason: SignatureFailureReason, remote_addr: str | None
 ) -> None:
     """Counts a failed authentication: one upsert of the (source, reason, minute) counter, the
     bounded write an unauthenticated request may cost. Never the body or the signature."""
@@ -290,7 +295,7 @@ def inbox_event_record(
                 raw_body=raw_body, headers=headers, secrets=secrets
             )
         except InvalidSignature as exc:
-            if secrets_reload is None or exc.reason != REASON_MISMATCH:
+            if secrets_reload is None or exc.reason != SignatureFailureReason.MISMATCH:
                 raise
             secrets = secrets_reload()
             verified = scheme.verify(

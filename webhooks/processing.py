@@ -1,32 +1,21 @@
 """The processing service: inbox rows through their integration's handler, at most once each
-(docs/subsystems/processing.md, "An inbox row").
+(docs/subsystems/processing.md, "A batch of inbox events on a worker" and "An inbox row").
 
 A worker takes a batch of rows (one message carries up to ``INBOX_BATCH_SIZE`` ids):
 
-1. **Claim** the batch in one statement and commit: every ``received`` row, and every
-   ``failed`` row whose retry is due, becomes ``processing`` with its lease, and an
-   ``InboxAttempt`` row is written for it. The claim commits before any handler runs, so the
-   attempt of a worker that dies mid-batch stays visible, and its expired lease tells the
-   relay's sweep to publish the row again. Rows in any other state (terminal, leased by a live
-   attempt, not yet due, or left ``processing`` by a worker that died) are sorted out one by
-   one under their row lock.
-2. **Run** each claimed row in a transaction of its own: the handler's domain change, then the
-   row's new status and the closing of its attempt, with one conditional UPDATE that only
-   matches while the claim still holds (a run whose lease expired and was taken over changes
-   nothing: it rolls its domain change back). The domain change and the status commit
-   together, so a concurrent or repeated run finds the row terminal and does nothing. A
-   failure rolls all of that back and is recorded in a second transaction, under the same
-   condition; one event's failure rolls back nothing of the others in the batch.
+1. **Claim** the batch in one statement and commit (``_BATCH_CLAIM_SQL``): every
+   ``received`` row and every ``failed`` row whose retry is due becomes ``processing`` with
+   its lease and an ``InboxAttempt``. Rows in any other state are sorted out one by one under
+   their row lock (terminal, leased, not due, held by a paused source, or left by a worker
+   that died).
+2. **Run** the claims. An integration's claims go as a set (``handle_batch`` and one close of
+   every row, in one transaction) on PostgreSQL; otherwise, and when a set does not commit,
+   each event runs in a transaction of its own: its domain change, then its
+   status and its attempt, closed only while the claim still holds. A failure rolls that back
+   and is recorded in a second transaction; retries back off per event and poison events
+   dead-letter per event.
 
-Retries back off per event (``next_attempt_at``); the relay publishes a row again once its
-retry is due. Poison events dead-letter per event.
-
-Rows of a paused source are not claimed, whatever message names them (one published before
-the pause, one of an earlier release): they stay ``received`` (or ``failed``) with
-``dispatched_at`` cleared, for the relay to set aside and release after the resume. While the
-source drains, only the rows its drain released are claimed (stamped dispatched at or after
-the drain's start). Rows already ``processing`` when a pause lands finish normally
-(docs/subsystems/relay.md, "Pausing a source").
+Rows of a paused source are never claimed (docs/subsystems/relay.md, "Pausing a source").
 """
 
 from __future__ import annotations
@@ -39,6 +28,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from dataclasses import field as dataclass_field
 from datetime import UTC, datetime, timedelta
+from enum import StrEnum
 
 from django.conf import settings
 from django.db import DataError, connection, transaction
@@ -205,7 +195,10 @@ _SOURCE_STATE_FIELDS = ("source__slug", "source__handler")
 _LOAD_ERRORS = (DataError, ValueError, OverflowError)
 
 
-class Skip:
+class Skip(StrEnum):
+    """Why a row was not attempted (``ProcessingOutcome.skipped``; counted by the batch's
+    log line)."""
+
     MISSING = "missing"
     TERMINAL = "terminal"
     LEASED = "leased"

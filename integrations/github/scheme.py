@@ -9,11 +9,8 @@ from collections.abc import Mapping, Sequence
 
 from django.views.decorators.debug import sensitive_variables
 
-from webhooks.errors import InvalidSignature
+from webhooks.errors import InvalidSignature, SignatureFailureReason
 from webhooks.schemes import (
-    REASON_MALFORMED,
-    REASON_MISMATCH,
-    REASON_MISSING,
     Verified,
     first_match,
     header_value,
@@ -45,14 +42,14 @@ class GitHubScheme:
     ) -> Verified:
         signature = header_value(headers, self.signature_header)
         if not signature:
-            raise InvalidSignature(REASON_MISSING)
+            raise InvalidSignature(SignatureFailureReason.MISSING)
         candidates = hex_entries(signature, "sha256=")
         if not candidates:
-            raise InvalidSignature(REASON_MALFORMED)
+            raise InvalidSignature(SignatureFailureReason.MALFORMED)
         expected = [hmac_sha256(secret.encode(), raw_body) for secret in secrets]
         matched = first_match(candidates, expected)
         if matched is None:
-            raise InvalidSignature(REASON_MISMATCH)
+            raise InvalidSignature(SignatureFailureReason.MISMATCH)
         return Verified(
             event_id=header_value(headers, self.id_header),
             timestamp=None,
