@@ -1,8 +1,8 @@
 """The inbox's SQL written by hand, in one place beside its models (docs/subsystems/inbox.md,
 "A webhook delivery"; docs/subsystems/processing.md, "A batch of inbox events on a worker").
 
-Each statement does what the ORM cannot do in one round trip: ingest's upserts, the claim of a
-batch and the close of a batch. Their column lists are built from the models' ``_meta``: a
+Each statement does what the ORM cannot do in one round trip: ingest's upserts, the claim and
+the close of a batch, the relay's claim. Their column lists are built from the models' ``_meta``: a
 column added to ``InboxEvent`` is the model and its migration, nothing here. Everything else
 the inbox writes goes through the ORM. A set statement runs through
 ``core.db.set_statement_execute`` (binary arrays, its own transaction's lock timeout).
@@ -21,6 +21,7 @@ from .models import (
     FingerprintMismatch,
     InboxAttempt,
     InboxEvent,
+    ProcessingStatus,
     SignatureFailure,
     SourceHold,
     WebhookSource,
@@ -294,3 +295,60 @@ UPDATE {_ATTEMPTS} AS a
  WHERE a.id = v.attempt
 RETURNING a.id
 """  # noqa: S608 - table names from the models, values bound
+
+
+# --- the relay ------------------------------------------------------------------------------
+
+# The relay's claim and its look before it, on PostgreSQL: what ``outbox._waiting_new`` and
+# ``outbox._waiting_retries`` select and ``outbox._take`` does, written once as SQL, so that a
+# round spends no time building the same statements again (building them was about a third of
+# a busy relay's CPU: docs/bench-log/2026-12-02.md, "The relay's own cost"). Their conditions
+# are those of the partial indexes ``webhooks_inbox_outbox_idx`` and
+# ``webhooks_inbox_retry_idx``, as the querysets' are. The embedded default (SQLite) takes
+# the querysets' way.
+
+# No message yet, not set aside, of a source not held.
+_WAITING = f"""dispatched_at IS NULL AND held_at IS NULL
+    AND source_id NOT IN (SELECT source_id FROM {_HOLDS})"""  # noqa: S608 - table names
+_NEW = f"processing_status = 'received' AND {_WAITING}"
+_DUE_RETRY = (
+    f"processing_status = 'failed' AND next_attempt_at <= %(now)s AND {_WAITING}"
+)
+RELAY_HAS_WAITING_SQL = f"""
+SELECT EXISTS (SELECT 1 FROM {_EVENTS} WHERE {_NEW})
+    OR EXISTS (SELECT 1 FROM {_EVENTS} WHERE {_DUE_RETRY})
+"""  # noqa: S608 - table names, values bound
+# New rows first, in id order, then due retries in the room left, in id order (what
+# ``RETURNING`` gives back, in no order, is sorted so); the retries' scan reads nothing when
+# the new rows filled the batch.
+RELAY_CLAIM_SQL = f"""
+WITH fresh AS (
+    SELECT id FROM {_EVENTS} WHERE {_NEW}
+     ORDER BY id LIMIT %(limit)s FOR UPDATE SKIP LOCKED
+), due AS (
+    SELECT id FROM {_EVENTS} WHERE {_DUE_RETRY}
+     ORDER BY id LIMIT %(limit)s FOR UPDATE SKIP LOCKED
+), taken AS (
+    SELECT id, 0 AS retry FROM fresh
+    UNION ALL
+    (SELECT id, 1 FROM due LIMIT GREATEST(%(limit)s - (SELECT count(*) FROM fresh), 0))
+)
+UPDATE {_EVENTS} AS e SET dispatched_at = %(now)s, held_at = NULL
+  FROM taken WHERE e.id = taken.id
+RETURNING taken.retry, e.id, e.event_id, e.entity_id
+"""  # noqa: S608 - table names, values bound
+
+
+RELAY_HELD_SQL = f"SELECT source_id FROM {_HOLDS} ORDER BY source_id"  # noqa: S608 - a table name
+# A row a relay published is unfinished while still waiting, being processed, or a published
+# retry (``InboxOutbox.unfinished``).
+RELAY_UNFINISHED_STATUSES = (
+    ProcessingStatus.RECEIVED,
+    ProcessingStatus.PROCESSING,
+    ProcessingStatus.FAILED,
+)
+RELAY_UNFINISHED_SQL = f"""
+SELECT id FROM {_EVENTS}
+ WHERE id = ANY(%(ids)s::bigint[]) AND dispatched_at IS NOT NULL
+   AND processing_status IN ({", ".join(f"'{status}'" for status in RELAY_UNFINISHED_STATUSES)})
+"""  # noqa: S608 - table names and the statuses' own values
