@@ -1,8 +1,12 @@
 """Database connections: in long-lived Celery worker processes, the first statement of a
-request standing in for the connection's health check, and a statement that sets its own
-transaction's lock timeout."""
+request standing in for the connection's health check; and the one way a set statement of an
+app's ``statements.py`` is run (arrays bound in binary where they can be, its own
+transaction's lock timeout) beside the session's lock timeout for the ORM's statements."""
 
-from collections.abc import Sequence
+import contextlib
+import functools
+import re
+from collections.abc import Iterator, Sequence
 from typing import Any, cast
 
 from django.db import (
@@ -12,6 +16,7 @@ from django.db import (
     close_old_connections,
     connections,
 )
+from psycopg.errors import LockNotAvailable
 
 
 def celery_signals_connect() -> None:
@@ -74,14 +79,97 @@ def fetchone_checking_connection(sql: str, params: Sequence[Any]) -> tuple | Non
 
 
 # The condition, in a statement's WHERE, that sets the lock_timeout of the statement's own
-# transaction to the bound ``%(lock_timeout)s`` (``lock_timeout_value``): an InitPlan,
-# evaluated once before any row is locked, so that the statement needs none of its own to set
-# and reset the session's.
+# transaction to the bound ``%(lock_timeout)s``: an InitPlan, evaluated once before any row is
+# locked, so that the statement needs none of its own to set and reset the session's.
 LOCK_TIMEOUT_IN_STATEMENT = (
     "(SELECT set_config('lock_timeout', %(lock_timeout)s, true)) IS NOT NULL"
 )
+_ARRAY_PARAMETER = re.compile(r"%\((\w+)\)s::(\w+)\[\]")
 
 
 def lock_timeout_value(milliseconds: float) -> str:
     """``lock_timeout``'s value for a wait of ``milliseconds``."""
     return f"{int(milliseconds)}ms"
+
+
+class LockWaitExceeded(OperationalError):
+    """A statement waited for a row lock longer than its ``lock_timeout``: an
+    ``OperationalError`` still, for whatever retries those."""
+
+
+@functools.cache
+def _binary_form(sql: str) -> str:
+    return _ARRAY_PARAMETER.sub(r"%(\1)b::\2[]", sql)
+
+
+def binds_binary() -> bool:
+    """Whether the server binds the parameters (``config.settings.base``'s
+    ``server_side_binding``): only then can an array go in binary."""
+    options = connections[DEFAULT_DB_ALIAS].settings_dict.get("OPTIONS", {})
+    return options.get("server_side_binding") is True
+
+
+def set_statement_sql(sql: str) -> str:
+    """``sql`` as it is sent: its array parameters (``%(name)s::type[]``) bound in binary where
+    the server binds parameters. psycopg writes a text array element by element in Python,
+    quoting and escaping each, about ten times the cost of the binary form
+    (docs/bench-log/2026-12-01.md, "Processing and the relay"); a client-side cursor cannot
+    bind a binary parameter and keeps the text form."""
+    return _binary_form(sql) if binds_binary() else sql
+
+
+def set_statement_execute(
+    sql: str, params: dict[str, Any], *, lock_timeout_ms: float | None = None
+) -> list[tuple]:
+    """Runs one set statement of an app's ``statements.py`` and returns its rows: its arrays
+    bound in binary where they can be (``set_statement_sql``); with ``lock_timeout_ms``, the
+    statement's own transaction gives up waiting for a row lock after that long (the
+    statement holds ``LOCK_TIMEOUT_IN_STATEMENT``), raising ``LockWaitExceeded``."""
+    if lock_timeout_ms is not None:
+        params = {**params, "lock_timeout": lock_timeout_value(lock_timeout_ms)}
+    with lock_wait_bounded(), connections[DEFAULT_DB_ALIAS].cursor() as cursor:
+        cursor.execute(set_statement_sql(sql), params)
+        return cursor.fetchall()
+
+
+@contextlib.contextmanager
+def lock_wait_bounded() -> Iterator[None]:
+    """``LockWaitExceeded`` for a statement inside that gave up waiting for a lock (its
+    transaction's or its session's ``lock_timeout``), whatever wrote it: a set statement or
+    the ORM."""
+    try:
+        yield
+    except OperationalError as exc:
+        if not isinstance(exc.__cause__, LockNotAvailable):
+            raise
+        raise LockWaitExceeded(str(exc)) from exc
+
+
+class SessionLockTimeout:
+    """The session's ``lock_timeout`` for the statements that do not set their own (the ORM's):
+    set the first time one of them comes (``ensure``), reset once the work is over
+    (``reset``). Work that needs none sends neither statement. PostgreSQL only: the embedded
+    SQLite default has one writer at a time."""
+
+    def __init__(self, milliseconds: float) -> None:
+        self.value = lock_timeout_value(milliseconds)
+        self.is_set = False
+
+    def ensure(self) -> None:
+        wrapper = connections[DEFAULT_DB_ALIAS]
+        if self.is_set or wrapper.vendor != "postgresql":
+            return
+        with wrapper.cursor() as cursor:
+            # set_config, not SET: a parameter bound by the server cannot stand in SET.
+            cursor.execute("SELECT set_config('lock_timeout', %s, false)", [self.value])
+        self.is_set = True
+
+    def reset(self) -> None:
+        if not self.is_set:
+            return
+        self.is_set = False
+        with (
+            contextlib.suppress(Exception),
+            connections[DEFAULT_DB_ALIAS].cursor() as cursor,
+        ):
+            cursor.execute("RESET lock_timeout")

@@ -44,6 +44,7 @@ from core.db import fetchone_checking_connection
 from core.errors import TemporarilyUnavailable
 from core.models import ApiClient
 
+from . import statements
 from .errors import IdempotencyKeyReused
 from .metrics import IDEMPOTENCY_REQUESTS, RequestOutcome
 from .models import IdempotencyRecord, IdempotencyStatus
@@ -342,42 +343,14 @@ def _record_seen(*, pk: int, conflict: bool) -> None:
     (``synchronous_commit`` off for that transaction alone): the counters are the console's
     telemetry, a crash may lose the last few counts, and a retry's answer does not wait on
     the disk for them."""
-    table = IdempotencyRecord._meta.db_table
-    count, last = (
-        ("conflict_count", "last_conflict_at")
-        if conflict
-        else ("replay_count", "last_replayed_at")
-    )
-    sql = f"UPDATE {table} SET {count} = {count} + 1, {last} = %s WHERE id = %s"  # noqa: S608 - our names, values are parameters
     params: tuple[datetime, int] = (timezone.now(), pk)
     # Only in a transaction of its own (one statement in autocommit, the setting local to
     # it): inside another, the setting would reach that one's commit too, so there the
     # UPDATE simply joins it.
-    if connection.vendor == "postgresql" and not connection.in_atomic_block:
-        sql = f"{_ASYNC_COMMIT_CTE} {sql} AND EXISTS (SELECT 1 FROM commit_mode)"  # noqa: S608
+    async_commit = connection.vendor == "postgresql" and not connection.in_atomic_block
+    sql = statements.record_seen_sql(conflict=conflict, async_commit=async_commit)
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
-
-
-# An UPDATE of the console's counters, which a crash may lose, in a statement that is its own
-# transaction (autocommit): set_config(..., true) holds for that transaction alone, so that
-# its commit does not wait for the WAL flush (the statement must read ``commit_mode``).
-_ASYNC_COMMIT_CTE = (
-    "WITH commit_mode AS (SELECT set_config('synchronous_commit', 'off', true))"
-)
-
-
-@functools.cache
-def _identical_replay_sql() -> str:
-    table = IdempotencyRecord._meta.db_table
-    return (
-        f"{_ASYNC_COMMIT_CTE} UPDATE {table}"  # noqa: S608 - our names, values are parameters
-        f" SET replay_count = replay_count + 1, last_replayed_at = %s"
-        " WHERE client_id = %s AND operation_type = %s AND key = %s"
-        " AND expired_at IS NULL AND expires_at > %s AND request_hash = %s"
-        " AND request_hash <> '' AND EXISTS (SELECT 1 FROM commit_mode)"
-        " RETURNING response_body, response_location"
-    )
 
 
 def idempotency_identical_replay(
@@ -395,7 +368,7 @@ def idempotency_identical_replay(
         return None
     now = timezone.now()
     row = fetchone_checking_connection(
-        _identical_replay_sql(),
+        statements.IDENTICAL_REPLAY_SQL,
         [now, client.pk, operation_type, key, now, request_hash],
     )
     if row is None:

@@ -5,12 +5,25 @@ its HTTP status and stable ``error`` code as class attributes: ``core.exceptions
 into API answers in one place, and the admin and the commands catch ``ServiceError`` once and
 show its message."""
 
+from enum import StrEnum
+
 from core.errors import InvalidPayload, NotFound, ServiceError
 
 
 class UnknownSource(ServiceError):
     status_code = 404
     code = "unknown_source"
+
+
+class SignatureFailureReason(StrEnum):
+    """Why a delivery failed authentication, as ``SignatureFailure.reason``, the logs and the
+    ``webhook_signature_failures_total`` metric name it (never the producer: it sees
+    ``unauthorized`` or ``timestamp_out_of_window``)."""
+
+    MISSING = "missing"  # no signature header, or an empty one
+    MALFORMED = "malformed"  # a header with no parsable entry of a known version
+    MISMATCH = "mismatch"  # a parsable entry that matches no secret
+    STALE_TIMESTAMP = "timestamp_out_of_window"
 
 
 class InvalidSignature(ServiceError):
@@ -20,7 +33,7 @@ class InvalidSignature(ServiceError):
     status_code = 401
     code = "unauthorized"
 
-    def __init__(self, reason: str):
+    def __init__(self, reason: SignatureFailureReason):
         super().__init__(reason)
         self.reason = reason
 
@@ -28,7 +41,7 @@ class InvalidSignature(ServiceError):
 class StaleTimestamp(ServiceError):
     status_code = 400
     code = "timestamp_out_of_window"
-    reason = "timestamp_out_of_window"
+    reason = SignatureFailureReason.STALE_TIMESTAMP
 
 
 class InconsistentDuplicate(ServiceError):

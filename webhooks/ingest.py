@@ -20,8 +20,14 @@ from django.views.decorators.debug import sensitive_variables
 
 from core.db import fetchone_checking_connection
 
+from . import statements
 from .envelopes import Envelope, body_parse
-from .errors import InconsistentDuplicate, InvalidSignature, StaleTimestamp
+from .errors import (
+    InconsistentDuplicate,
+    InvalidSignature,
+    SignatureFailureReason,
+    StaleTimestamp,
+)
 from .integrations import integration_get, integration_names
 from .metrics import (
     WEBHOOK_DUPLICATES,
@@ -31,17 +37,10 @@ from .metrics import (
 from .models import (
     FingerprintMismatch,
     InboxEvent,
-    ProcessingStatus,
     SignatureFailure,
     WebhookSource,
 )
-from .schemes import (
-    REASON_MISMATCH,
-    SignatureScheme,
-    scheme_get,
-    schemes,
-    secret_fingerprint,
-)
+from .schemes import scheme_get, schemes
 from .selectors import webhook_secrets_valid
 
 logger = logging.getLogger(__name__)
@@ -98,20 +97,15 @@ def _db_value(model: type[models.Model], name: str, value: Any) -> Any:
     return field.get_db_prep_save(value, connection)
 
 
-@functools.cache
-def _inbox_field(name: str) -> models.Field:
-    return cast(models.Field, InboxEvent._meta.get_field(name))
-
-
 def _inbox_db_values(values: dict[str, Any]) -> None:
-    """``_db_value`` for the inbox row's adapted columns, in place, per delivery: the
-    instants and the JSON go straight to the backend's adapters, which is what the fields'
-    own preparation ends with for an aware instant and a dict (a naive instant, which the
-    field warns about and makes aware, takes the field's whole way). The connection's
-    operations are looked up once for all of them."""
+    """``_db_value`` for the inbox row's adapted columns (``statements.inbox_adapted_fields``),
+    in place, per delivery: the instants and the JSON go straight to the backend's adapters,
+    which is what the fields' own preparation ends with for an aware instant and a dict (a
+    naive instant, which the field warns about and makes aware, takes the field's whole
+    way). The connection's operations are looked up once for all of them."""
     ops = connection.ops
-    for name in _ADAPTED_COLUMNS:
-        field, value = _inbox_field(name), values[name]
+    for field in statements.inbox_adapted_fields(tuple(values)):
+        name, value = field.attname, values[field.attname]
         if isinstance(field, models.JSONField) and isinstance(value, dict):
             values[name] = ops.adapt_json_value(value, field.encoder)
         elif isinstance(field, models.DateTimeField) and (
@@ -123,7 +117,7 @@ def _inbox_db_values(values: dict[str, Any]) -> None:
 
 
 def signature_failure_record(
-    *, source: WebhookSource, reason: str, remote_addr: str | None
+    *, source: WebhookSource, reason: SignatureFailureReason, remote_addr: str | None
 ) -> None:
     """Counts a failed authentication: one upsert of the (source, reason, minute) counter, the
     bounded write an unauthenticated request may cost. Never the body or the signature."""
@@ -133,7 +127,6 @@ def signature_failure_record(
         extra={"source": source.slug, "reason": reason, "remote_addr": remote_addr},
     )
     now = timezone.now()
-    table = connection.ops.quote_name(SignatureFailure._meta.db_table)
     window = now.replace(second=0, microsecond=0)
     params = [
         source.pk,
@@ -143,15 +136,10 @@ def signature_failure_record(
         _db_value(SignatureFailure, "last_remote_addr", remote_addr),
         _db_value(SignatureFailure, "last_seen_at", now),
     ]
-    sql = (
-        f"INSERT INTO {table} (source_id, reason, window_start, count, last_remote_addr,"  # noqa: S608
-        " last_seen_at) VALUES (%s, %s, %s, %s, %s, %s)"
-        " ON CONFLICT (source_id, reason, window_start) DO UPDATE SET"
-        f" count = {table}.count + 1, last_remote_addr = EXCLUDED.last_remote_addr,"
-        " last_seen_at = EXCLUDED.last_seen_at"
-    )
     with connection.cursor() as cursor:
-        cursor.execute(sql, params)
+        cursor.execute(
+            statements.signature_failure_upsert_sql(connection.vendor), params
+        )
 
 
 def _timestamp_check(*, timestamp: str | None, tolerance: int) -> None:
@@ -166,88 +154,21 @@ def _timestamp_check(*, timestamp: str | None, tolerance: int) -> None:
         raise StaleTimestamp()
 
 
-# The columns an accepted delivery fills, bound as parameters; of these, the ones whose Python
-# value the database driver cannot take as it is (instants on SQLite, JSON) go through their
-# field's adaptation.
-_INBOX_COLUMNS = (
-    "source_id",
-    "event_id",
-    "event_type",
-    "entity_id",
-    "entity_type",
-    "source_version",
-    "occurred_at",
-    "tenant_id",
-    "idempotency_key",
-    "payload_hash",
-    "content_fingerprint",
-    "body_key",
-    "raw_body",
-    "headers",
-    "secret_fingerprint",
-    "remote_addr",
-    "received_at",
-    "last_seen_at",
-)
-_ADAPTED_COLUMNS = ("occurred_at", "headers", "received_at", "last_seen_at")
-# And the ones every new row starts with, written into the statement.
-_INBOX_CONSTANTS = {
-    "signature_valid": "TRUE",
-    "processing_status": f"'{ProcessingStatus.RECEIVED}'",
-    "http_status": "202",
-    "error_message": "''",
-    "attempts": "0",
-    "delivery_count": "1",
-}
-
-
-@functools.cache
-def _inbox_upsert_sql(vendor: str, *, on: str) -> str:
-    """The one statement that records a delivery, on the unique index ``on`` names.
-
-    ``on="event_id"``: new / duplicate / conflict by ``(source, event_id)``. A new row comes
-    back with delivery_count 1; a true duplicate (same fingerprint) is counted and comes back
-    with delivery_count > 1; a conflicting fingerprint updates nothing and returns no row.
-
-    ``on="body"``: for events whose id is not signed, by ``(source, body_key)``: the same
-    signed bytes are the same event whatever id they came with, counted on the stored row,
-    whose event id comes back. The same id with other bytes violates ``(source, event_id)``
-    instead and raises ``IntegrityError``, for the caller to record as above.
-
-    Either way the unique index decides races. Valid on PostgreSQL and on SQLite >= 3.35."""
-    quote = connection.ops.quote_name
-    table = quote(InboxEvent._meta.db_table)
-    columns = ", ".join(quote(name) for name in (*_INBOX_COLUMNS, *_INBOX_CONSTANTS))
-    placeholders = ", ".join(
-        ["%s"] * len(_INBOX_COLUMNS) + list(_INBOX_CONSTANTS.values())
-    )
-    if on == "event_id":
-        target = "(source_id, event_id)"
-        condition = f" WHERE {table}.content_fingerprint = EXCLUDED.content_fingerprint"
-    else:
-        target = "(source_id, body_key) WHERE body_key IS NOT NULL"
-        condition = ""
-    return (
-        f"INSERT INTO {table} ({columns}) VALUES ({placeholders})"  # noqa: S608
-        f" ON CONFLICT {target} DO UPDATE SET"
-        f" delivery_count = {table}.delivery_count + 1,"
-        f" last_seen_at = EXCLUDED.last_seen_at{condition}"
-        " RETURNING id, event_id, delivery_count, processing_status"
-    )
-
-
 def _upsert_execute(sql: str, params: list) -> tuple | None:
     # An upsert may run twice: as a request's first statement it stands in for the
     # connection's health check (``core.db``).
     return fetchone_checking_connection(sql, params)
 
 
-def _inbox_upsert_execute(*, params: list, by_body: bool) -> tuple | None:
-    """The row the upsert returned: ``(id, event_id, delivery_count, processing_status)``,
-    or ``None`` for a conflicting fingerprint under an existing event id."""
-    vendor = connection.vendor
+def _inbox_upsert_execute(*, values: dict[str, Any], by_body: bool) -> tuple | None:
+    """The row the upsert returned for a delivery's (adapted) ``values``: ``(id, event_id,
+    delivery_count, processing_status)``, or ``None`` for a conflicting fingerprint under an
+    existing event id (``statements.inbox_upsert_sql``)."""
+    vendor, given = connection.vendor, tuple(values)
+    params = statements.inbox_upsert_params(values)
     if not by_body:
-        return _upsert_execute(_inbox_upsert_sql(vendor, on="event_id"), params)
+        sql = statements.inbox_upsert_sql(vendor, on="event_id", given=given)
+        return _upsert_execute(sql, params)
     # Inside a caller's transaction the attempt runs in a savepoint, so that a violation of
     # the event id index leaves that transaction usable; in autocommit (the webhook view) a
     # failed statement leaves nothing behind and needs none.
@@ -256,32 +177,14 @@ def _inbox_upsert_execute(*, params: list, by_body: bool) -> tuple | None:
     )
     try:
         with attempt:
-            return _upsert_execute(_inbox_upsert_sql(vendor, on="body"), params)
+            sql = statements.inbox_upsert_sql(vendor, on="body", given=given)
+            return _upsert_execute(sql, params)
     except IntegrityError:
         # Another body under a stored event id: a conflict, or (for a fingerprint that
         # ignores some bytes) a true duplicate. Rows are never deleted, so this one
         # conflicts on the event id and inserts nothing.
-        return _upsert_execute(_inbox_upsert_sql(vendor, on="event_id"), params)
-
-
-def _verifying_secret(
-    *,
-    scheme: SignatureScheme,
-    raw_body: bytes,
-    headers: Mapping[str, str],
-    secrets: Sequence[str],
-) -> str:
-    """The fingerprint of the secret that verified an accepted signature: the only valid one
-    (the common case: nothing more is computed), else the first of several (a rotation's
-    grace period) that verifies it alone. Evidence bundles name it; the secret itself is
-    never stored with the event (docs/security.md, "What the log holds")."""
-    if len(secrets) == 1:
-        return secret_fingerprint(secrets[0])
-    for secret in secrets:
-        with contextlib.suppress(InvalidSignature):
-            scheme.verify(raw_body=raw_body, headers=headers, secrets=[secret])
-            return secret_fingerprint(secret)
-    return ""
+        sql = statements.inbox_upsert_sql(vendor, on="event_id", given=given)
+        return _upsert_execute(sql, params)
 
 
 # Every local of ingest, and of what it calls, is hidden from error reports and debug pages
@@ -316,7 +219,7 @@ def inbox_event_record(
                 raw_body=raw_body, headers=headers, secrets=secrets
             )
         except InvalidSignature as exc:
-            if secrets_reload is None or exc.reason != REASON_MISMATCH:
+            if secrets_reload is None or exc.reason != SignatureFailureReason.MISMATCH:
                 raise
             secrets = secrets_reload()
             verified = scheme.verify(
@@ -342,39 +245,7 @@ def inbox_event_record(
         raw_body=raw_body,
         headers=headers,
         remote_addr=remote_addr,
-        verifying_secret=_verifying_secret(
-            scheme=scheme, raw_body=raw_body, headers=headers, secrets=secrets
-        ),
-    )
-
-
-_EVIDENCE_COLUMNS = (
-    "event_id",
-    "raw_body",
-    "headers",
-    "original_fingerprint",
-    "conflicting_fingerprint",
-    "conflicting_payload_hash",
-    "remote_addr",
-    "received_at",
-    "last_seen_at",
-)
-
-
-@functools.cache
-def _evidence_upsert_sql(vendor: str) -> str:
-    """One statement: the conflicting body's first delivery stores it, a repeat counts on that
-    row (the partial unique index on (event, body) that rows counting repeats are in)."""
-    quote = connection.ops.quote_name
-    table = quote(FingerprintMismatch._meta.db_table)
-    columns = ", ".join(quote(name) for name in _EVIDENCE_COLUMNS)
-    placeholders = ", ".join(["%s"] * len(_EVIDENCE_COLUMNS))
-    return (
-        f"INSERT INTO {table} ({columns}, repeat_count, counts_repeats,"  # noqa: S608
-        f" investigation_note) VALUES ({placeholders}, 1, TRUE, '')"
-        " ON CONFLICT (event_id, conflicting_payload_hash) WHERE counts_repeats"
-        f" DO UPDATE SET repeat_count = {table}.repeat_count + 1,"
-        " last_seen_at = EXCLUDED.last_seen_at"
+        verifying_secret=verified.secret_fingerprint,
     )
 
 
@@ -403,7 +274,7 @@ def _evidence_record(
         _db_value(FingerprintMismatch, "last_seen_at", now),
     ]
     with connection.cursor() as cursor:
-        cursor.execute(_evidence_upsert_sql(connection.vendor), params)
+        cursor.execute(statements.evidence_upsert_sql(connection.vendor), params)
 
 
 def _inbox_upsert(
@@ -440,12 +311,11 @@ def _inbox_upsert(
         "last_seen_at": now,
     }
     _inbox_db_values(values)
-    params = [values[name] for name in _INBOX_COLUMNS]
     log_extra = {"source": source.slug, "event_id": envelope.event_id}
     # One statement in autocommit is its own transaction: when execute() returns, the row is
     # committed, and the answer may say so. Nothing here talks to the broker: the relay of a
     # worker publishes the new row (``webhooks.outbox``).
-    row = _inbox_upsert_execute(params=params, by_body=body_key is not None)
+    row = _inbox_upsert_execute(values=values, by_body=body_key is not None)
     if row is None:
         original = (
             InboxEvent.objects.filter(source=source, event_id=envelope.event_id)

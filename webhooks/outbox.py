@@ -37,6 +37,7 @@ from django.utils import timezone
 
 from core.relay import Outbox, Publication, relay_round
 
+from . import statements
 from .dispatch import PROCESS_TASK
 from .models import InboxEvent, ProcessingStatus, SourceHold
 from .pausing import drain_budget, drain_end
@@ -169,61 +170,6 @@ def _take(queryset: QuerySet[InboxEvent], limit: int, now: datetime) -> list[tup
     return rows
 
 
-# The relay's claim and its look before it, on PostgreSQL: what ``_waiting_new`` and
-# ``_waiting_retries`` select and ``_take`` does, written once as SQL, so that a round spends no
-# time building the same statements again (building them was about a third of a busy relay's
-# CPU: docs/bench-log/2026-12-02.md, "The relay's own cost"). Their conditions are those of the
-# partial indexes ``webhooks_inbox_outbox_idx`` and ``webhooks_inbox_retry_idx``, as the
-# querysets' are. The embedded default (SQLite) takes the querysets' way.
-_EVENTS = InboxEvent._meta.db_table
-_HOLDS = SourceHold._meta.db_table
-# No message yet, not set aside, of a source not held.
-_WAITING = f"""dispatched_at IS NULL AND held_at IS NULL
-    AND source_id NOT IN (SELECT source_id FROM {_HOLDS})"""  # noqa: S608 - table names
-_NEW = f"processing_status = 'received' AND {_WAITING}"
-_DUE_RETRY = (
-    f"processing_status = 'failed' AND next_attempt_at <= %(now)s AND {_WAITING}"
-)
-_HAS_WAITING_SQL = f"""
-SELECT EXISTS (SELECT 1 FROM {_EVENTS} WHERE {_NEW})
-    OR EXISTS (SELECT 1 FROM {_EVENTS} WHERE {_DUE_RETRY})
-"""  # noqa: S608 - table names, values bound
-# New rows first, in id order, then due retries in the room left, in id order (what
-# ``RETURNING`` gives back, in no order, is sorted so); the retries' scan reads nothing when
-# the new rows filled the batch.
-_CLAIM_SQL = f"""
-WITH fresh AS (
-    SELECT id FROM {_EVENTS} WHERE {_NEW}
-     ORDER BY id LIMIT %(limit)s FOR UPDATE SKIP LOCKED
-), due AS (
-    SELECT id FROM {_EVENTS} WHERE {_DUE_RETRY}
-     ORDER BY id LIMIT %(limit)s FOR UPDATE SKIP LOCKED
-), taken AS (
-    SELECT id, 0 AS retry FROM fresh
-    UNION ALL
-    (SELECT id, 1 FROM due LIMIT GREATEST(%(limit)s - (SELECT count(*) FROM fresh), 0))
-)
-UPDATE {_EVENTS} AS e SET dispatched_at = %(now)s, held_at = NULL
-  FROM taken WHERE e.id = taken.id
-RETURNING taken.retry, e.id, e.event_id, e.entity_id
-"""  # noqa: S608 - table names, values bound
-
-
-_HELD_SQL = f"SELECT source_id FROM {_HOLDS} ORDER BY source_id"  # noqa: S608 - a table name
-# A row a relay published is unfinished while still waiting, being processed, or a published
-# retry (``InboxOutbox.unfinished``).
-_UNFINISHED_STATUSES = (
-    ProcessingStatus.RECEIVED,
-    ProcessingStatus.PROCESSING,
-    ProcessingStatus.FAILED,
-)
-_UNFINISHED_SQL = f"""
-SELECT id FROM {_EVENTS}
- WHERE id = ANY(%(ids)s::bigint[]) AND dispatched_at IS NOT NULL
-   AND processing_status IN ({", ".join(f"'{status}'" for status in _UNFINISHED_STATUSES)})
-"""  # noqa: S608 - table names and the statuses' own values
-
-
 # --- held sources -----------------------------------------------------------------------
 
 
@@ -340,7 +286,7 @@ class InboxOutbox(Outbox[int]):
         now = timezone.now()
         if connection.vendor == "postgresql":
             with connection.cursor() as cursor:
-                cursor.execute(_CLAIM_SQL, {"limit": limit, "now": now})
+                cursor.execute(statements.RELAY_CLAIM_SQL, {"limit": limit, "now": now})
                 rows = [row[1:] for row in sorted(cursor.fetchall())]
             return len(rows), _publications(rows)
         rows = _take(_waiting_new(), limit, now)
@@ -366,7 +312,9 @@ class InboxOutbox(Outbox[int]):
         lock, and its round stays at two statements with ``InboxOutbox.held``."""
         if connection.vendor == "postgresql":
             with connection.cursor() as cursor:
-                cursor.execute(_HAS_WAITING_SQL, {"now": timezone.now()})
+                cursor.execute(
+                    statements.RELAY_HAS_WAITING_SQL, {"now": timezone.now()}
+                )
                 return bool(cursor.fetchone()[0])
         new_sql, new_params = _waiting_new().values("id")[:1].query.sql_with_params()
         retry_sql, retry_params = (
@@ -384,7 +332,7 @@ class InboxOutbox(Outbox[int]):
         written once, read in every round of the relay (a queryset built each time was a
         tenth of a busy relay's CPU: docs/bench-log/2026-12-03.md, "One relay at a time")."""
         with connection.cursor() as cursor:
-            cursor.execute(_HELD_SQL)
+            cursor.execute(statements.RELAY_HELD_SQL)
             return [source_id for (source_id,) in cursor.fetchall()]
 
     def held_claim(self, source_id: int, limit: int) -> tuple[int, list[Publication]]:
@@ -447,13 +395,13 @@ class InboxOutbox(Outbox[int]):
             # One statement of one text whatever the number of ids (an array, not a list of
             # placeholders): prepared once per connection, not parsed again each time.
             with connection.cursor() as cursor:
-                cursor.execute(_UNFINISHED_SQL, {"ids": list(ids)})
+                cursor.execute(statements.RELAY_UNFINISHED_SQL, {"ids": list(ids)})
                 return {pk for (pk,) in cursor.fetchall()}
         return set(
             InboxEvent.objects.filter(
                 id__in=ids,
                 dispatched_at__isnull=False,
-                processing_status__in=_UNFINISHED_STATUSES,
+                processing_status__in=statements.RELAY_UNFINISHED_STATUSES,
             ).values_list("id", flat=True)
         )
 

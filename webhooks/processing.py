@@ -1,56 +1,44 @@
 """The processing service: inbox rows through their integration's handler, at most once each
-(docs/subsystems/processing.md, "An inbox row").
+(docs/subsystems/processing.md, "A batch of inbox events on a worker" and "An inbox row").
 
 A worker takes a batch of rows (one message carries up to ``INBOX_BATCH_SIZE`` ids):
 
-1. **Claim** the batch in one statement and commit: every ``received`` row, and every
-   ``failed`` row whose retry is due, becomes ``processing`` with its lease, and an
-   ``InboxAttempt`` row is written for it. The claim commits before any handler runs, so the
-   attempt of a worker that dies mid-batch stays visible, and its expired lease tells the
-   relay's sweep to publish the row again. Rows in any other state (terminal, leased by a live
-   attempt, not yet due, or left ``processing`` by a worker that died) are sorted out one by
-   one under their row lock.
-2. **Run** each claimed row in a transaction of its own: the handler's domain change, then the
-   row's new status and the closing of its attempt, with one conditional UPDATE that only
-   matches while the claim still holds (a run whose lease expired and was taken over changes
-   nothing: it rolls its domain change back). The domain change and the status commit
-   together, so a concurrent or repeated run finds the row terminal and does nothing. A
-   failure rolls all of that back and is recorded in a second transaction, under the same
-   condition; one event's failure rolls back nothing of the others in the batch.
+1. **Claim** the batch in one statement and commit (``statements.BATCH_CLAIM_SQL``): every
+   ``received`` row and every ``failed`` row whose retry is due becomes ``processing`` with
+   its lease and an ``InboxAttempt``. Rows in any other state are sorted out one by one under
+   their row lock (terminal, leased, not due, held by a paused source, or left by a worker
+   that died).
+2. **Run** the claims. An integration's claims go as a set (``handle_batch`` and one close of
+   every row, in one transaction) on PostgreSQL; otherwise, and when a set does not commit,
+   each event runs in a transaction of its own through the ORM: its domain change, then its
+   status and its attempt, closed only while the claim still holds. A failure rolls that back
+   and is recorded in a second transaction; retries back off per event and poison events
+   dead-letter per event.
 
-Retries back off per event (``next_attempt_at``); the relay publishes a row again once its
-retry is due. Poison events dead-letter per event.
-
-Rows of a paused source are not claimed, whatever message names them (one published before
-the pause, one of an earlier release): they stay ``received`` (or ``failed``) with
-``dispatched_at`` cleared, for the relay to set aside and release after the resume. While the
-source drains, only the rows its drain released are claimed (stamped dispatched at or after
-the drain's start). Rows already ``processing`` when a pause lands finish normally
-(docs/subsystems/relay.md, "Pausing a source").
+Rows of a paused source are never claimed (docs/subsystems/relay.md, "Pausing a source").
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import re
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from dataclasses import field as dataclass_field
 from datetime import UTC, datetime, timedelta
+from enum import StrEnum
 
 from django.conf import settings
 from django.db import DataError, connection, transaction
-from django.db.models import DEFERRED, Model
+from django.db.models import DEFERRED, DateTimeField, Model
 from django.utils import timezone
 
 from core.backoff import full_jitter_delay
-from core.db import LOCK_TIMEOUT_IN_STATEMENT, lock_timeout_value
+from core.db import SessionLockTimeout, set_statement_execute
 from core.errors import PermanentProcessingError
 from core.logging import correlation_id_bound
 
-from . import metrics
+from . import metrics, statements
 from .integrations import (
     BatchIntegration,
     HandlerResult,
@@ -78,114 +66,6 @@ STALE_STATUSES = {
 WORKER_LOST_ERROR = "worker lost: the lease expired before the attempt finished"
 ERROR_MAX_CHARS = 2000
 
-_EVENTS = InboxEvent._meta.db_table
-_ATTEMPTS = InboxAttempt._meta.db_table
-_SOURCES = WebhookSource._meta.db_table
-_HOLDS = SourceHold._meta.db_table
-
-# The claim of a batch, in one statement: the rows that can be taken become ``processing``
-# with their lease, their attempts are inserted, and what the handlers need comes back. The
-# occurred time comes back as seconds since the epoch: a stored date Python cannot hold must
-# not fail the whole batch.
-_BATCH_CLAIM_SQL = f"""
-WITH claimed AS (
-    UPDATE {_EVENTS} AS e
-       SET processing_status = 'processing',
-           attempts = e.attempts + 1,
-           lease_expires_at = %(lease)s
-      FROM {_SOURCES} AS s
-     WHERE e.id = ANY(%(ids)s)
-       AND s.id = e.source_id
-       -- The claim's row locks give up after INBOX_LOCK_TIMEOUT_MS: the statement's own
-       -- transaction's lock_timeout, set once (an InitPlan) before any row is locked.
-       AND {LOCK_TIMEOUT_IN_STATEMENT}
-       AND NOT EXISTS (
-           SELECT 1 FROM {_HOLDS} AS h
-            WHERE h.source_id = e.source_id
-              AND (h.paused_at IS NOT NULL
-                   OR e.dispatched_at IS NULL
-                   OR e.dispatched_at < h.drain_started_at))
-       AND (e.processing_status = 'received'
-            OR (e.processing_status = 'failed'
-                AND (e.next_attempt_at IS NULL OR e.next_attempt_at <= %(now)s)))
-    RETURNING e.id, e.attempts, e.event_id, e.event_type, e.source_id, e.entity_id,
-              e.entity_type, e.source_version, EXTRACT(EPOCH FROM e.occurred_at),
-              e.raw_body, s.slug, s.handler
-), attempt AS (
-    INSERT INTO {_ATTEMPTS}
-           (event_id, number, started_at, outcome, resulting_status, error, worker)
-    SELECT id, attempts, %(now)s, 'started', '', '', %(worker)s FROM claimed
-    RETURNING id, event_id
-)
-SELECT claimed.*, attempt.id FROM claimed JOIN attempt ON attempt.event_id = claimed.id
-ORDER BY claimed.id
-"""  # noqa: S608 - table names from the models, values bound
-
-# The end of a run, in one statement: the row's outcome and its attempt's, only while the
-# claim still holds (the row is ``processing`` with the attempt's number).
-_CLOSE_SQL = f"""
-WITH closed AS (
-    UPDATE {_EVENTS}
-       SET processing_status = %(status)s,
-           processed_at = %(processed_at)s,
-           error_message = %(error)s,
-           dead_letter_cause = %(cause)s,
-           next_attempt_at = %(next_attempt_at)s,
-           dispatched_at = CASE WHEN %(retry)s THEN NULL ELSE dispatched_at END,
-           lease_expires_at = NULL
-     WHERE id = %(id)s AND processing_status = 'processing' AND attempts = %(number)s
-    RETURNING id
-)
-UPDATE {_ATTEMPTS}
-   SET finished_at = %(now)s, outcome = %(outcome)s, resulting_status = %(status)s,
-       error = %(attempt_error)s
- WHERE id = %(attempt)s AND EXISTS (SELECT 1 FROM closed)
-RETURNING id
-"""  # noqa: S608 - table names from the models, values bound
-
-# The end of a batch's runs, in one statement: every row's outcome and its attempt's, each
-# only while its claim still holds. The caller compares the attempts closed with the rows
-# given: one claim lost fails the batch (rolled back, then run per event).
-_BATCH_CLOSE_SQL = f"""
-WITH v AS (
-    SELECT * FROM unnest(%(ids)s::bigint[], %(numbers)s::int[], %(statuses)s::text[],
-                         %(processed_at)s::timestamptz[], %(errors)s::text[],
-                         %(causes)s::text[], %(next_attempt_at)s::timestamptz[],
-                         %(attempts)s::bigint[], %(outcomes)s::text[],
-                         %(attempt_errors)s::text[])
-           AS v(id, number, status, processed_at, error, cause, next_attempt_at, attempt,
-                outcome, attempt_error)
-), closed AS (
-    UPDATE {_EVENTS} AS e
-       SET processing_status = v.status,
-           processed_at = v.processed_at,
-           error_message = v.error,
-           dead_letter_cause = v.cause,
-           next_attempt_at = v.next_attempt_at,
-           dispatched_at = CASE WHEN v.next_attempt_at IS NOT NULL THEN NULL
-                                ELSE e.dispatched_at END,
-           lease_expires_at = NULL
-      FROM v
-     WHERE e.id = v.id AND e.processing_status = 'processing' AND e.attempts = v.number
-    RETURNING e.id
-)
-UPDATE {_ATTEMPTS} AS a
-   SET finished_at = %(now)s, outcome = v.outcome, resulting_status = v.status,
-       error = v.attempt_error
-  FROM v JOIN closed ON closed.id = v.id
- WHERE a.id = v.attempt
-RETURNING a.id
-"""  # noqa: S608 - table names from the models, values bound
-
-# The same statement with its arrays bound in binary, where the server binds parameters
-# (``config.settings.base.database_binding_apply``): psycopg writes a text array element by
-# element in Python, quoting and escaping each, about ten times the cost of the binary form
-# (docs/bench-log/2026-12-01.md, "Processing and the relay"). A client-side cursor keeps the
-# text form.
-_BATCH_CLOSE_SQL_BINARY = re.sub(
-    r"%\((\w+)\)s::(\w+)\[\]", r"%(\1)b::\2[]", _BATCH_CLOSE_SQL
-)
-
 # The columns the one-by-one claim reads: never the ones ingest filled from the body, so
 # that a row whose stored values cannot be read back can still be claimed and closed.
 _STATE_FIELDS = (
@@ -205,7 +85,10 @@ _SOURCE_STATE_FIELDS = ("source__slug", "source__handler")
 _LOAD_ERRORS = (DataError, ValueError, OverflowError)
 
 
-class Skip:
+class Skip(StrEnum):
+    """Why a row was not attempted (``ProcessingOutcome.skipped``; counted by the batch's
+    log line)."""
+
     MISSING = "missing"
     TERMINAL = "terminal"
     LEASED = "leased"
@@ -303,58 +186,42 @@ class _Loaded:
         return self.model.from_db(connection.alias, self.attnames, row)
 
 
-_CLAIMED_EVENT = _Loaded(
-    InboxEvent,
-    (
-        "id",
-        "attempts",
-        "event_id",
-        "event_type",
-        "source_id",
-        "entity_id",
-        "entity_type",
-        "source_version",
-        "occurred_at",
-        "raw_body",
-        "processing_status",
-    ),
-)
-_CLAIMED_SOURCE = _Loaded(WebhookSource, ("id", "slug", "handler"))
+_CLAIMED_EVENT = _Loaded(InboxEvent, (*statements.CLAIMED_FIELDS, "processing_status"))
+_CLAIMED_SOURCE = _Loaded(WebhookSource, statements.CLAIMED_SOURCE_FIELDS)
+# The claimed fields that come back as seconds since the epoch (``statements``).
+_CLAIMED_INSTANTS = [
+    position
+    for position, name in enumerate(statements.CLAIMED_FIELDS)
+    if isinstance(InboxEvent._meta.get_field(name), DateTimeField)
+]
+_CLAIMED_SOURCE_ID = statements.CLAIMED_FIELDS.index("source_id")
 
 
 def _batch_claim_fast(*, ids: list[int], worker: str) -> list[_Claim]:
-    """The common case in one statement (PostgreSQL): see ``_BATCH_CLAIM_SQL``. The UPDATE
-    takes the rows' locks and PostgreSQL re-checks its condition on each row's latest version
-    after any wait, so two claims can never both take a row. On the embedded SQLite default
-    every row is claimed one by one (SQLite has one writer at a time anyway)."""
+    """The common case in one statement (PostgreSQL): see ``statements.BATCH_CLAIM_SQL``.
+    The UPDATE takes the rows' locks and PostgreSQL re-checks its condition on each row's
+    latest version after any wait, so two claims can never both take a row. On the embedded
+    SQLite default every row is claimed one by one (one writer at a time anyway)."""
     if connection.vendor != "postgresql" or not ids:
         return []
     now = timezone.now()
-    with connection.cursor() as cursor:
-        cursor.execute(
-            _BATCH_CLAIM_SQL,
-            {
-                "ids": list(ids),
-                "now": now,
-                "lease": now
-                + timedelta(seconds=settings.INBOX_PROCESSING_LEASE_SECONDS),
-                "worker": worker[:255],
-                "lock_timeout": _lock_timeout_setting(),
-            },
-        )
-        rows = cursor.fetchall()
+    rows = set_statement_execute(
+        statements.BATCH_CLAIM_SQL,
+        {
+            "ids": list(ids),
+            "now": now,
+            "lease": now + timedelta(seconds=settings.INBOX_PROCESSING_LEASE_SECONDS),
+            "worker": worker[:255],
+        },
+        lock_timeout_ms=settings.INBOX_LOCK_TIMEOUT_MS,
+    )
     claims = []
     for row in rows:
-        # The statement's columns: the event's fields as _CLAIMED_EVENT takes them up to its
-        # source version, then its occurred instant, body, source and attempt.
-        *fields, occurred_epoch, raw_body, slug, handler, attempt_pk = row
-        source_id = fields[4]
-        event = _CLAIMED_EVENT.build(
-            *fields,
-            _instant(occurred_epoch),
-            raw_body,
-            ProcessingStatus.PROCESSING,
-        )
+        *fields, slug, handler, attempt_pk = row
+        for position in _CLAIMED_INSTANTS:
+            fields[position] = _instant(fields[position])
+        event = _CLAIMED_EVENT.build(*fields, ProcessingStatus.PROCESSING)
+        source_id = fields[_CLAIMED_SOURCE_ID]
         event.source = _CLAIMED_SOURCE.build(source_id, slug, handler)
         claims.append(_Claim(event=event, attempt_pk=attempt_pk, handler=handler))
     return claims
@@ -494,57 +361,36 @@ def _close(
     cause: str = "",
     next_attempt_at: datetime | None = None,
 ) -> None:
-    """The row's outcome and its attempt's, while the claim holds; ``_LeaseLost`` otherwise."""
+    """The row's outcome and its attempt's, while the claim holds; ``_LeaseLost`` otherwise.
+    The per-event path (the embedded SQLite default, an integration without ``handle_batch``,
+    a set that did not commit) through the ORM: a conditional update of the row, then of its
+    attempt; a set of claims closes with ``statements.BATCH_CLOSE_SQL``."""
     now = timezone.now()
     event = claim.event
     terminal_ok = status in HANDLER_STATUSES
-    if connection.vendor == "postgresql":
-        with connection.cursor() as cursor:
-            cursor.execute(
-                _CLOSE_SQL,
-                {
-                    "status": status,
-                    "processed_at": now if terminal_ok else None,
-                    "error": error,
-                    "cause": cause,
-                    "next_attempt_at": next_attempt_at,
-                    "retry": next_attempt_at is not None,
-                    "id": event.pk,
-                    "number": event.attempts,
-                    "now": now,
-                    "outcome": outcome,
-                    "attempt_error": "" if terminal_ok else error,
-                    "attempt": claim.attempt_pk,
-                },
-            )
-            closed = cursor.fetchone() is not None
-    else:
-        fields = {
-            "processing_status": status,
-            "processed_at": now if terminal_ok else None,
-            "error_message": error,
-            "dead_letter_cause": cause,
-            "next_attempt_at": next_attempt_at,
-            "lease_expires_at": None,
-        }
-        if next_attempt_at is not None:
-            fields["dispatched_at"] = None
-        closed = bool(
-            InboxEvent.objects.filter(
-                pk=event.pk,
-                processing_status=ProcessingStatus.PROCESSING,
-                attempts=event.attempts,
-            ).update(**fields)
-        )
-        if closed:
-            InboxAttempt.objects.filter(pk=claim.attempt_pk).update(
-                finished_at=now,
-                outcome=outcome,
-                resulting_status=status,
-                error="" if terminal_ok else error,
-            )
+    fields = {
+        "processing_status": status,
+        "processed_at": now if terminal_ok else None,
+        "error_message": error,
+        "dead_letter_cause": cause,
+        "next_attempt_at": next_attempt_at,
+        "lease_expires_at": None,
+    }
+    if next_attempt_at is not None:
+        fields["dispatched_at"] = None
+    closed = InboxEvent.objects.filter(
+        pk=event.pk,
+        processing_status=ProcessingStatus.PROCESSING,
+        attempts=event.attempts,
+    ).update(**fields)
     if not closed:
         raise _LeaseLost()
+    InboxAttempt.objects.filter(pk=claim.attempt_pk).update(
+        finished_at=now,
+        outcome=outcome,
+        resulting_status=status,
+        error="" if terminal_ok else error,
+    )
     event.processing_status = status
     event.processed_at = now if terminal_ok else None
     event.error_message = error
@@ -652,32 +498,30 @@ def _result_close(result: HandlerResult | PermanentProcessingError) -> _Close:
 
 
 def _batch_close(claims: list[_Claim], closes: list[_Close]) -> None:
-    """Every claim's outcome in one statement (``_BATCH_CLOSE_SQL``); ``_LeaseLost`` when one
-    of the claims no longer holds."""
+    """Every claim's outcome in one statement (``statements.BATCH_CLOSE_SQL``);
+    ``_LeaseLost`` when one of the claims no longer holds."""
     now = timezone.now()
     processed_at = [now if c.status in HANDLER_STATUSES else None for c in closes]
-    binary = connection.settings_dict.get("OPTIONS", {}).get("server_side_binding")
-    with connection.cursor() as cursor:
-        cursor.execute(
-            _BATCH_CLOSE_SQL_BINARY if binary is True else _BATCH_CLOSE_SQL,
-            {
-                "ids": [claim.event.pk for claim in claims],
-                "numbers": [claim.event.attempts for claim in claims],
-                "statuses": [c.status for c in closes],
-                "processed_at": processed_at,
-                "errors": [c.error for c in closes],
-                "causes": [c.cause for c in closes],
-                "next_attempt_at": [None] * len(closes),
-                "attempts": [claim.attempt_pk for claim in claims],
-                "outcomes": [c.outcome for c in closes],
-                "attempt_errors": [
-                    "" if c.status in HANDLER_STATUSES else c.error for c in closes
-                ],
-                "now": now,
-            },
-        )
-        if len(cursor.fetchall()) != len(claims):
-            raise _LeaseLost()
+    closed = set_statement_execute(
+        statements.BATCH_CLOSE_SQL,
+        {
+            "ids": [claim.event.pk for claim in claims],
+            "numbers": [claim.event.attempts for claim in claims],
+            "statuses": [c.status for c in closes],
+            "processed_at": processed_at,
+            "errors": [c.error for c in closes],
+            "causes": [c.cause for c in closes],
+            "next_attempt_at": [None] * len(closes),
+            "attempts": [claim.attempt_pk for claim in claims],
+            "outcomes": [c.outcome for c in closes],
+            "attempt_errors": [
+                "" if c.status in HANDLER_STATUSES else c.error for c in closes
+            ],
+            "now": now,
+        },
+    )
+    if len(closed) != len(claims):
+        raise _LeaseLost()
     for claim, close, at in zip(claims, closes, processed_at, strict=True):
         event = claim.event
         event.processing_status = close.status
@@ -809,39 +653,6 @@ class _BatchRecord:
             logger.info("inbox.batch_processed", extra=extra)
 
 
-def _lock_timeout_setting() -> str:
-    return lock_timeout_value(settings.INBOX_LOCK_TIMEOUT_MS)
-
-
-class _SessionLockTimeout:
-    """The session's ``lock_timeout`` (``INBOX_LOCK_TIMEOUT_MS``) for the claims taken one by
-    one and the events run one at a time: set the first time one of them comes, reset once
-    the batch is over. A batch that needs neither (every row claimed by the batch claim, and
-    applied as a set) sends neither statement: those statements set the timeout in their
-    own transactions (``_BATCH_CLAIM_SQL``, ``research.services._DOCUMENTS_LOCK_SQL``)."""
-
-    def __init__(self) -> None:
-        self.is_set = False
-
-    def ensure(self) -> None:
-        if self.is_set or connection.vendor != "postgresql":
-            return
-        with connection.cursor() as cursor:
-            cursor.execute(
-                # set_config, not SET: a parameter bound by the server cannot stand in SET.
-                "SELECT set_config('lock_timeout', %s, false)",
-                [_lock_timeout_setting()],
-            )
-        self.is_set = True
-
-    def reset(self) -> None:
-        if not self.is_set:
-            return
-        self.is_set = False
-        with contextlib.suppress(Exception), connection.cursor() as cursor:
-            cursor.execute("RESET lock_timeout")
-
-
 def inbox_events_process(
     *, ids: list[int], worker: str = ""
 ) -> list[ProcessingOutcome]:
@@ -857,7 +668,9 @@ def inbox_events_process(
     unique = list(dict.fromkeys(ids))  # an id given twice is processed once
     outcomes: dict[int, ProcessingOutcome] = {}
     record = _BatchRecord(worker=worker)
-    session_timeout = _SessionLockTimeout()
+    # The session's lock_timeout, for the claims taken one by one and the events run one at
+    # a time; the set statements set their own transaction's.
+    session_timeout = SessionLockTimeout(settings.INBOX_LOCK_TIMEOUT_MS)
     try:
         claims = _batch_claim_fast(ids=unique, worker=worker)
         claimed = {claim.event.pk for claim in claims}
@@ -900,7 +713,7 @@ def inbox_events_process(
 
 
 def _claims_run(
-    claims: list[_Claim], session_timeout: _SessionLockTimeout
+    claims: list[_Claim], session_timeout: SessionLockTimeout
 ) -> Iterator[tuple[_Claim, ProcessingOutcome, bool]]:
     """Runs the claims, in id order within each integration: as a set for an integration that
     offers ``handle_batch`` (on PostgreSQL), else (and when its batch does not commit) one
@@ -927,7 +740,8 @@ def _claims_run(
     for handler, group in by_handler.items():
         integration = integration_batch_get(handler)
         assert integration is not None
-        batch = _claims_batch_run(group, integration) if len(group) > 1 else None
+        # A batch of one too: one write path for a set, whatever its size.
+        batch = _claims_batch_run(group, integration)
         if batch is None:
             per_event.extend(group)
             continue

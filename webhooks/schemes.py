@@ -1,29 +1,19 @@
-"""Signature schemes (docs/http-api.md, "Signature schemes"): a registry from a source's
-``scheme`` to one class that verifies a delivery, signs one (for ``send_test_webhook`` and the
-tests) and generates and validates its secrets.
+"""Signature schemes (docs/http-api.md, "Signature schemes"; docs/subsystems/inbox.md,
+"Adding a signature scheme"): a registry from a source's ``scheme`` to one class that
+verifies a delivery, signs one (``send_test_webhook``, the tests) and generates and
+validates its secrets.
 
-Every verifier works on the raw bytes as received (never re-serialised JSON), compares in
-constant time with ``hmac.compare_digest``, accepts several signatures in one header (any valid
-one against any valid secret passes) and skips entries of an unknown version (``v0=``, ``v2,``).
-A header present with no parsable entry of a known version is ``malformed``; a parsable entry
-that matches no secret is ``mismatch``; a missing or empty header is ``missing``.
+A verifier works on the raw bytes as received, compares in constant time, accepts several
+entries in one header (any valid one against any valid secret passes; ``Verified`` names the
+secret that matched) and skips entries of an unknown version. The refusals are
+``SignatureFailureReason``: ``missing`` (no header), ``malformed`` (no parsable entry of a
+version the source checks), ``mismatch`` (no entry matches). A ``standard-webhooks`` source may
+hold Ed25519 public keys (``whpk_``) and check ``v1a`` entries instead of ``v1``.
 
-A ``standard-webhooks`` source may hold Ed25519 public keys (``whpk_``) instead of secrets: its
-producer signs ``v1a`` entries with the private key (``whsk_``), which the inbox never holds.
-The versions a source checks follow from what it holds (``v1`` for ``whsec_`` secrets, ``v1a``
-for ``whpk_`` keys); an entry of another version is skipped as an unknown one is
-(docs/http-api.md, "Signature schemes").
-
-The registry is the ``WEBHOOK_SCHEMES`` setting, from a scheme's name to the dotted path of its
-class: a producer's own scheme lives in its integration's package (GitHub's in
-``integrations.github.scheme``), the generic ones here. Each declares the headers it reads, so
-that what the inbox keeps of a delivery, the headers a request's correlation id comes from and
-the endpoint's OpenAPI description all follow from the registry. Adding a scheme is one class
-and one entry.
-
-Every ``verify`` is ``sensitive_variables``: an error page or report shows none of the values
-of its frame or of the frames it calls (the secrets, the keys derived from them, the expected
-digests), with ``DEBUG`` on too (``core/reporting.py``).
+The registry is ``WEBHOOK_SCHEMES`` (name to dotted path); each scheme declares the headers it
+reads, from which the stored headers, the correlation id and the OpenAPI description follow.
+Every ``verify`` is ``sensitive_variables``: an error report shows none of its secrets
+(``core/reporting.py``).
 """
 
 from __future__ import annotations
@@ -52,11 +42,7 @@ from django.views.decorators.debug import sensitive_variables
 from core.errors import InvalidPayload
 from core.secrets import secret_problem
 
-from .errors import InvalidSignature
-
-REASON_MISSING = "missing"
-REASON_MALFORMED = "malformed"
-REASON_MISMATCH = "mismatch"
+from .errors import InvalidSignature, SignatureFailureReason
 
 _SEPARATORS = re.compile(r"[\s,]+")
 _HEX_SHA256 = re.compile(r"[0-9a-fA-F]{64}")
@@ -69,11 +55,15 @@ class Verified:
     the signature, so that an unsigned request never learns about the window.
     ``event_id_signed``: the id header is part of the signed bytes (the scheme's
     ``signs_event_id``); when it is not, anyone holding a signed body can send it again under
-    an id of their choosing."""
+    an id of their choosing. ``secret_fingerprint`` names the secret that matched."""
 
     event_id: str
     timestamp: str | None
     event_id_signed: bool = False
+    # The fingerprint (``secret_fingerprint``) of the secret or public key that verified the
+    # signature: during a rotation's grace period, the first of the source's that does.
+    # Evidence bundles name it; the secret itself is never stored with the event.
+    secret_fingerprint: str = ""
 
 
 class SignatureScheme(Protocol):
@@ -140,7 +130,7 @@ def _signature_and_timestamp(
     signature = header_value(headers, signature_header)
     timestamp = header_value(headers, timestamp_header)
     if not signature or not timestamp:
-        raise InvalidSignature(REASON_MISSING)
+        raise InvalidSignature(SignatureFailureReason.MISSING)
     return signature, timestamp
 
 
@@ -148,13 +138,16 @@ def hmac_sha256(key: bytes, message: bytes) -> bytes:
     return hmac.new(key, message, hashlib.sha256).digest()
 
 
-def any_match(candidates: Sequence[bytes], expected: Sequence[bytes]) -> bool:
+def first_match(candidates: Sequence[bytes], expected: Sequence[bytes]) -> int | None:
+    """The index of the first of ``expected`` (one digest per secret, in the source's order)
+    that one of ``candidates`` equals, or ``None``."""
     # Every comparison runs: no early exit that would tell which secret or entry matched.
-    matched = False
+    matched = len(expected)
     for candidate in candidates:
-        for digest in expected:
-            matched |= hmac.compare_digest(candidate, digest)
-    return matched
+        for index, digest in enumerate(expected):
+            hit = hmac.compare_digest(candidate, digest)
+            matched = min(matched, index if hit else matched)
+    return None if matched == len(expected) else matched
 
 
 def hex_entries(header: str, prefix: str) -> list[bytes]:
@@ -262,15 +255,17 @@ class HmacSha256Scheme:
         )
         candidates = hex_entries(signature, "v1=")
         if not candidates:
-            raise InvalidSignature(REASON_MALFORMED)
+            raise InvalidSignature(SignatureFailureReason.MALFORMED)
         message = header_bytes(headers, self.timestamp_header) + b"." + raw_body
         expected = [hmac_sha256(secret.encode(), message) for secret in secrets]
-        if not any_match(candidates, expected):
-            raise InvalidSignature(REASON_MISMATCH)
+        matched = first_match(candidates, expected)
+        if matched is None:
+            raise InvalidSignature(SignatureFailureReason.MISMATCH)
         return Verified(
             event_id=header_value(headers, self.id_header),
             timestamp=timestamp,
             event_id_signed=self.signs_event_id,
+            secret_fingerprint=secret_fingerprint(secrets[matched]),
         )
 
     def sign(
@@ -380,16 +375,17 @@ def key_pair_generate() -> tuple[str, str]:
 
 def _ed25519_match(
     candidates: Sequence[bytes], public_keys: Sequence[str], message: bytes
-) -> bool:
+) -> str | None:
+    """The first of ``public_keys`` that one of ``candidates`` verifies under, or ``None``."""
     # No constant-time concern here: the keys are public and so is everything compared.
-    for candidate in candidates:
-        for public_key in public_keys:
+    for public_key in public_keys:
+        for candidate in candidates:
             try:
                 _ed25519_public_key(public_key).verify(candidate, message)
             except Ed25519Mismatch:
                 continue
-            return True
-    return False
+            return public_key
+    return None
 
 
 class StandardWebhooksScheme:
@@ -441,7 +437,7 @@ class StandardWebhooksScheme:
             if len(digest) == sizes[version]:
                 candidates[version].append(digest)
         if not (candidates["v1"] or candidates["v1a"]):
-            raise InvalidSignature(REASON_MALFORMED)
+            raise InvalidSignature(SignatureFailureReason.MALFORMED)
         event_id = header_value(headers, self.id_header)
         # Over the bytes the producer signed: the headers as sent.
         message = b".".join(
@@ -454,13 +450,21 @@ class StandardWebhooksScheme:
         expected = [
             hmac_sha256(standard_webhooks_key(secret), message) for secret in secrets
         ]
-        matched = any_match(candidates["v1"], expected) or _ed25519_match(
-            candidates["v1a"][:V1A_MAX_ENTRIES], public_keys, message
+        index = first_match(candidates["v1"], expected)
+        matched = (
+            secrets[index]
+            if index is not None
+            else _ed25519_match(
+                candidates["v1a"][:V1A_MAX_ENTRIES], public_keys, message
+            )
         )
-        if not matched:
-            raise InvalidSignature(REASON_MISMATCH)
+        if matched is None:
+            raise InvalidSignature(SignatureFailureReason.MISMATCH)
         return Verified(
-            event_id=event_id, timestamp=timestamp, event_id_signed=self.signs_event_id
+            event_id=event_id,
+            timestamp=timestamp,
+            event_id_signed=self.signs_event_id,
+            secret_fingerprint=secret_fingerprint(matched),
         )
 
     def sign(

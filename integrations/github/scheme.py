@@ -9,16 +9,14 @@ from collections.abc import Mapping, Sequence
 
 from django.views.decorators.debug import sensitive_variables
 
-from webhooks.errors import InvalidSignature
+from webhooks.errors import InvalidSignature, SignatureFailureReason
 from webhooks.schemes import (
-    REASON_MALFORMED,
-    REASON_MISMATCH,
-    REASON_MISSING,
     Verified,
-    any_match,
+    first_match,
     header_value,
     hex_entries,
     hmac_sha256,
+    secret_fingerprint,
     secret_length_check,
 )
 
@@ -44,17 +42,19 @@ class GitHubScheme:
     ) -> Verified:
         signature = header_value(headers, self.signature_header)
         if not signature:
-            raise InvalidSignature(REASON_MISSING)
+            raise InvalidSignature(SignatureFailureReason.MISSING)
         candidates = hex_entries(signature, "sha256=")
         if not candidates:
-            raise InvalidSignature(REASON_MALFORMED)
+            raise InvalidSignature(SignatureFailureReason.MALFORMED)
         expected = [hmac_sha256(secret.encode(), raw_body) for secret in secrets]
-        if not any_match(candidates, expected):
-            raise InvalidSignature(REASON_MISMATCH)
+        matched = first_match(candidates, expected)
+        if matched is None:
+            raise InvalidSignature(SignatureFailureReason.MISMATCH)
         return Verified(
             event_id=header_value(headers, self.id_header),
             timestamp=None,
             event_id_signed=self.signs_event_id,
+            secret_fingerprint=secret_fingerprint(secrets[matched]),
         )
 
     def sign(

@@ -3,7 +3,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from django.utils import timezone
@@ -13,6 +13,7 @@ from research.models import DocumentRevision
 from research.services import (
     Decision,
     DocumentChange,
+    LockedDocument,
     document_change_apply,
     document_changes_apply,
     document_data_validate,
@@ -88,72 +89,25 @@ class ResearchIntegration:
         )
 
     def handle(self, event: InboxEvent) -> HandlerResult:
-        """Applies a document event to its document under the document's row lock, by the
-        ordering rule; invalid data is a ``PermanentProcessingError``; other event types are
-        ``ignored_unsupported``."""
-        kind = DOCUMENT_EVENT_KINDS.get(event.event_type)
-        if kind is None:
-            return HandlerResult(
-                status=ProcessingStatus.IGNORED_UNSUPPORTED,
-                note=f"unsupported event type {event.event_type[:128]!r}",
-            )
-        change = _document_change(_stored_event(event), kind=kind)
-        decision, document, applied = document_change_apply(
-            inbox_event_id=event.pk, change=change
-        )
-        if applied:
-            return HandlerResult(status=ProcessingStatus.PROCESSED)
-        return HandlerResult(
-            status=_STATUS_BY_DECISION[decision],
-            note=_ignored_note(change=change, document=document),
-        )
+        """One event on its own (the embedded SQLite default, or after its set rolled
+        back): ``handle_batch``'s rules with the change applied through the ORM
+        (``document_change_apply``); a rejected event raises its
+        ``PermanentProcessingError``."""
+        [result] = _results([event], apply=_one_by_one)
+        if isinstance(result, PermanentProcessingError):
+            raise result
+        return result
 
     def handle_batch(
         self, events: Sequence[InboxEvent]
     ) -> list[HandlerResult | PermanentProcessingError]:
-        """``handle`` for a batch of events, given in the order they must apply: every body
-        read and validated before anything is written (a rejected event's place holds its
+        """A batch of events, given in the order they must apply: every body read and
+        validated before anything is written (a rejected event's place holds its
         ``PermanentProcessingError`` and it changes nothing), then the changes applied as a
         set by ``document_changes_apply``, each decided against the state the earlier ones
-        left. Anything raised concerns the batch: the caller rolls it back."""
-        outcomes: list[HandlerResult | PermanentProcessingError | None] = []
-        changes: list[tuple[int, DocumentChange]] = []
-        for event in events:
-            kind = DOCUMENT_EVENT_KINDS.get(event.event_type)
-            if kind is None:
-                outcomes.append(
-                    HandlerResult(
-                        status=ProcessingStatus.IGNORED_UNSUPPORTED,
-                        note=f"unsupported event type {event.event_type[:128]!r}",
-                    )
-                )
-                continue
-            try:
-                change = _document_change(_stored_event(event), kind=kind)
-            except PermanentProcessingError as exc:
-                outcomes.append(exc)
-                continue
-            outcomes.append(None)
-            changes.append((event.pk, change))
-        applied = iter(
-            zip(changes, document_changes_apply(changes=changes), strict=True)
-        )
-        results: list[HandlerResult | PermanentProcessingError] = []
-        for outcome in outcomes:
-            if outcome is not None:
-                results.append(outcome)
-                continue
-            (_, change), (decision, document, was_applied) = next(applied)
-            if was_applied:
-                results.append(HandlerResult(status=ProcessingStatus.PROCESSED))
-            else:
-                results.append(
-                    HandlerResult(
-                        status=_STATUS_BY_DECISION[decision],
-                        note=_ignored_note(change=change, document=document),
-                    )
-                )
-        return results
+        left, under the ordering rule; other event types are ``ignored_unsupported``.
+        Anything raised concerns the batch: the caller rolls it back."""
+        return _results(events, apply=document_changes_apply)
 
     def sample(self, *, event_id: str) -> SampleEvent:
         now = timezone.now().isoformat().replace("+00:00", "Z")
@@ -184,6 +138,60 @@ class ResearchIntegration:
             },
         }
         return SampleEvent(event_id=event_id, raw_body=json.dumps(body).encode())
+
+
+def _one_by_one(
+    *, changes: list[tuple[int, DocumentChange]]
+) -> list[tuple[Decision, LockedDocument, bool]]:
+    return [
+        document_change_apply(inbox_event_id=inbox_event_id, change=change)
+        for inbox_event_id, change in changes
+    ]
+
+
+def _results(
+    events: Sequence[InboxEvent],
+    *,
+    apply: Callable[..., Sequence[tuple[Decision, LockedDocument, bool]]],
+) -> list[HandlerResult | PermanentProcessingError]:
+    """The outcome of each event, its change applied by ``apply`` (the set's statement, or
+    the ORM one change at a time)."""
+    outcomes: list[HandlerResult | PermanentProcessingError | None] = []
+    changes: list[tuple[int, DocumentChange]] = []
+    for event in events:
+        kind = DOCUMENT_EVENT_KINDS.get(event.event_type)
+        if kind is None:
+            outcomes.append(
+                HandlerResult(
+                    status=ProcessingStatus.IGNORED_UNSUPPORTED,
+                    note=f"unsupported event type {event.event_type[:128]!r}",
+                )
+            )
+            continue
+        try:
+            change = _document_change(_stored_event(event), kind=kind)
+        except PermanentProcessingError as exc:
+            outcomes.append(exc)
+            continue
+        outcomes.append(None)
+        changes.append((event.pk, change))
+    applied = iter(zip(changes, apply(changes=changes), strict=True))
+    results: list[HandlerResult | PermanentProcessingError] = []
+    for outcome in outcomes:
+        if outcome is not None:
+            results.append(outcome)
+            continue
+        (_, change), (decision, document, was_applied) = next(applied)
+        if was_applied:
+            results.append(HandlerResult(status=ProcessingStatus.PROCESSED))
+        else:
+            results.append(
+                HandlerResult(
+                    status=_STATUS_BY_DECISION[decision],
+                    note=_ignored_note(change=change, document=document),
+                )
+            )
+    return results
 
 
 def _stored_event(event: InboxEvent) -> ResearchEvent:

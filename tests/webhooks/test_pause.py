@@ -34,7 +34,7 @@ from tests.webhooks.factories import (
     research_source,
     signed_post,
 )
-from webhooks import outbox
+from webhooks import outbox, statements
 from webhooks.errors import SourceAlreadyPaused, SourceNotPaused
 from webhooks.metrics import QueueLagCollector
 from webhooks.models import (
@@ -305,7 +305,7 @@ def _history(source, n: int) -> None:
 @pytest.mark.slow  # tens of thousands of rows: make test only (docs/development.md)
 def test_the_claims_keep_their_partial_indexes_with_a_source_paused(paused, normal):
     """EXPLAIN on PostgreSQL, over an inbox with a past: with a source paused and its rows
-    set aside, the relay's claim (``outbox._CLAIM_SQL``) and its look before it walk
+    set aside, the relay's claim (``statements.RELAY_CLAIM_SQL``) and its look before it walk
     ``webhooks_inbox_outbox_idx`` for new rows (the paused sources are a hashed subplan over
     the holds) and one of the indexes on the status for retries, and a drain reads the
     set-aside rows through ``webhooks_inbox_held_idx``."""
@@ -324,8 +324,8 @@ def test_the_claims_keep_their_partial_indexes_with_a_source_paused(paused, norm
 
     now = timezone.now()
     status_indexes = ("retry_idx", "sweep_idx", "status_idx")  # the planner's pick
-    claim = explain(outbox._CLAIM_SQL, {"limit": 500, "now": now})
-    looks = explain(outbox._HAS_WAITING_SQL, {"now": now})
+    claim = explain(statements.RELAY_CLAIM_SQL, {"limit": 500, "now": now})
+    looks = explain(statements.RELAY_HAS_WAITING_SQL, {"now": now})
     for text in (claim, looks):
         assert "webhooks_inbox_outbox_idx" in text, text
         assert "hashed SubPlan" in text, text

@@ -11,7 +11,9 @@ from django.test.utils import CaptureQueriesContext
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from core.db import set_statement_sql
 from research import services as research_services
+from research import statements as research_statements
 from research.models import Citation, DocumentRevision, ResearchDocument
 from tests.examples import max_examples
 from tests.integrations.research.factories import (
@@ -189,16 +191,15 @@ def test_the_statement_binds_its_arrays_in_binary_where_the_server_binds(monkeyp
     off (a client-side cursor, which binds no binary parameter), the text form, which gives
     the same outcome."""
     assert connection.settings_dict["OPTIONS"]["server_side_binding"] is True
-    sql = research_services._documents_apply_sql()
-    assert sql == research_services._DOCUMENTS_APPLY_SQL_BINARY
+    sql = set_statement_sql(research_statements.DOCUMENTS_APPLY_SQL)
     assert "%(d_summary)b::text[]" in sql and ")s::text[]" not in sql
 
     monkeypatch.setitem(
         connection.settings_dict["OPTIONS"], "server_side_binding", False
     )
     assert (
-        research_services._documents_apply_sql()
-        == research_services._DOCUMENTS_APPLY_SQL
+        set_statement_sql(research_statements.DOCUMENTS_APPLY_SQL)
+        == research_statements.DOCUMENTS_APPLY_SQL
     )
     batch, single = both_paths(MIXED)
 

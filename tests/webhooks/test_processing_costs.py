@@ -96,7 +96,7 @@ def test_a_set_costs_fewer_statements_and_row_versions_per_event(monkeypatch):
                 f"{table[:20] + ' ' + key:28} {per_event['tables'][table][key]:22.2f}"
                 f" {as_sets['tables'][table][key]:22.2f}"
             )
-    # Per event: BEGIN, the document's lock, its write, the close, COMMIT; as sets, once
+    # Per event: BEGIN, the document's lock, its writes, the close, COMMIT; as sets, once
     # per batch, with the claim: 6 (the claim and the lock set their own lock_timeout).
     assert per_event["statements"] >= 5
     assert as_sets["statements"] <= 6 / BATCH
@@ -104,8 +104,8 @@ def test_a_set_costs_fewer_statements_and_row_versions_per_event(monkeypatch):
     inbox = InboxEvent._meta.db_table
     assert as_sets["tables"][inbox]["updated"] == per_event["tables"][inbox]["updated"]
     # A document is written once per batch (inserted with its state, or updated after a
-    # lock that writes nothing), not locked by an upsert and then written.
+    # lock that writes nothing); per event, a new document is created, then written.
     documents = ResearchDocument._meta.db_table
-    assert per_event["tables"][documents]["written"] == 2
+    assert 1 < per_event["tables"][documents]["written"] <= 2
     assert as_sets["tables"][documents]["written"] == 1
-    assert as_sets["written"] == per_event["written"] - 1
+    assert as_sets["written"] < per_event["written"]

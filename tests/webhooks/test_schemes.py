@@ -271,3 +271,58 @@ def test_at_most_a_few_v1a_entries_of_one_header_are_checked():
     with pytest.raises(InvalidSignature) as excinfo:
         scheme.verify(raw_body=SW_BODY, headers=sw_headers(beyond), secrets=[key])
     assert excinfo.value.reason == "mismatch"
+
+
+@pytest.mark.parametrize("scheme", ["hmac-sha256", "standard-webhooks", "github"])
+def test_verify_names_the_secret_that_matched_during_a_rotation(scheme):
+    """During a rotation's grace period a source holds its previous and its current secret:
+    ``Verified`` names the one that verified the delivery (by its fingerprint), whichever
+    the producer signed with and in whatever order the source holds them, so that ingest
+    needs no second pass to learn it. A header valid under both names the first held."""
+    from webhooks.schemes import secret_fingerprint
+
+    implementation = scheme_get(scheme)
+    previous, current = (implementation.secret_generate() for _ in range(2))
+    now = int(datetime.now(UTC).timestamp())
+    signed = {
+        secret: signature_headers(
+            scheme=scheme,
+            secret=secret,
+            raw_body=GH_BODY,
+            event_id="evt_rotation",
+            timestamp=now,
+        )
+        for secret in (previous, current)
+    }
+    for held in ([previous, current], [current, previous]):
+        for signer, headers in signed.items():
+            verified = implementation.verify(
+                raw_body=GH_BODY, headers=headers, secrets=held
+            )
+            assert verified.secret_fingerprint == secret_fingerprint(signer)
+        name = implementation.signature_header
+        both = {
+            **signed[previous],
+            name: f"{signed[previous][name]} {signed[current][name]}",
+        }
+        verified = implementation.verify(raw_body=GH_BODY, headers=both, secrets=held)
+        assert verified.secret_fingerprint == secret_fingerprint(held[0])
+
+
+def test_verify_names_the_public_key_that_matched_beside_a_secret():
+    from webhooks.schemes import key_pair_generate, secret_fingerprint
+
+    scheme = scheme_get("standard-webhooks")
+    old_private, old_public = key_pair_generate()
+    _, new_public = key_pair_generate()
+    headers = signature_headers(
+        scheme="standard-webhooks",
+        secret=old_private,
+        raw_body=SW_BODY,
+        event_id=SW_ID,
+        timestamp=SW_TIMESTAMP,
+    )
+    verified = scheme.verify(
+        raw_body=SW_BODY, headers=headers, secrets=[new_public, old_public]
+    )
+    assert verified.secret_fingerprint == secret_fingerprint(old_public)

@@ -100,8 +100,8 @@ def test_an_error_while_verifying_shows_no_secret_in_the_view_or_the_scheme(
         raise RuntimeError("digest comparison unavailable")
 
     # Every scheme compares through the helper of webhooks.schemes (GitHub's imports it).
-    monkeypatch.setattr("webhooks.schemes.any_match", unavailable)
-    monkeypatch.setattr("integrations.github.scheme.any_match", unavailable)
+    monkeypatch.setattr("webhooks.schemes.first_match", unavailable)
+    monkeypatch.setattr("integrations.github.scheme.first_match", unavailable)
     WebhookSourceFactory(slug="debugged", scheme=scheme)
     raw = encode(research_event(event_id="evt_debugged"))
     headers = signed_headers(scheme=scheme, raw_body=raw, event_id="evt_debugged")

@@ -1,0 +1,354 @@
+"""The inbox's SQL written by hand, in one place beside its models (docs/subsystems/inbox.md,
+"A webhook delivery"; docs/subsystems/processing.md, "A batch of inbox events on a worker").
+
+Each statement does what the ORM cannot do in one round trip: ingest's upserts, the claim and
+the close of a batch, the relay's claim. Their column lists are built from the models' ``_meta``: a
+column added to ``InboxEvent`` is the model and its migration, nothing here. Everything else
+the inbox writes goes through the ORM. A set statement runs through
+``core.db.set_statement_execute`` (binary arrays, its own transaction's lock timeout).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, cast
+
+from django.db import connection, models
+
+from core.db import LOCK_TIMEOUT_IN_STATEMENT
+
+from .models import (
+    FingerprintMismatch,
+    InboxAttempt,
+    InboxEvent,
+    ProcessingStatus,
+    SignatureFailure,
+    SourceHold,
+    WebhookSource,
+)
+
+_EVENTS = InboxEvent._meta.db_table
+_ATTEMPTS = InboxAttempt._meta.db_table
+_SOURCES = WebhookSource._meta.db_table
+_HOLDS = SourceHold._meta.db_table
+
+
+def _field(model: type[models.Model], name: str) -> models.Field:
+    return cast(models.Field, model._meta.get_field(name))
+
+
+# --- ingest ---------------------------------------------------------------------------------
+
+
+def _literal(value: Any) -> str | None:
+    """A model's constant default written into a statement (a boolean, a number, a string),
+    or ``None`` when it must be bound instead."""
+    if isinstance(value, bool):
+        return "TRUE" if value else "FALSE"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, str):
+        return "'" + value.replace("'", "''") + "'"
+    return None
+
+
+@functools.cache
+def inbox_new_row_fields(given: tuple[str, ...]) -> tuple[models.Field, ...]:
+    """The columns a new inbox row takes beside the delivery's own (``given``): every concrete
+    field but the key, those the database fills (``db_default``) and the nullable ones with no
+    default (NULL), each with its model default. A column added to the model is here."""
+    return tuple(
+        field
+        for field in InboxEvent._meta.concrete_fields
+        if not field.primary_key
+        and field.attname not in given
+        and field.db_default is models.NOT_PROVIDED
+        and not (field.null and field.get_default() is None)
+    )
+
+
+@functools.cache
+def inbox_upsert_sql(vendor: str, *, on: str, given: tuple[str, ...]) -> str:
+    """The one statement that records a delivery, on the unique index ``on`` names; the
+    delivery's columns (``given``) bound in that order, every other column of a new row its
+    default (``inbox_new_row_fields``), written in when it is a constant.
+
+    ``on="event_id"``: new / duplicate / conflict by ``(source, event_id)``. A new row comes
+    back with delivery_count 1; a true duplicate (same fingerprint) is counted and comes back
+    with delivery_count > 1; a conflicting fingerprint updates nothing and returns no row.
+
+    ``on="body"``: for events whose id is not signed, by ``(source, body_key)``: the same
+    signed bytes are the same event whatever id they came with, counted on the stored row,
+    whose event id comes back. The same id with other bytes violates ``(source, event_id)``
+    instead and raises ``IntegrityError``.
+
+    Either way the unique index decides races. Valid on PostgreSQL and on SQLite >= 3.35."""
+    quote = connection.ops.quote_name
+    table = quote(_EVENTS)
+    column = {f.attname: f.column for f in InboxEvent._meta.concrete_fields}
+    names = [quote(column[name]) for name in given]
+    values = ["%s"] * len(given)
+    for field in inbox_new_row_fields(given):
+        names.append(quote(field.column))
+        literal = None if callable(field.default) else _literal(field.get_default())
+        values.append(literal or "%s")
+    if on == "event_id":
+        target = "(source_id, event_id)"
+        condition = f" WHERE {table}.content_fingerprint = EXCLUDED.content_fingerprint"
+    else:
+        target = "(source_id, body_key) WHERE body_key IS NOT NULL"
+        condition = ""
+    return (
+        f"INSERT INTO {table} ({', '.join(names)}) VALUES ({', '.join(values)})"  # noqa: S608
+        f" ON CONFLICT {target} DO UPDATE SET"
+        f" delivery_count = {table}.delivery_count + 1,"
+        f" last_seen_at = EXCLUDED.last_seen_at{condition}"
+        " RETURNING id, event_id, delivery_count, processing_status"
+    )
+
+
+@functools.cache
+def _bound_defaults(given: tuple[str, ...]) -> tuple[models.Field, ...]:
+    """The fields whose default ``inbox_upsert_sql`` binds rather than writes in."""
+    return tuple(
+        field
+        for field in inbox_new_row_fields(given)
+        if callable(field.default) or _literal(field.get_default()) is None
+    )
+
+
+def inbox_upsert_params(values: dict[str, Any]) -> list[Any]:
+    """The parameters of ``inbox_upsert_sql`` for a delivery's (adapted) ``values``."""
+    defaults = _bound_defaults(tuple(values))
+    if not defaults:
+        return list(values.values())
+    return [
+        *values.values(),
+        *(
+            field.get_db_prep_save(field.get_default(), connection)
+            for field in defaults
+        ),
+    ]
+
+
+@functools.cache
+def inbox_adapted_fields(given: tuple[str, ...]) -> tuple[models.Field, ...]:
+    """Of the delivery's columns, those whose Python value the driver cannot take as it is
+    (instants on SQLite, JSON): they go through their field's adaptation."""
+    return tuple(
+        field
+        for name in given
+        if isinstance(
+            field := _field(InboxEvent, name), models.JSONField | models.DateTimeField
+        )
+    )
+
+
+# The evidence of a conflicting delivery: its columns, bound.
+EVIDENCE_COLUMNS = (
+    "event_id",
+    "raw_body",
+    "headers",
+    "original_fingerprint",
+    "conflicting_fingerprint",
+    "conflicting_payload_hash",
+    "remote_addr",
+    "received_at",
+    "last_seen_at",
+)
+
+
+@functools.cache
+def evidence_upsert_sql(vendor: str) -> str:
+    """One statement: the conflicting body's first delivery stores it, a repeat counts on that
+    row (the partial unique index on (event, body) that rows counting repeats are in)."""
+    quote = connection.ops.quote_name
+    table = quote(FingerprintMismatch._meta.db_table)
+    columns = ", ".join(
+        quote(_field(FingerprintMismatch, name).column) for name in EVIDENCE_COLUMNS
+    )
+    placeholders = ", ".join(["%s"] * len(EVIDENCE_COLUMNS))
+    return (
+        f"INSERT INTO {table} ({columns}, repeat_count, counts_repeats,"  # noqa: S608
+        f" investigation_note) VALUES ({placeholders}, 1, TRUE, '')"
+        " ON CONFLICT (event_id, conflicting_payload_hash) WHERE counts_repeats"
+        f" DO UPDATE SET repeat_count = {table}.repeat_count + 1,"
+        " last_seen_at = EXCLUDED.last_seen_at"
+    )
+
+
+@functools.cache
+def signature_failure_upsert_sql(vendor: str) -> str:
+    """One upsert of the (source, reason, minute) counter of failed authentications."""
+    table = connection.ops.quote_name(SignatureFailure._meta.db_table)
+    return (
+        f"INSERT INTO {table} (source_id, reason, window_start, count, last_remote_addr,"  # noqa: S608
+        " last_seen_at) VALUES (%s, %s, %s, %s, %s, %s)"
+        " ON CONFLICT (source_id, reason, window_start) DO UPDATE SET"
+        f" count = {table}.count + 1, last_remote_addr = EXCLUDED.last_remote_addr,"
+        " last_seen_at = EXCLUDED.last_seen_at"
+    )
+
+
+# --- processing -----------------------------------------------------------------------------
+
+# What the claim of a batch reads of each row: what the handlers read. Every other field is
+# deferred on the instance, read from the database if a handler ever touches it, so that a
+# column added to the model needs nothing here. An instant comes back as seconds since the
+# epoch: a stored date Python cannot hold must not fail the whole batch.
+CLAIMED_FIELDS = (
+    "id",
+    "attempts",
+    "event_id",
+    "event_type",
+    "source_id",
+    "entity_id",
+    "entity_type",
+    "source_version",
+    "occurred_at",
+    "raw_body",
+)
+# And of its source.
+CLAIMED_SOURCE_FIELDS = ("id", "slug", "handler")
+
+
+def _claimed_columns() -> str:
+    columns = []
+    for name in CLAIMED_FIELDS:
+        field = _field(InboxEvent, name)
+        if isinstance(field, models.DateTimeField):
+            columns.append(f"EXTRACT(EPOCH FROM e.{field.column})")
+        else:
+            columns.append(f"e.{field.column}")
+    columns += [
+        f"s.{_field(WebhookSource, name).column}" for name in CLAIMED_SOURCE_FIELDS[1:]
+    ]
+    return ", ".join(columns)
+
+
+# The claim of a batch, in one statement: the rows that can be taken become ``processing``
+# with their lease, their attempts are inserted, and ``CLAIMED_FIELDS`` come back, then the
+# source's ``CLAIMED_SOURCE_FIELDS`` and the attempt's id.
+BATCH_CLAIM_SQL = f"""
+WITH claimed AS (
+    UPDATE {_EVENTS} AS e
+       SET processing_status = 'processing',
+           attempts = e.attempts + 1,
+           lease_expires_at = %(lease)s
+      FROM {_SOURCES} AS s
+     WHERE e.id = ANY(%(ids)s)
+       AND s.id = e.source_id
+       -- The claim's row locks give up after INBOX_LOCK_TIMEOUT_MS: the statement's own
+       -- transaction's lock_timeout, set once (an InitPlan) before any row is locked.
+       AND {LOCK_TIMEOUT_IN_STATEMENT}
+       AND NOT EXISTS (
+           SELECT 1 FROM {_HOLDS} AS h
+            WHERE h.source_id = e.source_id
+              AND (h.paused_at IS NOT NULL
+                   OR e.dispatched_at IS NULL
+                   OR e.dispatched_at < h.drain_started_at))
+       AND (e.processing_status = 'received'
+            OR (e.processing_status = 'failed'
+                AND (e.next_attempt_at IS NULL OR e.next_attempt_at <= %(now)s)))
+    RETURNING {_claimed_columns()}
+), attempt AS (
+    INSERT INTO {_ATTEMPTS}
+           (event_id, number, started_at, outcome, resulting_status, error, worker)
+    SELECT id, attempts, %(now)s, 'started', '', '', %(worker)s FROM claimed
+    RETURNING id, event_id
+)
+SELECT claimed.*, attempt.id FROM claimed JOIN attempt ON attempt.event_id = claimed.id
+ORDER BY claimed.id
+"""  # noqa: S608 - table names from the models, values bound
+
+# The end of a batch's runs (a batch of one too), in one statement: every row's outcome and
+# its attempt's, each only while its claim still holds. The caller compares the attempts
+# closed with the rows given: one claim lost fails the batch (rolled back, then run per event
+# through the ORM).
+BATCH_CLOSE_SQL = f"""
+WITH v AS (
+    SELECT * FROM unnest(%(ids)s::bigint[], %(numbers)s::int[], %(statuses)s::text[],
+                         %(processed_at)s::timestamptz[], %(errors)s::text[],
+                         %(causes)s::text[], %(next_attempt_at)s::timestamptz[],
+                         %(attempts)s::bigint[], %(outcomes)s::text[],
+                         %(attempt_errors)s::text[])
+           AS v(id, number, status, processed_at, error, cause, next_attempt_at, attempt,
+                outcome, attempt_error)
+), closed AS (
+    UPDATE {_EVENTS} AS e
+       SET processing_status = v.status,
+           processed_at = v.processed_at,
+           error_message = v.error,
+           dead_letter_cause = v.cause,
+           next_attempt_at = v.next_attempt_at,
+           dispatched_at = CASE WHEN v.next_attempt_at IS NOT NULL THEN NULL
+                                ELSE e.dispatched_at END,
+           lease_expires_at = NULL
+      FROM v
+     WHERE e.id = v.id AND e.processing_status = 'processing' AND e.attempts = v.number
+    RETURNING e.id
+)
+UPDATE {_ATTEMPTS} AS a
+   SET finished_at = %(now)s, outcome = v.outcome, resulting_status = v.status,
+       error = v.attempt_error
+  FROM v JOIN closed ON closed.id = v.id
+ WHERE a.id = v.attempt
+RETURNING a.id
+"""  # noqa: S608 - table names from the models, values bound
+
+
+# --- the relay ------------------------------------------------------------------------------
+
+# The relay's claim and its look before it, on PostgreSQL: what ``outbox._waiting_new`` and
+# ``outbox._waiting_retries`` select and ``outbox._take`` does, written once as SQL, so that a
+# round spends no time building the same statements again (building them was about a third of
+# a busy relay's CPU: docs/bench-log/2026-12-02.md, "The relay's own cost"). Their conditions
+# are those of the partial indexes ``webhooks_inbox_outbox_idx`` and
+# ``webhooks_inbox_retry_idx``, as the querysets' are. The embedded default (SQLite) takes
+# the querysets' way.
+
+# No message yet, not set aside, of a source not held.
+_WAITING = f"""dispatched_at IS NULL AND held_at IS NULL
+    AND source_id NOT IN (SELECT source_id FROM {_HOLDS})"""  # noqa: S608 - table names
+_NEW = f"processing_status = 'received' AND {_WAITING}"
+_DUE_RETRY = (
+    f"processing_status = 'failed' AND next_attempt_at <= %(now)s AND {_WAITING}"
+)
+RELAY_HAS_WAITING_SQL = f"""
+SELECT EXISTS (SELECT 1 FROM {_EVENTS} WHERE {_NEW})
+    OR EXISTS (SELECT 1 FROM {_EVENTS} WHERE {_DUE_RETRY})
+"""  # noqa: S608 - table names, values bound
+# New rows first, in id order, then due retries in the room left, in id order (what
+# ``RETURNING`` gives back, in no order, is sorted so); the retries' scan reads nothing when
+# the new rows filled the batch.
+RELAY_CLAIM_SQL = f"""
+WITH fresh AS (
+    SELECT id FROM {_EVENTS} WHERE {_NEW}
+     ORDER BY id LIMIT %(limit)s FOR UPDATE SKIP LOCKED
+), due AS (
+    SELECT id FROM {_EVENTS} WHERE {_DUE_RETRY}
+     ORDER BY id LIMIT %(limit)s FOR UPDATE SKIP LOCKED
+), taken AS (
+    SELECT id, 0 AS retry FROM fresh
+    UNION ALL
+    (SELECT id, 1 FROM due LIMIT GREATEST(%(limit)s - (SELECT count(*) FROM fresh), 0))
+)
+UPDATE {_EVENTS} AS e SET dispatched_at = %(now)s, held_at = NULL
+  FROM taken WHERE e.id = taken.id
+RETURNING taken.retry, e.id, e.event_id, e.entity_id
+"""  # noqa: S608 - table names, values bound
+
+
+RELAY_HELD_SQL = f"SELECT source_id FROM {_HOLDS} ORDER BY source_id"  # noqa: S608 - a table name
+# A row a relay published is unfinished while still waiting, being processed, or a published
+# retry (``InboxOutbox.unfinished``).
+RELAY_UNFINISHED_STATUSES = (
+    ProcessingStatus.RECEIVED,
+    ProcessingStatus.PROCESSING,
+    ProcessingStatus.FAILED,
+)
+RELAY_UNFINISHED_SQL = f"""
+SELECT id FROM {_EVENTS}
+ WHERE id = ANY(%(ids)s::bigint[]) AND dispatched_at IS NOT NULL
+   AND processing_status IN ({", ".join(f"'{status}'" for status in RELAY_UNFINISHED_STATUSES)})
+"""  # noqa: S608 - table names and the statuses' own values
