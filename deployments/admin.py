@@ -22,14 +22,14 @@ from idempotency.models import IdempotencyRecord
 
 from . import target_admin  # noqa: F401 - registers the deploy targets' admin
 from .models import Build, Deployment, JobTransition, StatusSync, TriggerAttempt
-from .services.jobs import OPERATION_TYPES, job_kind
+from .services.jobs import OPERATION_TYPES, JobKind, job_kind
 
 # An idempotency record's page links to the job its key created.
 resource_model_register(
-    operation_type=OPERATION_TYPES["deployment"], model="deployments.Deployment"
+    operation_type=OPERATION_TYPES[JobKind.DEPLOYMENT], model="deployments.Deployment"
 )
 resource_model_register(
-    operation_type=OPERATION_TYPES["build"], model="deployments.Build"
+    operation_type=OPERATION_TYPES[JobKind.BUILD], model="deployments.Build"
 )
 
 

@@ -37,7 +37,7 @@ from .representations import (
     BuildOutputSerializer,
     DeploymentOutputSerializer,
 )
-from .services.jobs import OPERATION_TYPES, job_new, job_pickup_deadline
+from .services.jobs import OPERATION_TYPES, JobKind, job_new, job_pickup_deadline
 from .services.reports import status_sync_record
 
 # Either case: stored lower-cased.
@@ -104,7 +104,7 @@ class _JobCollectionApi(IdempotentPostMixin, APIView):
     of the kind, a cursor page (``?idempotency_key=`` narrows it to the latest job made with
     that key). Each kind names its operation, fingerprint, model and serializers."""
 
-    kind: str
+    kind: JobKind
     model: type[Job]
     output_serializer_class: type[serializers.Serializer]
     output: serializers.Serializer  # one instance, for the first responses
@@ -171,7 +171,7 @@ class _JobDetailApi(APIView):
 class DeploymentCollectionApi(_JobCollectionApi):
     """POST creates (idempotent), GET lists the client's deployments (``?idempotency_key=``)."""
 
-    kind = "deployment"
+    kind = JobKind.DEPLOYMENT
     operation_type = OPERATION_TYPES[kind]
     fingerprint_fields = ("repository", "commit_sha", "environment", "workflow")
     input_serializer_class = DeploymentCreateInputSerializer
@@ -205,7 +205,7 @@ class DeploymentDetailApi(_JobDetailApi):
 class BuildCollectionApi(_JobCollectionApi):
     """POST creates (idempotent), GET lists the client's builds (``?idempotency_key=``)."""
 
-    kind = "build"
+    kind = JobKind.BUILD
     operation_type = OPERATION_TYPES[kind]
     fingerprint_fields = ("repository", "commit_sha", "ref", "workflow")
     input_serializer_class = BuildCreateInputSerializer
@@ -304,7 +304,7 @@ class StatusSyncApi(IdempotentPostMixin, APIView):
         return values
 
     def perform(self, *, client, key, data) -> OperationResult:
-        kind = "deployment" if "deployment_id" in data else "build"
+        kind = JobKind.DEPLOYMENT if "deployment_id" in data else JobKind.BUILD
         sync = status_sync_record(
             client=client,
             target_kind=kind,

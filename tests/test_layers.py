@@ -64,6 +64,15 @@ def test_a_service_importing_its_tasks_breaks_the_acyclic_contract(tree):
     assert "BROKEN" in result.stdout
 
 
+def test_jobs_importing_the_attempts_that_use_them_breaks_the_acyclic_contract(tree):
+    jobs = tree / "deployments" / "services" / "jobs.py"
+    jobs.write_text(jobs.read_text() + "\nfrom . import attempts  # noqa\n")
+    result = lint(tree)
+    assert result.returncode != 0
+    assert "No circles between the modules of a package" in result.stdout
+    assert ".jobs -> .attempts" in result.stdout
+
+
 def test_one_integration_importing_another_breaks_their_independence(tree):
     probe = tree / "integrations" / "github" / "probe.py"
     probe.write_text("import integrations.research.events  # noqa\n")

@@ -113,25 +113,15 @@ class _OpenAttempt:
 
 
 def job_run(*, kind: str, public_id: str, worker: str) -> RunOutcome:
-    """Carries out one job, however often its message is delivered (docs/subsystems/executors.md,
-    "A deployment or build job").
+    """Carries out one job, however often its message is delivered, and says what this
+    delivery came to (docs/subsystems/executors.md, "A deployment or build job").
 
-    The first delivery claims the job (``executor_started_at``, the executor its deploy
-    target or ``DEPLOY_EXECUTOR`` names) in a committed transaction, then:
-
-    - a run executor (``simulated``) runs at most once per job: ``queued -> running``, the
-      executor, then its result. A later delivery never runs it again: if the claim's lease
-      has expired the worker that held it is taken as lost and the job is failed
-      (``worker_lost``; an external status-sync may still report the real outcome),
-      otherwise the delivery is a duplicate of a job that is running elsewhere;
-    - ``external`` calls nothing: the job stays ``queued`` until a report moves it;
-    - a trigger executor (``http``, ``github``) makes one attempt, recorded as an open
-      ``TriggerAttempt`` and committed before the request leaves, then closed with its
-      outcome: a 2xx moves the job to ``running``; what a retry may fix waits for its
-      retry (the relay publishes the job again when it is due: no worker waits); a
-      permanent refusal or the last attempt fails the job. A delivery while an attempt is
-      open within its lease does nothing; once the lease is over, that attempt is closed as
-      ``lost`` and the job is triggered again under the same id. Returns what happened."""
+    The first delivery claims the job in a committed transaction, with the executor its
+    deploy target or ``DEPLOY_EXECUTOR`` names: a run executor then runs once, ``external``
+    calls nothing, a trigger executor makes one attempt, committed open before its request
+    leaves and closed with its outcome after. A later delivery never runs a job twice: it
+    fails a run whose lease ran out (``worker_lost``) and takes over an attempt whose lease
+    ran out (closed ``lost``, sent again under the same id)."""
     now = timezone.now()
     with transaction.atomic():
         job = job_locked(kind=kind, public_id=public_id)
