@@ -439,7 +439,7 @@ SELECT count(*) FROM created
 """  # noqa: S608 - table names from the models, values bound
 
 # The same statement with its arrays bound in binary, where the server binds parameters
-# (``config.settings.base.database_binding_apply``): psycopg writes a text array element by
+# (``config.settings._helpers.database_binding_apply``): psycopg writes a text array element by
 # element in Python, quoting and escaping each, about ten times the cost of the binary form.
 # A client-side cursor (server-side binding off) cannot bind binary parameters.
 _DOCUMENTS_APPLY_SQL_BINARY = re.sub(

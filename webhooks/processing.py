@@ -178,7 +178,7 @@ RETURNING a.id
 """  # noqa: S608 - table names from the models, values bound
 
 # The same statement with its arrays bound in binary, where the server binds parameters
-# (``config.settings.base.database_binding_apply``): psycopg writes a text array element by
+# (``config.settings._helpers.database_binding_apply``): psycopg writes a text array element by
 # element in Python, quoting and escaping each, about ten times the cost of the binary form
 # (docs/bench-log/2026-12-01.md, "Processing and the relay"). A client-side cursor keeps the
 # text form.
