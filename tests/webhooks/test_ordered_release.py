@@ -15,7 +15,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from core.actors import Actor
-from core.relay import Relay
+from core.relay.loop import Relay
 from tests.broker import broker_reset, inbox_messages, message_inbox_event_ids
 from tests.integrations.research.factories import research_event
 from tests.webhooks.factories import hold_of, inbox_events_bulk_create, research_source

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from core.actors import Actor
-from core.relay import Relay
+from core.relay.loop import Relay
 from research.models import DocumentRevision
 from tests import processes
 from tests.integrations.research.factories import research_event

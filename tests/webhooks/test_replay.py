@@ -9,7 +9,7 @@ from django.core.management import call_command
 from django.utils import timezone
 
 from core.actors import Actor
-from core.relay import Relay
+from core.relay.loop import Relay
 from tests.broker import broker_messages, queued_inbox_event_ids
 from tests.webhooks.factories import (
     DeadLetteredEventFactory,

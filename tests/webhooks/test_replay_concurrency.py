@@ -7,7 +7,7 @@ from audit.models import LogLeaf
 from audit.sealer import ledger_rows_seal
 from audit.verification import log_verify
 from core.actors import Actor
-from core.relay import Relay
+from core.relay.loop import Relay
 from tests import processes
 from tests.broker import broker_messages, queued_inbox_event_ids
 from tests.threads import run_together
