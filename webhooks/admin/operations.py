@@ -12,18 +12,13 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import mark_safe
 
 from core.actors import Actor
-from core.admin_base import (
-    BoundedCountPaginator,
-    DateRangeFilter,
-    LogEntryAdminMixin,
-    ReadOnlyAdminMixin,
-    ReasonForm,
-    StatusFilter,
-    confirm_with_reason,
-    json_block,
-    status_badge,
-    status_words,
-)
+from core.admin.actions import ReasonForm, confirm_with_reason
+from core.admin.evidence import LogEntryAdminMixin
+from core.admin.filters import DateRangeFilter, StatusFilter
+from core.admin.mixins import ReadOnlyAdminMixin
+from core.admin.pagination import BoundedCountPaginator
+from core.admin.render import json_block
+from core.admin.status import status_badge, status_words
 from core.errors import ServiceError
 from core.selectors import COUNT_CAP
 from core.times import time_display
