@@ -420,7 +420,7 @@ AUDIT_SEAL_INTERVAL_SECONDS = env.float("AUDIT_SEAL_INTERVAL_SECONDS", default=6
 AUDIT_SEAL_HORIZON_SECONDS = env.int("AUDIT_SEAL_HORIZON_SECONDS", default=60)
 AUDIT_SEAL_LOOKBACK_SECONDS = env.int("AUDIT_SEAL_LOOKBACK_SECONDS", default=86400)
 AUDIT_SEAL_BATCH_SIZE = env.int("AUDIT_SEAL_BATCH_SIZE", default=5000)
-# A bulk replay job (webhooks/replay.py) runs as a chain of tasks: each replays chunks of
+# A bulk replay job (webhooks/bulk_replay.py) runs as a chain of tasks: each replays chunks of
 # CHUNK_SIZE rows (one transaction each, with the job's progress) for at most SLICE_SECONDS,
 # well inside the task time limits, then queues the next. A job whose lease (renewed by every
 # chunk) has run out was interrupted and may be resumed. A job given a rate replays a slice of

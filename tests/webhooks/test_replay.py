@@ -17,6 +17,11 @@ from tests.webhooks.factories import (
     InboxEventFactory,
     WebhookSourceFactory,
 )
+from webhooks.bulk_replay import (
+    bulk_replay_job_create,
+    bulk_replay_job_run,
+    bulk_replay_job_start,
+)
 from webhooks.errors import NothingToReplay
 from webhooks.models import (
     BulkReplayJob,
@@ -25,13 +30,7 @@ from webhooks.models import (
     OperatorAction,
     ProcessingStatus,
 )
-from webhooks.replay import (
-    bulk_replay_job_create,
-    bulk_replay_job_run,
-    bulk_replay_job_start,
-    inbox_events_replay,
-    replay_queryset_build,
-)
+from webhooks.replay import inbox_events_replay, replay_queryset_build
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

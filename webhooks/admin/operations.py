@@ -23,6 +23,16 @@ from core.errors import ServiceError
 from core.selectors import COUNT_CAP
 from core.times import time_display
 
+from ..bulk_replay import (
+    ACTIVE_STATES,
+    bulk_replay_job_cancel,
+    bulk_replay_job_controls,
+    bulk_replay_job_create,
+    bulk_replay_job_resume,
+    bulk_replay_job_start,
+    bulk_replay_rate_parse,
+    bulk_replay_since_check,
+)
 from ..models import (
     BULK_REPLAY_RATE_MAX,
     BULK_REPLAY_RATE_MIN,
@@ -33,17 +43,7 @@ from ..models import (
     operator_action_words,
 )
 from ..pacing import RATE_PROMISE
-from ..replay import (
-    ACTIVE_STATES,
-    bulk_replay_job_cancel,
-    bulk_replay_job_controls,
-    bulk_replay_job_create,
-    bulk_replay_job_resume,
-    bulk_replay_job_start,
-    bulk_replay_rate_parse,
-    bulk_replay_since_check,
-    replay_queryset_build,
-)
+from ..replay import replay_queryset_build
 from ..selectors import (
     bulk_replay_job_outcomes,
     inbox_events_by_pks,
