@@ -1,7 +1,7 @@
 from django.contrib import admin
 from django.utils.html import format_html
 
-from core.admin_base import ReadOnlyAdminMixin
+from core.admin.mixins import ReadOnlyAdminMixin
 
 from .models import AuditSeal, LogCheckpoint
 

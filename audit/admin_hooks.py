@@ -1,6 +1,7 @@
-"""What the ledgers' admins show of the verifiable log (``core.admin_base.LogEntryAdminMixin``,
-``EvidenceAdminMixin``): each row's log index and whether the latest signed checkpoint covers
-it, and the evidence bundle of a record (docs/security.md, "The log in the admin")."""
+"""What the ledgers' admins show of the verifiable log (``core.admin.evidence``'s
+``LogEntryAdminMixin`` and ``EvidenceAdminMixin``): each row's log index and whether the
+latest signed checkpoint covers it, and the evidence bundle of a record (docs/security.md,
+"The log in the admin")."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from typing import Any
 from django.db.models import Model, OuterRef, QuerySet, Subquery
 from django.utils.html import format_html
 
-from core.admin_base import log_admin_hooks_register
+from core.admin.evidence import log_admin_hooks_register
 
 from .ledgers import ledger_for_model
 from .models import LogCheckpoint, LogLeaf

@@ -16,7 +16,7 @@ from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 
-from core.admin_base import status_badge
+from core.admin.status import status_badge
 from core.times import time_display
 from research.models import DocumentRevision
 from webhooks.models import (

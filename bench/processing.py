@@ -3,7 +3,7 @@
 - Throughput: a pre-filled inbox of BENCH_PROCESSING_EVENTS research events (20,000 by default:
   half of them documents' first versions, half their second), stamped dispatched and published
   as the relay publishes them (messages of up to INBOX_BATCH_SIZE ids, through
-  ``core.relay.publish``), drained by one worker process, then by two; next to the floor
+  ``core.relay.outbox.publish``), drained by one worker process, then by two; next to the floor
   measured the same way in the same run (a Celery task doing one UPDATE per message, one
   message per row), in BENCH_PROCESSING_ROUNDS rounds (2) compared by their medians. Rates
   are (n - 1) / (last done - first done), from the database's own timestamps, so worker
@@ -108,7 +108,7 @@ def _publish_inbox(rows: list[tuple[int, str]]) -> None:
     ids each, a one-row message carrying its event id as correlation id."""
     from django.conf import settings
 
-    from core.relay import Publication, publish
+    from core.relay.outbox import Publication, publish
     from webhooks.dispatch import PROCESS_TASK
 
     size = max(settings.INBOX_BATCH_SIZE, 1)

@@ -447,7 +447,7 @@ class Faults:
 
     def concurrent_sweeps(self) -> None:
         # Two relay rounds with their sweep, at once, beside the workers' own relays.
-        code = "from core.relay import Relay; print(Relay().run_once(sweep=True))"
+        code = "from core.relay.loop import Relay; print(Relay().run_once(sweep=True))"
         env = stack_env(**self.env)
 
         def action():

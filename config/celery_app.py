@@ -25,6 +25,6 @@ app = App("config")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
 
-# Every worker runs an outbox relay (core.relay): committed work reaches the workers with no
+# Every worker runs an outbox relay (core.relay.loop): committed work reaches the workers with no
 # broker call on the request path, and with beat stopped.
-app.steps["worker"].add("core.relay:RelayStep")
+app.steps["worker"].add("core.relay.loop:RelayStep")

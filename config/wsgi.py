@@ -7,7 +7,7 @@ from django.core.wsgi import get_wsgi_application
 # cookiecutter-django does: only manage.py and `make run` default to the local settings.
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.production")
 # A process that serves this application is a web process: its waits for the database are
-# bounded (config/settings/base.py, database_timeouts_apply).
+# bounded (config/settings/_helpers.py, database_timeouts_apply).
 os.environ.setdefault("APP_PROCESS", "web")
 
 application = get_wsgi_application()

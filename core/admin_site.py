@@ -20,8 +20,6 @@ from django.contrib.admin.forms import AdminAuthenticationForm
 from django_otp import devices_for_user, user_has_device
 from django_otp.admin import OTPAdminAuthenticationForm
 
-from .admin_base import CalendarEndsAdminMixin
-
 TWO_FACTOR_MODES = ("off", "offered", "superusers", "staff")
 
 
@@ -88,6 +86,10 @@ class AuditAdminSite(admin.AdminSite):
         """Every admin registered here, the third-party apps' too, gets
         ``CalendarEndsAdminMixin``: its list answers a date at the ends of the calendar
         rather than a 500 (docs/security.md, "Values the database refuses")."""
+        # Imported here, not with the module: this site is built while Django discovers
+        # the admins, and the package ``core.admin`` registers core's own on it.
+        from .admin.mixins import CalendarEndsAdminMixin
+
         admin_class = admin_class or admin.ModelAdmin
         if not issubclass(admin_class, CalendarEndsAdminMixin):
             admin_class = type(

@@ -12,7 +12,7 @@ class CoreConfig(AppConfig):
             metrics,
             schema,  # noqa: F401 - registers the OpenAPI extension
         )
-        from .relay_state import RelayCollector
+        from .relay.state import RelayCollector
         from .secrets import secret_settings_check
 
         # Every process refuses to start with a secret it would send or store with a stray

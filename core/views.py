@@ -7,7 +7,7 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_safe
 from django.views.defaults import page_not_found
 
-from .relay_state import relay_state
+from .relay.state import relay_state
 
 logger = logging.getLogger(__name__)
 

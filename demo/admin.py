@@ -11,7 +11,8 @@ from django.http import HttpResponse
 from django.utils.html import format_html
 
 from core.actors import Actor
-from core.admin_base import ReadOnlyAdminMixin, confirm_with_reason
+from core.admin.actions import confirm_with_reason
+from core.admin.mixins import ReadOnlyAdminMixin
 from core.errors import ServiceError
 from core.times import time_display
 

@@ -2,20 +2,16 @@ from django.contrib import admin
 from django.urls import reverse
 from django.utils.html import format_html
 
-from core.admin_base import (
-    DateRangeFilter,
-    EvidenceAdminMixin,
-    LogEntryAdminMixin,
+from core.admin.evidence import EvidenceAdminMixin, LogEntryAdminMixin
+from core.admin.filters import DateRangeFilter, StatusFilter
+from core.admin.mixins import (
     PagedInlineMixin,
     ReadOnlyAdminMixin,
     ReadOnlyInlineMixin,
     StatusBadgesMixin,
-    StatusFilter,
-    status_badge,
-    status_field_badge,
-    text_head,
-    text_head_annotate,
 )
+from core.admin.render import text_head, text_head_annotate
+from core.admin.status import status_badge, status_field_badge, status_words_register
 from core.times import duration_display, time_display
 from idempotency.admin import resource_model_register
 from idempotency.models import IdempotencyRecord
@@ -30,6 +26,23 @@ resource_model_register(
 )
 resource_model_register(
     operation_type=OPERATION_TYPES[JobKind.BUILD], model="deployments.Build"
+)
+# The words and tone of a job's status and of a trigger attempt's outcome, on every page of
+# the console (docs/console.md, "One wording").
+status_words_register(
+    {
+        "queued": ("Queued", "waiting"),
+        "running": ("Running", "running"),
+        "succeeded": ("Succeeded", "ok"),
+        "failed": ("Failed", "error"),
+        # ``TriggerAttempt.Outcome``
+        "started": ("Started", "running"),
+        "delivered": ("Delivered", "ok"),
+        "transient": ("Transient failure", "warning"),
+        "ambiguous": ("Ambiguous (may have been acted on)", "warning"),
+        "rejected": ("Rejected", "error"),
+        "lost": ("Lost (no outcome)", "error"),
+    }
 )
 
 

@@ -6,7 +6,7 @@ class DeploymentsConfig(AppConfig):
     verbose_name = "Deployments and builds"
 
     def ready(self) -> None:
-        from core.relay import outbox_register
+        from core.relay.outbox import outbox_register
 
         from .executors import executor_settings_check
         from .outbox import JOBS_OUTBOX

@@ -24,7 +24,7 @@ from django.db import connection
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 
-from core.relay import Outbox, Publication
+from core.relay.outbox import Outbox, Publication
 
 from .models import Job, JobStatus, TriggerPhase
 from .services.jobs import JOB_MODELS, RUN_JOB_TASK, jobs_lost_fail

@@ -17,7 +17,7 @@ from django.views.decorators.debug import (
 )
 
 from core.actors import Actor
-from core.admin_base import BoundedCountPaginator
+from core.admin.pagination import BoundedCountPaginator
 from core.times import time_display
 
 from .models import DeployTarget

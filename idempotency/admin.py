@@ -4,12 +4,9 @@ from django.db.models import BooleanField, ExpressionWrapper
 from django.urls import reverse
 from django.utils.html import format_html
 
-from core.admin_base import (
-    DateRangeFilter,
-    ReadOnlyAdminMixin,
-    StatusFilter,
-    status_badge,
-)
+from core.admin.filters import DateRangeFilter, StatusFilter
+from core.admin.mixins import ReadOnlyAdminMixin
+from core.admin.status import status_badge, status_words_register
 from core.times import time_display
 
 from .models import IdempotencyRecord
@@ -23,6 +20,18 @@ RESOURCE_MODELS: dict[str, str] = {}
 
 def resource_model_register(*, operation_type: str, model: str) -> None:
     RESOURCE_MODELS[operation_type] = model
+
+
+# The words and tone of a record's status, on every page of the console (docs/console.md,
+# "One wording"): "stuck" is a record still processing past its lease.
+status_words_register(
+    {
+        "processing": ("Processing", "running"),
+        "succeeded": ("Succeeded", "ok"),
+        "failed": ("Failed", "error"),
+        "stuck": ("Processing (stuck)", "error"),
+    }
+)
 
 
 @admin.register(IdempotencyRecord)

@@ -8,14 +8,9 @@ from django.db.models import Model
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 
-from core.admin_base import (
-    EvidenceAdminMixin,
-    LogEntryAdminMixin,
-    ReadOnlyAdminMixin,
-    ReadOnlyInlineMixin,
-    status_badge,
-    status_words,
-)
+from core.admin.evidence import EvidenceAdminMixin, LogEntryAdminMixin
+from core.admin.mixins import ReadOnlyAdminMixin, ReadOnlyInlineMixin
+from core.admin.status import status_badge, status_words, status_words_register
 from core.times import time_display
 
 from .models import Citation, DocumentRevision, ResearchDocument
@@ -25,6 +20,10 @@ from .models import Citation, DocumentRevision, ResearchDocument
 # through the relation its revisions declare.
 IGNORED_STATUSES = ("ignored_out_of_order", "ignored_duplicate_version")
 IGNORED_SHOWN_MAX = 50
+
+# The words and tone of a document's state, on every page of the console (docs/console.md,
+# "One wording").
+status_words_register({"live": ("Live", "ok"), "deleted": ("Deleted", "ignored")})
 
 
 def inbox_event_link(pk: int | None, text: str) -> str:

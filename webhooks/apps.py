@@ -17,7 +17,7 @@ class WebhooksConfig(AppConfig):
 
         from core.logging import correlation_headers_register
         from core.metrics import scrape_collector_register
-        from core.relay import outbox_register
+        from core.relay.outbox import outbox_register
         from core.trail import trail_recorder_install
 
         from . import ingest, integrations, schemes

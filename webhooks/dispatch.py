@@ -29,7 +29,7 @@ def bulk_replay_job_publish(
     """Publishes task ``step`` of a bulk replay job's run, to run at ``eta`` (the next slice
     of a job at a rate) or at once; ``False`` if it was not published. Never raises: a job
     whose next task was never published stops renewing its lease and becomes resumable
-    (``webhooks.replay.bulk_replay_job_resume``)."""
+    (``webhooks.bulk_replay.bulk_replay_job_resume``)."""
     try:
         current_app.send_task(BULK_REPLAY_TASK, args=[job_id, run, step], eta=eta)
     except Exception as exc:  # the broker is down: the job is resumed by an operator

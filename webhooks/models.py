@@ -693,7 +693,7 @@ BULK_REPLAY_RATE_MAX = 10_000.0
 
 class BulkReplayJob(models.Model):
     """Replay of every inbox row matching a filter, run by workers as a chain of tasks, each a
-    bounded slice of chunks (``webhooks.replay.bulk_replay_job_run``). ``run`` counts starts
+    bounded slice of chunks (``webhooks.bulk_replay.bulk_replay_job_run``). ``run`` counts starts
     and resumes: a task of an earlier run does nothing; ``task_seq`` is the task of the run
     the job waits for, so that a message delivered twice runs once. ``last_event_pk`` is how
     far the job got: a resumed job goes on from there, so a row it replayed is not replayed
@@ -782,7 +782,7 @@ class BulkReplayJob(models.Model):
         default=0, help_text="The highest inbox row id this job has gone past."
     )
     # Rows the job went past that wait for an earlier event of their entity to finish
-    # (``webhooks.replay``, "one document's events in order"): at most one chunk of them.
+    # (``webhooks.bulk_replay``, "one document's events in order"): at most one chunk of them.
     waiting_event_pks = models.JSONField(
         default=list,
         blank=True,

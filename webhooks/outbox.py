@@ -35,7 +35,7 @@ from django.db.models import (
 )
 from django.utils import timezone
 
-from core.relay import Outbox, Publication, relay_round
+from core.relay.outbox import Outbox, Publication, relay_round
 
 from . import statements
 from .dispatch import PROCESS_TASK

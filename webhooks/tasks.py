@@ -5,9 +5,9 @@ from celery import shared_task
 from django.conf import settings
 from django.db import InterfaceError, OperationalError
 
+from .bulk_replay import bulk_replay_job_run
 from .dispatch import BULK_REPLAY_TASK, PROCESS_ONE_TASK, PROCESS_TASK
 from .processing import inbox_events_process
-from .replay import bulk_replay_job_run
 
 # The database went away mid-batch: try again soon. Rows the batch had claimed but not run
 # keep their lease; the relay's sweep publishes them again once it expires.

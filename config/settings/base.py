@@ -7,21 +7,17 @@ Configuration comes from the environment (django-environ). The environment-speci
 from datetime import timedelta
 from pathlib import Path
 
-import environ
 from django.core.exceptions import ImproperlyConfigured
 
+from ._helpers import (
+    database_binding_apply,
+    database_timeouts_apply,
+    env,
+    env_renamed,
+    two_factor_mode_check,
+)
+
 BASE_DIR = Path(__file__).resolve().parent.parent.parent
-env = environ.Env()
-
-
-def env_renamed(cast: str, name: str, *, former: str, default):
-    """A variable renamed to say what it configures: ``name`` if set, else its former name
-    (still read, documented as an alias in docs/configuration.md), else ``default``."""
-    read = getattr(env, cast)
-    if name not in env.ENVIRON and former in env.ENVIRON:
-        return read(former, default=default)
-    return read(name, default=default)
-
 
 DEBUG = env.bool("DJANGO_DEBUG", default=False)
 ALLOWED_HOSTS = env.list("DJANGO_ALLOWED_HOSTS", default=["localhost", "127.0.0.1"])
@@ -98,23 +94,6 @@ DATABASES["default"].setdefault(
 )
 DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
 
-
-def database_binding_apply(database: dict) -> None:
-    """On PostgreSQL, parameters bound by the server rather than quoted into the SQL text by
-    the client, and statements prepared: psycopg prepares a statement a connection runs often
-    (its fifth run), and PostgreSQL then parses and plans it once per connection instead of
-    once per request (docs/bench-log/2026-12-01.md, "Where the accepted request's time
-    goes"). Behind a PgBouncer older than 1.21 in transaction mode, turn it off with
-    ``DATABASE_SERVER_SIDE_BINDING=false``. The test settings apply it too, so that the suite
-    runs every query the way production sends it."""
-    if database["ENGINE"] != "django.db.backends.postgresql":
-        return
-    if env.bool("DATABASE_SERVER_SIDE_BINDING", default=True):
-        database.setdefault("OPTIONS", {}).update(
-            {"server_side_binding": True, "prepare_threshold": 5}
-        )
-
-
 database_binding_apply(DATABASES["default"])
 
 # --- Bounded waits for the database (docs/scaling.md, "Database timeouts") -----------------
@@ -152,41 +131,7 @@ WEB_STATEMENT_TIMEOUT_ON_SERVER = env.bool(
 )
 WEB_ANSWER_MARGIN_SECONDS = 1.0
 
-
-def database_timeouts_apply(database: dict) -> None:
-    """The bounds above, on a PostgreSQL database's settings (after
-    ``database_binding_apply``)."""
-    if database["ENGINE"] != "django.db.backends.postgresql":
-        return
-    options = database.setdefault("OPTIONS", {})
-    idle = DATABASE_KEEPALIVES_IDLE_SECONDS
-    probes = DATABASE_KEEPALIVES_INTERVAL_SECONDS * DATABASE_KEEPALIVES_COUNT
-    options.setdefault("connect_timeout", DATABASE_CONNECT_TIMEOUT_SECONDS)
-    options.setdefault("keepalives", 1)
-    options.setdefault("keepalives_idle", idle)
-    options.setdefault("keepalives_interval", DATABASE_KEEPALIVES_INTERVAL_SECONDS)
-    options.setdefault("keepalives_count", DATABASE_KEEPALIVES_COUNT)
-    options.setdefault("tcp_user_timeout", (idle + probes) * 1000)
-    if DATABASE_SERVER_KEEPALIVES:
-        server = (
-            f"-c tcp_keepalives_idle={idle} "
-            f"-c tcp_keepalives_interval={DATABASE_KEEPALIVES_INTERVAL_SECONDS} "
-            f"-c tcp_keepalives_count={DATABASE_KEEPALIVES_COUNT} "
-            f"-c tcp_user_timeout={(idle + probes) * 1000}"
-        )
-        options["options"] = f"{options.get('options', '')} {server}".strip()
-    if APP_PROCESS != "web" or WEB_STATEMENT_TIMEOUT_SECONDS <= 0:
-        return
-    database["ENGINE"] = "core.pgbackend"
-    options["answer_timeout"] = (
-        WEB_STATEMENT_TIMEOUT_SECONDS + WEB_ANSWER_MARGIN_SECONDS
-    )
-    if WEB_STATEMENT_TIMEOUT_ON_SERVER:
-        statement = f"-c statement_timeout={int(WEB_STATEMENT_TIMEOUT_SECONDS * 1000)}"
-        options["options"] = f"{options.get('options', '')} {statement}".strip()
-
-
-database_timeouts_apply(DATABASES["default"])
+database_timeouts_apply(DATABASES["default"], globals())
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # Admin logins are throttled (django-axes): after AXES_FAILURE_LIMIT failures for one username
@@ -214,15 +159,6 @@ ADMIN_LOGIN_WIDE_COOLOFF_SECONDS = env.int(
 # A second factor for the admin (core/admin_site.py): off, offered (staff who enrolled a TOTP
 # device must use it), superusers (superusers must have one; production's default) or staff.
 ADMIN_TWO_FACTOR = env.str("ADMIN_TWO_FACTOR", default="offered")
-
-
-def two_factor_mode_check(mode: str) -> str:
-    if mode not in ("off", "offered", "superusers", "staff"):
-        raise ImproperlyConfigured(
-            f"ADMIN_TWO_FACTOR={mode!r}: expected off, offered, superusers or staff"
-        )
-    return mode
-
 
 two_factor_mode_check(ADMIN_TWO_FACTOR)
 OTP_TOTP_ISSUER = env.str("OTP_TOTP_ISSUER", default="Webhook inbox audit console")
@@ -484,7 +420,7 @@ AUDIT_SEAL_INTERVAL_SECONDS = env.float("AUDIT_SEAL_INTERVAL_SECONDS", default=6
 AUDIT_SEAL_HORIZON_SECONDS = env.int("AUDIT_SEAL_HORIZON_SECONDS", default=60)
 AUDIT_SEAL_LOOKBACK_SECONDS = env.int("AUDIT_SEAL_LOOKBACK_SECONDS", default=86400)
 AUDIT_SEAL_BATCH_SIZE = env.int("AUDIT_SEAL_BATCH_SIZE", default=5000)
-# A bulk replay job (webhooks/replay.py) runs as a chain of tasks: each replays chunks of
+# A bulk replay job (webhooks/bulk_replay.py) runs as a chain of tasks: each replays chunks of
 # CHUNK_SIZE rows (one transaction each, with the job's progress) for at most SLICE_SECONDS,
 # well inside the task time limits, then queues the next. A job whose lease (renewed by every
 # chunk) has run out was interrupted and may be resumed. A job given a rate replays a slice of
@@ -533,30 +469,6 @@ if AUDIT_BUNDLE_ENTRIES_PER_KIND < 2 or AUDIT_BUNDLE_BODY_BYTES < 0:
         "AUDIT_BUNDLE_ENTRIES_PER_KIND must be at least 2 (the first and the latest "
         "record of a kind) and AUDIT_BUNDLE_BODY_BYTES at least 0"
     )
-
-
-def audit_signing_configure(skey: str) -> tuple[str, str]:
-    """``(AUDIT_SIGNING_KEY, AUDIT_LOG_ORIGIN)``: the key checked (a note signer key,
-    ``manage.py audit_keygen NAME`` makes one), and the origin line of the checkpoints, which
-    is the key's name: C2SP has a log sign its checkpoints under its origin. A set
-    ``AUDIT_LOG_ORIGIN`` that is not the key's name (the key of another log) is refused."""
-    from django.core.exceptions import ImproperlyConfigured
-
-    from audit.note import NoteError, signer_parse
-
-    try:
-        signer = signer_parse(skey)
-    except NoteError as exc:
-        raise ImproperlyConfigured(f"AUDIT_SIGNING_KEY is not usable: {exc}") from None
-    origin = env("AUDIT_LOG_ORIGIN", default=signer.name)
-    if origin != signer.name:
-        raise ImproperlyConfigured(
-            f"AUDIT_LOG_ORIGIN is {origin!r} but AUDIT_SIGNING_KEY is named "
-            f"{signer.name!r}: a log signs its checkpoints under its origin (make a key "
-            "for this origin with manage.py audit_keygen ORIGIN)"
-        )
-    return skey, origin
-
 
 # --- Deployments and builds: executor, worker lease, idempotency-key retention -------------
 DEPLOY_EXECUTOR = env("DEPLOY_EXECUTOR", default="simulated")

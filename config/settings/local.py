@@ -11,20 +11,14 @@ refuse to load unless ``DJANGO_DEBUG`` is set, to true or false, on purpose
 (docs/security.md, "Deployment settings").
 """
 
-import ipaddress
 import os
 from pathlib import Path
 
 from django.core.exceptions import ImproperlyConfigured
 
+from ._helpers import audit_signing_configure, env, host_is_loopback
 from .base import *  # noqa: F403
-from .base import (
-    BASE_DIR,
-    DATABASES,
-    WEBHOOK_INTEGRATIONS,
-    audit_signing_configure,
-    env,
-)
+from .base import BASE_DIR, DATABASES, WEBHOOK_INTEGRATIONS
 
 DEBUG = env.bool("DJANGO_DEBUG", default=True)
 SECRET_KEY = env(
@@ -83,22 +77,11 @@ CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 CELERY_WORKER_TIMER_PRECISION = 0.2
 
 
-def _loopback(host: str) -> bool:
-    """Whether an ``ALLOWED_HOSTS`` entry names this machine only."""
-    name = host.strip("[]").lower()
-    if name in {"localhost", ".localhost"} or name.endswith(".localhost"):
-        return True
-    try:
-        return ipaddress.ip_address(name).is_loopback
-    except ValueError:
-        return False
-
-
 if "DJANGO_DEBUG" not in os.environ:
     _production_like = []
     if DATABASES["default"]["ENGINE"] != "django.db.backends.sqlite3":
         _production_like.append("DATABASE_URL names a database server")
-    _public = [host for host in ALLOWED_HOSTS if not _loopback(host)]
+    _public = [host for host in ALLOWED_HOSTS if not host_is_loopback(host)]
     if _public:
         _production_like.append(
             f"DJANGO_ALLOWED_HOSTS names {', '.join(_public)}, not only loopback"

@@ -7,15 +7,15 @@ from django.core.checks.security.base import (
 )
 from django.core.exceptions import ImproperlyConfigured
 
-from .base import *  # noqa: F403
-from .base import (
-    BENCH_ENDPOINTS,
+from ._helpers import (
     audit_signing_configure,
     database_binding_apply,
     database_timeouts_apply,
     env,
     two_factor_mode_check,
 )
+from .base import *  # noqa: F403
+from .base import BENCH_ENDPOINTS
 
 # The floor endpoints under /_bench/ answer without authentication and write to a table of
 # their own: never served with these settings. The benchmarks use config.settings.bench.
@@ -52,7 +52,7 @@ DATABASES["default"]["CONN_HEALTH_CHECKS"] = env.bool(
     "DATABASE_CONN_HEALTH_CHECKS", default=True
 )
 database_binding_apply(DATABASES["default"])
-database_timeouts_apply(DATABASES["default"])
+database_timeouts_apply(DATABASES["default"], globals())
 # Behind PgBouncer in transaction mode, server-side cursors cannot be used.
 DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = env.bool(
     "DISABLE_SERVER_SIDE_CURSORS", default=False

@@ -2,14 +2,14 @@
 
 import os
 
-from .base import *  # noqa: F403
-from .base import (
-    WEBHOOK_INTEGRATIONS,
+from ._helpers import (
     audit_signing_configure,
     database_binding_apply,
     database_timeouts_apply,
     env,
 )
+from .base import *  # noqa: F403
+from .base import WEBHOOK_INTEGRATIONS
 
 SECRET_KEY = env(
     "DJANGO_SECRET_KEY", default="test-insecure-key-6c1d9e0a2b3f4c5d6e7f8a9b0c1d2e3f"
@@ -31,7 +31,7 @@ DATABASES = {
 }
 DATABASES["default"]["CONN_MAX_AGE"] = 0
 database_binding_apply(DATABASES["default"])
-database_timeouts_apply(DATABASES["default"])
+database_timeouts_apply(DATABASES["default"], globals())
 DATABASES["default"]["TEST"] = {"NAME": env("TEST_DATABASE_NAME", default=None)}
 CELERY_BROKER_URL = env("CELERY_BROKER_URL", default="redis://127.0.0.1:6379/15")
 # `make test-fast` runs the suite in parallel processes (pytest-xdist): each has a database of

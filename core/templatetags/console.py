@@ -1,5 +1,5 @@
 """The console's ways of showing a time, a duration and a status, for templates: the same
-helpers the admins' columns use (``core.admin_base``)."""
+helpers the admins' columns use (``core.admin``)."""
 
 import html
 import re
@@ -10,7 +10,7 @@ from django.contrib.contenttypes.models import ContentType
 from django.utils.html import escape
 from django.utils.safestring import SafeString, mark_safe
 
-from core.admin_base import status_badge, status_words
+from core.admin.status import status_badge, status_words
 from core.times import duration_display, time_display
 
 register = template.Library()

@@ -36,6 +36,12 @@ from tests.webhooks.factories import (
     InboxEventFactory,
     WebhookSourceFactory,
 )
+from webhooks.bulk_replay import (
+    bulk_replay_job_cancel,
+    bulk_replay_job_create,
+    bulk_replay_job_resume,
+    bulk_replay_job_start,
+)
 from webhooks.investigations import fingerprint_mismatches_mark_investigated
 from webhooks.models import (
     BulkReplayJob,
@@ -45,13 +51,7 @@ from webhooks.models import (
     SignatureFailure,
 )
 from webhooks.pausing import webhook_source_pause, webhook_source_resume
-from webhooks.replay import (
-    bulk_replay_job_cancel,
-    bulk_replay_job_create,
-    bulk_replay_job_resume,
-    bulk_replay_job_start,
-    inbox_events_replay,
-)
+from webhooks.replay import inbox_events_replay
 from webhooks.retention import inbox_bodies_purge
 from webhooks.sources import (
     webhook_source_create,

@@ -589,15 +589,15 @@ def test_no_page_runs_a_full_table_count_or_distinct_scan(operator_client, trail
 
 
 def test_changelist_count_is_capped(operator_client, trail, monkeypatch):
-    import core.admin_base
+    import core.admin.pagination
 
-    monkeypatch.setattr(core.admin_base, "COUNT_CAP", 1)
+    monkeypatch.setattr(core.admin.pagination, "COUNT_CAP", 1)
     InboxEventFactory.create_batch(3)
     response = operator_client.get(reverse("admin:webhooks_inboxevent_changelist"))
     assert response.context["cl"].result_count == 2  # cap + 1: "more than the cap"
     assert b'<span id="count-capped"' in response.content
     assert b"more than 1</span>" in response.content
-    monkeypatch.setattr(core.admin_base, "COUNT_CAP", 100)
+    monkeypatch.setattr(core.admin.pagination, "COUNT_CAP", 100)
     response = operator_client.get(reverse("admin:webhooks_inboxevent_changelist"))
     assert b"count-capped" not in response.content
     assert b"5 inbox events" in response.content

@@ -6,7 +6,7 @@ from django.urls import reverse
 from playwright.sync_api import expect, sync_playwright
 
 from audit.roles import AUDITORS, OPERATORS
-from core.relay import Relay
+from core.relay.loop import Relay
 from tests.broker import broker_messages, queued_inbox_event_ids
 from tests.console import PASSWORD, make_user
 from tests.webhooks.factories import (

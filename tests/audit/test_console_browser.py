@@ -34,9 +34,10 @@ from tests.webhooks.factories import (
     WebhookSourceFactory,
     research_source,
 )
+from webhooks.bulk_replay import bulk_replay_job_create
 from webhooks.models import BulkReplayJob, InboxEvent, ProcessingStatus
 from webhooks.pausing import webhook_source_pause
-from webhooks.replay import bulk_replay_job_create, inbox_events_replay
+from webhooks.replay import inbox_events_replay
 from webhooks.sources import webhook_source_create
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]

@@ -20,7 +20,7 @@ from django.contrib import admin
 from django.test import Client
 from django.urls import NoReverseMatch, reverse
 
-from core.admin_base import STATUS_WORDS
+from core.admin.status import STATUS_WORDS
 from deployments.models import DeployTargetTest, TriggerAttempt, TriggerPhase
 from tests.audit.populated_console import RESUMED_SOURCE, TARGET_NAME, populated_console
 from webhooks.models import BulkReplayJob, InboxAttempt, OperatorAction

@@ -3,10 +3,11 @@
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from django.core.exceptions import ImproperlyConfigured
 from django.test import override_settings
 from django.urls import reverse
 
-from core.admin_base import status_badge
+from core.admin.status import STATUS_WORDS, status_badge, status_words_register
 from core.times import duration_display as duration_shown
 from core.times import time_display as time_shown
 from tests.deployments.factories import DeploymentFactory
@@ -46,6 +47,17 @@ def test_a_status_has_one_wording_and_colour():
     assert "badge-neutral" in status_badge("something_new")
     assert ">Something new<" in status_badge("something_new")
     assert ">Paused since <b>" not in status_badge("paused", "since <b>")  # escaped
+
+
+def test_an_app_registers_its_words_and_a_shared_status_keeps_one_wording(monkeypatch):
+    """Each app registers the words of its statuses from its admin; a status another app
+    registered already is accepted again in the same words and tone, never in others."""
+    monkeypatch.setattr("core.admin.status.STATUS_WORDS", dict(STATUS_WORDS))
+    status_words_register({"failed": ("Failed", "error"), "brand_new": ("New", "ok")})
+    assert ">New<" in status_badge("brand_new")
+    with pytest.raises(ImproperlyConfigured, match="'failed'"):
+        status_words_register({"failed": ("Broken", "error")})
+    assert ">Failed<" in status_badge("failed")
 
 
 @pytest.mark.django_db

@@ -16,7 +16,7 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
-from core.admin_base import DateRangeFilter
+from core.admin.filters import DateRangeFilter
 from deployments.models import StatusSync
 from tests.deployments.factories import deployment_body, idempotent_post
 from tests.research.factories import document_event_apply

@@ -8,9 +8,10 @@ import pytest
 from django.utils import timezone
 
 from config.celery_app import app
-from core import relay as relay_module
 from core.models import RelayHeartbeat
-from core.relay import Outbox, Relay, RelayStep, RelayThread
+from core.relay import outbox as outbox_module
+from core.relay.loop import Relay, RelayStep, RelayThread
+from core.relay.outbox import Outbox
 from tests import processes
 from tests.broker import broker_reset, queued_inbox_event_ids
 from tests.webhooks.factories import InboxEventFactory
@@ -26,7 +27,7 @@ def test_beat_runs_no_sweep_and_no_sweep_task_is_left():
 
 
 def test_every_worker_runs_a_relay_unless_turned_off(settings):
-    assert "core.relay:RelayStep" in app.steps["worker"]
+    assert "core.relay.loop:RelayStep" in app.steps["worker"]
     step = RelayStep.__new__(RelayStep)
     settings.RELAY_ENABLED = True
     assert step.include_if(worker=None)
@@ -80,7 +81,7 @@ def test_a_round_that_fails_is_counted_and_the_loop_goes_on(settings, monkeypatc
             return None
 
     flaky = FlakyOutbox()
-    monkeypatch.setattr(relay_module, "_outboxes", {"flaky": flaky})
+    monkeypatch.setattr(outbox_module, "_outboxes", {"flaky": flaky})
     relay = Relay(idle_poll_seconds=0.01)
     runner = threading.Thread(target=relay.run, daemon=True)
     runner.start()
@@ -157,7 +158,7 @@ def test_after_a_round_that_took_rows_the_relay_waits_its_busy_pause(
     relay = Relay(idle_poll_seconds=0.025)
     relay.stop = Stop()
     monkeypatch.setattr(relay, "run_once", run_once)
-    monkeypatch.setattr("core.relay.time.monotonic", lambda: clock[0])
+    monkeypatch.setattr("core.relay.loop.time.monotonic", lambda: clock[0])
     relay.run()
     assert pauses == pytest.approx([0.0, 0.01, 0.04, 0.04, 0.04, 0.01, 0.02, 0.025])
 

@@ -13,8 +13,8 @@ import pytest
 from django.db import connection
 
 from core.models import RelayHeartbeat
-from core.relay import ROLE_ACTIVE, ROLE_STAND_IN, ROLE_STANDBY, Relay
-from core.relay_lock import ACTIVE_RELAY_LOCK_KEY, ActiveRelayLock
+from core.relay.lock import ACTIVE_RELAY_LOCK_KEY, ActiveRelayLock
+from core.relay.loop import ROLE_ACTIVE, ROLE_STAND_IN, ROLE_STANDBY, Relay
 from tests import processes
 from tests.broker import broker_reset, queued_inbox_event_ids
 from tests.webhooks.factories import InboxEventFactory

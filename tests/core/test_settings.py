@@ -133,7 +133,7 @@ def test_the_bench_harness_runs_its_stack_on_the_bench_settings():
 
 
 def test_a_renamed_variable_is_still_read_under_its_former_name(monkeypatch):
-    from config.settings.base import env_renamed
+    from config.settings._helpers import env_renamed
 
     read = {"cast": "int", "name": "BULK_REPLAY_CHUNK_SIZE"}
     monkeypatch.delenv("BULK_REPLAY_CHUNK_SIZE", raising=False)

@@ -10,7 +10,7 @@ import requests
 
 from core.actors import Actor
 from core.logging import CELERY_HEADER
-from core.relay import Relay
+from core.relay.loop import Relay
 from core.services import api_client_create
 from deployments.models import Deployment
 from idempotency.models import IdempotencyRecord

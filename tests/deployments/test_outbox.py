@@ -13,7 +13,8 @@ from django.test import override_settings
 from django.utils import timezone
 
 from core.logging import CELERY_HEADER
-from core.relay import Relay, outbox_lag_seconds, relay_round
+from core.relay.loop import Relay
+from core.relay.outbox import outbox_lag_seconds, relay_round
 from deployments.models import Build, Deployment, JobTransition
 from deployments.outbox import JOBS_OUTBOX
 from deployments.services.jobs import jobs_lost_fail

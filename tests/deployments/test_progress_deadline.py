@@ -9,7 +9,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from core.relay import relay_round
+from core.relay.outbox import relay_round
 from deployments import executors
 from deployments.executors import ExecutionResult
 from deployments.models import Deployment, JobTransition

@@ -7,7 +7,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from core.relay import Relay
+from core.relay.loop import Relay
 from deployments.models import Deployment, JobTransition
 from idempotency.models import IdempotencyRecord
 from tests import processes

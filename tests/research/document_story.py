@@ -18,15 +18,15 @@ from tests.webhooks.factories import (
     WebhookSourceFactory,
     research_source,
 )
-from webhooks.models import BulkReplayJob, InboxEvent, OperatorAction
-from webhooks.pausing import webhook_source_pause
-from webhooks.processing import inbox_event_process
-from webhooks.replay import (
+from webhooks.bulk_replay import (
     bulk_replay_job_create,
     bulk_replay_job_run,
     bulk_replay_job_start,
-    inbox_events_replay,
 )
+from webhooks.models import BulkReplayJob, InboxEvent, OperatorAction
+from webhooks.pausing import webhook_source_pause
+from webhooks.processing import inbox_event_process
+from webhooks.replay import inbox_events_replay
 
 ENTITY = "doc42"
 REJECTED = {"summary": "s", "authors": "not a list", "citations": []}

@@ -10,9 +10,9 @@ from django.contrib.auth.models import AbstractBaseUser
 from core.actors import Actor
 from tests.broker import broker_messages
 from tests.webhooks.factories import DeadLetteredEventFactory, WebhookSourceFactory
+from webhooks.bulk_replay import bulk_replay_job_create
 from webhooks.dispatch import BULK_REPLAY_TASK
 from webhooks.models import BulkReplayJob, InboxEvent, OperatorAction
-from webhooks.replay import bulk_replay_job_create
 
 
 def dead_job(

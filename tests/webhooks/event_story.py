@@ -20,6 +20,11 @@ from tests.webhooks.factories import (
     InboxAttemptFactory,
     InboxEventFactory,
 )
+from webhooks.bulk_replay import (
+    bulk_replay_job_create,
+    bulk_replay_job_run,
+    bulk_replay_job_start,
+)
 from webhooks.models import (
     BulkReplayJob,
     DeadLetterCause,
@@ -29,12 +34,7 @@ from webhooks.models import (
     ProcessingStatus,
 )
 from webhooks.processing import inbox_event_process
-from webhooks.replay import (
-    bulk_replay_job_create,
-    bulk_replay_job_run,
-    bulk_replay_job_start,
-    inbox_events_replay,
-)
+from webhooks.replay import inbox_events_replay
 
 
 @dataclass

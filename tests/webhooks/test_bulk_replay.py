@@ -145,11 +145,11 @@ def test_the_admin_shows_who_created_and_who_started_a_job(
 def test_a_failed_job_resumes_where_it_stopped_and_replays_nothing_twice(
     small_chunks, job_of_ten, operator, operator_client, empty_broker, monkeypatch
 ):
-    from webhooks import replay
+    from webhooks import bulk_replay
 
     job, dead = job_of_ten
     start_from_admin(operator_client, job)
-    real_replay = replay.inbox_events_replay
+    real_replay = bulk_replay.inbox_events_replay
     calls = []
 
     def replay_that_fails_the_second_time(**kwargs):
@@ -159,7 +159,7 @@ def test_a_failed_job_resumes_where_it_stopped_and_replays_nothing_twice(
         return real_replay(**kwargs)
 
     monkeypatch.setattr(
-        replay, "inbox_events_replay", replay_that_fails_the_second_time
+        bulk_replay, "inbox_events_replay", replay_that_fails_the_second_time
     )
     run_queued_chunks()
     monkeypatch.undo()
@@ -195,8 +195,8 @@ def test_a_failed_job_resumes_where_it_stopped_and_replays_nothing_twice(
 def test_a_running_job_is_resumable_only_once_its_lease_expired(
     small_chunks, job_of_ten, operator, operator_client, empty_broker
 ):
+    from webhooks.bulk_replay import bulk_replay_job_resume
     from webhooks.errors import BulkReplayJobNotResumable
-    from webhooks.replay import bulk_replay_job_resume
 
     job, dead = job_of_ten
     start_from_admin(operator_client, job)
@@ -223,8 +223,8 @@ def test_a_running_job_is_resumable_only_once_its_lease_expired(
 def test_two_resumes_at_once_run_the_job_once(
     small_chunks, job_of_ten, operator, empty_broker
 ):
+    from webhooks.bulk_replay import bulk_replay_job_resume
     from webhooks.errors import BulkReplayJobNotResumable
-    from webhooks.replay import bulk_replay_job_resume
 
     job, dead = job_of_ten
     BulkReplayJob.objects.filter(pk=job.pk).update(state="failed", run=1)

@@ -29,17 +29,17 @@ from tests.webhooks.bulk_replay import (
     replayed_ids,
 )
 from tests.webhooks.factories import DeadLetteredEventFactory, WebhookSourceFactory
+from webhooks.bulk_replay import (
+    bulk_replay_job_cancel,
+    bulk_replay_job_resume,
+    bulk_replay_job_start,
+)
 from webhooks.errors import (
     BulkReplayJobNotCancellable,
     BulkReplayJobNotFound,
     InvalidBulkReplayRate,
 )
 from webhooks.models import BulkReplayJob, InboxEvent, OperatorAction
-from webhooks.replay import (
-    bulk_replay_job_cancel,
-    bulk_replay_job_resume,
-    bulk_replay_job_start,
-)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -273,7 +273,7 @@ def test_a_cancel_waits_for_the_chunk_at_work_and_nothing_runs_after_it(
 ):
     """The chunk holds the job's row lock until it commits: the cancel waits for it, its rows
     stay replayed, and no chunk runs after it."""
-    from webhooks import replay
+    from webhooks import bulk_replay
     from webhooks.tasks import bulk_replay_job_run_task
 
     settings.BULK_REPLAY_CHUNK_SIZE = 5
@@ -283,7 +283,7 @@ def test_a_cancel_waits_for_the_chunk_at_work_and_nothing_runs_after_it(
     [(args, _)] = queued_tasks()
     processes.purge_broker()
     in_chunk, release = threading.Event(), threading.Event()
-    real_replay = replay.inbox_events_replay
+    real_replay = bulk_replay.inbox_events_replay
 
     def slow_replay(**kwargs):
         action = real_replay(**kwargs)
@@ -291,7 +291,7 @@ def test_a_cancel_waits_for_the_chunk_at_work_and_nothing_runs_after_it(
         release.wait(10)
         return action
 
-    monkeypatch.setattr(replay, "inbox_events_replay", slow_replay)
+    monkeypatch.setattr(bulk_replay, "inbox_events_replay", slow_replay)
 
     def worker():
         try:

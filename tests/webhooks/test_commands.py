@@ -12,7 +12,7 @@ from django.conf import settings
 from django.core.management import CommandError, call_command
 from standardwebhooks.webhooks import Webhook
 
-from core.relay import Relay
+from core.relay.loop import Relay
 from tests.broker import queued_inbox_event_ids
 from tests.webhooks.factories import hold_of, paused_at_of
 from webhooks.models import InboxEvent, WebhookSecret, WebhookSource

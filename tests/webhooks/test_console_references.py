@@ -16,6 +16,13 @@ from tests.webhooks.factories import (
     InboxEventFactory,
     WebhookSourceFactory,
 )
+from webhooks.bulk_replay import (
+    bulk_replay_job_cancel,
+    bulk_replay_job_create,
+    bulk_replay_job_resume,
+    bulk_replay_job_run,
+    bulk_replay_job_start,
+)
 from webhooks.models import (
     OPERATOR_ACTION_WORDS,
     BulkReplayJob,
@@ -24,13 +31,6 @@ from webhooks.models import (
     ProcessingStatus,
 )
 from webhooks.pausing import webhook_source_pause, webhook_source_resume
-from webhooks.replay import (
-    bulk_replay_job_cancel,
-    bulk_replay_job_create,
-    bulk_replay_job_resume,
-    bulk_replay_job_run,
-    bulk_replay_job_start,
-)
 
 pytestmark = pytest.mark.django_db
 

@@ -12,7 +12,7 @@ from django.utils import timezone
 
 from core.actors import Actor
 from core.logging import CELERY_HEADER, CorrelationIdFilter, correlation_id_get
-from core.relay import Relay
+from core.relay.loop import Relay
 from tests.broker import broker_messages, broker_reset, inbox_messages
 from tests.integrations.research.factories import research_event
 from tests.webhooks.factories import (

@@ -412,14 +412,14 @@ def test_each_round_s_result_follows_its_attempt_and_stays_while_a_replay_waits(
     time, and stays told while the next round waits; the list's attempts column and the
     page count every attempt of every round alike."""
     from core.actors import Actor
-    from webhooks.models import InboxAttempt
-    from webhooks.processing import inbox_event_process
-    from webhooks.replay import (
+    from webhooks.bulk_replay import (
         bulk_replay_job_create,
         bulk_replay_job_run,
         bulk_replay_job_start,
-        inbox_events_replay,
     )
+    from webhooks.models import InboxAttempt
+    from webhooks.processing import inbox_event_process
+    from webhooks.replay import inbox_events_replay
 
     # Data the handler rejects: each attempt dead-letters it, with no processed_at.
     event = InboxEventFactory(raw_body=b"{not json", received_at=timezone.now())

@@ -15,7 +15,7 @@ from standardwebhooks.webhooks import Webhook
 from core.actors import Actor
 from core.canonical import canonical_json
 from core.logging import CELERY_HEADER
-from core.relay import relay_round
+from core.relay.outbox import relay_round
 from tests.broker import broker_messages, broker_reset
 from tests.integrations.fixtures import fixture_json
 from tests.integrations.research.factories import research_event

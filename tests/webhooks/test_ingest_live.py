@@ -14,7 +14,7 @@ import redis
 import requests
 from django.conf import settings
 
-from core.relay import Relay
+from core.relay.loop import Relay
 from tests import processes
 from tests.broker import queued_inbox_event_ids
 from tests.integrations.research.factories import research_event

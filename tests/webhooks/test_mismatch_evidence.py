@@ -11,7 +11,8 @@ import pytest
 from django.conf import settings
 from django.urls import reverse
 
-from core.admin_base import DIFF_MAX_LINES, pretty_body, side_by_side_diff
+from core.admin.diff import DIFF_MAX_LINES, side_by_side_diff
+from core.admin.render import pretty_body
 from tests.webhooks.factories import FingerprintMismatchFactory, InboxEventFactory
 from webhooks.envelopes import raw_fingerprint
 
@@ -300,16 +301,16 @@ def test_the_line_alignment_sees_at_most_a_page_of_lines_of_each_side(monkeypatc
     """The one part the count above cannot see, the alignment in compiled code, is given at
     most ``DIFF_MAX_LINES`` lines of each body: its cost is bounded by the page, not by the
     bodies."""
-    from core import admin_base
+    from core.admin import diff
 
     seen = []
-    real = admin_base.lines_align
+    real = diff.lines_align
 
     def recording(left_ids, right_ids):
         seen.append((len(left_ids), len(right_ids)))
         return real(left_ids, right_ids)
 
-    monkeypatch.setattr(admin_base, "lines_align", recording)
+    monkeypatch.setattr(diff, "lines_align", recording)
     for make in SHAPES.values():
         original, conflicting = make()
         side_by_side_diff(pretty_body(original), pretty_body(conflicting))

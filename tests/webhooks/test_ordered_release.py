@@ -15,10 +15,17 @@ from django.urls import reverse
 from django.utils import timezone
 
 from core.actors import Actor
-from core.relay import Relay
+from core.relay.loop import Relay
 from tests.broker import broker_reset, inbox_messages, message_inbox_event_ids
 from tests.integrations.research.factories import research_event
 from tests.webhooks.factories import hold_of, inbox_events_bulk_create, research_source
+from webhooks.bulk_replay import (
+    bulk_replay_job_cancel,
+    bulk_replay_job_create,
+    bulk_replay_job_resume,
+    bulk_replay_job_run,
+    bulk_replay_job_start,
+)
 from webhooks.models import (
     BulkReplayJob,
     InboxEvent,
@@ -28,13 +35,6 @@ from webhooks.models import (
 )
 from webhooks.pausing import webhook_source_pause, webhook_source_resume
 from webhooks.processing import inbox_events_process
-from webhooks.replay import (
-    bulk_replay_job_cancel,
-    bulk_replay_job_create,
-    bulk_replay_job_resume,
-    bulk_replay_job_run,
-    bulk_replay_job_start,
-)
 
 pytestmark = pytest.mark.django_db
 

@@ -10,11 +10,12 @@ from __future__ import annotations
 import pytest
 
 from core.actors import Actor
-from core.relay import Relay
+from core.relay.loop import Relay
 from research.models import DocumentRevision
 from tests import processes
 from tests.integrations.research.factories import research_event
 from tests.webhooks.factories import inbox_events_bulk_create, research_source
+from webhooks.bulk_replay import bulk_replay_job_create, bulk_replay_job_start
 from webhooks.models import (
     TERMINAL_STATUSES,
     BulkReplayJob,
@@ -22,7 +23,6 @@ from webhooks.models import (
     ProcessingStatus,
 )
 from webhooks.pausing import webhook_source_pause, webhook_source_resume
-from webhooks.replay import bulk_replay_job_create, bulk_replay_job_start
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),

@@ -10,7 +10,8 @@ import pytest
 from django.utils import timezone
 from kombu.exceptions import OperationalError
 
-from core.relay import Relay, outbox_lag_seconds, relay_round
+from core.relay.loop import Relay
+from core.relay.outbox import outbox_lag_seconds, relay_round
 from tests.broker import (
     broker_reset,
     inbox_messages,
@@ -438,7 +439,7 @@ def test_rows_a_worker_failed_or_found_paused_are_no_longer_in_flight(settings):
 
 def test_a_row_in_flight_too_long_stops_counting(settings, monkeypatch):
     """A lost message is the sweep's business: its rows stop holding the relay back."""
-    import core.relay
+    import core.relay.loop
 
     settings.INBOX_BATCH_SIZE = 10
     inbox_events_bulk_create([research_event() for _ in range(40)])
@@ -446,7 +447,7 @@ def test_a_row_in_flight_too_long_stops_counting(settings, monkeypatch):
     assert relay.run_once(sweep=False) == (20, True)
     assert relay.run_once(sweep=False) == (0, False)
 
-    monkeypatch.setattr(core.relay, "IN_FLIGHT_FORGET_SECONDS", 0.0)
+    monkeypatch.setattr(core.relay.loop, "IN_FLIGHT_FORGET_SECONDS", 0.0)
     assert relay.run_once(sweep=False) == (20, True)
 
 

@@ -17,8 +17,9 @@ from django.utils import timezone
 from prometheus_client import REGISTRY
 
 from core.actors import Actor
-from core.relay import Relay, outbox_lag_seconds
-from core.relay_state import relay_state
+from core.relay.loop import Relay
+from core.relay.outbox import outbox_lag_seconds
+from core.relay.state import relay_state
 from research.models import ResearchDocument
 from tests.broker import (
     broker_reset,

@@ -13,7 +13,7 @@ from django.db.models import Count
 from config.celery_app import app
 from core.actors import Actor
 from core.models import RelayHeartbeat
-from core.relay import Relay
+from core.relay.loop import Relay
 from research.models import DocumentRevision, ResearchDocument
 from tests import processes
 from tests.integrations.research.factories import research_event

@@ -9,13 +9,18 @@ from django.core.management import call_command
 from django.utils import timezone
 
 from core.actors import Actor
-from core.relay import Relay
+from core.relay.loop import Relay
 from tests.broker import broker_messages, queued_inbox_event_ids
 from tests.webhooks.factories import (
     DeadLetteredEventFactory,
     InboxAttemptFactory,
     InboxEventFactory,
     WebhookSourceFactory,
+)
+from webhooks.bulk_replay import (
+    bulk_replay_job_create,
+    bulk_replay_job_run,
+    bulk_replay_job_start,
 )
 from webhooks.errors import NothingToReplay
 from webhooks.models import (
@@ -25,13 +30,7 @@ from webhooks.models import (
     OperatorAction,
     ProcessingStatus,
 )
-from webhooks.replay import (
-    bulk_replay_job_create,
-    bulk_replay_job_run,
-    bulk_replay_job_start,
-    inbox_events_replay,
-    replay_queryset_build,
-)
+from webhooks.replay import inbox_events_replay, replay_queryset_build
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

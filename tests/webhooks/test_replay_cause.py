@@ -17,6 +17,11 @@ from core.actors import Actor
 from tests.console import admin_action
 from tests.integrations.research.factories import research_event
 from tests.webhooks.factories import DeadLetteredEventFactory, WebhookSourceFactory
+from webhooks.bulk_replay import (
+    bulk_replay_job_create,
+    bulk_replay_job_run,
+    bulk_replay_job_start,
+)
 from webhooks.errors import ReplayRepeatsUnconfirmed
 from webhooks.models import (
     BulkReplayJob,
@@ -26,12 +31,7 @@ from webhooks.models import (
     ProcessingStatus,
 )
 from webhooks.processing import inbox_events_process
-from webhooks.replay import (
-    bulk_replay_job_create,
-    bulk_replay_job_run,
-    bulk_replay_job_start,
-    inbox_events_replay,
-)
+from webhooks.replay import inbox_events_replay
 
 pytestmark = pytest.mark.django_db
 

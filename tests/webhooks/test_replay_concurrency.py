@@ -7,7 +7,7 @@ from audit.models import LogLeaf
 from audit.sealer import ledger_rows_seal
 from audit.verification import log_verify
 from core.actors import Actor
-from core.relay import Relay
+from core.relay.loop import Relay
 from tests import processes
 from tests.broker import broker_messages, queued_inbox_event_ids
 from tests.threads import run_together
@@ -16,9 +16,10 @@ from tests.webhooks.factories import (
     InboxEventFactory,
     WebhookSourceFactory,
 )
+from webhooks.bulk_replay import bulk_replay_job_create
 from webhooks.errors import NothingToReplay
 from webhooks.models import BulkReplayJob, InboxEvent, OperatorAction
-from webhooks.replay import bulk_replay_job_create, inbox_events_replay
+from webhooks.replay import inbox_events_replay
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -100,7 +101,7 @@ def test_bulk_replay_job_runs_on_a_real_worker_with_visible_progress(
         tmp_path, env={"BULK_REPLAY_CHUNK_SIZE": "5"}
     ).start()
     try:
-        from webhooks.replay import bulk_replay_job_start
+        from webhooks.bulk_replay import bulk_replay_job_start
 
         bulk_replay_job_start(job=job, started_by=Actor.system())
         processes.wait_until(

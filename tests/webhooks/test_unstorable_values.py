@@ -11,7 +11,7 @@ from django.db import connection
 from django.urls import reverse
 from django.utils import timezone
 
-from core.relay import Relay
+from core.relay.loop import Relay
 from research.models import ResearchDocument
 from tests.integrations.research.factories import research_event
 from tests.webhooks.factories import InboxEventFactory, signed_post

@@ -19,7 +19,8 @@ from django.utils.safestring import SafeString, mark_safe
 from django.views.decorators.http import require_POST
 
 from core.actors import Actor
-from core.admin_base import admin_link, pretty_body, status_words
+from core.admin.render import admin_link, pretty_body
+from core.admin.status import status_words
 from core.errors import ServiceError
 from core.times import duration_display, time_display
 

@@ -11,21 +11,12 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import mark_safe
 
 from core.actors import Actor
-from core.admin_base import (
-    DateRangeFilter,
-    EvidenceAdminMixin,
-    LogEntryAdminMixin,
-    ReadOnlyAdminMixin,
-    ReadOnlyInlineMixin,
-    ReasonForm,
-    StatusFilter,
-    admin_link,
-    confirm_with_reason,
-    fieldset_fields,
-    json_block,
-    status_badge,
-    status_field_badge,
-)
+from core.admin.actions import ReasonForm, confirm_with_reason
+from core.admin.evidence import EvidenceAdminMixin, LogEntryAdminMixin
+from core.admin.filters import DateRangeFilter, StatusFilter
+from core.admin.mixins import ReadOnlyAdminMixin, ReadOnlyInlineMixin
+from core.admin.render import admin_link, fieldset_fields, json_block
+from core.admin.status import status_badge, status_field_badge
 from core.errors import ServiceError
 from core.selectors import COUNT_CAP
 from core.times import duration_display, time_display

@@ -8,16 +8,11 @@ from django.utils.html import format_html
 from django.utils.safestring import mark_safe
 
 from core.actors import Actor
-from core.admin_base import (
-    LogEntryAdminMixin,
-    ReadOnlyAdminMixin,
-    admin_link,
-    confirm_with_reason,
-    fieldset_fields,
-    json_block,
-    pretty_body,
-    side_by_side_diff,
-)
+from core.admin.actions import confirm_with_reason
+from core.admin.diff import side_by_side_diff
+from core.admin.evidence import LogEntryAdminMixin
+from core.admin.mixins import ReadOnlyAdminMixin
+from core.admin.render import admin_link, fieldset_fields, json_block, pretty_body
 
 from ..errors import SelectionTooLarge
 from ..investigations import fingerprint_mismatches_mark_investigated

@@ -12,22 +12,27 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import mark_safe
 
 from core.actors import Actor
-from core.admin_base import (
-    BoundedCountPaginator,
-    DateRangeFilter,
-    LogEntryAdminMixin,
-    ReadOnlyAdminMixin,
-    ReasonForm,
-    StatusFilter,
-    confirm_with_reason,
-    json_block,
-    status_badge,
-    status_words,
-)
+from core.admin.actions import ReasonForm, confirm_with_reason
+from core.admin.evidence import LogEntryAdminMixin
+from core.admin.filters import DateRangeFilter, StatusFilter
+from core.admin.mixins import ReadOnlyAdminMixin
+from core.admin.pagination import BoundedCountPaginator
+from core.admin.render import json_block
+from core.admin.status import status_badge, status_words
 from core.errors import ServiceError
 from core.selectors import COUNT_CAP
 from core.times import time_display
 
+from ..bulk_replay import (
+    ACTIVE_STATES,
+    bulk_replay_job_cancel,
+    bulk_replay_job_controls,
+    bulk_replay_job_create,
+    bulk_replay_job_resume,
+    bulk_replay_job_start,
+    bulk_replay_rate_parse,
+    bulk_replay_since_check,
+)
 from ..models import (
     BULK_REPLAY_RATE_MAX,
     BULK_REPLAY_RATE_MIN,
@@ -38,17 +43,7 @@ from ..models import (
     operator_action_words,
 )
 from ..pacing import RATE_PROMISE
-from ..replay import (
-    ACTIVE_STATES,
-    bulk_replay_job_cancel,
-    bulk_replay_job_controls,
-    bulk_replay_job_create,
-    bulk_replay_job_resume,
-    bulk_replay_job_start,
-    bulk_replay_rate_parse,
-    bulk_replay_since_check,
-    replay_queryset_build,
-)
+from ..replay import replay_queryset_build
 from ..selectors import (
     bulk_replay_job_outcomes,
     inbox_events_by_pks,

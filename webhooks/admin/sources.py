@@ -14,13 +14,10 @@ from django.views.decorators.debug import (
 )
 
 from core.actors import Actor
-from core.admin_base import (
-    DateRangeFilter,
-    ReadOnlyAdminMixin,
-    ReasonForm,
-    confirm_with_reason,
-    status_badge,
-)
+from core.admin.actions import ReasonForm, confirm_with_reason
+from core.admin.filters import DateRangeFilter
+from core.admin.mixins import ReadOnlyAdminMixin
+from core.admin.status import status_badge
 from core.errors import ServiceError
 from core.selectors import COUNT_CAP
 from core.times import time_display

@@ -2,7 +2,7 @@ import signal
 
 from django.core.management.base import BaseCommand
 
-from core.relay import Relay
+from core.relay.loop import Relay
 
 
 class Command(BaseCommand):

@@ -6,14 +6,7 @@ from django.utils.dateparse import parse_datetime
 
 from core.actors import Actor
 from core.errors import ServiceError
-from webhooks.models import (
-    REPLAYABLE_STATUSES,
-    BulkReplayJob,
-    ProcessingStatus,
-    WebhookSource,
-)
-from webhooks.pacing import RATE_PROMISE
-from webhooks.replay import (
+from webhooks.bulk_replay import (
     bulk_replay_job_cancel,
     bulk_replay_job_create,
     bulk_replay_job_resume,
@@ -21,8 +14,15 @@ from webhooks.replay import (
     bulk_replay_job_start,
     bulk_replay_rate_parse,
     bulk_replay_since_check,
-    replay_queryset_build,
 )
+from webhooks.models import (
+    REPLAYABLE_STATUSES,
+    BulkReplayJob,
+    ProcessingStatus,
+    WebhookSource,
+)
+from webhooks.pacing import RATE_PROMISE
+from webhooks.replay import replay_queryset_build
 from webhooks.selectors import inbox_events_replay_repeats
 
 

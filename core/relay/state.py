@@ -10,9 +10,9 @@ from django.conf import settings
 from django.db.models import Count, Q
 from django.utils import timezone
 
-from .metrics import GaugeMetricFamily
-from .models import RelayHeartbeat
-from .relay import outbox_lag_seconds
+from ..metrics import GaugeMetricFamily
+from ..models import RelayHeartbeat
+from .outbox import outbox_lag_seconds
 
 
 def relays_alive() -> tuple[int, int]:

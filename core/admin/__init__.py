@@ -1,8 +1,23 @@
+"""The audit console's building blocks for every app's admin, and core's own admins (the API
+clients, the worker heartbeats), which Django's autodiscovery finds here as ``core.admin``.
+
+- ``status``: one wording and one badge per status, each app registering its own words;
+- ``filters``: a status column's filter, a range of days, the calendar's ends;
+- ``pagination``: counts that stay bounded on big tables, inlines a page at a time;
+- ``mixins``: read-only ledgers, status fields as badges, paged inlines;
+- ``render``: stored payloads, long texts and links on a record's page;
+- ``actions``: the confirmation page of an action that needs a reason;
+- ``diff``: two bodies side by side, bounded;
+- ``evidence``: a row's entry in the verifiable log and a record's evidence bundle.
+
+See docs/console.md, "How it shows things".
+"""
+
 from django.contrib import admin
 
-from .actors import Actor
-from .models import ApiClient, WorkerHeartbeat
-from .services import api_client_set_active
+from ..actors import Actor
+from ..models import ApiClient, WorkerHeartbeat
+from ..services import api_client_set_active
 
 
 @admin.register(ApiClient)

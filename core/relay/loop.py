@@ -1,45 +1,7 @@
-"""The outbox relay: moves committed work from the database to the workers
-(docs/subsystems/relay.md; docs/architecture.md, "Where each race is decided").
-
-A request that accepts work (a webhook event, a deployment) commits one row and answers; it
-never talks to the broker. The row is the outbox. Each app registers its outboxes here from
-its ``AppConfig.ready``: a function that claims rows waiting for a message and marks them
-dispatched, a sweep that claims rows whose message may have been lost, and how old the oldest
-waiting row is.
-
-A relay runs in every Celery worker (``RelayStep``, a worker bootstep), as a thread of the
-worker's main process, so that deploying stays web + worker + beat and events move with beat
-stopped. It loops:
-
-- claim: in one transaction per outbox, ``SELECT ... FOR UPDATE SKIP LOCKED`` of a bounded
-  batch of waiting rows (a partial index keeps that cheap at any table size), stamp them
-  dispatched, publish their messages, commit. Several relays at once never take the same row;
-  a publish that fails rolls the stamp back, so the rows wait for the next round; a relay
-  killed between publish and commit leaves rows that are published twice, which the workers'
-  idempotent claim makes harmless;
-- sweep, in its first round and then every ``RELAY_SWEEP_INTERVAL_SECONDS``: rows whose
-  message may be lost (published long ago and never claimed, retries that came due, leases
-  that expired) are published again; a relay killed after commit and before publishing loses
-  nothing, its rows come back here. A sweep whose batch comes back full goes on in the next
-  round, at once (a broker that lost its data can leave many rows behind), with the claim of
-  new rows between its batches;
-- flow control (``Outbox.flow_control``, the inbox has it): a relay keeps at most
-  ``RELAY_IN_FLIGHT_LIMIT`` rows per worker process in flight (published, not yet finished by
-  a worker). When the workers fall behind, new rows wait in the database, not in the broker,
-  and go out as full messages once the workers catch up: one message per row that arrived
-  since the last round would make a busy worker pay its per-message cost once per row;
-- held groups: an outbox may hold some of its rows back from the claim (the events of a
-  paused webhook source). Each round the relay serves every such group apart, in a
-  transaction of its own (``Outbox.held_claim``): the outbox sets the group's rows aside, or
-  releases them in order within the group's rate. The claim of everything else stays what it
-  was; see docs/subsystems/relay.md, "Pausing a source";
-- poll adaptively: at once again while batches come back full; after a round that took rows,
-  a pause in proportion to the rate it takes them at (``Relay.busy_pause``): a few
-  milliseconds while work trickles in, up to ``RELAY_BUSY_POLL_SECONDS`` under load, so that
-  messages fill; up to ``RELAY_IDLE_POLL_SECONDS`` when idle. Polling costs nothing on the
-  request path (a ``NOTIFY`` from every inserting transaction was measured to cost about a
-  third of the database's commit rate; see docs/bench-log/2026-11-30.md), and a lost wake-up cannot
-  exist: the database, not a notification, says what is waiting.
+"""The relay's loop (docs/subsystems/relay.md, "A round" and "Flow control"): ``Relay`` runs
+the rounds over every registered outbox, holds or waits for the active relay's lock, keeps
+its in-flight rows under the limit and paces its polls; ``RelayStep`` runs one in every
+Celery worker, in a thread of the worker's main process.
 """
 
 from __future__ import annotations
@@ -51,20 +13,19 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Callable, Hashable
 from dataclasses import dataclass
-from datetime import datetime, timedelta
-from typing import Any, Generic, TypeVar
+from datetime import timedelta
 
-from celery import bootsteps, current_app, signals
+from celery import bootsteps, signals
 from django.conf import settings
-from django.db import close_old_connections, connection, transaction
+from django.db import close_old_connections, connection
 from django.utils import timezone
 
-from .logging import correlation_id_bound
-from .relay_lock import ActiveRelayLock, active_relay_lock_supported
+from .lock import ActiveRelayLock, active_relay_lock_supported
+from .outbox import Outbox, Publication, outboxes, relay_round
 
-logger = logging.getLogger(__name__)
+# The name the relay has always logged under, whatever module of the package logs.
+logger = logging.getLogger("core.relay")
 
 # Under flow control, a published row stops counting as in flight after this long.
 IN_FLIGHT_FORGET_SECONDS = 60.0
@@ -75,132 +36,6 @@ IN_FLIGHT_FORGET_SECONDS = 60.0
 ROLE_ACTIVE = "active"
 ROLE_STANDBY = "standby"
 ROLE_STAND_IN = "stand_in"
-
-
-# What identifies a group of rows an outbox holds back (the inbox: a source's id).
-Group = TypeVar("Group", bound=Hashable)
-
-
-@dataclass(frozen=True)
-class Publication:
-    """One message: the task to run and its arguments, with the correlation id it carries."""
-
-    task: str
-    args: list
-    correlation_id: str = ""
-    # The outbox rows it carries, for an outbox with flow control (``Outbox.flow_control``).
-    rows: tuple[int, ...] = ()
-
-
-class Outbox(Generic[Group]):
-    """How the relay serves one kind of outbox row: a subclass per kind, in the app that owns
-    the rows (``webhooks.outbox.InboxOutbox``, ``deployments.outbox.JobOutbox``), registered
-    from its ``AppConfig.ready`` (``outbox_register``). As with Django's ``ModelAdmin``, a
-    subclass implements what it must and overrides what it needs of the rest.
-
-    Required: ``claim(limit)`` and ``sweep(limit)`` run inside the relay's transaction: they
-    lock and stamp the rows they return messages for, and return ``(rows_taken,
-    publications)``; ``oldest_waiting()`` is when the oldest row waiting for a message was
-    committed (``None`` when none waits): the relay's lag.
-
-    Optional:
-
-    - ``has_waiting()``: a cheap probe outside any transaction, so that an idle relay takes no
-      lock (by default the claim always runs);
-    - held groups: rows may be held back in groups. ``held()`` names the groups held now (one
-      cheap read per round; none by default), which ``claim``, ``sweep`` and
-      ``oldest_waiting`` leave alone, and ``held_claim(group, limit)`` serves one of them in a
-      transaction of its own, like a claim: it may set rows aside, or release them in order at
-      the group's own pace. It is called for every held group in every round, by every relay;
-      it decides under the group's own lock how much may go, so that several relays together
-      keep that pace;
-    - flow control (``flow_control = True``): ``unfinished(rows)`` returns, of the rows this
-      relay published (``Publication.rows``), those no worker has finished with yet. A relay
-      then keeps at most its in-flight limit of rows in flight, and claims again once half of
-      them are done: while the workers keep up, every row goes at once; when they fall behind,
-      new rows wait in the database, not in the broker, and the next claim takes them as full
-      messages (a worker pays its per-message cost once per batch, not once per row)."""
-
-    name: str = ""
-    flow_control: bool = False
-
-    def claim(self, limit: int) -> tuple[int, list[Publication]]:
-        raise NotImplementedError
-
-    def sweep(self, limit: int) -> tuple[int, list[Publication]]:
-        raise NotImplementedError
-
-    def oldest_waiting(self) -> datetime | None:
-        raise NotImplementedError
-
-    def has_waiting(self) -> bool:
-        return True
-
-    def held(self) -> list[Group]:
-        return []
-
-    def held_claim(self, group: Group, limit: int) -> tuple[int, list[Publication]]:
-        return 0, []
-
-    def unfinished(self, rows: list[int]) -> set[int]:
-        raise NotImplementedError(f"{type(self).__name__} has no flow control")
-
-
-_outboxes: dict[str, Outbox[Any]] = {}
-
-
-def outbox_register(outbox: Outbox[Any]) -> None:
-    _outboxes[outbox.name] = outbox
-
-
-def outboxes() -> list[Outbox[Any]]:
-    return list(_outboxes.values())
-
-
-def outbox_lag_seconds(*, now: datetime | None = None) -> dict[str, float]:
-    """Per outbox, how long its oldest waiting row has waited for a message (0 when none)."""
-    now = now or timezone.now()
-    lags = {}
-    for outbox in outboxes():
-        oldest = outbox.oldest_waiting()
-        lags[outbox.name] = max((now - oldest).total_seconds(), 0.0) if oldest else 0.0
-    return lags
-
-
-def publish(publications: list[Publication]) -> None:
-    """Publishes the messages on one producer; raises if the broker refuses one."""
-    if not publications:
-        return
-    app = current_app
-    with app.producer_or_acquire() as producer:
-        for publication in publications:
-            bound = (
-                correlation_id_bound(publication.correlation_id)
-                if publication.correlation_id
-                else contextlib.nullcontext()
-            )
-            with bound:
-                app.send_task(
-                    publication.task, args=publication.args, producer=producer
-                )
-
-
-def relay_round(
-    outbox: Outbox,
-    step: Callable[[int], tuple[int, list[Publication]]],
-    limit: int,
-    *,
-    published: list[Publication] | None = None,
-) -> int:
-    """One claim (or sweep) of one outbox: lock and stamp, publish, commit. Returns the rows
-    taken (and adds the messages to ``published`` once committed); a failed publish rolls the
-    stamps back and raises."""
-    with transaction.atomic():
-        taken, publications = step(limit)
-        publish(publications)
-    if published is not None:
-        published.extend(publications)
-    return taken
 
 
 @dataclass
@@ -381,7 +216,7 @@ class Relay:
         """Reports this relay alive (and whether it publishes), then reads the others'
         reports: the worker processes the active relay publishes for, and, for a relay
         standing by, whether the active one went silent (``_role_from_heartbeats``)."""
-        from .models import RelayHeartbeat
+        from ..models import RelayHeartbeat
 
         RelayHeartbeat.beat(
             relay_id=self.relay_id,
