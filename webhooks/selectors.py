@@ -19,6 +19,7 @@ from core.selectors import COUNT_CAP, capped_count
 if TYPE_CHECKING:
     from django_stubs_ext import WithAnnotations
 
+from . import statements
 from .models import (
     REPLAY_REPEATS_CAUSES,
     DeadLetterCause,
@@ -30,22 +31,6 @@ from .models import (
     WebhookSecret,
     WebhookSource,
 )
-
-_SOURCE_FIELDS = ("id", "slug", "scheme", "handler", "timestamp_tolerance_seconds")
-
-
-@functools.cache
-def _source_with_secrets_sql(vendor: str) -> str:
-    quote = connection.ops.quote_name
-    source = quote(WebhookSource._meta.db_table)
-    secret = quote(WebhookSecret._meta.db_table)
-    columns = ", ".join(f"s.{quote(name)}" for name in _SOURCE_FIELDS)
-    return (
-        f"SELECT {columns}, k.secret, k.expires_at FROM {source} s"  # noqa: S608
-        f" LEFT JOIN {secret} k ON k.source_id = s.id"
-        " AND (k.expires_at IS NULL OR k.expires_at > %s)"
-        " WHERE s.slug = %s AND s.is_enabled = %s"
-    )
 
 
 @dataclass(frozen=True)
@@ -77,12 +62,13 @@ def _snapshot_load(slug: str) -> SourceSnapshot | None:
     expires_at = WebhookSecret._meta.get_field("expires_at")
     params = [expires_at.get_db_prep_value(now, connection), slug, True]
     with connection.cursor() as cursor:
-        cursor.execute(_source_with_secrets_sql(connection.vendor), params)
+        cursor.execute(statements.source_with_secrets_sql(connection.vendor), params)
         rows = cursor.fetchall()
     if not rows:
         return None
-    width = len(_SOURCE_FIELDS)
-    source = WebhookSource.from_db(connection.alias, _SOURCE_FIELDS, rows[0][:width])
+    fields = statements.SNAPSHOT_SOURCE_FIELDS
+    width = len(fields)
+    source = WebhookSource.from_db(connection.alias, fields, rows[0][:width])
     secrets = [
         (row[width], _aware(row[width + 1])) for row in rows if row[width] is not None
     ]
@@ -403,17 +389,11 @@ def webhook_source_pause_gauges(
         (slug, max((now - since).total_seconds(), 0.0) if since else 0.0)
         for slug, since in enabled.values_list("slug", "hold__paused_at")
     ]
-    quote = connection.ops.quote_name
-    sql = (
-        f"SELECT s.slug, CASE WHEN h.paused_at IS NULL THEN 0 ELSE ("  # noqa: S608
-        f" SELECT COUNT(*) FROM (SELECT 1 FROM {quote(InboxEvent._meta.db_table)} e"
-        " WHERE e.source_id = s.id AND e.processing_status IN (%s, %s) LIMIT %s"
-        f") AS waiting) END FROM {quote(WebhookSource._meta.db_table)} s"
-        f" LEFT JOIN {quote(SourceHold._meta.db_table)} h ON h.source_id = s.id"
-        " WHERE s.is_enabled = %s ORDER BY s.slug"
-    )
     with connection.cursor() as cursor:
-        cursor.execute(sql, [*WAITING_STATUSES, cap + 1, True])
+        cursor.execute(
+            statements.paused_sources_held_sql(connection.vendor),
+            [*WAITING_STATUSES, cap + 1, True],
+        )
         held = [(slug, int(count)) for slug, count in cursor.fetchall()]
     return paused, held
 
@@ -467,20 +447,8 @@ def inbox_event_types(*, limit: int = MAX_EVENT_TYPES) -> list[str]:
     """The distinct event types of the inbox, read with a loose index scan of
     ``(event_type, received_at)`` (one index probe per type) instead of ``SELECT DISTINCT``
     over the table."""
-    table = connection.ops.quote_name(InboxEvent._meta.db_table)
-    sql = f"""
-        WITH RECURSIVE types(event_type) AS (
-            SELECT MIN(event_type) FROM {table}
-            UNION ALL
-            SELECT (SELECT e.event_type FROM {table} e
-                    WHERE e.event_type > types.event_type
-                    ORDER BY e.event_type LIMIT 1)
-            FROM types WHERE types.event_type IS NOT NULL
-        )
-        SELECT event_type FROM types WHERE event_type IS NOT NULL LIMIT %s
-    """  # noqa: S608 - the table name is the model's, not input
     with connection.cursor() as cursor:
-        cursor.execute(sql, [limit])
+        cursor.execute(statements.event_types_sql(connection.vendor), [limit])
         return [row[0] for row in cursor.fetchall()]
 
 

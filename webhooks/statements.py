@@ -2,10 +2,11 @@
 "A webhook delivery"; docs/subsystems/processing.md, "A batch of inbox events on a worker").
 
 Each statement does what the ORM cannot do in one round trip: ingest's upserts, the claim and
-the close of a batch, the relay's claim. Their column lists are built from the models' ``_meta``: a
-column added to ``InboxEvent`` is the model and its migration, nothing here. Everything else
-the inbox writes goes through the ORM. A set statement runs through
-``core.db.set_statement_execute`` (binary arrays, its own transaction's lock timeout).
+the close of a batch, the relay's claim, and a few reads of the selectors. Their column lists
+are built from the models' ``_meta``: a column added to ``InboxEvent`` is the model and its
+migration, nothing here. Everything else the inbox writes goes through the ORM. A set
+statement runs through ``core.db.set_statement_execute`` (binary arrays, its own
+transaction's lock timeout).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from .models import (
     ProcessingStatus,
     SignatureFailure,
     SourceHold,
+    WebhookSecret,
     WebhookSource,
 )
 
@@ -352,3 +354,67 @@ SELECT id FROM {_EVENTS}
  WHERE id = ANY(%(ids)s::bigint[]) AND dispatched_at IS NOT NULL
    AND processing_status IN ({", ".join(f"'{status}'" for status in RELAY_UNFINISHED_STATUSES)})
 """  # noqa: S608 - table names and the statuses' own values
+
+
+# --- reads ----------------------------------------------------------------------------------
+
+# What a delivery's verification reads of its source (``selectors.webhook_source_snapshot``).
+SNAPSHOT_SOURCE_FIELDS = (
+    "id",
+    "slug",
+    "scheme",
+    "handler",
+    "timestamp_tolerance_seconds",
+)
+
+
+@functools.cache
+def source_with_secrets_sql(vendor: str) -> str:
+    """An enabled source by slug, with each of its secrets valid at the bound instant: one
+    row per secret (one with NULLs when it has none)."""
+    quote = connection.ops.quote_name
+    source = quote(WebhookSource._meta.db_table)
+    secret = quote(WebhookSecret._meta.db_table)
+    columns = ", ".join(
+        f"s.{quote(_field(WebhookSource, name).column)}"
+        for name in SNAPSHOT_SOURCE_FIELDS
+    )
+    return (
+        f"SELECT {columns}, k.secret, k.expires_at FROM {source} s"  # noqa: S608
+        f" LEFT JOIN {secret} k ON k.source_id = s.id"
+        " AND (k.expires_at IS NULL OR k.expires_at > %s)"
+        " WHERE s.slug = %s AND s.is_enabled = %s"
+    )
+
+
+@functools.cache
+def paused_sources_held_sql(vendor: str) -> str:
+    """Per enabled source by slug, how many of its waiting events (the two bound statuses) a
+    pause holds, counted up to the bound cap: 0 when it is not paused."""
+    quote = connection.ops.quote_name
+    return (
+        f"SELECT s.slug, CASE WHEN h.paused_at IS NULL THEN 0 ELSE ("  # noqa: S608
+        f" SELECT COUNT(*) FROM (SELECT 1 FROM {quote(_EVENTS)} e"
+        " WHERE e.source_id = s.id AND e.processing_status IN (%s, %s) LIMIT %s"
+        f") AS waiting) END FROM {quote(_SOURCES)} s"
+        f" LEFT JOIN {quote(_HOLDS)} h ON h.source_id = s.id"
+        " WHERE s.is_enabled = %s ORDER BY s.slug"
+    )
+
+
+@functools.cache
+def event_types_sql(vendor: str) -> str:
+    """The inbox's distinct event types, up to the bound limit, by a loose index scan of
+    ``(event_type, received_at)``: one index probe per type."""
+    table = connection.ops.quote_name(_EVENTS)
+    return f"""
+        WITH RECURSIVE types(event_type) AS (
+            SELECT MIN(event_type) FROM {table}
+            UNION ALL
+            SELECT (SELECT e.event_type FROM {table} e
+                    WHERE e.event_type > types.event_type
+                    ORDER BY e.event_type LIMIT 1)
+            FROM types WHERE types.event_type IS NOT NULL
+        )
+        SELECT event_type FROM types WHERE event_type IS NOT NULL LIMIT %s
+    """  # noqa: S608 - the table name is the model's, not input
