@@ -21,8 +21,8 @@ from core.actors import Actor
 from core.errors import InvalidPayload
 from core.models import ApiClient
 from core.secrets import secret_problem
-from webhooks.models import OperatorAction
-from webhooks.operator_actions import (
+from trail.models import OperatorAction
+from trail.services import (
     DeployTargetDetails,
     TestDeployTargetDetails,
     operator_action_record,

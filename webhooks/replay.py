@@ -23,6 +23,8 @@ from django.utils import timezone
 
 from core.actors import Actor
 from core.times import INSTANT_RANGE_MESSAGE, instant_in_range
+from trail.models import OperatorAction
+from trail.services import ReplayDetails, operator_action_record
 
 from .dispatch import bulk_replay_job_publish
 from .errors import (
@@ -43,11 +45,9 @@ from .models import (
     REPLAYABLE_STATUSES,
     BulkReplayJob,
     InboxEvent,
-    OperatorAction,
     ProcessingStatus,
     WebhookSource,
 )
-from .operator_actions import ReplayDetails, operator_action_record
 from .pacing import Pace, next_slice_due, pace_for, slice_start
 from .selectors import inbox_entities_first_unfinished
 

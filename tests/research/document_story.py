@@ -18,7 +18,8 @@ from tests.webhooks.factories import (
     WebhookSourceFactory,
     research_source,
 )
-from webhooks.models import BulkReplayJob, InboxEvent, OperatorAction
+from trail.models import OperatorAction
+from webhooks.models import BulkReplayJob, InboxEvent
 from webhooks.pausing import webhook_source_pause
 from webhooks.processing import inbox_event_process
 from webhooks.replay import (

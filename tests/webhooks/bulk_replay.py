@@ -10,8 +10,9 @@ from django.contrib.auth.models import AbstractBaseUser
 from core.actors import Actor
 from tests.broker import broker_messages
 from tests.webhooks.factories import DeadLetteredEventFactory, WebhookSourceFactory
+from trail.models import OperatorAction
 from webhooks.dispatch import BULK_REPLAY_TASK
-from webhooks.models import BulkReplayJob, InboxEvent, OperatorAction
+from webhooks.models import BulkReplayJob, InboxEvent
 from webhooks.replay import bulk_replay_job_create
 
 

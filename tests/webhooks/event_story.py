@@ -20,12 +20,12 @@ from tests.webhooks.factories import (
     InboxAttemptFactory,
     InboxEventFactory,
 )
+from trail.models import OperatorAction
 from webhooks.models import (
     BulkReplayJob,
     DeadLetterCause,
     FingerprintMismatch,
     InboxEvent,
-    OperatorAction,
     ProcessingStatus,
 )
 from webhooks.processing import inbox_event_process

@@ -29,12 +29,13 @@ from tests.webhooks.bulk_replay import (
     replayed_ids,
 )
 from tests.webhooks.factories import DeadLetteredEventFactory, WebhookSourceFactory
+from trail.models import OperatorAction
 from webhooks.errors import (
     BulkReplayJobNotCancellable,
     BulkReplayJobNotFound,
     InvalidBulkReplayRate,
 )
-from webhooks.models import BulkReplayJob, InboxEvent, OperatorAction
+from webhooks.models import BulkReplayJob, InboxEvent
 from webhooks.replay import (
     bulk_replay_job_cancel,
     bulk_replay_job_resume,

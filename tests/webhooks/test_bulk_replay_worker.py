@@ -11,8 +11,9 @@ from core.actors import Actor
 from tests import processes
 from tests.console import make_user
 from tests.webhooks.bulk_replay import dead_job, finished, replayed_ids
+from trail.models import OperatorAction
 from webhooks.dispatch import BULK_REPLAY_TASK
-from webhooks.models import BulkReplayJob, OperatorAction
+from webhooks.models import BulkReplayJob
 from webhooks.replay import (
     bulk_replay_job_resume,
     bulk_replay_job_start,

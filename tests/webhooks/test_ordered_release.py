@@ -19,13 +19,8 @@ from core.relay import Relay
 from tests.broker import broker_reset, inbox_messages, message_inbox_event_ids
 from tests.integrations.research.factories import research_event
 from tests.webhooks.factories import hold_of, inbox_events_bulk_create, research_source
-from webhooks.models import (
-    BulkReplayJob,
-    InboxEvent,
-    OperatorAction,
-    ProcessingStatus,
-    SourceHold,
-)
+from trail.models import OperatorAction
+from webhooks.models import BulkReplayJob, InboxEvent, ProcessingStatus, SourceHold
 from webhooks.pausing import webhook_source_pause, webhook_source_resume
 from webhooks.processing import inbox_events_process
 from webhooks.replay import (

@@ -34,6 +34,7 @@ from tests.webhooks.factories import (
     research_source,
     signed_post,
 )
+from trail.models import OperatorAction
 from webhooks import outbox
 from webhooks.errors import SourceAlreadyPaused, SourceNotPaused
 from webhooks.metrics import QueueLagCollector
@@ -41,7 +42,6 @@ from webhooks.models import (
     FingerprintMismatch,
     InboxAttempt,
     InboxEvent,
-    OperatorAction,
     SourceHold,
     WebhookSource,
 )

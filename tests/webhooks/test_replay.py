@@ -17,14 +17,9 @@ from tests.webhooks.factories import (
     InboxEventFactory,
     WebhookSourceFactory,
 )
+from trail.models import OperatorAction
 from webhooks.errors import NothingToReplay
-from webhooks.models import (
-    BulkReplayJob,
-    InboxAttempt,
-    InboxEvent,
-    OperatorAction,
-    ProcessingStatus,
-)
+from webhooks.models import BulkReplayJob, InboxAttempt, InboxEvent, ProcessingStatus
 from webhooks.replay import (
     bulk_replay_job_create,
     bulk_replay_job_run,

@@ -17,14 +17,9 @@ from core.actors import Actor
 from tests.console import admin_action
 from tests.integrations.research.factories import research_event
 from tests.webhooks.factories import DeadLetteredEventFactory, WebhookSourceFactory
+from trail.models import OperatorAction
 from webhooks.errors import ReplayRepeatsUnconfirmed
-from webhooks.models import (
-    BulkReplayJob,
-    DeadLetterCause,
-    InboxEvent,
-    OperatorAction,
-    ProcessingStatus,
-)
+from webhooks.models import BulkReplayJob, DeadLetterCause, InboxEvent, ProcessingStatus
 from webhooks.processing import inbox_events_process
 from webhooks.replay import (
     bulk_replay_job_create,

@@ -16,8 +16,9 @@ from tests.webhooks.factories import (
     InboxEventFactory,
     WebhookSourceFactory,
 )
+from trail.models import OperatorAction
 from webhooks.errors import NothingToReplay
-from webhooks.models import BulkReplayJob, InboxEvent, OperatorAction
+from webhooks.models import BulkReplayJob, InboxEvent
 from webhooks.replay import bulk_replay_job_create, inbox_events_replay
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -22,6 +22,7 @@ from core.actors import Actor
 from core.admin_base import admin_link, pretty_body, status_words
 from core.errors import ServiceError
 from core.times import duration_display, time_display
+from trail.models import OperatorAction
 
 from ..errors import ReplayRepeatsUnconfirmed
 from ..models import (
@@ -30,7 +31,6 @@ from ..models import (
     FingerprintMismatch,
     InboxAttempt,
     InboxEvent,
-    OperatorAction,
     ProcessingStatus,
     WebhookSecret,
 )

@@ -27,15 +27,14 @@ from core.admin_base import (
 from core.errors import ServiceError
 from core.selectors import COUNT_CAP
 from core.times import time_display
+from trail.models import OperatorAction, operator_action_words
 
 from ..models import (
     BULK_REPLAY_RATE_MAX,
     BULK_REPLAY_RATE_MIN,
     REPLAYABLE_STATUSES,
     BulkReplayJob,
-    OperatorAction,
     ProcessingStatus,
-    operator_action_words,
 )
 from ..pacing import RATE_PROMISE
 from ..replay import (
@@ -776,7 +775,7 @@ class BulkReplayJobAdmin(admin.ModelAdmin):
             '<li><a href="{}">{}</a> {} by {}: {}</li>',
             (
                 (
-                    reverse("admin:webhooks_operatoraction_change", args=[a.pk]),
+                    reverse("admin:trail_operatoraction_change", args=[a.pk]),
                     time_display(a.created_at),
                     a.action_words,
                     a.actor_name,
@@ -787,7 +786,7 @@ class BulkReplayJobAdmin(admin.ModelAdmin):
         )
         every = format_html(
             '<a href="{}?bulk_job={}">every operator action of this job</a>',
-            reverse("admin:webhooks_operatoraction_changelist"),
+            reverse("admin:trail_operatoraction_changelist"),
             obj.pk,
         )
         more = (
