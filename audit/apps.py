@@ -23,7 +23,7 @@ class AuditConfig(AppConfig):
         from django.db.models.signals import post_save
 
         from core.periodic import periodic_task_register
-        from webhooks.models import OperatorAction
+        from trail.models import OperatorAction
 
         from .admin_hooks import admin_hooks_register
 

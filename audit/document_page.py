@@ -19,14 +19,8 @@ from django.utils.safestring import SafeString, mark_safe
 from core.admin.status import status_badge
 from core.times import time_display
 from research.models import DocumentRevision
-from webhooks.models import (
-    InboxAttempt,
-    InboxEvent,
-    OperatorAction,
-    ProcessingStatus,
-    SourceHold,
-    operator_action_words,
-)
+from trail.models import OperatorAction, operator_action_words
+from webhooks.models import InboxAttempt, InboxEvent, ProcessingStatus, SourceHold
 
 from .stories import _halves, _json_list_contains, document_events
 
@@ -115,7 +109,7 @@ def _action_html(action: OperatorAction) -> SafeString:
         '<span style="white-space: nowrap">{}</span>{}</li>',
         action.action,
         words,
-        _url("webhooks_operatoraction", action.pk),
+        _url("trail_operatoraction", action.pk),
         action.actor_name,
         time_display(action.created_at),
         job,

@@ -374,7 +374,7 @@ LEDGERS: dict[str, Ledger] = {
         ),
         Ledger(
             kind="operator_action",
-            model="webhooks.OperatorAction",
+            model="trail.OperatorAction",
             fields={
                 "action": "action",
                 "actor_id": "actor_id",

@@ -40,7 +40,8 @@ from django.db import connection, transaction
 from django.db.models import BooleanField, Case, Exists, OuterRef, QuerySet, Value, When
 from django.utils import timezone
 
-from webhooks.models import InboxEvent, OperatorAction
+from trail.models import OperatorAction
+from webhooks.models import InboxEvent
 from webhooks.retention import purge_stamp
 
 from .leaves import LeafInput

@@ -17,12 +17,8 @@ from django.utils.dateparse import parse_datetime
 from core.selectors import COUNT_CAP, capped_count
 from deployments.models import Build, Deployment, JobStatus, TriggerAttempt
 from idempotency.selectors import idempotency_records_stuck
-from webhooks.models import (
-    InboxEvent,
-    OperatorAction,
-    ProcessingStatus,
-    SignatureFailure,
-)
+from trail.models import OperatorAction
+from webhooks.models import InboxEvent, ProcessingStatus, SignatureFailure
 from webhooks.selectors import webhook_source_held_count, webhook_sources_paused
 
 

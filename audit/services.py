@@ -17,7 +17,8 @@ from django.conf import settings
 from django.db.models import BinaryField, Case, F, When
 from django.db.models.functions import Length
 
-from webhooks.models import InboxEvent, OperatorAction
+from trail.models import OperatorAction
+from webhooks.models import InboxEvent
 from webhooks.retention import purge_stamp
 
 from . import chain

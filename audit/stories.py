@@ -39,7 +39,8 @@ from django.db.models.functions import Length
 from core.errors import NotFound
 from deployments.models import Deployment
 from research.models import ResearchDocument
-from webhooks.models import FingerprintMismatch, InboxEvent, OperatorAction
+from trail.models import OperatorAction
+from webhooks.models import FingerprintMismatch, InboxEvent
 
 from .bundles import bundle_build
 from .checkpoints import checkpoint_latest

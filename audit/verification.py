@@ -48,7 +48,7 @@ from django.db.models.functions import Coalesce, Lag, Length
 from django.utils import timezone
 
 from deployments.models import Build, Deployment, JobTransition
-from webhooks.models import OperatorAction
+from trail.models import OperatorAction
 from webhooks.retention import purge_stamp
 
 from . import merkle, note

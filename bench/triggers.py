@@ -99,9 +99,9 @@ def _workers(ctx: BenchContext, tag: str, **env: str) -> list[Process]:
 def _jobs_create(n: int, *, tag: str) -> list[str]:
     """``n`` queued deployments with no message yet, as the API leaves them."""
     from core.actors import Actor
-    from core.services import api_client_create
     from deployments.models import Deployment
     from deployments.services.jobs import job_new
+    from trail.api_clients import api_client_create
 
     client, _ = api_client_create(actor=Actor.system(), name=f"bench-triggers-{tag}")
     jobs = [

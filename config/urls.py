@@ -1,6 +1,7 @@
 from django.conf import settings
 from django.contrib import admin
-from django.urls import include, path
+from django.urls import include, path, re_path
+from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from core import views as core_views
@@ -12,6 +13,16 @@ urlpatterns = [
     path("healthz", core_views.healthz, name="healthz"),
     path("readyz", core_views.readyz, name="readyz"),
     path("metrics", core_views.metrics, name="metrics"),
+    # Operator actions moved from the inbox's app to the trail's: the old addresses lead
+    # to the new ones (docs/runbook.md).
+    re_path(
+        r"^admin/webhooks/operatoraction/(?P<rest>.*)$",
+        RedirectView.as_view(
+            url="/admin/trail/operatoraction/%(rest)s",
+            query_string=True,
+            permanent=True,
+        ),
+    ),
     path("admin/", admin.site.urls),
     # The verifiable log's checkpoint, verifier key and proofs: public (no login).
     path("audit/", include("audit.urls")),

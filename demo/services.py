@@ -7,8 +7,8 @@ from django.utils import timezone
 
 from core.actors import Actor
 from core.errors import InvalidPayload
-from webhooks.models import OperatorAction
-from webhooks.operator_actions import SwitchDependencyDetails, operator_action_record
+from trail.models import OperatorAction
+from trail.services import SwitchDependencyDetails, operator_action_record
 
 from .errors import DependencyUnchanged, UnknownDependency
 from .models import DemoDependency

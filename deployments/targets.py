@@ -1,6 +1,6 @@
 """Deploy targets (docs/http-api.md, "Executors"): where operators route jobs, by repository
 and environment, to an executor with its URL and secret. Creating and changing one is an
-operator action (``webhooks.operator_actions``), recorded with the change in one transaction;
+operator action (``trail.services``), recorded with the change in one transaction;
 a target's secret is recorded only as its fingerprint. "Send test trigger" records the
 action and the test, commits, and a worker calls (never the web process, never a call inside
 a transaction); the admin shows the test's coarse outcome when it comes."""
@@ -22,8 +22,8 @@ from core.actors import Actor
 from core.errors import InvalidPayload
 from core.models import ApiClient
 from core.secrets import secret_problem
-from webhooks.models import OperatorAction
-from webhooks.operator_actions import (
+from trail.models import OperatorAction
+from trail.services import (
     DeployTargetDetails,
     TestDeployTargetDetails,
     operator_action_record,

@@ -1,9 +1,9 @@
 """The ``http`` executor: one Standard Webhooks message per job to a CI/CD system
 (docs/http-api.md, "Executors").
 
-The message is signed with the product's own Standard Webhooks scheme
-(``webhooks.schemes``), so any receiver verifies it with the ``standardwebhooks`` library (or
-any implementation of the scheme). Its ``webhook-id`` and ``Idempotency-Key`` are the job's
+The message is signed by ``core.signing``, the Standard Webhooks signing the inbox's own
+scheme uses too, so any receiver verifies it with the ``standardwebhooks`` library (or any
+implementation of the scheme). Its ``webhook-id`` and ``Idempotency-Key`` are the job's
 public id on every attempt, and its body is the same bytes on every attempt (the job as it
 was claimed): only ``webhook-timestamp`` and the signature change. A receiver deduplicates on
 ``webhook-id``.
@@ -17,15 +17,13 @@ from collections.abc import Iterable
 
 from django.conf import settings
 
-from core.errors import InvalidPayload
-from webhooks.schemes import StandardWebhooksScheme
+from core.signing import standard_webhooks_sign, whsec_problem
 
 from . import outbound
 from .executors import TriggerCall, TriggerExecutor, TriggerResult
 from .models import Job
 from .representations import job_representation
 
-SCHEME = StandardWebhooksScheme()
 MESSAGE_TYPES = {"deployment": "deployment.requested", "build": "build.requested"}
 
 
@@ -46,8 +44,8 @@ def trigger_message(*, job: Job, kind: str) -> bytes:
 
 def signed_headers(*, body: bytes, secret: str, message_id: str) -> dict[str, str]:
     """The Standard Webhooks headers of ``body`` now, and the idempotency key (the id)."""
-    headers = SCHEME.sign(
-        raw_body=body, secret=secret, event_id=message_id, timestamp=int(time.time())
+    headers = standard_webhooks_sign(
+        body=body, secret=secret, message_id=message_id, timestamp=int(time.time())
     )
     headers["Idempotency-Key"] = message_id
     headers["Content-Type"] = "application/json"
@@ -113,11 +111,8 @@ class HttpExecutor(TriggerExecutor):
         secret = secret or self.default_secret()
         if not secret:
             errors["secret"] = ["A whsec_ secret is required (or DEPLOY_HTTP_SECRET)."]
-        else:
-            try:
-                SCHEME.secret_validate(secret)
-            except InvalidPayload:
-                errors["secret"] = ["A Standard Webhooks secret: whsec_<base64>."]
+        elif whsec_problem(secret):
+            errors["secret"] = ["A Standard Webhooks secret: whsec_<base64>."]
         return errors
 
     def trigger(self, call: TriggerCall) -> TriggerResult:

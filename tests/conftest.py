@@ -9,11 +9,11 @@ import pytest
 
 from audit.roles import AUDITORS, OPERATORS, roles_bootstrap
 from core.actors import Actor
-from core.services import api_client_create
 from tests.console import make_user
 from tests.core.factories import bearer_http
 from tests.integrations.github.factories import github_source_create
 from tests.webhooks.factories import research_source
+from trail.api_clients import api_client_create
 
 
 @pytest.fixture

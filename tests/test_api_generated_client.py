@@ -15,8 +15,8 @@ import requests
 from django.utils import timezone
 
 from core.actors import Actor
-from core.services import api_client_create
 from tests import processes
+from trail.api_clients import api_client_create
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 

@@ -15,9 +15,9 @@ import subprocess
 import pytest
 
 from core.actors import Actor
-from core.services import api_client_create
 from tests import processes
 from tests.webhooks.factories import WebhookSourceFactory
+from trail.api_clients import api_client_create
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 

@@ -55,6 +55,20 @@ def test_core_importing_an_app_breaks_the_layers(tree):
     assert "core.probe -> webhooks.models" in result.stdout
 
 
+def test_deployments_importing_the_inbox_breaks_its_contract(tree):
+    (tree / "deployments" / "probe.py").write_text("import webhooks.schemes  # noqa\n")
+    result = lint(tree)
+    assert result.returncode != 0
+    assert "Research and deployments know nothing of the inbox BROKEN" in result.stdout
+
+
+def test_the_trail_importing_an_app_breaks_the_layers(tree):
+    (tree / "trail" / "probe.py").write_text("import webhooks.models  # noqa\n")
+    result = lint(tree)
+    assert result.returncode != 0
+    assert "trail.probe -> webhooks.models" in result.stdout
+
+
 def test_a_service_importing_its_tasks_breaks_the_acyclic_contract(tree):
     services = tree / "deployments" / "services" / "attempts.py"
     services.write_text(services.read_text() + "\nfrom .. import tasks  # noqa\n")

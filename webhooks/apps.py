@@ -18,7 +18,6 @@ class WebhooksConfig(AppConfig):
         from core.logging import correlation_headers_register
         from core.metrics import scrape_collector_register
         from core.relay.outbox import outbox_register
-        from core.trail import trail_recorder_install
 
         from . import ingest, integrations, schemes
         from .metrics import (
@@ -26,7 +25,6 @@ class WebhooksConfig(AppConfig):
             QueueLagCollector,
             SourceDeliveryCollector,
         )
-        from .operator_actions import operator_action_record
         from .outbox import INBOX_OUTBOX
 
         scrape_collector_register(QueueLagCollector())
@@ -35,8 +33,6 @@ class WebhooksConfig(AppConfig):
         # Accepted events, replays and due retries reach the workers through the relay; its
         # sweep publishes again what a lost message left behind.
         outbox_register(INBOX_OUTBOX)
-        # Core records API clients' changes in the trail through the one recorder.
-        trail_recorder_install(operator_action_record)
         # A webhook's correlation id is its event id, in its scheme's id header.
         correlation_headers_register(
             scheme.id_header for scheme in schemes.schemes().values()

@@ -21,6 +21,8 @@ from django.utils import timezone
 
 from core.actors import Actor
 from core.times import INSTANT_RANGE_MESSAGE, instant_in_range
+from trail.models import OperatorAction
+from trail.services import operator_action_record
 
 from .dispatch import bulk_replay_job_publish
 from .errors import (
@@ -37,10 +39,8 @@ from .models import (
     BULK_REPLAY_RATE_MIN,
     BulkReplayJob,
     InboxEvent,
-    OperatorAction,
     WebhookSource,
 )
-from .operator_actions import operator_action_record
 from .pacing import Pace, next_slice_due, pace_for, slice_start
 from .replay import inbox_events_replay, replay_queryset_build
 from .selectors import inbox_entities_first_unfinished

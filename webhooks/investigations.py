@@ -10,10 +10,11 @@ from django.db.models import QuerySet
 from django.utils import timezone
 
 from core.actors import Actor
+from trail.models import OperatorAction
+from trail.services import MarkInvestigatedDetails, operator_action_record
 
 from .errors import SelectionTooLarge
-from .models import FingerprintMismatch, OperatorAction
-from .operator_actions import MarkInvestigatedDetails, operator_action_record
+from .models import FingerprintMismatch
 
 logger = logging.getLogger(__name__)
 

@@ -22,15 +22,16 @@ from django.utils import timezone
 from core.actors import Actor
 from core.errors import InvalidPayload
 from core.selectors import COUNT_CAP
-
-from .errors import SourceAlreadyPaused, SourceNotPaused
-from .models import InboxEvent, OperatorAction, SourceHold, WebhookSource
-from .operator_actions import (
+from trail.models import OperatorAction
+from trail.services import (
     HeldDetails,
     PauseSourceDetails,
     ResumeSourceDetails,
     operator_action_record,
 )
+
+from .errors import SourceAlreadyPaused, SourceNotPaused
+from .models import InboxEvent, SourceHold, WebhookSource
 from .selectors import webhook_source_held_count
 
 logger = logging.getLogger(__name__)

@@ -15,6 +15,8 @@ from django.db import transaction
 from django.db.models import QuerySet
 
 from core.actors import Actor
+from trail.models import OperatorAction
+from trail.services import ReplayDetails, operator_action_record
 
 from .errors import NothingToReplay, ReplayRepeatsUnconfirmed, SelectionTooLarge
 from .models import (
@@ -22,10 +24,8 @@ from .models import (
     REPLAYABLE_STATUSES,
     BulkReplayJob,
     InboxEvent,
-    OperatorAction,
     ProcessingStatus,
 )
-from .operator_actions import ReplayDetails, operator_action_record
 
 logger = logging.getLogger(__name__)
 

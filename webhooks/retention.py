@@ -13,20 +13,15 @@ from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from core.actors import Actor
-
-from .models import (
-    TERMINAL_STATUSES,
-    FingerprintMismatch,
-    InboxEvent,
-    OperatorAction,
-    SignatureFailure,
-)
-from .operator_actions import (
+from trail.models import OperatorAction
+from trail.services import (
     PurgeBodiesDetails,
     PurgeEvidenceBodiesDetails,
     PurgeSignatureFailuresDetails,
     operator_action_record,
 )
+
+from .models import TERMINAL_STATUSES, FingerprintMismatch, InboxEvent, SignatureFailure
 
 
 def purge_stamp(value: datetime) -> str:

@@ -41,6 +41,17 @@ from django.views.decorators.debug import sensitive_variables
 
 from core.errors import InvalidPayload
 from core.secrets import secret_problem
+from core.signing import (
+    ID_HEADER,
+    SIGNATURE_HEADER,
+    TIMESTAMP_HEADER,
+    WHSEC_MAX_BYTES,
+    WHSEC_MIN_BYTES,
+    hmac_sha256,
+    standard_webhooks_content,
+    v1_digest,
+    v1_entry,
+)
 
 from .errors import InvalidSignature, SignatureFailureReason
 
@@ -134,10 +145,6 @@ def _signature_and_timestamp(
     return signature, timestamp
 
 
-def hmac_sha256(key: bytes, message: bytes) -> bytes:
-    return hmac.new(key, message, hashlib.sha256).digest()
-
-
 def first_match(candidates: Sequence[bytes], expected: Sequence[bytes]) -> int | None:
     """The index of the first of ``expected`` (one digest per secret, in the source's order)
     that one of ``candidates`` equals, or ``None``."""
@@ -164,8 +171,6 @@ def hex_entries(header: str, prefix: str) -> list[bytes]:
 # The least key material a secret may hold (docs/security.md, "Secrets"): below it a secret can
 # be guessed. Generated secrets hold 32 bytes.
 SECRET_MIN_BYTES = 16
-# Standard Webhooks' own range for the decoded key of a ``whsec_`` secret.
-WHSEC_MIN_BYTES, WHSEC_MAX_BYTES = 24, 64
 
 # Standard Webhooks' asymmetric keys: ``whpk_`` + base64 of the 32-byte Ed25519 public key,
 # ``whsk_`` + base64 of the 32-byte Ed25519 private key (RFC 8032's private key, the seed), as
@@ -285,11 +290,6 @@ class HmacSha256Scheme:
         secret_length_check(secret)
 
 
-def standard_webhooks_key(secret: str) -> bytes:
-    """The key of a ``whsec_<base64>`` secret, as the reference library derives it."""
-    return base64.b64decode(secret.removeprefix("whsec_"))
-
-
 def _public_key_refused(message: str) -> InvalidPayload:
     return InvalidPayload(
         message, details={"public_key": [message[:1].upper() + message[1:] + "."]}
@@ -397,9 +397,9 @@ class StandardWebhooksScheme:
     name = "standard-webhooks"
     label = "Standard Webhooks"
     signs_event_id = True
-    id_header = "webhook-id"
-    timestamp_header = "webhook-timestamp"
-    signature_header = "webhook-signature"
+    id_header = ID_HEADER
+    timestamp_header = TIMESTAMP_HEADER
+    signature_header = SIGNATURE_HEADER
     header_descriptions = {
         id_header: "standard-webhooks: the event id.",
         timestamp_header: "standard-webhooks: unix seconds.",
@@ -440,16 +440,12 @@ class StandardWebhooksScheme:
             raise InvalidSignature(SignatureFailureReason.MALFORMED)
         event_id = header_value(headers, self.id_header)
         # Over the bytes the producer signed: the headers as sent.
-        message = b".".join(
-            [
-                header_bytes(headers, self.id_header),
-                header_bytes(headers, self.timestamp_header),
-                raw_body,
-            ]
+        message = standard_webhooks_content(
+            header_bytes(headers, self.id_header),
+            header_bytes(headers, self.timestamp_header),
+            raw_body,
         )
-        expected = [
-            hmac_sha256(standard_webhooks_key(secret), message) for secret in secrets
-        ]
+        expected = [v1_digest(secret, message) for secret in secrets]
         index = first_match(candidates["v1"], expected)
         matched = (
             secrets[index]
@@ -472,7 +468,9 @@ class StandardWebhooksScheme:
     ) -> dict[str, str]:
         """A ``v1`` entry under a ``whsec_`` secret, a ``v1a`` entry under a ``whsk_``
         private key."""
-        message = f"{event_id}.{timestamp}.".encode() + raw_body
+        message = standard_webhooks_content(
+            event_id.encode(), str(timestamp).encode(), raw_body
+        )
         if secret.startswith(PRIVATE_KEY_PREFIX):
             signed = _ed25519_private_key(secret).sign(message)
             entry = f"v1a,{base64.b64encode(signed).decode()}"
@@ -481,8 +479,7 @@ class StandardWebhooksScheme:
                 "a public key (whpk_) verifies signatures; its private key (whsk_) signs"
             )
         else:
-            digest = hmac_sha256(standard_webhooks_key(secret), message)
-            entry = f"v1,{base64.b64encode(digest).decode()}"
+            entry = v1_entry(secret, message)
         return {
             self.id_header: event_id,
             self.timestamp_header: str(timestamp),

@@ -19,13 +19,14 @@ from core.selectors import COUNT_CAP, capped_count
 if TYPE_CHECKING:
     from django_stubs_ext import WithAnnotations
 
+from trail.models import OperatorAction
+
 from . import statements
 from .models import (
     REPLAY_REPEATS_CAUSES,
     DeadLetterCause,
     InboxAttempt,
     InboxEvent,
-    OperatorAction,
     ProcessingStatus,
     SourceHold,
     WebhookSecret,

@@ -23,9 +23,8 @@ from django.views.decorators.debug import sensitive_variables
 from core.actors import Actor
 from core.errors import InvalidPayload
 from core.models import ApiClient
-
-from .models import OperatorAction, WebhookSecret, WebhookSource
-from .operator_actions import (
+from trail.models import OperatorAction
+from trail.services import (
     CreateSourceDetails,
     ExpectedIntervalDetails,
     RotatePublicKeyDetails,
@@ -34,6 +33,8 @@ from .operator_actions import (
     SourceEnabledDetails,
     operator_action_record,
 )
+
+from .models import WebhookSecret, WebhookSource
 from .schemes import public_key_validate, scheme_get
 from .selectors import webhook_source_key_kind, webhook_source_snapshot_forget
 

@@ -17,12 +17,13 @@ from typing import Any
 from django.db import connection, models
 from django.db.models import Q
 
+from trail.models import OperatorAction
+
 from .models import (
     TERMINAL_STATUSES,
     FingerprintMismatch,
     InboxAttempt,
     InboxEvent,
-    OperatorAction,
     ProcessingStatus,
 )
 from .selectors import inbox_event_products

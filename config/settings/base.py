@@ -37,6 +37,7 @@ INSTALLED_APPS = [
     "django_otp",
     "django_otp.plugins.otp_totp",
     "core",
+    "trail",
     "webhooks",
     "idempotency",
     "research",

@@ -17,7 +17,8 @@ from audit import chain
 from audit.chain import ACTION_SEALED_FIELDS, GENESIS_HASH, INBOX_SEALED_FIELDS
 from audit.models import AuditSeal, AuditSealActionEntry, AuditSealEntry
 from audit.services import rows_hash_compute, seal_hash_compute
-from webhooks.models import InboxEvent, OperatorAction
+from trail.models import OperatorAction
+from webhooks.models import InboxEvent
 
 
 def hmac_seal(

@@ -25,7 +25,8 @@ from tests.deployments.receiver import Receiver
 from tests.integrations.research.factories import research_event
 from tests.snapshots import rows_snapshot
 from tests.webhooks.factories import conflicting_body, research_source, signed_post
-from webhooks.models import InboxEvent, OperatorAction, WebhookSource
+from trail.models import OperatorAction
+from webhooks.models import InboxEvent, WebhookSource
 from webhooks.processing import inbox_event_process
 from webhooks.sources import webhook_source_rotate
 

@@ -14,7 +14,6 @@ from django.utils import timezone
 
 from audit.roles import OPERATORS
 from core.actors import Actor
-from core.services import api_client_create, api_client_set_active
 from deployments.models import (
     Build,
     Deployment,
@@ -36,6 +35,7 @@ from tests.webhooks.factories import (
     InboxEventFactory,
     WebhookSourceFactory,
 )
+from trail.api_clients import api_client_create, api_client_set_active
 from webhooks.bulk_replay import (
     bulk_replay_job_cancel,
     bulk_replay_job_create,

@@ -23,11 +23,11 @@ from tests.webhooks.factories import (
     WebhookSecretFactory,
     WebhookSourceFactory,
 )
+from trail.models import OperatorAction
 from webhooks.models import (
     BulkReplayJob,
     FingerprintMismatch,
     InboxEvent,
-    OperatorAction,
     ProcessingStatus,
 )
 from webhooks.outbox import INBOX_OUTBOX
@@ -40,7 +40,7 @@ CHANGELISTS = [
     "webhooks_fingerprintmismatch",
     "webhooks_webhooksource",
     "webhooks_signaturefailure",
-    "webhooks_operatoraction",
+    "trail_operatoraction",
     "audit_auditseal",
     "webhooks_bulkreplayjob",
 ]
@@ -126,7 +126,7 @@ def trail(console) -> dict:
 
 def detail_urls(trail):
     from audit.models import AuditSeal
-    from webhooks.models import OperatorAction
+    from trail.models import OperatorAction
 
     return [
         reverse("admin:webhooks_inboxevent_change", args=[trail["processed"].pk]),
@@ -137,7 +137,7 @@ def detail_urls(trail):
         ),
         reverse("admin:webhooks_webhooksource_change", args=[trail["source"].pk]),
         reverse(
-            "admin:webhooks_operatoraction_change",
+            "admin:trail_operatoraction_change",
             args=[OperatorAction.objects.first().pk],
         ),
         reverse("admin:audit_auditseal_change", args=[AuditSeal.objects.first().pk]),
@@ -168,6 +168,7 @@ def test_bootstrap_roles_is_idempotent_and_gives_auditors_only_view_permissions(
     apps_ = set(auditors.permissions.values_list("content_type__app_label", flat=True))
     product_apps = {
         "core",
+        "trail",
         "webhooks",
         "idempotency",
         "research",
@@ -348,7 +349,7 @@ def test_operator_replays_with_a_reason_through_the_confirmation_page(
     assert action.actor == operator and action.event_ids == [dead.pk]
     assert dead.event_id.encode() not in operator_client.get(url).content
     # Auditors (and operators) see it in the operator actions.
-    actions = operator_client.get(reverse("admin:webhooks_operatoraction_changelist"))
+    actions = operator_client.get(reverse("admin:trail_operatoraction_changelist"))
     assert b"fixed the handler" in actions.content
 
 
@@ -470,7 +471,7 @@ def test_other_changelists_search(operator_client, trail):
     dlq = reverse("admin:webhooks_deadletteredevent_changelist")
     response = operator_client.get(dlq, {"q": trail["dead"].event_id})
     assert [e.pk for e in response.context["cl"].result_list] == [trail["dead"].pk]
-    actions = reverse("admin:webhooks_operatoraction_changelist")
+    actions = reverse("admin:trail_operatoraction_changelist")
     assert operator_client.get(actions, {"q": "operator"}).status_code == 200
 
 
@@ -539,7 +540,7 @@ def test_operator_cannot_change_or_delete_ledgers(operator_client, trail):
     change = reverse("admin:webhooks_inboxevent_change", args=[dead.pk])
     assert operator_client.post(change, {"event_type": "x"}).status_code == 403
     delete = reverse(
-        "admin:webhooks_operatoraction_delete", args=[OperatorAction.objects.first().pk]
+        "admin:trail_operatoraction_delete", args=[OperatorAction.objects.first().pk]
     )
     assert operator_client.post(delete, {"post": "yes"}).status_code == 403
     assert FingerprintMismatch.objects.count() == 1

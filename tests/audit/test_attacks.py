@@ -26,7 +26,8 @@ from django.utils import timezone
 
 from audit.tasks import seal_inbox_task
 from tests.webhooks.factories import InboxEventFactory
-from webhooks.models import InboxEvent, OperatorAction
+from trail.models import OperatorAction
+from webhooks.models import InboxEvent
 from webhooks.retention import purge_stamp
 
 from .ledger_rows import every_ledger

@@ -15,7 +15,8 @@ from tests.webhooks.factories import (
     WebhookSourceFactory,
     paused_at_of,
 )
-from webhooks.models import OperatorAction, ProcessingStatus
+from trail.models import OperatorAction
+from webhooks.models import ProcessingStatus
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 

@@ -26,7 +26,8 @@ from deployments.services.attempts import job_run
 from tests.core.factories import api_client_make, bearer_http
 from tests.deployments.factories import deployment_body, idempotent_post
 from tests.deployments.receiver import Fault, Receiver
-from webhooks.models import FingerprintMismatch, InboxEvent, OperatorAction
+from trail.models import OperatorAction
+from webhooks.models import FingerprintMismatch, InboxEvent
 from webhooks.replay import inbox_events_replay
 
 from .ledger_rows import every_ledger, seal_all, sealed_trail

@@ -52,7 +52,7 @@ LISTS = {
     "bulk-jobs": "admin:webhooks_bulkreplayjob_changelist",
     "deployments": "admin:deployments_deployment_changelist",
     "builds": "admin:deployments_build_changelist",
-    "operator-actions": "admin:webhooks_operatoraction_changelist",
+    "operator-actions": "admin:trail_operatoraction_changelist",
 }
 
 # How wide the table is against its box, and the page against the window.

@@ -23,7 +23,8 @@ from django.urls import NoReverseMatch, reverse
 from core.admin.status import STATUS_WORDS
 from deployments.models import DeployTargetTest, TriggerAttempt, TriggerPhase
 from tests.audit.populated_console import RESUMED_SOURCE, TARGET_NAME, populated_console
-from webhooks.models import BulkReplayJob, InboxAttempt, OperatorAction
+from trail.models import OperatorAction
+from webhooks.models import BulkReplayJob, InboxAttempt
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

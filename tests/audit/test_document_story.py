@@ -96,8 +96,8 @@ def test_the_dead_lettered_event_shows_its_rounds_and_the_operators_who_replayed
     shown = text(row)
     assert "3 attempts in 3 rounds" in shown
     assert "the event's data was rejected" in shown
-    replay = reverse("admin:webhooks_operatoraction_change", args=[story.replay.pk])
-    bulk = reverse("admin:webhooks_operatoraction_change", args=[story.bulk_replay.pk])
+    replay = reverse("admin:trail_operatoraction_change", args=[story.replay.pk])
+    bulk = reverse("admin:trail_operatoraction_change", args=[story.bulk_replay.pk])
     job = reverse("admin:webhooks_bulkreplayjob_change", args=[story.job.pk])
     assert f'<a class="document-event-operator" href="{replay}">operator</a>' in row
     assert f'<a class="document-event-operator" href="{bulk}">night-operator</a>' in row

@@ -38,9 +38,7 @@ def test_an_auditor_walks_from_a_document_to_its_dead_letter_and_who_replayed_it
         replayer=operator, bulk_replayer=make_user("night-operator", OPERATORS)
     )
     documents = reverse("admin:research_researchdocument_changelist")
-    replay_page = reverse(
-        "admin:webhooks_operatoraction_change", args=[story.replay.pk]
-    )
+    replay_page = reverse("admin:trail_operatoraction_change", args=[story.replay.pk])
 
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
@@ -99,5 +97,5 @@ def test_an_auditor_walks_from_a_document_to_its_dead_letter_and_who_replayed_it
 
     assert through_event.endswith(replay_page)
     assert straight.endswith(
-        reverse("admin:webhooks_operatoraction_change", args=[story.bulk_replay.pk])
+        reverse("admin:trail_operatoraction_change", args=[story.bulk_replay.pk])
     )

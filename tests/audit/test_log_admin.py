@@ -53,7 +53,7 @@ def test_lists_show_each_row_s_entry_and_whether_a_checkpoint_covers_it(
     [
         "webhooks_inboxevent",
         "webhooks_fingerprintmismatch",
-        "webhooks_operatoraction",
+        "trail_operatoraction",
         "research_documentrevision",
         "deployments_deployment",
         "deployments_build",
@@ -103,7 +103,7 @@ def test_detail_pages_and_inlines_show_the_entry(trail, auditor_client):
             "admin:deployments_statussync_change",
             args=[trail.deployment.status_syncs.get().pk],
         ): [("status_sync", trail.deployment.status_syncs.get().pk)],
-        reverse("admin:webhooks_operatoraction_change", args=[trail.rotation.pk]): [
+        reverse("admin:trail_operatoraction_change", args=[trail.rotation.pk]): [
             ("operator_action", trail.rotation.pk)
         ],
     }

@@ -21,7 +21,7 @@ def test_the_runbook_names_the_admin_pages_of_each_alert():
     for page in (
         "/admin/webhooks/deadletteredevent/",
         "/admin/webhooks/fingerprintmismatch/",
-        "/admin/webhooks/operatoraction/",
+        "/admin/trail/operatoraction/",
         "/admin/webhooks/bulkreplayjob/",
     ):
         assert any(url.startswith(page) for url in urls), page

@@ -25,7 +25,8 @@ from tests.webhooks.factories import (
     InboxEventFactory,
     WebhookSourceFactory,
 )
-from webhooks.models import InboxAttempt, InboxEvent, OperatorAction
+from trail.models import OperatorAction
+from webhooks.models import InboxAttempt, InboxEvent
 from webhooks.schemes import secret_fingerprint
 
 from .ledger_rows import every_ledger, seal_all

@@ -21,7 +21,8 @@ from audit.sealer import ledger_rows_seal
 from audit.services import audit_trail_verify
 from tests.snapshots import rows_snapshot
 from tests.webhooks.factories import InboxEventFactory, WebhookSourceFactory
-from webhooks.models import InboxEvent, OperatorAction
+from trail.models import OperatorAction
+from webhooks.models import InboxEvent
 
 from .hmac_chain import hmac_seal
 from .tampering import sql, verify_fails

@@ -21,7 +21,8 @@ from audit.services import audit_trail_verify
 from audit.verification import log_verify
 from tests.core.test_migrations import latest, migrate
 from tests.webhooks.factories import InboxEventFactory
-from webhooks.models import InboxEvent, OperatorAction
+from trail.models import OperatorAction
+from webhooks.models import InboxEvent
 
 from .tampering import sql, verify_fails
 

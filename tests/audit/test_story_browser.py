@@ -20,7 +20,8 @@ from tests.audit.test_browser import CHROMIUM, CHROMIUM_ARGS
 from tests.console import PASSWORD, make_user
 from tests.webhooks.event_story import event_with_a_story
 from tests.webhooks.factories import DeadLetteredEventFactory
-from webhooks.models import OperatorAction, ProcessingStatus
+from trail.models import OperatorAction
+from webhooks.models import ProcessingStatus
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -116,7 +117,7 @@ def test_an_auditor_follows_a_document_back_to_the_body_and_the_operator_by_link
     assert downloaded == bytes(story.event.raw_body)
     assert hashlib.sha256(downloaded).hexdigest() == story.event.payload_hash
     assert visited.endswith(
-        reverse("admin:webhooks_operatoraction_change", args=[story.replay.pk])
+        reverse("admin:trail_operatoraction_change", args=[story.replay.pk])
     )
 
 

@@ -9,7 +9,7 @@ from rest_framework.test import APIClient
 
 from core.actors import Actor
 from core.models import ApiClient
-from core.services import api_client_create
+from trail.api_clients import api_client_create
 
 _names = itertools.count(1)
 

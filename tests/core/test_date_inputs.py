@@ -61,7 +61,7 @@ def test_the_lists_checked_here_are_the_console_s_time_lists():
     assert {name for name, _ in RANGE_LISTS} >= {
         INBOX,
         "admin:webhooks_deadletteredevent_changelist",
-        "admin:webhooks_operatoraction_changelist",
+        "admin:trail_operatoraction_changelist",
         "admin:webhooks_bulkreplayjob_changelist",
         "admin:webhooks_signaturefailure_changelist",
         "admin:deployments_deployment_changelist",

@@ -76,7 +76,7 @@ def test_moved_models_keep_their_rows_and_their_permissions(back_to_before_the_m
 
     record = new.get_model("idempotency", "IdempotencyRecord").objects.get()
     assert (record.key, record.client_id) == ("k-1", api_client.pk)
-    action = new.get_model("webhooks", "OperatorAction").objects.get()
+    action = new.get_model("trail", "OperatorAction").objects.get()
     assert (action.actor_name, action.event_count) == ("ops", 3)
     assert action.bulk_job.reason == "incident 7"
     moved = new.get_model("auth", "Group").objects.get(name="Operators-before")

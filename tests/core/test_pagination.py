@@ -7,13 +7,13 @@ from urllib.parse import quote
 import pytest
 
 from core.actors import Actor
-from core.services import api_client_create
 from tests.core.factories import bearer_http
 from tests.deployments.factories import build_body, deployment_body
 from tests.deployments.factories import idempotent_post as post
 from tests.integrations.research.factories import research_event
 from tests.research.factories import document_event_apply
 from tests.snapshots import rows_snapshot
+from trail.api_clients import api_client_create
 
 pytestmark = pytest.mark.django_db
 

@@ -18,7 +18,8 @@ from research.models import DocumentRevision
 from tests.console import admin_action
 from tests.integrations.research.factories import research_event
 from tests.webhooks.factories import InboxEventFactory, WebhookSourceFactory
-from webhooks.models import DeadLetterCause, OperatorAction, ProcessingStatus
+from trail.models import OperatorAction
+from webhooks.models import DeadLetterCause, ProcessingStatus
 from webhooks.processing import inbox_event_process
 from webhooks.replay import inbox_events_replay
 

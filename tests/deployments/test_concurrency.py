@@ -11,13 +11,13 @@ import requests
 from core.actors import Actor
 from core.logging import CELERY_HEADER
 from core.relay.loop import Relay
-from core.services import api_client_create
 from deployments.models import Deployment
 from idempotency.models import IdempotencyRecord
 from tests import processes
 from tests.broker import queued_envelopes
 from tests.deployments.factories import deployment_body
 from tests.threads import run_together
+from trail.api_clients import api_client_create
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 

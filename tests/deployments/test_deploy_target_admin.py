@@ -15,7 +15,7 @@ from tests.console import admin_action
 from tests.deployments.fake_github import FakeGitHub
 from tests.deployments.leaks import STRAY
 from tests.deployments.receiver import RECEIVER_SECRET
-from webhooks.models import OperatorAction
+from trail.models import OperatorAction
 
 pytestmark = pytest.mark.django_db
 

@@ -24,7 +24,7 @@ from tests.deployments.factories import (
 )
 from tests.deployments.receiver import RECEIVER_SECRET, Fault, Receiver
 from tests.deployments.test_trigger_workers import FAST, wait_for
-from webhooks.models import OperatorAction
+from trail.models import OperatorAction
 
 pytestmark = pytest.mark.django_db
 

@@ -25,7 +25,7 @@ from tests import processes
 from tests.console import admin_action
 from tests.deployments.receiver import RECEIVER_SECRET, Receiver, closed_port_url
 from tests.deployments.test_trigger_workers import FAST
-from webhooks.models import OperatorAction
+from trail.models import OperatorAction
 
 pytestmark = pytest.mark.django_db
 

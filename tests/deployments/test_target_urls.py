@@ -26,7 +26,7 @@ from deployments.trigger_urls import url_query_fingerprint, url_shown
 from tests.audit.ledger_rows import seal_all
 from tests.deployments.factories import deployment_body, idempotent_post
 from tests.deployments.receiver import RECEIVER_SECRET, Receiver
-from webhooks.models import OperatorAction
+from trail.models import OperatorAction
 
 pytestmark = pytest.mark.django_db
 
@@ -228,9 +228,9 @@ def test_a_url_query_is_sent_with_the_call_and_recorded_nowhere(
             CHANGELIST,
             change_url(target),
             reverse("admin:deployments_deployment_change", args=[job.pk]),
-            reverse("admin:webhooks_operatoraction_changelist"),
+            reverse("admin:trail_operatoraction_changelist"),
             *(
-                reverse("admin:webhooks_operatoraction_change", args=[pk])
+                reverse("admin:trail_operatoraction_change", args=[pk])
                 for pk in OperatorAction.objects.values_list("pk", flat=True)
             ),
         ):

@@ -17,7 +17,6 @@ import requests
 from django.utils import timezone
 
 from core.actors import Actor
-from core.services import api_client_create
 from deployments.models import Deployment, DeployTarget, JobTransition, TriggerAttempt
 from tests import processes
 from tests.core.factories import api_client_make, bearer_http
@@ -28,6 +27,7 @@ from tests.deployments.receiver import Fault, Receiver
 from tests.integrations.github.factories import github_headers, github_source_create
 from tests.threads import run_together
 from tests.webhooks.factories import webhook_post
+from trail.api_clients import api_client_create
 from webhooks.models import InboxEvent
 
 pytestmark = [

@@ -262,8 +262,8 @@ def test_a_pending_metric_once_exported_must_leave_the_list():
 def test_a_gunicorn_server_exports_every_metric_and_label_used(tmp_path):
     """The same check against /metrics of gunicorn started as docs/operations.md's "Processes" says
     (its workers' metrics shared in multiprocess mode, as in production)."""
-    from core.services import api_client_create
     from tests.webhooks.factories import research_source
+    from trail.api_clients import api_client_create
 
     source = research_source()
     webhook_source_expected_interval_set(

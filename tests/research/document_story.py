@@ -18,12 +18,13 @@ from tests.webhooks.factories import (
     WebhookSourceFactory,
     research_source,
 )
+from trail.models import OperatorAction
 from webhooks.bulk_replay import (
     bulk_replay_job_create,
     bulk_replay_job_run,
     bulk_replay_job_start,
 )
-from webhooks.models import BulkReplayJob, InboxEvent, OperatorAction
+from webhooks.models import BulkReplayJob, InboxEvent
 from webhooks.pausing import webhook_source_pause
 from webhooks.processing import inbox_event_process
 from webhooks.replay import inbox_events_replay

@@ -10,9 +10,10 @@ from django.contrib.auth.models import AbstractBaseUser
 from core.actors import Actor
 from tests.broker import broker_messages
 from tests.webhooks.factories import DeadLetteredEventFactory, WebhookSourceFactory
+from trail.models import OperatorAction
 from webhooks.bulk_replay import bulk_replay_job_create
 from webhooks.dispatch import BULK_REPLAY_TASK
-from webhooks.models import BulkReplayJob, InboxEvent, OperatorAction
+from webhooks.models import BulkReplayJob, InboxEvent
 
 
 def dead_job(

@@ -20,6 +20,7 @@ from tests.webhooks.factories import (
     InboxAttemptFactory,
     InboxEventFactory,
 )
+from trail.models import OperatorAction
 from webhooks.bulk_replay import (
     bulk_replay_job_create,
     bulk_replay_job_run,
@@ -30,7 +31,6 @@ from webhooks.models import (
     DeadLetterCause,
     FingerprintMismatch,
     InboxEvent,
-    OperatorAction,
     ProcessingStatus,
 )
 from webhooks.processing import inbox_event_process

@@ -18,8 +18,9 @@ from tests.console import make_user
 from tests.threads import run_together
 from tests.webhooks.bulk_replay import dead_job, replayed_ids
 from tests.webhooks.factories import DeadLetteredEventFactory
+from trail.models import OperatorAction
 from webhooks.dispatch import BULK_REPLAY_TASK
-from webhooks.models import BulkReplayJob, InboxEvent, OperatorAction
+from webhooks.models import BulkReplayJob, InboxEvent
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

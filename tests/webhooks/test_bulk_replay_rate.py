@@ -29,6 +29,7 @@ from tests.webhooks.bulk_replay import (
     replayed_ids,
 )
 from tests.webhooks.factories import DeadLetteredEventFactory, WebhookSourceFactory
+from trail.models import OperatorAction
 from webhooks.bulk_replay import (
     bulk_replay_job_cancel,
     bulk_replay_job_resume,
@@ -39,7 +40,7 @@ from webhooks.errors import (
     BulkReplayJobNotFound,
     InvalidBulkReplayRate,
 )
-from webhooks.models import BulkReplayJob, InboxEvent, OperatorAction
+from webhooks.models import BulkReplayJob, InboxEvent
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -12,13 +12,14 @@ from tests import processes
 from tests.console import make_user
 from tests.webhooks.bulk_replay import chunk_actions, dead_job, finished
 from tests.webhooks.factories import DeadLetteredEventFactory
+from trail.models import OperatorAction
 from webhooks.bulk_replay import (
     bulk_replay_job_cancel,
     bulk_replay_job_resume,
     bulk_replay_job_start,
 )
 from webhooks.dispatch import BULK_REPLAY_TASK
-from webhooks.models import BulkReplayJob, InboxEvent, OperatorAction
+from webhooks.models import BulkReplayJob, InboxEvent
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 

@@ -11,9 +11,10 @@ from core.actors import Actor
 from tests import processes
 from tests.console import make_user
 from tests.webhooks.bulk_replay import dead_job, finished, replayed_ids
+from trail.models import OperatorAction
 from webhooks.bulk_replay import bulk_replay_job_resume, bulk_replay_job_start
 from webhooks.dispatch import BULK_REPLAY_TASK
-from webhooks.models import BulkReplayJob, OperatorAction
+from webhooks.models import BulkReplayJob
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 

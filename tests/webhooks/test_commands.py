@@ -353,7 +353,7 @@ def test_send_test_webhook_against_a_live_server(live_server, scheme):
 
 
 def test_pause_and_resume_are_operator_actions_of_the_os_user(monkeypatch):
-    from webhooks.models import OperatorAction
+    from trail.models import OperatorAction
 
     # What the invoking user's shell says of itself is not who ran the command.
     monkeypatch.setenv("LOGNAME", "mallory")
@@ -398,7 +398,7 @@ def test_pause_and_resume_are_operator_actions_of_the_os_user(monkeypatch):
 
 
 def test_pausing_twice_or_resuming_an_unpaused_source_fails_and_records_nothing():
-    from webhooks.models import OperatorAction
+    from trail.models import OperatorAction
 
     run(
         "webhook_source", "create", "lab", "--handler", "research", "--secret", SECRET_A
@@ -437,7 +437,7 @@ def test_pause_and_resume_of_an_unknown_source_fail_as_the_other_subcommands(arg
     ],
 )
 def test_pause_needs_a_reason_and_resume_a_rate_above_zero(args):
-    from webhooks.models import OperatorAction
+    from trail.models import OperatorAction
 
     run(
         "webhook_source", "create", "lab", "--handler", "research", "--secret", SECRET_A

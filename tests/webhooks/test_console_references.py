@@ -16,6 +16,7 @@ from tests.webhooks.factories import (
     InboxEventFactory,
     WebhookSourceFactory,
 )
+from trail.models import OperatorAction
 from webhooks.bulk_replay import (
     bulk_replay_job_cancel,
     bulk_replay_job_create,
@@ -27,7 +28,6 @@ from webhooks.models import (
     OPERATOR_ACTION_WORDS,
     BulkReplayJob,
     InboxEvent,
-    OperatorAction,
     ProcessingStatus,
 )
 from webhooks.pausing import webhook_source_pause, webhook_source_resume
@@ -86,17 +86,17 @@ def test_operator_actions_say_what_they_were_on_and_a_resume_what_it_released(
     )
     resume = webhook_source_resume(source=source, actor=Actor.of(operator), rate=2)
     listing = auditor_client.get(
-        reverse("admin:webhooks_operatoraction_changelist")
+        reverse("admin:trail_operatoraction_changelist")
     ).content.decode()
     assert "<th" in listing and ">On</" in listing
     source_page = reverse("admin:webhooks_webhooksource_change", args=[source.pk])
     for action, count in ((pause, "4 held"), (resume, "4 released")):
         row = _row(
-            listing, reverse("admin:webhooks_operatoraction_change", args=[action.pk])
+            listing, reverse("admin:trail_operatoraction_change", args=[action.pk])
         )
         assert f'source <a href="{source_page}">orders-eu</a>, {count}' in row, row
     page = auditor_client.get(
-        reverse("admin:webhooks_operatoraction_change", args=[resume.pk])
+        reverse("admin:trail_operatoraction_change", args=[resume.pk])
     ).content.decode()
     assert "Resume source by operator (4 released)" in page  # the title
     assert "4 released" in page[page.index("field-events") :]
@@ -137,13 +137,13 @@ def test_a_bulk_replay_job_page_lists_every_action_of_the_job(auditor_client, op
     trail = page[page.index("field-trail") :]
     trail = trail[: trail.index("</ul>")]
     for action in actions:
-        url = reverse("admin:webhooks_operatoraction_change", args=[action.pk])
+        url = reverse("admin:trail_operatoraction_change", args=[action.pk])
         assert url in trail, (action.action, trail)
     assert "Bulk replay (a chunk) by operator: 3 events replayed" in trail
     for words in ("Start bulk replay", "Cancel bulk replay", "Resume bulk replay"):
         assert f"{words} by operator" in trail
     # And the list of all of them, filtered by the job.
-    every = reverse("admin:webhooks_operatoraction_changelist") + f"?bulk_job={job.pk}"
+    every = reverse("admin:trail_operatoraction_changelist") + f"?bulk_job={job.pk}"
     assert every in page
     listed = auditor_client.get(every)
     assert [a.pk for a in listed.context["cl"].result_list] == sorted(
@@ -174,7 +174,7 @@ def test_an_action_s_details_read_in_words_beside_the_record(auditor_client, ope
 
     def details(action) -> str:
         page = auditor_client.get(
-            reverse("admin:webhooks_operatoraction_change", args=[action.pk])
+            reverse("admin:trail_operatoraction_change", args=[action.pk])
         ).content.decode()
         return page[page.index('class="action-details"') :]
 

@@ -70,7 +70,7 @@ def test_operator_actions_are_found_by_the_event_they_were_on(auditor_client, op
         actor=Actor.of(operator),
         reason="fixed the handler",
     )
-    actions = "admin:webhooks_operatoraction_changelist"
+    actions = "admin:trail_operatoraction_changelist"
     assert listed(auditor_client, actions, q="evt_doc42") == {on_dead.pk}
     assert (
         len(listed(auditor_client, actions, q="operator")) == 2
@@ -124,7 +124,7 @@ def test_a_range_of_days_filters_a_time_column(auditor_client):
     "changelist",
     [
         "admin:webhooks_deadletteredevent_changelist",
-        "admin:webhooks_operatoraction_changelist",
+        "admin:trail_operatoraction_changelist",
         "admin:webhooks_bulkreplayjob_changelist",
         "admin:webhooks_signaturefailure_changelist",
         "admin:deployments_deployment_changelist",

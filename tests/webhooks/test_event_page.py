@@ -16,7 +16,8 @@ from core.times import time_display
 from tests.console import make_user
 from tests.webhooks.event_story import event_with_a_story
 from tests.webhooks.factories import DeadLetteredEventFactory, InboxEventFactory
-from webhooks.models import InboxEvent, OperatorAction, ProcessingStatus
+from trail.models import OperatorAction
+from webhooks.models import InboxEvent, ProcessingStatus
 
 pytestmark = pytest.mark.django_db
 
@@ -115,8 +116,8 @@ def test_the_story_tells_every_delivery_attempt_round_action_and_revision_in_ord
     # Every record named is a link to its page.
     for name, obj in [
         ("webhooks_fingerprintmismatch", story.mismatch),
-        ("webhooks_operatoraction", story.replay),
-        ("webhooks_operatoraction", story.bulk_replay),
+        ("trail_operatoraction", story.replay),
+        ("trail_operatoraction", story.bulk_replay),
         ("webhooks_bulkreplayjob", story.job),
         ("research_documentrevision", story.revision),
     ]:
@@ -213,7 +214,7 @@ def test_an_operator_replays_from_the_event_page_with_a_reason(operator_client):
     assert response.redirect_chain[-1][0] == page
     message = response.content.decode()
     assert f'Replayed <a href="{page}">{dead.event_id}</a>' in message
-    assert reverse("admin:webhooks_operatoraction_change", args=[action.pk]) in message
+    assert reverse("admin:trail_operatoraction_change", args=[action.pk]) in message
     # Received now: no replay form any more.
     assert f'action="{replay}"' not in response.content.decode()
 
@@ -296,8 +297,8 @@ def test_the_attempts_table_shows_each_attempt_s_round_and_its_replay(
     html = page_of(auditor_client, story.event)
     inline = html[html.index('id="attempt_log-group"') :]
     rounds = re.findall(r'<td class="field-round">\s*<p>(.*?)</p>', inline, re.S)
-    replay = reverse("admin:webhooks_operatoraction_change", args=[story.replay.pk])
-    bulk = reverse("admin:webhooks_operatoraction_change", args=[story.bulk_replay.pk])
+    replay = reverse("admin:trail_operatoraction_change", args=[story.replay.pk])
+    bulk = reverse("admin:trail_operatoraction_change", args=[story.bulk_replay.pk])
     assert [html_unescape(r.strip()) for r in rounds] == [
         "1 (first delivery)",
         "1 (first delivery)",

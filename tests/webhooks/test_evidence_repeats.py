@@ -21,7 +21,8 @@ from tests.webhooks.factories import (
     research_source,
     signed_post,
 )
-from webhooks.models import FingerprintMismatch, OperatorAction, SignatureFailure
+from trail.models import OperatorAction
+from webhooks.models import FingerprintMismatch, SignatureFailure
 
 pytestmark = pytest.mark.django_db
 

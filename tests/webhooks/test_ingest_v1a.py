@@ -21,7 +21,8 @@ from django.utils import timezone
 from core.actors import Actor
 from tests.integrations.research.factories import research_event
 from tests.webhooks.factories import STANDARD_SECRET, encode, webhook_post
-from webhooks.models import InboxEvent, OperatorAction, SignatureFailure, WebhookSecret
+from trail.models import OperatorAction
+from webhooks.models import InboxEvent, SignatureFailure, WebhookSecret
 from webhooks.sources import webhook_source_create, webhook_source_rotate
 
 pytestmark = pytest.mark.django_db

@@ -19,6 +19,7 @@ from core.relay.loop import Relay
 from tests.broker import broker_reset, inbox_messages, message_inbox_event_ids
 from tests.integrations.research.factories import research_event
 from tests.webhooks.factories import hold_of, inbox_events_bulk_create, research_source
+from trail.models import OperatorAction
 from webhooks.bulk_replay import (
     bulk_replay_job_cancel,
     bulk_replay_job_create,
@@ -26,13 +27,7 @@ from webhooks.bulk_replay import (
     bulk_replay_job_run,
     bulk_replay_job_start,
 )
-from webhooks.models import (
-    BulkReplayJob,
-    InboxEvent,
-    OperatorAction,
-    ProcessingStatus,
-    SourceHold,
-)
+from webhooks.models import BulkReplayJob, InboxEvent, ProcessingStatus, SourceHold
 from webhooks.pausing import webhook_source_pause, webhook_source_resume
 from webhooks.processing import inbox_events_process
 

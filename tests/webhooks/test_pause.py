@@ -35,6 +35,7 @@ from tests.webhooks.factories import (
     research_source,
     signed_post,
 )
+from trail.models import OperatorAction
 from webhooks import outbox, statements
 from webhooks.errors import SourceAlreadyPaused, SourceNotPaused
 from webhooks.metrics import QueueLagCollector
@@ -42,7 +43,6 @@ from webhooks.models import (
     FingerprintMismatch,
     InboxAttempt,
     InboxEvent,
-    OperatorAction,
     SourceHold,
     WebhookSource,
 )

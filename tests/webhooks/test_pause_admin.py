@@ -19,7 +19,8 @@ from tests.webhooks.factories import (
     hold_of,
     paused_at_of,
 )
-from webhooks.models import OperatorAction, SourceHold
+from trail.models import OperatorAction
+from webhooks.models import SourceHold
 from webhooks.pausing import webhook_source_pause, webhook_source_resume
 
 pytestmark = pytest.mark.django_db

@@ -16,7 +16,8 @@ from django.urls import reverse
 from core.actors import Actor
 from tests.console import admin_action
 from tests.webhooks.factories import WebhookSourceFactory, webhook_post
-from webhooks.models import OperatorAction, WebhookSecret, WebhookSource
+from trail.models import OperatorAction
+from webhooks.models import WebhookSecret, WebhookSource
 from webhooks.sources import webhook_source_create, webhook_source_rotate
 
 pytestmark = pytest.mark.django_db

@@ -20,7 +20,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import (
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 from django.core.management import CommandError, call_command
 
-from webhooks.models import InboxEvent, OperatorAction, WebhookSecret, WebhookSource
+from trail.models import OperatorAction
+from webhooks.models import InboxEvent, WebhookSecret, WebhookSource
 from webhooks.schemes import secret_fingerprint
 
 pytestmark = pytest.mark.django_db

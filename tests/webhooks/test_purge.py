@@ -8,7 +8,8 @@ from django.core.management import CommandError, call_command
 from django.utils import timezone
 
 from tests.webhooks.factories import InboxEventFactory
-from webhooks.models import InboxEvent, OperatorAction
+from trail.models import OperatorAction
+from webhooks.models import InboxEvent
 from webhooks.retention import purge_stamp
 
 pytestmark = pytest.mark.django_db

@@ -17,19 +17,14 @@ from tests.webhooks.factories import (
     InboxEventFactory,
     WebhookSourceFactory,
 )
+from trail.models import OperatorAction
 from webhooks.bulk_replay import (
     bulk_replay_job_create,
     bulk_replay_job_run,
     bulk_replay_job_start,
 )
 from webhooks.errors import NothingToReplay
-from webhooks.models import (
-    BulkReplayJob,
-    InboxAttempt,
-    InboxEvent,
-    OperatorAction,
-    ProcessingStatus,
-)
+from webhooks.models import BulkReplayJob, InboxAttempt, InboxEvent, ProcessingStatus
 from webhooks.replay import inbox_events_replay, replay_queryset_build
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -17,19 +17,14 @@ from core.actors import Actor
 from tests.console import admin_action
 from tests.integrations.research.factories import research_event
 from tests.webhooks.factories import DeadLetteredEventFactory, WebhookSourceFactory
+from trail.models import OperatorAction
 from webhooks.bulk_replay import (
     bulk_replay_job_create,
     bulk_replay_job_run,
     bulk_replay_job_start,
 )
 from webhooks.errors import ReplayRepeatsUnconfirmed
-from webhooks.models import (
-    BulkReplayJob,
-    DeadLetterCause,
-    InboxEvent,
-    OperatorAction,
-    ProcessingStatus,
-)
+from webhooks.models import BulkReplayJob, DeadLetterCause, InboxEvent, ProcessingStatus
 from webhooks.processing import inbox_events_process
 from webhooks.replay import inbox_events_replay
 

@@ -16,9 +16,10 @@ from tests.webhooks.factories import (
     InboxEventFactory,
     WebhookSourceFactory,
 )
+from trail.models import OperatorAction
 from webhooks.bulk_replay import bulk_replay_job_create
 from webhooks.errors import NothingToReplay
-from webhooks.models import BulkReplayJob, InboxEvent, OperatorAction
+from webhooks.models import BulkReplayJob, InboxEvent
 from webhooks.replay import inbox_events_replay
 
 pytestmark = pytest.mark.django_db(transaction=True)

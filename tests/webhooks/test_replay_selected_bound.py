@@ -9,8 +9,9 @@ from django.db import connection
 from django.urls import reverse
 
 from tests.webhooks.factories import DeadLetteredEventFactory
+from trail.models import OperatorAction
 from webhooks import replay
-from webhooks.models import InboxEvent, OperatorAction, ProcessingStatus
+from webhooks.models import InboxEvent, ProcessingStatus
 
 pytestmark = pytest.mark.django_db
 

@@ -8,7 +8,8 @@ from django.views.debug import ExceptionReporter
 
 from tests.console import admin_action
 from tests.webhooks.factories import WebhookSourceFactory, signed_post
-from webhooks.models import OperatorAction, WebhookSecret
+from trail.models import OperatorAction
+from webhooks.models import WebhookSecret
 
 pytestmark = pytest.mark.django_db
 

@@ -9,6 +9,7 @@ import pytest
 from django.test import Client
 from django.views.debug import ExceptionReporter
 
+from core.signing import standard_webhooks_key
 from tests.integrations.research.factories import research_event
 from tests.webhooks.factories import (
     HMAC_SECRET,
@@ -18,7 +19,7 @@ from tests.webhooks.factories import (
     signed_headers,
     webhook_post,
 )
-from webhooks.schemes import scheme_get, scheme_names, standard_webhooks_key
+from webhooks.schemes import scheme_get, scheme_names
 from webhooks.selectors import webhook_source_snapshot
 
 pytestmark = pytest.mark.django_db

@@ -16,12 +16,13 @@ from django.urls import reverse
 
 from core.actors import Actor
 from core.models import ApiClient
-from core.services import api_client_create
 from tests import processes
 from tests.console import admin_action
 from tests.integrations.research.factories import research_event
 from tests.webhooks.factories import WebhookSourceFactory, encode, signed_headers
-from webhooks.models import OperatorAction, WebhookSource
+from trail.api_clients import api_client_create
+from trail.models import OperatorAction
+from webhooks.models import WebhookSource
 from webhooks.sources import (
     webhook_source_expected_interval_set,
     webhook_source_set_enabled,

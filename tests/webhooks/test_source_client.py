@@ -5,9 +5,9 @@ import pytest
 from django.urls import reverse
 
 from core.actors import Actor
-from core.services import api_client_create
 from tests.integrations.github.factories import github_source_create
-from webhooks.models import OperatorAction
+from trail.api_clients import api_client_create
+from trail.models import OperatorAction
 
 pytestmark = pytest.mark.django_db
 

@@ -6,7 +6,8 @@ from django.db import IntegrityError, transaction
 from django.urls import reverse
 
 from tests.webhooks.factories import WebhookSourceFactory
-from webhooks.models import OperatorAction, WebhookSource
+from trail.models import OperatorAction
+from webhooks.models import WebhookSource
 
 pytestmark = pytest.mark.django_db
 

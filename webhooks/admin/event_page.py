@@ -23,6 +23,7 @@ from core.admin.render import admin_link, pretty_body
 from core.admin.status import status_words
 from core.errors import ServiceError
 from core.times import duration_display, time_display
+from trail.models import OperatorAction
 
 from ..errors import ReplayRepeatsUnconfirmed
 from ..models import (
@@ -31,7 +32,6 @@ from ..models import (
     FingerprintMismatch,
     InboxAttempt,
     InboxEvent,
-    OperatorAction,
     ProcessingStatus,
     WebhookSecret,
 )

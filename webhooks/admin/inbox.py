@@ -148,7 +148,7 @@ class InboxAttemptInline(LogEntryAdminMixin, ReadOnlyInlineMixin, admin.TabularI
         return format_html(
             '{} (<a href="{}">replay by {}</a>)',
             current.number,
-            reverse("admin:webhooks_operatoraction_change", args=[current.replay.pk]),
+            reverse("admin:trail_operatoraction_change", args=[current.replay.pk]),
             current.replay.actor_name,
         )
 

@@ -22,6 +22,7 @@ from core.admin.status import status_badge, status_words
 from core.errors import ServiceError
 from core.selectors import COUNT_CAP
 from core.times import time_display
+from trail.models import OperatorAction, operator_action_words
 
 from ..bulk_replay import (
     ACTIVE_STATES,
@@ -38,9 +39,7 @@ from ..models import (
     BULK_REPLAY_RATE_MIN,
     REPLAYABLE_STATUSES,
     BulkReplayJob,
-    OperatorAction,
     ProcessingStatus,
-    operator_action_words,
 )
 from ..pacing import RATE_PROMISE
 from ..replay import replay_queryset_build
@@ -771,7 +770,7 @@ class BulkReplayJobAdmin(admin.ModelAdmin):
             '<li><a href="{}">{}</a> {} by {}: {}</li>',
             (
                 (
-                    reverse("admin:webhooks_operatoraction_change", args=[a.pk]),
+                    reverse("admin:trail_operatoraction_change", args=[a.pk]),
                     time_display(a.created_at),
                     a.action_words,
                     a.actor_name,
@@ -782,7 +781,7 @@ class BulkReplayJobAdmin(admin.ModelAdmin):
         )
         every = format_html(
             '<a href="{}?bulk_job={}">every operator action of this job</a>',
-            reverse("admin:webhooks_operatoraction_changelist"),
+            reverse("admin:trail_operatoraction_changelist"),
             obj.pk,
         )
         more = (

@@ -5,8 +5,8 @@ from django.core.management.base import BaseCommand, CommandError
 from audit.roles import AUDITORS, OPERATORS, roles_bootstrap
 from core.actors import Actor
 from core.models import ApiClient, token_hash
-from core.services import api_client_create
 from demo.services import SEARCH_INDEX, demo_dependency_ensure
+from trail.api_clients import api_client_create
 from webhooks.models import WebhookSource
 from webhooks.sources import webhook_source_create
 

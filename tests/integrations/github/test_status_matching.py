@@ -16,7 +16,6 @@ from django.db import transaction
 from django.utils import timezone
 
 from core.actors import Actor
-from core.services import api_client_create
 from deployments.models import Deployment
 from integrations.github import integration as github_integration
 from tests.core.factories import bearer_http
@@ -25,6 +24,7 @@ from tests.integrations.github.factories import (
     GitHubInboxEventFactory,
     deployment_status_payload,
 )
+from trail.api_clients import api_client_create
 from webhooks.models import InboxEvent, WebhookSource
 from webhooks.sources import webhook_source_create
 

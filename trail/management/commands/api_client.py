@@ -4,7 +4,7 @@ from django.db import IntegrityError
 from core.actors import Actor
 from core.cli import secret_option_read
 from core.errors import InvalidPayload
-from core.services import api_client_create
+from trail.api_clients import api_client_create
 
 
 class Command(BaseCommand):

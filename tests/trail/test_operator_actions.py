@@ -7,8 +7,8 @@ import pathlib
 import pytest
 
 from core.actors import Actor
-from webhooks.models import OperatorAction
-from webhooks.operator_actions import (
+from trail.models import OperatorAction
+from trail.services import (
     DETAILS_SHAPES,
     RotateSecretDetails,
     operator_action_record,
@@ -82,4 +82,4 @@ def test_operator_actions_are_written_by_the_recorder_only():
             continue
         if "OperatorAction.objects.create" in path.read_text():
             writers.append(str(relative))
-    assert writers == ["webhooks/operator_actions.py"]
+    assert writers == ["trail/services.py"]

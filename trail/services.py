@@ -11,9 +11,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, TypedDict
 
+from django.db import models
+
 from core.actors import Actor
 
-from .models import BulkReplayJob, OperatorAction
+from .models import OperatorAction
 
 
 class ReplayDetails(TypedDict):
@@ -231,10 +233,11 @@ def operator_action_record(
     event_ids: Sequence[int] = (),
     event_count: int | None = None,
     skipped_count: int = 0,
-    bulk_job: BulkReplayJob | None = None,
+    bulk_job: models.Model | None = None,
 ) -> OperatorAction:
     """Records one operator action, in the caller's transaction (so that the action and the
-    change it records commit together). ``event_ids`` are the inbox rows it touched
+    change it records commit together). ``bulk_job`` is a ``webhooks.BulkReplayJob``.
+    ``event_ids`` are the inbox rows it touched
     (``event_count`` defaults to their number); ``details`` must have the action's shape
     (``DETAILS_SHAPES``): a key missing or unknown raises ``TypeError`` and records
     nothing."""

@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class TrailConfig(AppConfig):
+    name = "trail"
+    verbose_name = "Trail"
