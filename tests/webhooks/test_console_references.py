@@ -16,7 +16,7 @@ from tests.webhooks.factories import (
     InboxEventFactory,
     WebhookSourceFactory,
 )
-from trail.models import OperatorAction
+from trail.models import OPERATOR_ACTION_WORDS, OperatorAction
 from webhooks.bulk_replay import (
     bulk_replay_job_cancel,
     bulk_replay_job_create,
@@ -25,7 +25,6 @@ from webhooks.bulk_replay import (
     bulk_replay_job_start,
 )
 from webhooks.models import (
-    OPERATOR_ACTION_WORDS,
     BulkReplayJob,
     InboxEvent,
     ProcessingStatus,
