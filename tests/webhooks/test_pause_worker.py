@@ -204,9 +204,10 @@ def test_a_drain_at_a_rate_is_kept_by_two_workers_relays_together(
     for label, stamps in (("released", released), ("processed", processed)):
         spread = (stamps[-1] - stamps[0]).total_seconds()
         measured = (count - 1) / spread
-        # Never a fifth over the rate; a fifth under at most: two idle workers keep up
-        # with 20/s unless the machine stalls them over half a second of the three.
-        assert rate * 0.8 <= measured <= rate * 1.2, (label, measured, spread)
+        # Never a fifth over the rate: the pace is the product's. Half the rate at least:
+        # two workers keep up with 20/s on an idle machine, and a busy one (other test runs
+        # on its two cores) was measured at 13-15/s; slower is a drain that stalls.
+        assert rate * 0.5 <= measured <= rate * 1.2, (label, measured, spread)
     # No second saw more releases than the rate allows (plus the bucket's first token),
     # and the relays that publish took part (each heartbeat counts the rows its relay
     # published): one of the two, or both.
