@@ -268,6 +268,15 @@ def running():
 
 
 @pytest.fixture
+def workers(empty_broker, running, tmp_path):
+    """Real Celery workers for the test (``tests.processes.Workers``): the broker emptied
+    before they start and after they are killed, each killed at the end whatever happens."""
+    from tests.processes import Workers
+
+    return Workers(tmp_path, running)
+
+
+@pytest.fixture
 def empty_broker():
     """The test broker emptied before and after the test, unacked messages of killed workers
     included."""

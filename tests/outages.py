@@ -123,14 +123,10 @@ class TcpProxy:
             for sock in pair:
                 _reset(sock)
 
-    def connections(self) -> int:
-        """The connections open through the proxy now."""
-        with self._lock:
-            return len(self._pairs)
-
     def accepted(self) -> int:
-        """Every connection the proxy has passed on since it started, open or not (a
-        process that closes its connection between tasks leaves ``connections()`` at 0)."""
+        """Every connection the proxy has passed on since it started, open or not. (No count
+        of those open now: a process closes its connections between tasks, so such a count
+        read at one instant says nothing about what went through.)"""
         with self._lock:
             return self._accepted
 

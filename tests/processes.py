@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import requests
@@ -224,6 +225,51 @@ def celery_worker(
         child_env(**env),
         tmp_path / f"worker-{name}.log",
     )
+
+
+class Workers:
+    """The Celery worker processes of one test (the ``workers`` fixture of tests/conftest.py,
+    which kills them at the end and empties the broker before and after): start them, wait
+    for them to be ready, and wait for what they do with every worker's log in the failure."""
+
+    def __init__(self, tmp_path: Path, run: Callable[[Process], Process]) -> None:
+        self.tmp_path = tmp_path
+        self.run = run
+        self.started: list[Process] = []
+
+    def start(
+        self, env: dict | None = None, *, name: str = "w1", concurrency: int = 1
+    ) -> Process:
+        return self.add(
+            celery_worker(self.tmp_path, concurrency=concurrency, name=name, env=env)
+        )
+
+    def add(self, worker: Process) -> Process:
+        """Starts a worker process made otherwise (another command, another wrapper)."""
+        self.started.append(self.run(worker))
+        return worker
+
+    def ready(self, timeout: float = 60) -> None:
+        """Until every worker started says it is ready (it consumes)."""
+        self.wait_until(
+            lambda: all("ready" in w.log() for w in self.started),
+            timeout=timeout,
+            what="every worker ready",
+        )
+
+    def logs(self, chars: int = 3000) -> str:
+        return "\n".join(
+            f"--- {w.log_path.name}:\n{w.log()[-chars:]}" for w in self.started
+        )
+
+    def wait_until(
+        self, predicate, *, timeout: float = 60, interval: float = 0.1, what: str = ""
+    ):
+        """``wait_until``, failing with the workers' logs."""
+        try:
+            return wait_until(predicate, timeout=timeout, interval=interval, what=what)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\n{self.logs()}") from None
 
 
 def celery_beat(tmp_path: Path, *, env: dict | None = None) -> Process:

@@ -44,13 +44,15 @@ def test_a_lossy_link_delivers_every_byte_late_by_the_retransmissions(monkeypatc
     server = echo_server()
     proxy = TcpProxy("127.0.0.1", server.getsockname()[1], seed=1)
     try:
-        assert round_trip(proxy.port, b"ping") < 0.5
         # Every piece lost as often as a row of losses may be: 0.01 + 0.02 + ... + 0.32 s
         # each way, and nothing lost for good.
         proxy.lossy(1.0)
-        assert round_trip(proxy.port, b"ping") >= 2 * 0.63
+        lossy = round_trip(proxy.port, b"ping")
+        assert lossy >= 2 * 0.63  # the proxy's own sleeps: never shorter
         proxy.heal()
-        assert round_trip(proxy.port, b"ping") < 0.5
+        # Healed at once: no wait of a retransmission left. (Half a lossy round trip: what
+        # is left for a busy machine's scheduling of the proxy's threads.)
+        assert round_trip(proxy.port, b"ping") < 0.63
     finally:
         proxy.close()
         server.close()
@@ -64,11 +66,9 @@ def test_a_proxy_listens_where_it_is_told():
     proxy = TcpProxy("127.0.0.1", server.getsockname()[1], listen=("127.0.0.2", port))
     try:
         assert proxy.port == port
-        started = time.monotonic()
         with socket.create_connection(("127.0.0.2", port), timeout=5) as sock:
             sock.sendall(b"x")
-            assert sock.recv(1) == b"x"
-        assert time.monotonic() - started < 5
+            assert sock.recv(1) == b"x"  # within the socket's timeout
     finally:
         proxy.close()
         server.close()

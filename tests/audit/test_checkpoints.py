@@ -6,7 +6,7 @@ import logging
 import threading
 import time
 import tracemalloc
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import pytest
 from django.db import connection
@@ -26,7 +26,8 @@ from audit.leaves import LeafInput
 from audit.log import log_append, log_root
 from audit.models import LogCheckpoint, LogCheckpointDelivery, LogLeaf, LogNode
 from audit.tasks import seal_inbox_task
-from tests.deployments.trickler import Trickler
+from tests.deployments.trickler import LATE_SECONDS, Trickler
+from tests.http_double import HttpDouble, QuietServer, Reply
 
 pytestmark = pytest.mark.django_db
 
@@ -155,32 +156,21 @@ class Witness:
 
     def __init__(self, status: int = 200) -> None:
         self.status = status
-        self.received: list[tuple[str, bytes]] = []
-        self.paths: list[str] = []
-        witness = self
+        self.http = HttpDouble(lambda request: Reply(self.status, b"")).__enter__()
+        self.url = f"{self.http.url}/add-checkpoint"
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self):
-                body = self.rfile.read(int(self.headers["Content-Length"]))
-                witness.received.append((self.headers["Content-Type"], body))
-                witness.paths.append(self.path)
-                self.send_response(witness.status)
-                self.end_headers()
+    @property
+    def received(self) -> list[tuple[str, bytes]]:
+        with self.http.lock:
+            return [(r.headers["content-type"], r.body) for r in self.http.requests]
 
-            def log_message(self, *args):
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_port}/add-checkpoint"
-        # shutdown() is seen within 50 ms, not the default 0.5 s.
-        self.thread = threading.Thread(
-            target=self.server.serve_forever, args=(0.05,), daemon=True
-        )
-        self.thread.start()
+    @property
+    def paths(self) -> list[str]:
+        with self.http.lock:
+            return [r.path for r in self.http.requests]
 
     def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        self.http.__exit__()
 
 
 @pytest.fixture
@@ -257,7 +247,7 @@ def test_a_witness_trickling_its_answer_holds_the_round_no_longer_than_its_timeo
         started = time.monotonic()
         assert checkpoint_publish() == {"witness": False}
         took = time.monotonic() - started
-    assert took < 2.0, took
+    assert took < 1 + LATE_SECONDS < trickler.lasts(), took
     assert trickler.connections[0].request_line.startswith("POST ")
 
 
@@ -287,11 +277,9 @@ class LongAnswer:
             def log_message(self, *args):
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = QuietServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_port}/add-checkpoint"
-        threading.Thread(
-            target=self.server.serve_forever, args=(0.05,), daemon=True
-        ).start()
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
     def close(self) -> None:
         self.server.shutdown()

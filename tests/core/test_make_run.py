@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from tests.processes import ROOT, embedded_env, free_port
+from tests.processes import ROOT, embedded_env, free_port, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -109,5 +109,14 @@ def test_ctrl_c_in_the_terminal_ends_make_run_with_status_0(tmp_path):
     assert "SIGINT received" in text, text[-4000:]  # honcho, which stopped all three
     for process in ("web", "worker", "beat"):
         assert f"{process}.1" in text, text[-4000:]
-    time.sleep(1)
-    assert _processes_with(marker) == [], text[-4000:]
+    # make has returned: what it started goes with it (none left once they are gone).
+    leftovers: list[int] = []
+
+    def all_gone() -> bool:
+        leftovers[:] = _processes_with(marker)
+        return not leftovers
+
+    try:
+        wait_until(all_gone, timeout=10, what="no process of make run left")
+    except AssertionError:
+        raise AssertionError((leftovers, text[-4000:])) from None

@@ -121,10 +121,9 @@ def test_slow_clients_stall_gunicorn_alone_but_not_behind_the_proxy(tmp_path):
 
         # Behind nginx, three times as many: gunicorn never sees them.
         with slow_clients(proxied, 6) as sockets:
-            started_at = time.monotonic()
+            # Stalled, it would wait until the slow ones are let go: the timeout tells.
             health = requests.get(f"{proxied}/healthz", timeout=5)
             assert health.status_code == 200
-            assert time.monotonic() - started_at < 2
             # A producer's delivery meanwhile is accepted, not lost.
             accepted = signed_delivery(proxied)
             assert accepted.status_code == 202, accepted.text

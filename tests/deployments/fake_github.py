@@ -16,18 +16,23 @@ before anything is created), ``"rate_limit"`` (403 with no request left until
 
 from __future__ import annotations
 
-import contextlib
 import json
-import socket
 import threading
 import time
 from datetime import UTC, datetime
-from http.server import BaseHTTPRequestHandler
-from urllib.parse import parse_qs, urlencode, urlsplit
+from urllib.parse import urlencode
 
-from tests.deployments.receiver import QuietServer
+from tests.http_double import HttpDouble, Reply, Request
 
 GITHUB_TOKEN = "ghp_test_token_0123456789abcdefABCDEF"
+
+
+def github(status: int, body, headers: dict[str, str] | None = None) -> Reply:
+    """An answer as GitHub's API gives one: JSON, in UTF-8."""
+    return Reply(status, body, headers or {}, "application/json; charset=utf-8")
+
+
+NOT_FOUND = github(404, {"message": "Not Found"})
 
 
 def _now() -> str:
@@ -45,26 +50,27 @@ class FakeGitHub:
         self.deployments: list[dict] = []
         self.statuses: list[dict] = []
         self.deliveries: list[tuple[str, bytes]] = []  # (event type, body)
-        self.calls: list[tuple[str, str]] = []  # (method, path)
         self.plans: dict[str, list[str]] = {}
         self.lock = threading.Lock()
         self._next_id = 9000
-        self.server = QuietServer(("127.0.0.1", 0), self._handler_class())
-        self.server.daemon_threads = True
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.http = HttpDouble(self._serve)
 
     @property
     def url(self) -> str:
-        host, port = self.server.server_address[:2]
-        return f"http://{host}:{port}"
+        return self.http.url
+
+    @property
+    def calls(self) -> list[tuple[str, str]]:
+        """Every request's method and path (no query), in order."""
+        with self.http.lock:
+            return [(r.method, r.route) for r in self.http.requests]
 
     def __enter__(self) -> FakeGitHub:
-        self.thread.start()
+        self.http.__enter__()
         return self
 
     def __exit__(self, *exc) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        self.http.__exit__(*exc)
 
     def plan(self, job_id: str, *faults: str) -> None:
         with self.lock:
@@ -142,135 +148,80 @@ class FakeGitHub:
         self.deliveries.append(("deployment_status", body))
         return body
 
-    def _handler_class(self):
-        fake = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, format, *args):
-                pass
-
-            def _reply(self, status: int, body, headers=None):
-                payload = json.dumps(body).encode()
-                self.send_response(status)
-                for name, value in (headers or {}).items():
-                    self.send_header(name, value)
-                self.send_header("Content-Type", "application/json; charset=utf-8")
-                self.send_header("Content-Length", str(len(payload)))
-                self.end_headers()
-                self.wfile.write(payload)
-
-            def _authorized(self) -> bool:
-                sent = self.headers.get("Authorization")
-                if sent == f"Bearer {fake.token}":
-                    return True
-                message = "Bad credentials"
-                if fake.echo_credentials:
-                    message = f"Bad credentials: {sent!r} is not a token"
-                self._reply(401, {"message": message})
-                return False
-
-            def _route(self) -> tuple[str, list[str], dict]:
-                parts = urlsplit(self.path)
-                with fake.lock:
-                    fake.calls.append((self.command, parts.path))
-                return (
-                    parts.path,
-                    parts.path.strip("/").split("/"),
-                    parse_qs(parts.query),
+    def _serve(self, request: Request) -> Reply | None:
+        sent = request.headers.get("authorization")
+        if sent != f"Bearer {self.token}":
+            message = "Bad credentials"
+            if self.echo_credentials:
+                message = f"Bad credentials: {sent!r} is not a token"
+            return github(401, {"message": message})
+        segments = request.segments
+        if segments[:1] != ["repos"] or len(segments) < 4:
+            return NOT_FOUND
+        repository = f"{segments[1]}/{segments[2]}"
+        if request.method == "GET" and len(segments) == 4:
+            if segments[3] != "deployments":
+                return NOT_FOUND
+            return self._deployments_list(request, repository)
+        if request.method != "POST":
+            return NOT_FOUND
+        if len(segments) == 4 and segments[3] == "deployments":
+            return self._deployment_create(repository, request.json())
+        if len(segments) == 6 and segments[5] == "statuses":
+            with self.lock:
+                deployment = next(
+                    (d for d in self.deployments if d["id"] == int(segments[4])), None
                 )
+                if deployment is None:
+                    return NOT_FOUND
+                self._status(deployment, request.json()["state"], request.json())
+                return github(201, self.statuses[-1])
+        return NOT_FOUND
 
-            def do_GET(self):
-                path, segments, query = self._route()
-                if not self._authorized():
-                    return
-                if (
-                    len(segments) != 4
-                    or segments[0] != "repos"
-                    or segments[3] != "deployments"
-                ):
-                    return self._reply(404, {"message": "Not Found"})
-                repository = f"{segments[1]}/{segments[2]}"
-                one = {k: v[0] for k, v in query.items()}
-                with fake.lock:
-                    found = [
-                        {k: v for k, v in d.items() if k != "repository"}
-                        for d in reversed(fake.deployments)
-                        if d["repository"] == repository
-                        and ("sha" not in one or d["sha"] == one["sha"])
-                        and ("ref" not in one or d["ref"] == one["ref"])
-                        and (
-                            "environment" not in one
-                            or d["environment"] == one["environment"]
-                        )
-                    ]
-                time.sleep(fake.lookup_delay)
-                per_page = int(one.get("per_page", 30))
-                page = int(one.get("page", 1))
-                chunk = found[(page - 1) * per_page : page * per_page]
-                headers = {}
-                if page * per_page < len(found):
-                    following = urlencode({**one, "page": page + 1})
-                    base = fake.link_base or fake.url
-                    headers["Link"] = f'<{base}{path}?{following}>; rel="next"'
-                return self._reply(200, chunk, headers)
+    def _deployments_list(self, request: Request, repository: str) -> Reply:
+        one = request.query
+        with self.lock:
+            found = [
+                {k: v for k, v in d.items() if k != "repository"}
+                for d in reversed(self.deployments)
+                if d["repository"] == repository
+                and all(
+                    d[k] == one[k] for k in ("sha", "ref", "environment") if k in one
+                )
+            ]
+        time.sleep(self.lookup_delay)
+        per_page = int(one.get("per_page", 30))
+        page = int(one.get("page", 1))
+        chunk = found[(page - 1) * per_page : page * per_page]
+        headers = {}
+        if page * per_page < len(found):
+            following = urlencode({**one, "page": page + 1})
+            base = self.link_base or self.url
+            headers["Link"] = f'<{base}{request.route}?{following}>; rel="next"'
+        return github(200, chunk, headers)
 
-            def do_POST(self):
-                _, segments, _ = self._route()
-                length = int(self.headers.get("Content-Length") or 0)
-                body = json.loads(self.rfile.read(length) or b"{}")
-                if not self._authorized():
-                    return
-                if segments[:1] != ["repos"] or len(segments) < 4:
-                    return self._reply(404, {"message": "Not Found"})
-                repository = f"{segments[1]}/{segments[2]}"
-                if len(segments) == 4 and segments[3] == "deployments":
-                    return self._deployment_create(repository, body)
-                if len(segments) == 6 and segments[5] == "statuses":
-                    with fake.lock:
-                        deployment = next(
-                            (
-                                d
-                                for d in fake.deployments
-                                if d["id"] == int(segments[4])
-                            ),
-                            None,
-                        )
-                        if deployment is None:
-                            return self._reply(404, {"message": "Not Found"})
-                        fake._status(deployment, body["state"], body)
-                        status = fake.statuses[-1]
-                    return self._reply(201, status)
-                return self._reply(404, {"message": "Not Found"})
-
-            def _deployment_create(self, repository: str, body: dict):
-                payload = body.get("payload") or {}
-                job_id = payload.get("deployment_id", "")
-                with fake.lock:
-                    plan = fake.plans.get(job_id) or []
-                    fault = plan.pop(0) if plan else None
-                if fault == "502":
-                    return self._reply(502, {"message": "Server Error"})
-                if fault == "rate_limit":
-                    reset = int(time.time() + fake.reset_in) + 1
-                    return self._reply(
-                        403,
-                        {"message": "API rate limit exceeded"},
-                        {"x-ratelimit-remaining": "0", "x-ratelimit-reset": str(reset)},
-                    )
-                with fake.lock:
-                    created = fake._create(
-                        repository, body["ref"], body["environment"], payload
-                    )
-                    created["auto_merge"] = body.get("auto_merge")
-                    created["required_contexts"] = body.get("required_contexts")
-                    answer = {k: v for k, v in created.items() if k != "repository"}
-                if fault == "lose":
-                    self.close_connection = True
-                    with contextlib.suppress(OSError):
-                        self.connection.shutdown(socket.SHUT_RDWR)
-                    return None
-                return self._reply(201, answer)
-
-        return Handler
+    def _deployment_create(self, repository: str, body: dict) -> Reply | None:
+        payload = body.get("payload") or {}
+        job_id = payload.get("deployment_id", "")
+        with self.lock:
+            plan = self.plans.get(job_id) or []
+            fault = plan.pop(0) if plan else None
+        if fault == "502":
+            return github(502, {"message": "Server Error"})
+        if fault == "rate_limit":
+            reset = int(time.time() + self.reset_in) + 1
+            return github(
+                403,
+                {"message": "API rate limit exceeded"},
+                {"x-ratelimit-remaining": "0", "x-ratelimit-reset": str(reset)},
+            )
+        with self.lock:
+            created = self._create(
+                repository, body["ref"], body["environment"], payload
+            )
+            created["auto_merge"] = body.get("auto_merge")
+            created["required_contexts"] = body.get("required_contexts")
+            answer = {k: v for k, v in created.items() if k != "repository"}
+        if fault == "lose":
+            return None  # created, then the connection closed with no answer
+        return github(201, answer)

@@ -21,42 +21,21 @@ duplicate and not acted on again. ``acted_count(id) > 1`` is two deployments.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import socket
-import sys
 import threading
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from dataclasses import dataclass
 from typing import Any
 
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
+from tests.http_double import HttpDouble, Reply, Request
+
 # A test secret (Standard Webhooks' own format: 32 random bytes, base64).
 RECEIVER_SECRET = "whsec_0snSPuSyuVpC58vLvZHhJ9zhTQStWIA3kuIC6sLEFjk="
-
-
-class QuietServer(ThreadingHTTPServer):
-    """A caller that hangs up (timed out, killed, done with a connection) is no error. Its
-    loop looks for ``shutdown`` every 50 ms rather than every 0.5 s: a test that stops it
-    waits that long. Listens on IPv4, or IPv6 for an IPv6 address (``::1``)."""
-
-    def __init__(self, server_address, handler_class) -> None:
-        if ":" in server_address[0]:
-            self.address_family = socket.AF_INET6
-        super().__init__(server_address, handler_class)
-
-    daemon_threads = True
-
-    def serve_forever(self, poll_interval: float = 0.05) -> None:
-        super().serve_forever(poll_interval)
-
-    def handle_error(self, request, client_address):
-        if not isinstance(sys.exc_info()[1], OSError):
-            super().handle_error(request, client_address)
 
 
 @dataclass(frozen=True)
@@ -88,13 +67,31 @@ class Received:
     webhook_id: str
     verified: bool
     error: str
-    headers: dict[str, str]
-    body: bytes
+    request: Request
     fault: Fault | None
     acted: bool
-    answered: int | None = None  # the status sent (None: no answer)
-    path: str = ""  # the request's path and query, as the caller sent them
-    at: float = field(default_factory=time.monotonic)
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return self.request.headers
+
+    @property
+    def body(self) -> bytes:
+        return self.request.body
+
+    @property
+    def path(self) -> str:
+        """The request's path and query, as the caller sent them."""
+        return self.request.path
+
+    @property
+    def at(self) -> float:
+        return self.request.at
+
+    @property
+    def answered(self) -> int | None:
+        """The status sent (None: no answer)."""
+        return self.request.answered
 
     @property
     def message(self) -> dict[str, Any]:
@@ -128,29 +125,23 @@ class Receiver:
         # Called with the id of every verified request it takes (acted on or a duplicate),
         # outside the lock: a CD system that then reports the job's progress.
         self.on_taken: Callable[[str], None] | None = None
-        self.server = QuietServer((host, port), self._handler_class())
-        self.server.daemon_threads = True
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.http = HttpDouble(self._serve, host=host, port=port)
 
     @property
     def port(self) -> int:
-        return self.server.server_address[1]
+        return self.http.port
 
     @property
     def url(self) -> str:
-        host = self.server.server_address[0]
-        if ":" in host:
-            host = f"[{host}]"
-        return f"http://{host}:{self.port}/hooks/deploy"
+        return f"{self.http.url}/hooks/deploy"
 
     def __enter__(self) -> Receiver:
-        self.thread.start()
+        self.http.__enter__()
         return self
 
     def __exit__(self, *exc) -> None:
         self.release()
-        self.server.shutdown()
-        self.server.server_close()
+        self.http.__exit__(*exc)
 
     def plan(self, webhook_id: str, *faults: Fault) -> None:
         with self.lock:
@@ -190,75 +181,40 @@ class Receiver:
                 self.acted[webhook_id] += 1
             return fault, acts
 
-    def _handler_class(self):
-        receiver = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, format, *args):  # quiet
-                pass
-
-            def do_POST(self):
-                length = int(self.headers.get("Content-Length") or 0)
-                body = self.rfile.read(length)
-                headers = {k.lower(): v for k, v in self.headers.items()}
-                webhook_id = headers.get("webhook-id", "")
-                verified, error = True, ""
-                if receiver.verify:
-                    try:
-                        receiver.webhook.verify(body, headers)
-                    except WebhookVerificationError as exc:
-                        verified, error = False, str(exc)
-                fault, acted = receiver._take(webhook_id, verified)
-                record = Received(
-                    webhook_id, verified, error, headers, body, fault, acted
-                )
-                record.path = self.path
-                with receiver.lock:
-                    receiver.received.append(record)
-                if not verified:
-                    return self._answer(record, 401, {"error": "unverified"})
-                if fault is not None and fault.kind == "status":
-                    extra = {}
-                    if fault.retry_after is not None:
-                        extra["Retry-After"] = f"{fault.retry_after:g}"
-                    return self._answer(record, fault.code, {"error": "fault"}, extra)
-                if receiver.on_taken is not None:
-                    receiver.on_taken(webhook_id)
-                if acted and receiver.delay:
-                    time.sleep(receiver.delay)
-                if fault is not None and fault.kind == "drop":
-                    self.close_connection = True
-                    with contextlib.suppress(OSError):
-                        self.connection.shutdown(socket.SHUT_RDWR)
-                    return None
-                if fault is not None and fault.kind == "slow":
-                    time.sleep(fault.seconds)
-                if fault is not None and fault.kind == "hold":
-                    receiver.holding.set()
-                    receiver.released.wait(timeout=120)
-                if acted:
-                    return self._answer(
-                        record, receiver.answer, {"accepted": webhook_id}
-                    )
-                return self._answer(record, 200, {"duplicate": webhook_id})
-
-            def _answer(self, record, status, body, extra=None):
-                payload = json.dumps(body).encode()
-                try:
-                    self.send_response(status)
-                    for name, value in (extra or {}).items():
-                        self.send_header(name, value)
-                    self.send_header("Content-Type", "application/json")
-                    self.send_header("Content-Length", str(len(payload)))
-                    self.end_headers()
-                    self.wfile.write(payload)
-                    record.answered = status
-                except OSError:  # the caller is gone (timed out, killed)
-                    self.close_connection = True
-
-        return Handler
+    def _serve(self, request: Request) -> Reply | None:
+        webhook_id = request.headers.get("webhook-id", "")
+        verified, error = True, ""
+        if self.verify:
+            try:
+                self.webhook.verify(request.body, request.headers)
+            except WebhookVerificationError as exc:
+                verified, error = False, str(exc)
+        fault, acted = self._take(webhook_id, verified)
+        with self.lock:
+            self.received.append(
+                Received(webhook_id, verified, error, request, fault, acted)
+            )
+        if not verified:
+            return Reply(401, {"error": "unverified"})
+        if fault is not None and fault.kind == "status":
+            extra = {}
+            if fault.retry_after is not None:
+                extra["Retry-After"] = f"{fault.retry_after:g}"
+            return Reply(fault.code, {"error": "fault"}, extra)
+        if self.on_taken is not None:
+            self.on_taken(webhook_id)
+        if acted and self.delay:
+            time.sleep(self.delay)
+        if fault is not None and fault.kind == "drop":
+            return None
+        if fault is not None and fault.kind == "slow":
+            time.sleep(fault.seconds)
+        if fault is not None and fault.kind == "hold":
+            self.holding.set()
+            self.released.wait(timeout=120)
+        if acted:
+            return Reply(self.answer, {"accepted": webhook_id})
+        return Reply(200, {"duplicate": webhook_id})
 
 
 def closed_port_url() -> str:

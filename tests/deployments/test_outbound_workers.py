@@ -21,12 +21,11 @@ from tests.deployments import scripted_dns
 from tests.deployments.factories import deployment_body, idempotent_post
 from tests.deployments.receiver import RECEIVER_SECRET, Receiver
 from tests.deployments.test_trigger_workers import FAST, wait_for
-from tests.deployments.trickler import Trickler
+from tests.deployments.trickler import LATE_SECONDS, Trickler
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
     pytest.mark.slow,
-    pytest.mark.usefixtures("empty_broker"),
 ]
 
 DENY = "169.254.0.0/16,fe80::/10,127.0.0.0/8"
@@ -76,7 +75,7 @@ def attempts(job: Deployment) -> list[tuple[int, str, str]]:
 
 
 def test_a_worker_sends_nothing_to_a_denied_address_in_any_form_or_at_any_lookup(
-    tmp_path, running, api_http
+    tmp_path, workers, api_http
 ):
     with (
         Receiver(host="::1") as allowed,
@@ -107,7 +106,7 @@ def test_a_worker_sends_nothing_to_a_denied_address_in_any_form_or_at_any_lookup
             api_http, "rebind", f"http://ci-rebind.test:{port}/hooks/deploy"
         )
         late = routed(api_http, "late", f"http://ci-late.test:{port}/hooks/deploy")
-        worker = running(
+        workers.add(
             scripted_worker(
                 tmp_path,
                 script,
@@ -119,11 +118,11 @@ def test_a_worker_sends_nothing_to_a_denied_address_in_any_form_or_at_any_lookup
         )
         jobs = [*denied.values(), rebind, late]
         wait_for(
+            workers,
             jobs,
             lambda j: j.status in {"running", "failed"},
             timeout=90,
             what="every job triggered or refused",
-            workers=[worker],
         )
 
     assert trap.received == []  # nothing ever reached the denied address
@@ -148,29 +147,26 @@ def test_a_worker_sends_nothing_to_a_denied_address_in_any_form_or_at_any_lookup
 
 
 def test_a_receiver_trickling_its_answer_holds_an_attempt_no_longer_than_the_timeout(
-    tmp_path, running, api_http
+    workers, api_http
 ):
     """One byte every 0.25 s: no read ever waits 1 s, and each attempt still ends within
     ``DEPLOY_HTTP_TIMEOUT_SECONDS`` (1): ambiguous (the request was sent), retried once,
     then the job fails."""
     with Trickler(part="headers", interval=0.25) as trickler:
         job = routed(api_http, "trickle", trickler.url)
-        worker = running(
-            processes.celery_worker(
-                tmp_path,
-                env={
-                    **FAST,
-                    "DEPLOY_EXECUTOR": "simulated",
-                    "DEPLOY_TRIGGER_MAX_ATTEMPTS": "2",
-                },
-            )
+        workers.start(
+            env={
+                **FAST,
+                "DEPLOY_EXECUTOR": "simulated",
+                "DEPLOY_TRIGGER_MAX_ATTEMPTS": "2",
+            }
         )
         wait_for(
+            workers,
             [job],
             lambda j: j.status == "failed",
             timeout=90,
             what="the job failed after two attempts",
-            workers=[worker],
         )
         processes.wait_until(trickler.all_ended, timeout=10, what="callers hung up")
 
@@ -179,12 +175,15 @@ def test_a_receiver_trickling_its_answer_holds_an_attempt_no_longer_than_the_tim
         ("ambiguous", "ReadTimeout"),
         ("ambiguous", "ReadTimeout"),
     ]
-    assert all(a.duration_seconds < 2.0 for a in made), [
+    # Each within its 1 s timeout, and a busy machine's lateness (far below the trickle).
+    bound = 1 + LATE_SECONDS
+    assert bound < trickler.lasts()
+    assert all(a.duration_seconds < bound for a in made), [
         a.duration_seconds for a in made
     ]
     assert len(trickler.connections) == 2
     assert all(c.request_line.startswith("POST ") for c in trickler.connections)
     # The listener saw the caller hang up within the timeout (and a send or two after).
-    assert all(c.held_seconds < 3.0 for c in trickler.connections), [
+    assert all(c.held_seconds < bound + 1 for c in trickler.connections), [
         c.held_seconds for c in trickler.connections
     ]

@@ -15,7 +15,6 @@ from core.models import ApiClient
 from deployments.models import Deployment, DeployTarget, TriggerAttempt
 from deployments.services.attempts import job_run
 from deployments.targets import deploy_target_save
-from tests import processes
 from tests.core.factories import api_client_make, bearer_http
 from tests.deployments.factories import (
     deployment_body,
@@ -232,9 +231,8 @@ def test_a_job_s_page_shows_its_route(tenants, admin_client):
 
 @pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
-@pytest.mark.usefixtures("empty_broker")
 def test_on_a_real_worker_a_client_s_job_never_reaches_another_client_s_receiver(
-    tmp_path, running
+    workers,
 ):
     a, a_token = api_client_make(name="tenant-a")
     b, b_token = api_client_make(name="tenant-b")
@@ -262,23 +260,20 @@ def test_on_a_real_worker_a_client_s_job_never_reaches_another_client_s_receiver
         a_jobs = [create(a_http, f"a-{n}", repository="acme/shop") for n in range(3)]
         a_elsewhere = create(a_http, "a-api", repository="acme/api")
         b_jobs = [create(b_http, f"b-{n}", repository="acme/shop") for n in range(3)]
-        worker = running(
-            processes.celery_worker(
-                tmp_path,
-                concurrency=2,
-                env={
-                    **FAST,
-                    "DEPLOY_EXECUTOR": "simulated",
-                    "DEPLOY_SIMULATED_SECONDS": "0",
-                },
-            )
+        workers.start(
+            concurrency=2,
+            env={
+                **FAST,
+                "DEPLOY_EXECUTOR": "simulated",
+                "DEPLOY_SIMULATED_SECONDS": "0",
+            },
         )
         wait_for(
+            workers,
             [*a_jobs, *b_jobs, a_elsewhere],
             lambda job: job.status in {"running", "succeeded", "failed"},
             timeout=90,
             what="every job routed and carried out",
-            workers=[worker],
         )
 
     assert a_receiver.ids() == {job.public_id for job in a_jobs}

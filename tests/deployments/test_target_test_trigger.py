@@ -21,7 +21,6 @@ from deployments.targets import (
     deploy_target_test_request,
     deploy_target_test_run,
 )
-from tests import processes
 from tests.console import admin_action
 from tests.deployments.receiver import RECEIVER_SECRET, Receiver, closed_port_url
 from tests.deployments.test_trigger_workers import FAST
@@ -180,9 +179,8 @@ def test_an_executor_that_calls_nothing_has_nothing_to_test(operator_client):
 
 @pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
-@pytest.mark.usefixtures("empty_broker")
 def test_on_a_real_worker_the_list_shows_the_outcome_when_it_comes(
-    tmp_path, running, operator_client
+    workers, operator_client
 ):
     with Receiver() as receiver:
         made = target(receiver.url)
@@ -195,18 +193,14 @@ def test_on_a_real_worker_the_list_shows_the_outcome_when_it_comes(
         assert REFRESH in page
         assert receiver.received == []
 
-        worker = running(processes.celery_worker(tmp_path, env=FAST))
-
-        def shown() -> bool:
-            return (
+        workers.start(env=FAST)
+        workers.wait_until(
+            lambda: (
                 "delivered (HTTP 2xx)"
                 in operator_client.get(CHANGELIST).content.decode()
-            )
-
-        try:
-            processes.wait_until(shown, timeout=60, what="the test's outcome shown")
-        except AssertionError:
-            raise AssertionError(worker.log()[-3000:]) from None
+            ),
+            what="the test's outcome shown",
+        )
     [seen] = receiver.received
     assert seen.verified, seen.error
     assert seen.webhook_id == DeployTargetTest.objects.get().message_id

@@ -33,8 +33,6 @@ from webhooks.models import InboxEvent
 pytestmark = [
     pytest.mark.django_db(transaction=True),
     pytest.mark.slow,
-    # Emptied before the processes start and after they are killed (``running``).
-    pytest.mark.usefixtures("empty_broker"),
 ]
 
 # Fast retries, sweeps and leases, so that recovery is seen within a test; metrics served on
@@ -73,18 +71,20 @@ def create(http, key: str, **overrides: str) -> Deployment:
     return Deployment.objects.get(public_id=response.json()["deployment_id"])
 
 
-def wait_for(jobs, done, *, timeout: float, what: str, workers=()):
+def wait_for(workers, jobs, done, *, timeout: float, what: str):
+    """Until ``done`` holds for every job; a failure shows each job and the workers' logs."""
+    jobs = list(jobs)
+
     def reached() -> bool:
         for job in jobs:
             job.refresh_from_db()
         return all(done(job) for job in jobs)
 
     try:
-        processes.wait_until(reached, timeout=timeout, what=what)
-    except AssertionError:
-        logs = "\n".join(w.log()[-3000:] for w in workers)
+        workers.wait_until(reached, timeout=timeout, what=what)
+    except AssertionError as exc:
         states = [(j.public_id, j.status, j.trigger_phase, j.detail) for j in jobs]
-        raise AssertionError(f"{what}: {states}\n{logs}") from None
+        raise AssertionError(f"{states}\n{exc}") from None
 
 
 def sync(http, job: Deployment, status: str, key: str) -> dict:
@@ -112,9 +112,7 @@ def attempts_match_the_receiver(job: Deployment, receiver: Receiver) -> None:
             assert request.fault is not None and request.fault.kind in {"drop", "slow"}
 
 
-def test_every_fault_of_the_receiver_ends_in_one_deployment_per_job(
-    tmp_path, running, api_http
-):
+def test_every_fault_of_the_receiver_ends_in_one_deployment_per_job(workers, api_http):
     plans = {
         "errors": [Fault.status(500), Fault.status(500)],
         "unavailable": [Fault.status(503)],
@@ -130,19 +128,15 @@ def test_every_fault_of_the_receiver_ends_in_one_deployment_per_job(
         for name, faults in plans.items():
             receiver.plan(jobs[name].public_id, *faults)
         port = processes.free_port()
-        worker = running(
-            processes.celery_worker(
-                tmp_path,
-                concurrency=2,
-                env=http_env(receiver, CELERY_METRICS_PORT=str(port)),
-            )
+        workers.start(
+            concurrency=2, env=http_env(receiver, CELERY_METRICS_PORT=str(port))
         )
         wait_for(
+            workers,
             jobs.values(),
             lambda j: j.status in {"running", "failed"},
             timeout=90,
             what="every job triggered or refused",
-            workers=[worker],
         )
         metrics = requests.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
 
@@ -174,7 +168,7 @@ def test_every_fault_of_the_receiver_ends_in_one_deployment_per_job(
 
 
 def test_a_worker_killed_while_the_receiver_holds_its_request_is_triggered_again(
-    tmp_path, running, api_http, broker_url
+    workers, api_http, broker_url
 ):
     """kill -9 after the request left: once the lease runs out the relay's sweep publishes
     the job again, the attempt is closed as lost, and it is triggered again under the same
@@ -188,26 +182,22 @@ def test_a_worker_killed_while_the_receiver_holds_its_request_is_triggered_again
             DEPLOY_HTTP_TIMEOUT_SECONDS="30",
             DEPLOY_RUNNING_LEASE_SECONDS="3",
         )
-        doomed = running(processes.celery_worker(tmp_path, name="doomed", env=env))
+        doomed = workers.start(name="doomed", env=env)
         assert receiver.holding.wait(60), doomed.log()[-3000:]
         doomed.kill()
         receiver.release()  # the answer goes nowhere: its worker is gone
         job.refresh_from_db()
         assert (job.status, job.trigger_phase) == ("queued", "trigger_sent")
 
-        again = running(
-            processes.celery_worker(
-                tmp_path,
-                name="again",
-                env={**env, "CELERY_BROKER_VISIBILITY_TIMEOUT": "2"},
-            )
+        workers.start(
+            name="again", env={**env, "CELERY_BROKER_VISIBILITY_TIMEOUT": "2"}
         )
         wait_for(
+            workers,
             [job],
             lambda j: j.status == "running",
             timeout=90,
             what="the job triggered again",
-            workers=[again],
         )
 
     assert [(a.number, a.outcome) for a in job.trigger_attempts.order_by("number")] == [
@@ -243,14 +233,10 @@ def server(tmp_path):
 
 
 def test_fifty_identical_requests_while_the_receiver_is_slow_make_one_trigger(
-    tmp_path, running, server
+    workers, server
 ):
     with Receiver(delay=1.5) as receiver:
-        worker = running(
-            processes.celery_worker(
-                tmp_path, env=http_env(receiver, DEPLOY_HTTP_TIMEOUT_SECONDS="10")
-            )
-        )
+        workers.start(env=http_env(receiver, DEPLOY_HTTP_TIMEOUT_SECONDS="10"))
         headers = {
             "Authorization": f"Bearer {TOKEN}",
             "Content-Type": "application/json",
@@ -271,11 +257,11 @@ def test_fifty_identical_requests_while_the_receiver_is_slow_make_one_trigger(
         assert sorted(statuses) == [200] * 49 + [202]
         job = Deployment.objects.get()
         wait_for(
+            workers,
             [job],
             lambda j: j.status == "running",
             timeout=90,
             what="the one job triggered",
-            workers=[worker],
         )
     assert receiver.ids() == {job.public_id}
     assert len(receiver.received) == 1
@@ -284,7 +270,7 @@ def test_fifty_identical_requests_while_the_receiver_is_slow_make_one_trigger(
 
 
 def test_a_github_deployment_whose_create_answer_is_lost_is_made_once(
-    tmp_path, running, api_http, client
+    workers, api_http, client
 ):
     """A real worker creates the GitHub deployment (the first answer is lost: it finds it
     instead of creating another); GitHub's signed status for it, delivered to the inbox
@@ -298,13 +284,13 @@ def test_a_github_deployment_whose_create_answer_is_lost_is_made_once(
             "GITHUB_API_URL": github.url,
             "GITHUB_TOKEN": GITHUB_TOKEN,
         }
-        worker = running(processes.celery_worker(tmp_path, env=env))
+        workers.start(env=env)
         wait_for(
+            workers,
             [job],
             lambda j: j.status == "running",
             timeout=90,
             what="the GitHub deployment made",
-            workers=[worker],
         )
         [made] = github.deployments_of(job.public_id)
         assert job.github_deployment_id == made["id"]
@@ -314,11 +300,11 @@ def test_a_github_deployment_whose_create_answer_is_lost_is_made_once(
         headers = github_headers(delivery, event="deployment_status", delivery="gh-d1")
         assert webhook_post(client, "github", delivery, headers).status_code == 202
         wait_for(
+            workers,
             [job],
             lambda j: j.status == "succeeded",
             timeout=60,
             what="the status applied by the worker",
-            workers=[worker],
         )
     assert InboxEvent.objects.get(event_id="gh-d1").processing_status == "processed"
     outcomes = job.trigger_attempts.order_by("number").values_list("outcome", flat=True)
@@ -327,7 +313,7 @@ def test_a_github_deployment_whose_create_answer_is_lost_is_made_once(
 
 
 def test_a_token_saved_with_a_stray_character_reaches_no_record_through_a_real_worker(
-    tmp_path, running, api_http
+    workers, api_http
 ):
     """Deploy targets whose tokens were saved before stray characters were refused (rows
     written straight to the database, as such rows were): each job fails at once, and its
@@ -348,13 +334,13 @@ def test_a_token_saved_with_a_stray_character_reaches_no_record_through_a_real_w
                 secret=tokens[name] + char,
             )
             jobs[name] = create(api_http, f"leak-{name}", environment=f"leak-{name}")
-        worker = running(processes.celery_worker(tmp_path, env=FAST))
+        worker = workers.start(env=FAST)
         wait_for(
+            workers,
             jobs.values(),
             lambda j: j.status == "failed",
             timeout=90,
             what="every job refused",
-            workers=[worker],
         )
         worker.stop()
     assert github.deployments == []

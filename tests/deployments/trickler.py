@@ -15,6 +15,12 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+# How long past its own timeout or deadline a call to a trickler may take on a busy machine
+# (a thread scheduled late, a connection slow to open) before a test calls it too late. Far
+# below what a whole trickle lasts (``Trickler.lasts``), so a call that waits the trickle out
+# still fails.
+LATE_SECONDS = 4.0
+
 
 @dataclass
 class Trickled:
@@ -56,6 +62,17 @@ class Trickler:
         self.stopping.set()
         self.thread.join(5)
         self.listener.close()
+
+    def lasts(self) -> float:
+        """Seconds the whole trickled answer takes: what a call without a bound would wait."""
+        slow = self.body_bytes + (len(self._head()) if self.part == "headers" else 0)
+        return slow * self.interval
+
+    def _head(self) -> bytes:
+        return (
+            f"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n"
+            f"Content-Length: {self.body_bytes}\r\n\r\n"
+        ).encode()
 
     def all_ended(self) -> bool:
         with self.lock:
@@ -102,10 +119,7 @@ class Trickler:
             if not chunk:
                 return
             body += chunk
-        head_out = (
-            f"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n"
-            f"Content-Length: {self.body_bytes}\r\n\r\n"
-        ).encode()
+        head_out = self._head()
         body_out = b"x" * self.body_bytes
         if self.part == "body":
             conn.sendall(head_out)

@@ -3,9 +3,9 @@ and a job whose worker is killed (-9) mid-way is resumed and finishes with every
 exactly once."""
 
 import re
-import time
 
 import pytest
+from django.utils import timezone
 
 from core.actors import Actor
 from tests import processes
@@ -35,11 +35,11 @@ def chunk_tasks_run(worker):
 
 
 def test_a_job_many_chunks_long_runs_as_a_chain_of_tasks_on_a_real_worker(
-    tmp_path, operator, roles, empty_broker
+    workers, operator, roles
 ):
     creator = make_user("creator", "Operators")
     job, dead = dead_job(120, creator=creator)
-    worker = processes.celery_worker(tmp_path, env=WORKER_ENV).start()
+    worker = workers.start(env=WORKER_ENV)
     try:
         bulk_replay_job_start(job=job, started_by=Actor.of(operator))
         processes.wait_until(
@@ -61,10 +61,10 @@ def test_a_job_many_chunks_long_runs_as_a_chain_of_tasks_on_a_real_worker(
 
 
 def test_a_job_whose_worker_is_killed_mid_way_resumes_and_replays_every_row_once(
-    tmp_path, operator, roles, empty_broker
+    workers, operator, roles
 ):
     job, dead = dead_job(200, creator=operator)
-    worker = processes.celery_worker(tmp_path, env=WORKER_ENV).start()
+    worker = workers.start(env=WORKER_ENV)
     try:
         bulk_replay_job_start(job=job, started_by=Actor.of(operator))
         processes.wait_until(
@@ -81,10 +81,16 @@ def test_a_job_whose_worker_is_killed_mid_way_resumes_and_replays_every_row_once
     assert 30 <= job.processed < 200
     interrupted_at = job.processed
 
-    time.sleep(2.5)  # the lease of the dead worker's chunk runs out
+    def lease_over() -> bool:
+        lease = BulkReplayJob.objects.get(pk=job.pk).lease_expires_at
+        return lease is None or lease < timezone.now()
+
+    processes.wait_until(
+        lease_over, timeout=10, what="the lease of the dead worker's chunk to run out"
+    )
     resumer = make_user("resumer", "Operators")
     bulk_replay_job_resume(job_id=job.pk, resumed_by=Actor.of(resumer))
-    worker = processes.celery_worker(tmp_path, env=WORKER_ENV, name="w2").start()
+    worker = workers.start(env=WORKER_ENV, name="w2")
     try:
         processes.wait_until(
             lambda: finished(job), timeout=120, what="the resumed job to finish"

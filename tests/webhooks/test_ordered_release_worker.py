@@ -27,7 +27,6 @@ from webhooks.pausing import webhook_source_pause, webhook_source_resume
 pytestmark = [
     pytest.mark.django_db(transaction=True),
     pytest.mark.slow,
-    pytest.mark.usefixtures("empty_broker"),
 ]
 
 # Both relays publish, each for its own worker's one process (its claims and its in-flight
@@ -45,24 +44,13 @@ def interleaved_versions(documents: list[str], versions: int) -> list[dict]:
     ]
 
 
-def two_workers(tmp_path, running, env: dict[str, str]) -> list[processes.Process]:
-    workers = [
-        running(
-            processes.celery_worker(
-                tmp_path, concurrency=1, name=name, env={**TWO_RELAYS, **env}
-            )
-        )
-        for name in ("w1", "w2")
-    ]
-    processes.wait_until(
-        lambda: all("ready" in w.log() for w in workers),
-        timeout=60,
-        what="both workers ready",
-    )
-    return workers
+def two_workers(workers, env: dict[str, str]) -> None:
+    for name in ("w1", "w2"):
+        workers.start(concurrency=1, name=name, env={**TWO_RELAYS, **env})
+    workers.ready()
 
 
-def wait_all_terminal(source, count: int, workers, *, timeout: float = 120) -> None:
+def wait_all_terminal(workers, source, count: int, *, timeout: float = 120) -> None:
     """Until every event of ``source`` is terminal, and none dead-lettered (a replay's
     events are, until the job replays them)."""
 
@@ -76,14 +64,9 @@ def wait_all_terminal(source, count: int, workers, *, timeout: float = 120) -> N
             == count
         )
 
-    try:
-        processes.wait_until(
-            done, timeout=timeout, interval=0.2, what=f"{count} events terminal"
-        )
-    except AssertionError:
-        for worker in workers:
-            print(worker.log()[-4000:])
-        raise
+    workers.wait_until(
+        done, timeout=timeout, interval=0.2, what=f"{count} events terminal"
+    )
 
 
 def assert_every_version_made_its_revision_in_order(
@@ -106,7 +89,7 @@ def assert_every_version_made_its_revision_in_order(
 
 @pytest.mark.parametrize("rate", [None, 200.0], ids=["no-rate", "200-per-second"])
 def test_a_documents_held_versions_make_their_revisions_in_order_two_workers_two_relays(
-    tmp_path, running, rate
+    workers, rate
 ):
     """Four documents with 70 held versions each (more than one message of INBOX_BATCH_SIZE,
     50, holds), resumed with and without a rate: every version makes its revision, in
@@ -116,17 +99,15 @@ def test_a_documents_held_versions_make_their_revisions_in_order_two_workers_two
     webhook_source_pause(source=paused, reason="indexer down", actor=Actor.system())
     inbox_events_bulk_create(interleaved_versions(documents, versions), source=paused)
     Relay().run_once(sweep=False)  # sets them aside
-    workers = two_workers(tmp_path, running, {})
+    two_workers(workers, {})
 
     webhook_source_resume(source=paused, rate=rate, actor=Actor.system())
-    wait_all_terminal(paused, len(documents) * versions, workers)
+    wait_all_terminal(workers, paused, len(documents) * versions)
 
     assert_every_version_made_its_revision_in_order(paused, documents, versions)
 
 
-def test_a_paced_bulk_replay_makes_every_revision_in_order_across_its_chunks(
-    tmp_path, running
-):
+def test_a_paced_bulk_replay_makes_every_revision_in_order_across_its_chunks(workers):
     """Two documents with 70 dead-lettered versions each, replayed at a rate in chunks of
     20: each document's versions are in four chunks a few milliseconds apart (the schedule
     lets several chunks go in one slice), each published by whichever relay claims it
@@ -145,7 +126,7 @@ def test_a_paced_bulk_replay_makes_every_revision_in_order_across_its_chunks(
         error_message="search index unavailable",
         dead_letter_cause="exhausted",
     )
-    workers = two_workers(tmp_path, running, {"BULK_REPLAY_CHUNK_SIZE": "20"})
+    two_workers(workers, {"BULK_REPLAY_CHUNK_SIZE": "20"})
     job = bulk_replay_job_create(
         source=source,
         status=ProcessingStatus.DEAD_LETTERED,
@@ -164,5 +145,5 @@ def test_a_paced_bulk_replay_makes_every_revision_in_order_across_its_chunks(
         timeout=60,
         what="the job to finish",
     )
-    wait_all_terminal(source, len(documents) * versions, workers)
+    wait_all_terminal(workers, source, len(documents) * versions)
     assert_every_version_made_its_revision_in_order(source, documents, versions)

@@ -22,8 +22,6 @@ from webhooks.processing import WORKER_LOST_ERROR, inbox_event_process
 pytestmark = [
     pytest.mark.django_db(transaction=True),
     pytest.mark.slow,
-    # Emptied before the processes start and after they are killed (``running``).
-    pytest.mark.usefixtures("empty_broker"),
 ]
 
 FAST_SWEEP = {
@@ -37,18 +35,13 @@ def non_terminal_count() -> int:
     return InboxEvent.objects.exclude(processing_status__in=TERMINAL_STATUSES).count()
 
 
-def wait_all_terminal(timeout: float, workers) -> None:
-    try:
-        processes.wait_until(
-            lambda: non_terminal_count() == 0,
-            timeout=timeout,
-            interval=0.2,
-            what="every inbox event to reach a terminal status",
-        )
-    except AssertionError:
-        for worker in workers:
-            print(worker.log()[-4000:])
-        raise
+def wait_all_terminal(workers, timeout: float) -> None:
+    workers.wait_until(
+        lambda: non_terminal_count() == 0,
+        timeout=timeout,
+        interval=0.2,
+        what="every inbox event to reach a terminal status",
+    )
 
 
 def assert_each_event_applied_at_most_once() -> None:
@@ -58,7 +51,7 @@ def assert_each_event_applied_at_most_once() -> None:
     assert DocumentRevision.objects.count() == processed.count()
 
 
-def test_a_backlog_is_recovered_by_a_worker_alone(tmp_path, running, broker_url):
+def test_a_backlog_is_recovered_by_a_worker_alone(workers, broker_url):
     """Rows committed while no worker ran: most never published, some whose message was
     lost with the broker's data. Then one worker starts, with no beat: its relay publishes
     the first and its sweep the others; everything reaches a terminal status. On each
@@ -98,8 +91,8 @@ def test_a_backlog_is_recovered_by_a_worker_alone(tmp_path, running, broker_url)
     InboxAttempt.objects.create(event=orphan, number=1, worker="dead@host")
 
     env = {**FAST_SWEEP, "CELERY_BROKER_URL": broker_url}
-    worker = running(processes.celery_worker(tmp_path, concurrency=2, env=env))
-    wait_all_terminal(90, [worker])
+    workers.start(concurrency=2, env=env)
+    wait_all_terminal(workers, 90)
 
     total = len(rows) + 2
     assert InboxEvent.objects.count() == total
@@ -128,7 +121,7 @@ def test_a_backlog_is_recovered_by_a_worker_alone(tmp_path, running, broker_url)
 
 
 def test_worker_killed_mid_batch_then_restarted_loses_and_repeats_nothing(
-    tmp_path, running, broker_url
+    workers, broker_url
 ):
     """On each broker the product runs on (Redis, RabbitMQ): the killed worker's unacked
     messages come back, or are lost with it; either way nothing is lost or applied twice."""
@@ -141,9 +134,7 @@ def test_worker_killed_mid_batch_then_restarted_loses_and_repeats_nothing(
     # Committed, waiting for a message: the first worker's relay publishes them in batches.
     inbox_events_bulk_create(envelopes)
 
-    first = running(
-        processes.celery_worker(tmp_path, concurrency=2, name="w1", env=env)
-    )
+    first = workers.start(concurrency=2, name="w1", env=env)
     processes.wait_until(
         lambda: InboxEvent.objects.filter(processing_status="processed").count() >= 100,
         timeout=90,
@@ -160,10 +151,8 @@ def test_worker_killed_mid_batch_then_restarted_loses_and_repeats_nothing(
 
     # No beat: the second worker's relay sweeps what the kill left behind (rows leased by
     # the dead worker, batches claimed but not run, messages lost with it).
-    second = running(
-        processes.celery_worker(tmp_path, concurrency=2, name="w2", env=env)
-    )
-    wait_all_terminal(180, [first, second])
+    workers.start(concurrency=2, name="w2", env=env)
+    wait_all_terminal(workers, 180)
 
     assert InboxEvent.objects.count() == count
     assert_each_event_applied_at_most_once()
@@ -191,9 +180,7 @@ def test_worker_killed_mid_batch_then_restarted_loses_and_repeats_nothing(
     )
 
 
-def test_poison_event_dead_letters_after_exactly_max_attempts(
-    tmp_path, running, broker_url
-):
+def test_poison_event_dead_letters_after_exactly_max_attempts(workers, broker_url):
     """On each broker the product runs on: the retries' messages and their delays are the
     relay's, whatever carries them."""
     env = {
@@ -214,19 +201,13 @@ def test_poison_event_dead_letters_after_exactly_max_attempts(
     # Every attempt times out on the lock: a transient failure that never passes. The
     # worker's relay publishes the event, then each retry once it is due.
     with document_locked("doc_poison"):
-        worker = running(processes.celery_worker(tmp_path, concurrency=2, env=env))
-        try:
-            processes.wait_until(
-                lambda: InboxEvent.objects.filter(
-                    pk=poison.pk, processing_status="dead_lettered"
-                ).exists(),
-                timeout=60,
-                interval=0.1,
-                what="the poison event to be dead-lettered",
-            )
-        except AssertionError:
-            print(worker.log()[-4000:])
-            raise
+        workers.start(concurrency=2, env=env)
+        workers.wait_until(
+            lambda: InboxEvent.objects.filter(
+                pk=poison.pk, processing_status="dead_lettered"
+            ).exists(),
+            what="the poison event to be dead-lettered",
+        )
         time.sleep(3)  # the relay, its sweeps and any stray message get their chance
 
     poison.refresh_from_db()

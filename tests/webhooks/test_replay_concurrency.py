@@ -85,7 +85,7 @@ def test_concurrent_sealers_log_each_row_once_in_one_tree(settings):
 
 @pytest.mark.slow
 def test_bulk_replay_job_runs_on_a_real_worker_with_visible_progress(
-    tmp_path, operator, empty_broker, settings
+    workers, operator, settings
 ):
     source = WebhookSourceFactory()
     DeadLetteredEventFactory.create_batch(12, source=source)
@@ -98,9 +98,7 @@ def test_bulk_replay_job_runs_on_a_real_worker_with_visible_progress(
         created_by=Actor.of(operator),
     )
     assert job.dry_run_count == 12
-    worker = processes.celery_worker(
-        tmp_path, env={"BULK_REPLAY_CHUNK_SIZE": "5"}
-    ).start()
+    worker = workers.start(env={"BULK_REPLAY_CHUNK_SIZE": "5"})
     try:
         from webhooks.bulk_replay import bulk_replay_job_start
 

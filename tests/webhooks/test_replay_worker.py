@@ -20,14 +20,14 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
 
 def test_replayed_dead_letter_is_taken_to_a_terminal_status_by_a_real_worker(
-    tmp_path, operator, empty_broker
+    workers, operator
 ):
     source = WebhookSourceFactory(handler="research")
     dead = DeadLetteredEventFactory(source=source)
     InboxAttemptFactory(event=dead, number=1)
-    worker = processes.celery_worker(
-        tmp_path, env={"INBOX_MAX_ATTEMPTS": "1", "INBOX_RETRY_BASE_SECONDS": "0.1"}
-    ).start()
+    worker = workers.start(
+        env={"INBOX_MAX_ATTEMPTS": "1", "INBOX_RETRY_BASE_SECONDS": "0.1"}
+    )
     try:
         inbox_events_replay(
             events_queryset=InboxEvent.objects.filter(pk=dead.pk),

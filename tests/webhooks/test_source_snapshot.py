@@ -14,6 +14,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from core.actors import Actor
+from tests import processes
 from tests.integrations.research.factories import research_event
 from tests.webhooks.factories import WebhookSourceFactory, signed_post
 from webhooks.models import InboxEvent, WebhookSecret, WebhookSource
@@ -98,12 +99,12 @@ def test_a_grace_period_ending_is_honoured_from_the_snapshot(cached, source):
         source=source, secret=NEW_SECRET, grace_seconds=3600, actor=Actor.system()
     )
     assert signed_post(http, "snap", research_event()).status_code == 202  # old secret
-    WebhookSecret.objects.exclude(secret=NEW_SECRET).update(
-        expires_at=timezone.now() + timedelta(milliseconds=200)
-    )
+    # A second of grace left: room for the delivery below on a busy machine.
+    ends = timezone.now() + timedelta(seconds=1)
+    WebhookSecret.objects.exclude(secret=NEW_SECRET).update(expires_at=ends)
     webhook_source_snapshot_forget()
     assert signed_post(http, "snap", research_event()).status_code == 202
-    time.sleep(0.3)
+    processes.wait_until(lambda: timezone.now() > ends, interval=0.05, what="grace end")
     assert signed_post(http, "snap", research_event()).status_code == 401
     assert (
         signed_post(http, "snap", research_event(), secret=NEW_SECRET).status_code
