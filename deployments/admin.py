@@ -17,8 +17,15 @@ from idempotency.admin import resource_model_register
 from idempotency.models import IdempotencyRecord
 
 from . import target_admin  # noqa: F401 - registers the deploy targets' admin
-from .models import Build, Deployment, JobTransition, StatusSync, TriggerAttempt
-from .services.jobs import OPERATION_TYPES, JobKind, job_kind
+from .models import (
+    Build,
+    Deployment,
+    JobKind,
+    JobTransition,
+    StatusSync,
+    TriggerAttempt,
+)
+from .services.jobs import OPERATION_TYPES, job_kind
 
 # An idempotency record's page links to the job its key created.
 resource_model_register(

@@ -29,7 +29,14 @@ from idempotency.schema import idempotent_post_schema
 from idempotency.services import OperationResult
 
 from . import selectors
-from .models import REPORTED_DETAIL_MAX_LENGTH, Build, Deployment, Job, JobStatus
+from .models import (
+    REPORTED_DETAIL_MAX_LENGTH,
+    Build,
+    Deployment,
+    Job,
+    JobKind,
+    JobStatus,
+)
 from .naming import REPOSITORY_MAX_LENGTH, REPOSITORY_PATTERN
 from .representations import (
     BUILD_OUTPUT,
@@ -37,7 +44,7 @@ from .representations import (
     BuildOutputSerializer,
     DeploymentOutputSerializer,
 )
-from .services.jobs import OPERATION_TYPES, JobKind, job_new, job_pickup_deadline
+from .services.jobs import OPERATION_TYPES, job_new, job_pickup_deadline
 from .services.reports import status_sync_record
 
 # Either case: stored lower-cased.

@@ -30,6 +30,13 @@ class JobStatus(models.TextChoices):
     FAILED = "failed"
 
 
+class JobKind(models.TextChoices):
+    """A job's kind, as its task's argument, its FK's name and its API's path name it."""
+
+    DEPLOYMENT = "deployment"
+    BUILD = "build"
+
+
 TERMINAL_JOB_STATUSES = frozenset({JobStatus.SUCCEEDED, JobStatus.FAILED})
 
 # The longest ``detail`` a status report may carry (docs/http-api.md, "Status sync"); GitHub's

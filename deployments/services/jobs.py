@@ -38,6 +38,7 @@ from ..models import (
     Build,
     Deployment,
     Job,
+    JobKind,
     JobStatus,
     JobTransition,
     TriggerPhase,
@@ -48,13 +49,6 @@ logger = logging.getLogger(__name__)
 
 # Published by name, so that this module never imports the tasks that run it.
 RUN_JOB_TASK = "deployments.run_job"
-
-
-class JobKind(StrEnum):
-    """A job's kind, as its task's argument, its FK's name and its API's path name it."""
-
-    DEPLOYMENT = "deployment"
-    BUILD = "build"
 
 
 class Reason(StrEnum):
