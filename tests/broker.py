@@ -59,26 +59,16 @@ def broker_messages(queue: str = QUEUE) -> list[dict]:
 
 
 PROCESS_TASK = "webhooks.process_inbox_events"  # one message: a list of inbox row ids
-PROCESS_ONE_TASK = (
-    "webhooks.process_inbox_event"  # one message: one id (earlier release)
-)
 
 
 def inbox_messages(queue: str = QUEUE) -> list[dict]:
-    """The processing messages waiting in the queue (batches, and single rows of an earlier
-    release)."""
-    return [
-        m
-        for m in broker_messages(queue)
-        if m["task"] in {PROCESS_TASK, PROCESS_ONE_TASK}
-    ]
+    """The processing messages waiting in the queue."""
+    return [m for m in broker_messages(queue) if m["task"] == PROCESS_TASK]
 
 
 def message_inbox_event_ids(message: dict) -> list[int]:
     """The inbox row ids one processing message carries."""
-    if message["task"] == PROCESS_TASK:
-        return list(message["args"][0])
-    return [message["args"][0]]
+    return list(message["args"][0])
 
 
 def queued_inbox_event_ids() -> list[int]:

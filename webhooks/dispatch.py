@@ -17,9 +17,6 @@ logger = logging.getLogger(__name__)
 
 # One message carries up to INBOX_BATCH_SIZE inbox row ids.
 PROCESS_TASK = "webhooks.process_inbox_events"
-# The message of one row that web processes of an earlier release publish; still served so
-# that a rolling upgrade loses none.
-PROCESS_ONE_TASK = "webhooks.process_inbox_event"
 BULK_REPLAY_TASK = "webhooks.bulk_replay_job_run"
 
 

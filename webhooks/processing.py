@@ -80,9 +80,6 @@ _STATE_FIELDS = (
 )
 # What the one-by-one claim reads of the source: its handler, and whether it holds its rows.
 _SOURCE_STATE_FIELDS = ("source__slug", "source__handler")
-# What reading a stored value back can raise: PostgreSQL holds years Python's dates cannot
-# (psycopg raises DataError), SQLite gives back text that does not parse (ValueError).
-_LOAD_ERRORS = (DataError, ValueError, OverflowError)
 
 
 class Skip(StrEnum):
@@ -134,20 +131,15 @@ def _log_extra(event: InboxEvent, **fields) -> dict:
     }
 
 
-class UnreadableRow(Exception):
-    """The row's stored columns cannot be read back (written by an older deployment that did
-    not refuse the value): nothing can process it, dead-letter at once."""
-
-
 def _is_permanent(error: BaseException) -> bool:
-    """Retrying cannot help: the domain rejected the data, the database refused a value
-    (``DataError`` is about the value, not the connection), or the row cannot be read."""
-    return isinstance(error, PermanentProcessingError | DataError | UnreadableRow)
+    """Retrying cannot help: the domain rejected the data, or the database refused a value
+    (``DataError`` is about the value, not the connection)."""
+    return isinstance(error, PermanentProcessingError | DataError)
 
 
 def _error_text(exc: BaseException) -> str:
     text = str(exc) or type(exc).__name__
-    if not isinstance(exc, PermanentProcessingError | UnreadableRow):
+    if not isinstance(exc, PermanentProcessingError):
         text = f"{type(exc).__name__}: {text}"
     return text[:ERROR_MAX_CHARS]
 
@@ -308,41 +300,16 @@ def _inbox_event_claim(
 
 
 def _body_load(claim: _Claim) -> None:
-    """The columns the handler reads that the one-by-one claim left out; ``UnreadableRow``
-    when one of them cannot be read back."""
+    """The columns the handler reads that the one-by-one claim left out."""
     if "raw_body" not in claim.event.get_deferred_fields():
         return
-    pk = claim.event.pk
-    try:
-        values = (
-            InboxEvent.objects.filter(pk=pk)
-            .values(
-                "raw_body",
-                "entity_id",
-                "entity_type",
-                "source_version",
-                "occurred_at",
-            )
-            .get()
-        )
-    except _LOAD_ERRORS as exc:
-        columns = ", ".join(_unreadable_columns(pk)) or "a column"
-        raise UnreadableRow(
-            f"the stored {columns} cannot be read back: {type(exc).__name__}: {exc}"
-        ) from exc
+    values = (
+        InboxEvent.objects.filter(pk=claim.event.pk)
+        .values("raw_body", "entity_id", "entity_type", "source_version", "occurred_at")
+        .get()
+    )
     for name, value in values.items():
         setattr(claim.event, name, value)
-
-
-def _unreadable_columns(pk: int) -> list[str]:
-    """The columns of the row that cannot be read back, one probe each (a rare path)."""
-    names = []
-    for field in InboxEvent._meta.concrete_fields:
-        try:
-            InboxEvent.objects.filter(pk=pk).values_list(field.attname).first()
-        except _LOAD_ERRORS:
-            names.append(field.name)
-    return names
 
 
 # --- run -----------------------------------------------------------------------------------
@@ -662,8 +629,8 @@ def inbox_events_process(
     Idempotent per row: a terminal row is never processed again, and of two concurrent runs
     only the one holding the claim applies anything. Transient failures leave the row
     ``failed`` with ``next_attempt_at`` (exponential backoff, full jitter) until
-    ``INBOX_MAX_ATTEMPTS``; ``PermanentProcessingError``, a value the database refuses
-    (``DataError``) and a row whose columns cannot be read back dead-letter at once."""
+    ``INBOX_MAX_ATTEMPTS``; ``PermanentProcessingError`` and a value the database refuses
+    (``DataError``) dead-letter at once."""
     started = time.monotonic()
     unique = list(dict.fromkeys(ids))  # an id given twice is processed once
     outcomes: dict[int, ProcessingOutcome] = {}
@@ -729,13 +696,7 @@ def _claims_run(
         if integration is None:
             per_event.append(claim)
             continue
-        try:
-            _body_load(claim)
-        except UnreadableRow:
-            per_event.append(
-                claim
-            )  # dead-lettered on its own; it touches no domain row
-            continue
+        _body_load(claim)
         by_handler.setdefault(claim.handler, []).append(claim)
     for handler, group in by_handler.items():
         integration = integration_batch_get(handler)

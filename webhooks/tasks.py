@@ -6,7 +6,7 @@ from django.conf import settings
 from django.db import InterfaceError, OperationalError
 
 from .bulk_replay import bulk_replay_job_run
-from .dispatch import BULK_REPLAY_TASK, PROCESS_ONE_TASK, PROCESS_TASK
+from .dispatch import BULK_REPLAY_TASK, PROCESS_TASK
 from .processing import inbox_events_process
 
 # The database went away mid-batch: try again soon. Rows the batch had claimed but not run
@@ -33,13 +33,6 @@ def process_inbox_events_task(self, inbox_event_ids: list[int]) -> list[str]:
     with its retry time; the relay publishes it again when that comes."""
     outcomes = inbox_events_process(ids=inbox_event_ids, worker=_worker_name(self))
     return [outcome.skipped or outcome.status for outcome in outcomes]
-
-
-@shared_task(bind=True, name=PROCESS_ONE_TASK, **_DATABASE_RETRY)
-def process_inbox_event_task(self, inbox_event_id: int) -> str:
-    """One row, as an earlier release published it: a batch of one."""
-    (outcome,) = inbox_events_process(ids=[inbox_event_id], worker=_worker_name(self))
-    return outcome.skipped or outcome.status
 
 
 @shared_task(name=BULK_REPLAY_TASK)

@@ -426,29 +426,13 @@ AUDIT_SEAL_BATCH_SIZE = env.int("AUDIT_SEAL_BATCH_SIZE", default=5000)
 # well inside the task time limits, then queues the next. A job whose lease (renewed by every
 # chunk) has run out was interrupted and may be resumed. A job given a rate replays a slice of
 # about RATE_TICK_SECONDS worth of events at a time, each task queueing the next for when the
-# schedule says (docs/subsystems/processing.md, "A bulk replay job"). Their former names
-# (AUDIT_BULK_REPLAY_*) are still read.
-BULK_REPLAY_CHUNK_SIZE = env_renamed(
-    "int", "BULK_REPLAY_CHUNK_SIZE", former="AUDIT_BULK_REPLAY_CHUNK_SIZE", default=200
+# schedule says (docs/subsystems/processing.md, "A bulk replay job").
+BULK_REPLAY_CHUNK_SIZE = env.int("BULK_REPLAY_CHUNK_SIZE", default=200)
+BULK_REPLAY_SLICE_SECONDS = env.float("BULK_REPLAY_SLICE_SECONDS", default=30)
+BULK_REPLAY_LEASE_SECONDS = env.int(
+    "BULK_REPLAY_LEASE_SECONDS", default=CELERY_TASK_TIME_LIMIT + 300
 )
-BULK_REPLAY_SLICE_SECONDS = env_renamed(
-    "float",
-    "BULK_REPLAY_SLICE_SECONDS",
-    former="AUDIT_BULK_REPLAY_SLICE_SECONDS",
-    default=30,
-)
-BULK_REPLAY_LEASE_SECONDS = env_renamed(
-    "int",
-    "BULK_REPLAY_LEASE_SECONDS",
-    former="AUDIT_BULK_REPLAY_LEASE_SECONDS",
-    default=CELERY_TASK_TIME_LIMIT + 300,
-)
-BULK_REPLAY_RATE_TICK_SECONDS = env_renamed(
-    "float",
-    "BULK_REPLAY_RATE_TICK_SECONDS",
-    former="AUDIT_BULK_REPLAY_RATE_TICK_SECONDS",
-    default=0.5,
-)
+BULK_REPLAY_RATE_TICK_SECONDS = env.float("BULK_REPLAY_RATE_TICK_SECONDS", default=0.5)
 
 # --- The verifiable log (docs/security.md, "Verifiable log") -------------------------------
 # AUDIT_SIGNING_KEY, the Ed25519 key that signs the log's checkpoints, is set by each
@@ -518,11 +502,5 @@ IDEMPOTENCY_CLEANUP_INTERVAL_SECONDS = env.float(
 # --- Inbox processing ----------------------------------------------------------------------
 # How long a handler waits for a row lock of its domain (a research document's, a deployment's)
 # before giving up with a transient error (retried with backoff): normal contention lasts
-# milliseconds. Set once per batch by the inbox for every handler. RESEARCH_DOCUMENT_LOCK_
-# TIMEOUT_MS, its name when the research handler was the only one waiting, is still read.
-INBOX_LOCK_TIMEOUT_MS = env_renamed(
-    "int",
-    "INBOX_LOCK_TIMEOUT_MS",
-    former="RESEARCH_DOCUMENT_LOCK_TIMEOUT_MS",
-    default=2000,
-)
+# milliseconds. Set once per batch by the inbox for every handler.
+INBOX_LOCK_TIMEOUT_MS = env.int("INBOX_LOCK_TIMEOUT_MS", default=2000)

@@ -135,16 +135,15 @@ def test_the_bench_harness_runs_its_stack_on_the_bench_settings():
 def test_a_renamed_variable_is_still_read_under_its_former_name(monkeypatch):
     from config.settings._helpers import env_renamed
 
-    read = {"cast": "int", "name": "BULK_REPLAY_CHUNK_SIZE"}
-    monkeypatch.delenv("BULK_REPLAY_CHUNK_SIZE", raising=False)
-    monkeypatch.delenv("AUDIT_BULK_REPLAY_CHUNK_SIZE", raising=False)
-    assert (
-        env_renamed(**read, former="AUDIT_BULK_REPLAY_CHUNK_SIZE", default=200) == 200
-    )
-    monkeypatch.setenv("AUDIT_BULK_REPLAY_CHUNK_SIZE", "7")
-    assert env_renamed(**read, former="AUDIT_BULK_REPLAY_CHUNK_SIZE", default=200) == 7
-    monkeypatch.setenv("BULK_REPLAY_CHUNK_SIZE", "9")  # the new name wins
-    assert env_renamed(**read, former="AUDIT_BULK_REPLAY_CHUNK_SIZE", default=200) == 9
+    read = {"cast": "float", "name": "RELAY_SWEEP_INTERVAL_SECONDS"}
+    former = "INBOX_SWEEP_INTERVAL_SECONDS"  # the contract's name: read for good
+    monkeypatch.delenv("RELAY_SWEEP_INTERVAL_SECONDS", raising=False)
+    monkeypatch.delenv(former, raising=False)
+    assert env_renamed(**read, former=former, default=30) == 30
+    monkeypatch.setenv(former, "7")
+    assert env_renamed(**read, former=former, default=30) == 7
+    monkeypatch.setenv("RELAY_SWEEP_INTERVAL_SECONDS", "9")  # the new name wins
+    assert env_renamed(**read, former=former, default=30) == 9
 
 
 SETTINGS_IN_USE = (

@@ -18,7 +18,7 @@ from research.models import DocumentRevision, ResearchDocument
 from tests import processes
 from tests.integrations.research.factories import research_event
 from tests.webhooks.factories import inbox_events_bulk_create, research_source
-from webhooks.dispatch import PROCESS_ONE_TASK, PROCESS_TASK
+from webhooks.dispatch import PROCESS_TASK
 from webhooks.models import (
     TERMINAL_STATUSES,
     InboxAttempt,
@@ -123,14 +123,12 @@ def test_nothing_of_a_paused_source_is_processed_then_each_held_event_once_in_or
     )
 
 
-@pytest.mark.parametrize("task", [PROCESS_TASK, PROCESS_ONE_TASK])
 def test_a_message_published_before_the_pause_processes_nothing_until_the_resume(
-    workers, broker_url, task
+    workers, broker_url
 ):
     """The relay published the rows (one batch), then the source was paused, then a worker
     starts: it takes the message and processes nothing of it; the rows wait set aside and
-    are published again after the resume. The same for the single-id message of an earlier
-    release."""
+    are published again after the resume."""
     paused = research_source("paused-sync")
     rows = inbox_events_bulk_create(
         versions_of_one_document("doc_before", 3), source=paused
@@ -138,11 +136,7 @@ def test_a_message_published_before_the_pause_processes_nothing_until_the_resume
     env = {"CELERY_BROKER_URL": broker_url}
     # What a relay did before the pause: the messages out, the rows stamped dispatched.
     with app.connection_for_write(broker_url) as connection:
-        if task == PROCESS_TASK:
-            app.send_task(task, args=[[r.pk for r in rows]], connection=connection)
-        else:
-            for row in rows:
-                app.send_task(task, args=[row.pk], connection=connection)
+        app.send_task(PROCESS_TASK, args=[[r.pk for r in rows]], connection=connection)
     InboxEvent.objects.filter(pk__in=[r.pk for r in rows]).update(
         dispatched_at=rows[0].received_at
     )

@@ -23,7 +23,7 @@ from webhooks.processing import (
     inbox_events_process,
     inbox_retry_delay,
 )
-from webhooks.tasks import process_inbox_event_task, process_inbox_events_task
+from webhooks.tasks import process_inbox_events_task
 
 
 def sample(metric, suffix: str = "_total") -> float:
@@ -175,15 +175,6 @@ def test_task_body_takes_a_list_of_ids_and_returns_their_outcomes():
         "terminal",
     ]
     assert process_inbox_events_task.apply(([],)).get() == []
-
-
-@pytest.mark.django_db
-def test_the_one_id_task_of_an_earlier_release_is_still_served():
-    event = InboxEventFactory(body=research_event(source_version=1))
-    assert process_inbox_event_task.name == "webhooks.process_inbox_event"
-    assert process_inbox_event_task.apply((event.pk,)).get() == "processed"
-    assert process_inbox_event_task.apply((event.pk,)).get() == "terminal"
-    assert process_inbox_event_task.apply((10**12,)).get() == "missing"
 
 
 @pytest.mark.django_db
