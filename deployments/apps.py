@@ -8,6 +8,7 @@ class DeploymentsConfig(AppConfig):
     def ready(self) -> None:
         from core.relay.outbox import outbox_register
 
+        from . import metrics  # noqa: F401 - every series at zero in every process
         from .executors import executor_settings_check
         from .outbox import JOBS_OUTBOX
 
@@ -17,3 +18,7 @@ class DeploymentsConfig(AppConfig):
         # New jobs reach the workers through the relay; its sweep re-publishes lost ones
         # and fails jobs whose lease ran out.
         outbox_register(JOBS_OUTBOX)
+        # The trigger metrics are written by the worker that makes an attempt, but every
+        # process exports their series from the start (deployments/metrics.py): the web, which
+        # imports none of the attempts' code, too, so that the alerts' rates see a first
+        # failure (docs/operations.md, "Metrics").

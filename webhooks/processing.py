@@ -303,11 +303,15 @@ def _body_load(claim: _Claim) -> None:
     """The columns the handler reads that the one-by-one claim left out."""
     if "raw_body" not in claim.event.get_deferred_fields():
         return
-    values = (
-        InboxEvent.objects.filter(pk=claim.event.pk)
-        .values("raw_body", "entity_id", "entity_type", "source_version", "occurred_at")
-        .get()
-    )
+    row = InboxEvent.objects.filter(pk=claim.event.pk)
+    columns = ("raw_body", "entity_id", "entity_type", "source_version")
+    try:
+        values = row.values(*columns, "occurred_at").get()
+    except (OverflowError, ValueError):
+        # A date the database holds and Python cannot (a year 0, stored by a release before
+        # ingest refused it): read as missing, as the set claim's ``_instant`` does, so that
+        # the handler, parsing the body again, rejects the event naming the value.
+        values = {**row.values(*columns).get(), "occurred_at": None}
     for name, value in values.items():
         setattr(claim.event, name, value)
 
