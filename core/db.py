@@ -103,8 +103,9 @@ def _binary_form(sql: str) -> str:
 
 
 def binds_binary() -> bool:
-    """Whether the server binds the parameters (``config.settings.base``'s
-    ``server_side_binding``): only then can an array go in binary."""
+    """Whether the server binds the parameters (``server_side_binding``, set by
+    ``config.settings._helpers.database_binding_apply``): only then can an array go in
+    binary."""
     options = connections[DEFAULT_DB_ALIAS].settings_dict.get("OPTIONS", {})
     return options.get("server_side_binding") is True
 
