@@ -44,7 +44,7 @@ test: setup system-tools test-alerts
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports --no-cache
 	$(VENV)/bin/mypy
-	$(PYTEST) --durations=15 $(PYTEST_ARGS)
+	$(PYTEST) -n 2 --dist loadgroup --durations=15 $(PYTEST_ARGS)
 
 ## The alerting rules of deploy/prometheus/: promtool checks them and runs their unit tests
 ## (deploy/prometheus/tests/), and checks the shipped Prometheus configuration; promtool is

@@ -404,3 +404,16 @@ def django_db_setup(
     if django_db_use_migrations:
         with django_db_blocker.unblock():
             reused_database_mark_set(connection, migrations_digest())
+
+
+def pytest_collection_modifyitems(config, items):
+    """Under pytest-xdist (``--dist loadgroup``), the tests that share something outside their
+    process run in one worker, one after another: RabbitMQ's one virtual host (its queue is
+    the product's, so two workers would take each other's tasks), and the chaos runs (each
+    starts a whole stack; the cluster's namespaces are cleaned up by name)."""
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        if callspec is not None and callspec.params.get("broker_url") == "rabbitmq":
+            item.add_marker(pytest.mark.xdist_group("rabbitmq"))
+        elif item.nodeid.startswith("tests/test_chaos"):
+            item.add_marker(pytest.mark.xdist_group("chaos"))
