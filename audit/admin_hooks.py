@@ -25,10 +25,10 @@ class LogAdmin:
         ledger = ledger_for_model(queryset.model)
         if ledger is None:
             return queryset
-        return queryset.annotate(
+        return ledger.with_record_id(queryset).annotate(
             log_index=Subquery(
                 LogLeaf.objects.filter(
-                    kind=ledger.kind, record_id=OuterRef("pk")
+                    kind=ledger.kind, record_id=OuterRef("log_record_id")
                 ).values("index")[:1]
             ),
             log_checkpoint_size=Subquery(
@@ -44,7 +44,9 @@ class LogAdmin:
             if ledger is None:
                 return "-"
             index = (
-                LogLeaf.objects.filter(kind=ledger.kind, record_id=obj.pk)
+                LogLeaf.objects.filter(
+                    kind=ledger.kind, record_id=getattr(obj, "record_id", obj.pk)
+                )
                 .values_list("index", flat=True)
                 .first()
             )

@@ -28,7 +28,20 @@ from typing import Any
 
 from django.apps import apps
 from django.db import connection
-from django.db.models import DateTimeField, F, Func, Model, Q, TextField
+from django.db.models import (
+    BigIntegerField,
+    Case,
+    DateTimeField,
+    Expression,
+    F,
+    Func,
+    Model,
+    Q,
+    QuerySet,
+    TextField,
+    When,
+)
+from django.db.models.functions import Coalesce
 
 from .leaves import LeafInput
 
@@ -120,7 +133,9 @@ class Ledger:
     """One kind of record in the log.
 
     ``fields`` maps each leaf key to the ORM path it is read from (``"source_id"``,
-    ``"document__entity_id"``). ``created`` is the row's creation time: a row younger than
+    ``"document__entity_id"``), or to an expression. ``record`` names the column that holds
+    the record's id where a row may have one other than its primary key (null: its primary
+    key); ``created`` is the row's creation time: a row younger than
     ``AUDIT_SEAL_HORIZON_SECONDS`` waits. ``ready`` says which rows are complete (an attempt
     once closed); ``None``: every row, as inserted. ``ready_at`` is when a row became ready
     (default ``created``): verification names a ready row older than the horizon by that
@@ -131,7 +146,7 @@ class Ledger:
 
     kind: str
     model: str
-    fields: Mapping[str, str]
+    fields: Mapping[str, str | Expression]
     created: str
     ready: Q | None = None
     ready_at: str = ""
@@ -139,6 +154,7 @@ class Ledger:
     scanned: bool = True
     derive: Derive | None = None
     label: str = ""
+    record: str = ""
 
     @property
     def model_class(self) -> type[Model]:
@@ -153,17 +169,36 @@ class Ledger:
         """How messages name one of its records: "inbox event 12"."""
         return self.label or self.kind.replace("_", " ")
 
-    def _is_time(self, path: str) -> bool:
-        if "__" in path:
+    def record_id(self) -> Expression | F:
+        """The record's id in the log, as a query reads it."""
+        if not self.record:
+            return F("pk")
+        return Coalesce(F(self.record), F("pk"), output_field=BigIntegerField())
+
+    def with_record_id(self, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        """``log_record_id``: each row's record id in the log."""
+        return queryset.annotate(log_record_id=self.record_id())
+
+    def of_records(self, queryset: QuerySet[Any], ids: list[int]) -> QuerySet[Any]:
+        """The rows whose record ids are ``ids``, each through an index."""
+        if not self.record:
+            return queryset.filter(pk__in=ids)
+        return queryset.filter(
+            Q(**{f"{self.record}__in": ids})
+            | Q(**{f"{self.record}__isnull": True, "pk__in": ids})
+        )
+
+    def _is_time(self, path: str | Expression) -> bool:
+        if not isinstance(path, str) or "__" in path:
             return False
         field = self.model_class._meta.get_field(path)
         return isinstance(field, DateTimeField)
 
-    def columns(self) -> list[str | LeafTime]:
+    def columns(self) -> list[str | Expression]:
         """What ``values_list`` reads for the leaf's fields, in their order: instants as
         ``LeafTime`` text."""
         return [
-            LeafTime(F(path)) if self._is_time(path) else path
+            LeafTime(F(path)) if isinstance(path, str) and self._is_time(path) else path
             for path in self.fields.values()
         ]
 
@@ -203,7 +238,23 @@ def _secret_ids(rows: list[dict[str, Any]]) -> None:
         row["secret_id"] = ids.get((row["source_id"], row["secret_fingerprint"]))
 
 
-_JOB_FIELDS = {
+def _job_of_kind(kind: str) -> Case:
+    """The id of a row's job under the name its leaf gave it when deployments and builds had
+    tables of their own (``deployment_id``, ``build_id``): its record id if the job is of
+    ``kind``, else null."""
+    return Case(
+        When(
+            job__kind=kind,
+            then=Coalesce(
+                F("job__ledger_id"), F("job_id"), output_field=BigIntegerField()
+            ),
+        ),
+        default=None,
+        output_field=BigIntegerField(),
+    )
+
+
+_JOB_FIELDS: dict[str, str | Expression] = {
     "public_id": "public_id",
     "client_id": "client_id",
     "idempotency_key": "idempotency_key",
@@ -310,13 +361,15 @@ LEDGERS: dict[str, Ledger] = {
             model="deployments.Build",
             fields={**_JOB_FIELDS, "ref": "ref"},
             created="created_at",
+            # A build moved from the builds' own table keeps its id there (migration 0009).
+            record="ledger_id",
         ),
         Ledger(
             kind="job_transition",
             model="deployments.JobTransition",
             fields={
-                "deployment_id": "deployment_id",
-                "build_id": "build_id",
+                "deployment_id": _job_of_kind("deployment"),
+                "build_id": _job_of_kind("build"),
                 "from_status": "from_status",
                 "to_status": "to_status",
                 "at": "at",
@@ -325,7 +378,7 @@ LEDGERS: dict[str, Ledger] = {
                 "recorded_at": "recorded_at",
             },
             created="recorded_at",
-            belongs_to={"deployment": "deployment_id"},
+            belongs_to={"deployment": "job_id"},
         ),
         Ledger(
             kind="status_sync",
@@ -333,8 +386,8 @@ LEDGERS: dict[str, Ledger] = {
             fields={
                 "public_id": "public_id",
                 "client_id": "client_id",
-                "deployment_id": "deployment_id",
-                "build_id": "build_id",
+                "deployment_id": _job_of_kind("deployment"),
+                "build_id": _job_of_kind("build"),
                 "status": "status",
                 "reported_at": "reported_at",
                 "detail": "detail",
@@ -343,7 +396,7 @@ LEDGERS: dict[str, Ledger] = {
                 "created_at": "created_at",
             },
             created="created_at",
-            belongs_to={"deployment": "deployment_id"},
+            belongs_to={"deployment": "job_id"},
         ),
         # An attempt to trigger a job downstream, once closed (an open one is still being
         # made: its outcome is not known yet).
@@ -351,8 +404,8 @@ LEDGERS: dict[str, Ledger] = {
             kind="trigger_attempt",
             model="deployments.TriggerAttempt",
             fields={
-                "deployment_id": "deployment_id",
-                "build_id": "build_id",
+                "deployment_id": _job_of_kind("deployment"),
+                "build_id": _job_of_kind("build"),
                 "number": "number",
                 "executor": "executor",
                 "target_name": "target_name",
@@ -370,7 +423,7 @@ LEDGERS: dict[str, Ledger] = {
             created="started_at",
             ready=Q(finished_at__isnull=False),
             ready_at="finished_at",
-            belongs_to={"deployment": "deployment_id"},
+            belongs_to={"deployment": "job_id"},
         ),
         Ledger(
             kind="operator_action",
@@ -443,9 +496,14 @@ def scanned_ledgers() -> list[Ledger]:
 
 
 def ledger_for_model(model: type[Model]) -> Ledger | None:
-    """The ledger whose records a model's rows are (a proxy counts as its table)."""
+    """The ledger whose records a model's rows are: the ledger of the model itself (a
+    deployment's and a build's are two, of one table), else of its table."""
+    ledgers = scanned_ledgers()
+    for ledger in ledgers:
+        if ledger.model_class is model:
+            return ledger
     concrete = model._meta.concrete_model
-    for ledger in scanned_ledgers():
+    for ledger in ledgers:
         if ledger.model_class is concrete:
             return ledger
     return None

@@ -127,8 +127,12 @@ def unlogged(ledger: Ledger) -> QuerySet[Any]:
     """The ledger's rows that are not in the log: an anti-join on the log's unique
     ``(kind, record_id)``, whatever the number of rows logged."""
     model = ledger.model_class
-    return model._default_manager.filter(
-        ~Exists(LogLeaf.objects.filter(kind=ledger.kind, record_id=OuterRef("pk")))
+    return ledger.with_record_id(model._default_manager.all()).filter(
+        ~Exists(
+            LogLeaf.objects.filter(
+                kind=ledger.kind, record_id=OuterRef("log_record_id")
+            )
+        )
     )
 
 
@@ -146,7 +150,7 @@ def _with_ready(queryset: QuerySet[Any], ledger: Ledger) -> QuerySet[Any]:
 
 
 def _leaves(ledger: Ledger, rows: Sequence[tuple[Any, ...]]) -> list[LeafInput]:
-    """Leaves of rows read as ``(pk, *columns)``."""
+    """Leaves of rows read as ``(record id, *columns)``."""
     built = ledger.leaf_fields(row[1:] for row in rows)
     return [
         ledger.leaf(row[0], fields) for row, fields in zip(rows, built, strict=True)
@@ -191,7 +195,12 @@ def _batch_rows(
     )
     return list(
         queryset.values_list(
-            "log_ticket", "log_young", "log_ready", "pk", *ledger.columns()
+            "log_ticket",
+            "log_young",
+            "log_ready",
+            "pk",
+            "log_record_id",
+            *ledger.columns(),
         )[:limit]
     )
 
@@ -206,9 +215,9 @@ def _pending_take(
         _with_ready(unlogged(ledger), ledger)
         .filter(pk__in=cursor.pending)
         .order_by("pk")
-        .values_list("log_ready", "pk", *ledger.columns())
+        .values_list("log_ready", "pk", "log_record_id", *ledger.columns())
     )
-    taken = [row[1:] for row in rows if row[0]]
+    taken = [row[2:] for row in rows if row[0]]
     waiting = [row[1] for row in rows if not row[0]]
     return taken, waiting
 
@@ -244,7 +253,7 @@ def _walk_batch(
             walk.done = True  # younger rows wait; the cursor stays before this one
             break
         if ready:
-            taken.append(tuple(row))
+            taken.append(tuple(row[1:]))
         else:
             walk.floating.append((key, row[0]))
         walk.position = key

@@ -190,8 +190,8 @@ class _Entries:
         queryset = self._with_body(
             ledger,
             manager.filter(pk__gte=low, pk__lte=high)
-            if high - low < 2 * len(ids)
-            else manager.filter(pk__in=ids),
+            if high - low < 2 * len(ids) and not ledger.record
+            else ledger.of_records(manager.all(), ids),
         )
         extra: tuple[str, ...] = ()
         if ledger.kind in _BODY_FIELDS:
@@ -199,7 +199,9 @@ class _Entries:
         wanted = set(ids)
         rows = {
             row[0]: row
-            for row in queryset.values_list("pk", *paths, *extra)
+            for row in ledger.with_record_id(queryset).values_list(
+                "log_record_id", *paths, *extra
+            )
             if row[0] in wanted
         }
         present = [(i, r, t) for i, r, t in entries if r in rows]
@@ -452,7 +454,11 @@ def _not_logged(report: LogVerifyReport, *, due: datetime) -> None:
         queryset = unlogged(ledger).filter(**{f"{ledger.ready_time}__lt": due})
         if ledger.ready is not None:
             queryset = queryset.filter(ledger.ready)
-        pks = list(queryset.order_by("pk").values_list("pk", flat=True)[: _NAMED + 1])
+        pks = list(
+            queryset.order_by("pk").values_list("log_record_id", flat=True)[
+                : _NAMED + 1
+            ]
+        )
         for pk in pks[:_NAMED]:
             report.problem(
                 "NOT LOGGED",
@@ -469,7 +475,7 @@ def _jobs_explained(report: LogVerifyReport) -> None:
     where its transitions end, and each transition must start where the previous ended."""
     for model, name in ((Deployment, "deployment"), (Build, "build")):
         last = (
-            JobTransition.objects.filter(**{name: OuterRef("pk")})
+            JobTransition.objects.filter(job=OuterRef("pk"))
             .order_by("-pk")
             .values("to_status")[:1]
         )
@@ -492,7 +498,7 @@ def _jobs_explained(report: LogVerifyReport) -> None:
         JobTransition.objects.annotate(
             previous=Window(
                 Lag("to_status"),
-                partition_by=[F("deployment_id"), F("build_id")],
+                partition_by=[F("job_id")],
                 order_by=F("id").asc(),
             )
         )

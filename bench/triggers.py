@@ -133,7 +133,7 @@ def _done_at(public_ids: list[str], to_status: str) -> list:
 
     return list(
         JobTransition.objects.filter(
-            deployment__public_id__in=public_ids, to_status=to_status
+            job__public_id__in=public_ids, to_status=to_status
         ).values_list("at", flat=True)
     )
 

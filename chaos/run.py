@@ -739,7 +739,7 @@ def deployment_execution_counts() -> dict:
     return dict(
         Counter(
             transition.objects.filter(to_status="running").values_list(
-                "deployment_id", flat=True
+                "job_id", flat=True
             )
         )
     )

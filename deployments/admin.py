@@ -1,4 +1,5 @@
 from django.contrib import admin
+from django.shortcuts import redirect
 from django.urls import reverse
 from django.utils.html import format_html
 
@@ -25,7 +26,7 @@ from .models import (
     StatusSync,
     TriggerAttempt,
 )
-from .services.jobs import OPERATION_TYPES, job_kind
+from .services.jobs import OPERATION_TYPES
 
 # An idempotency record's page links to the job its key created.
 resource_model_register(
@@ -117,7 +118,7 @@ class JobAdmin(
     search_fields = ["=public_id", "=idempotency_key", "=commit_sha"]
     date_hierarchy = "created_at"
     inlines = [TransitionInline, TriggerAttemptInline]
-    exclude = ["detail"]
+    exclude = ["detail", "kind"]
     readonly_fields = [
         "status_badge",
         "detail_shown",
@@ -141,7 +142,7 @@ class JobAdmin(
         record = (
             IdempotencyRecord.objects.filter(
                 client_id=obj.client_id,
-                operation_type=OPERATION_TYPES[job_kind(obj)],
+                operation_type=OPERATION_TYPES[obj.kind],
                 resource_id=obj.public_id,
             )
             .order_by("-created_at")
@@ -210,10 +211,20 @@ class DeploymentAdmin(EvidenceAdminMixin, JobAdmin):
         "created",
         "log_entry",
     ]
+    # A deployment's page shows no build field.
+    exclude = [*JobAdmin.exclude, "ref"]
 
 
 @admin.register(Build)
 class BuildAdmin(JobAdmin):
+    # A build's page shows no deployment field.
+    exclude = [
+        *JobAdmin.exclude,
+        "environment",
+        "last_github_status_id",
+        "github_deployment_id",
+        "github_commit_sha",
+    ]
     list_display = [
         "status_badge",
         "public_id",
@@ -225,6 +236,21 @@ class BuildAdmin(JobAdmin):
         "log_entry",
     ]
 
+    def change_view(self, request, object_id, form_url="", extra_context=None):
+        # A build's page before migration 0009 was at its id in the builds' own table,
+        # which it keeps as ``ledger_id``: that address leads to its page now. No build's
+        # id is another's old id (docs/subsystems/executors.md, "Migration 0009: one job
+        # table").
+        if object_id.isdigit() and not Build.objects.filter(pk=object_id).exists():
+            moved = (
+                Build.objects.filter(ledger_id=int(object_id))
+                .values_list("pk", flat=True)
+                .first()
+            )
+            if moved is not None:
+                return redirect(reverse("admin:deployments_build_change", args=[moved]))
+        return super().change_view(request, object_id, form_url, extra_context)
+
 
 @admin.register(StatusSync)
 class StatusSyncAdmin(
@@ -232,8 +258,7 @@ class StatusSyncAdmin(
 ):
     list_display = [
         "public_id",
-        "deployment",
-        "build",
+        "job",
         "status_reported",
         "applied",
         "status_resulting",
@@ -247,9 +272,9 @@ class StatusSyncAdmin(
         "resulting_status": "status_resulting",
     }
     list_filter = ["applied", ("reported_at", DateRangeFilter)]
-    list_select_related = ["client", "deployment", "build"]
+    list_select_related = ["client", "job"]
     search_fields = ["=public_id"]
-    raw_id_fields = ["deployment", "build"]
+    raw_id_fields = ["job"]
 
     @admin.display(description="status", ordering="status")
     def status_reported(self, obj):

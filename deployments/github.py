@@ -154,7 +154,7 @@ class GitHubExecutor(TriggerExecutor):
         return json.dumps(
             {
                 "ref": job.commit_sha,
-                "environment": job.environment,  # type: ignore[attr-defined]
+                "environment": job.environment,
                 "auto_merge": False,
                 "required_contexts": [],
                 "payload": {"deployment_id": job.public_id},
@@ -175,7 +175,7 @@ class GitHubExecutor(TriggerExecutor):
         by ``sha``; a short one by ``ref``, which is what the job created it with."""
         commit = job.commit_sha
         params = {
-            "environment": job.environment,  # type: ignore[attr-defined]
+            "environment": job.environment,
             "per_page": "100",
             ("sha" if FULL_SHA.fullmatch(commit) else "ref"): commit,
         }

@@ -4,7 +4,7 @@ import hashlib
 import secrets
 from collections.abc import Iterable
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, ClassVar
 
 from django.conf import settings
 from django.db import models
@@ -253,9 +253,24 @@ class DeployTargetTest(models.Model):
         return self.state == self.State.SENDING and not self.lost(now=now)
 
 
+class JobKindManager(models.Manager):
+    """The jobs of one kind: what ``Deployment.objects`` and ``Build.objects`` see of the
+    one job table."""
+
+    def __init__(self, kind: str) -> None:
+        super().__init__()
+        self.kind = kind
+
+    def get_queryset(self) -> models.QuerySet:
+        return super().get_queryset().filter(kind=self.kind)
+
+
 class Job(BaseModel):
-    """What deployments and builds share: the triggering client and key, the status lifecycle
-    driven by the worker (and by external reports), and the executor guard.
+    """A deployment or a build (``kind``; its proxy model, ``Deployment`` or ``Build``, is
+    what the API, the admin and the services name): the triggering client and key, the
+    status lifecycle driven by the worker (and by external reports), and the executor guard.
+    Both kinds live in this one table (docs/subsystems/executors.md, "Migration 0009: one job
+    table"); a row read through ``Job`` comes back as its kind's model.
 
     ``executor_started_at`` is set in the committed transaction that claims the job, before
     the executor runs, with the executor the claim chose (a deploy target's, or
@@ -263,11 +278,18 @@ class Job(BaseModel):
     executor is never run a second time; an ``http`` or ``github`` job is triggered again only
     under its one id, while ``trigger_phase`` says it may be (docs/subsystems/executors.md)."""
 
+    # Set by each kind's model.
+    kind_value = ""
     public_id_prefix = ""
     # The request fields of its kind beyond those every job has (``services.job_new``).
     request_fields: tuple[str, ...] = ()
 
+    kind = models.CharField(max_length=16, choices=JobKind.choices)
     public_id = models.CharField(max_length=32, editable=False)
+    # A build moved here from the builds' own table keeps its id there as its record's id
+    # in the audit log (``audit.ledgers``): leaves already logged never change. Null for
+    # every other job, whose record id is its primary key.
+    ledger_id = models.BigIntegerField(null=True, blank=True, editable=False)
     # No index of its own: the (client, idempotency_key) index serves it.
     client = models.ForeignKey(
         ApiClient, on_delete=models.PROTECT, related_name="+", db_index=False
@@ -313,28 +335,7 @@ class Job(BaseModel):
     # When the next trigger attempt is due (RETRY_WAIT).
     next_attempt_at = models.DateTimeField(null=True, blank=True)
 
-    # Declared on the abstract model, so that code written for any kind of job can query it.
-    objects = models.Manager()
-
-    class Meta:
-        abstract = True
-
-    def __str__(self) -> str:
-        return self.public_id
-
-    def save(self, *args, **kwargs):
-        if not self.public_id:
-            self.public_id = public_id_generate(self.public_id_prefix)
-        super().save(*args, **kwargs)
-
-    def get_absolute_url(self) -> str:
-        raise NotImplementedError
-
-
-class Deployment(Job):
-    public_id_prefix = "dep"
-    request_fields = ("environment",)
-
+    # A deployment's (empty for a build).
     environment = models.CharField(max_length=64)
     # The highest GitHub deployment_status id applied; lower or equal ids are out of order.
     last_github_status_id = models.BigIntegerField(null=True, blank=True)
@@ -345,7 +346,14 @@ class Deployment(Job):
     # only, not any other with the same prefix.
     github_commit_sha = models.CharField(max_length=40, blank=True, default="")
 
+    # A build's (empty for a deployment).
+    ref = models.CharField(max_length=255, blank=True, default="")
+
+    objects: ClassVar[models.Manager] = models.Manager()
+
     class Meta:
+        # The constraint's and the indexes' names are those they had when this table held
+        # the deployments only: migration 0009 kept them rather than build them again.
         constraints = [
             models.UniqueConstraint(
                 fields=["public_id"], name="deployments_deployment_public_id_uniq"
@@ -356,9 +364,19 @@ class Deployment(Job):
                 fields=["client", "idempotency_key"],
                 name="deployments_dep_client_key_idx",
             ),
-            # A client's list, newest first, reads its own rows only (no walk over other
-            # clients' newer rows), on every page.
-            models.Index(fields=["client", "id"], name="deployments_dep_client_id_idx"),
+            # A client's list of one kind, newest first, reads its own rows of that kind
+            # only (no walk over other clients' or the other kind's newer rows), on every
+            # page.
+            models.Index(
+                fields=["client", "id"],
+                name="deployments_dep_client_id_idx",
+                condition=Q(kind="deployment"),
+            ),
+            models.Index(
+                fields=["client", "id"],
+                name="deployments_bld_client_id_idx",
+                condition=Q(kind="build"),
+            ),
             models.Index(
                 fields=["status", "last_dispatched_at"],
                 name="deployments_dep_sweep_idx",
@@ -394,83 +412,84 @@ class Deployment(Job):
             models.Index(
                 fields=["status", "-created_at"], name="deployments_dep_status_idx"
             ),
+            models.Index(
+                fields=["ledger_id"],
+                name="deployments_job_ledger_id_idx",
+                condition=Q(ledger_id__isnull=False),
+            ),
             *log_ticket_indexes("deployments_dep"),
         ]
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # Set when built, not when saved: the Idempotency-Key mechanism inserts a new job
+        # itself (``OperationResult.resource_row``).
+        if not self.kind and self.kind_value:
+            self.kind = self.kind_value
+
+    def __str__(self) -> str:
+        return self.public_id
+
+    @classmethod
+    def from_db(cls, db: Any, field_names: Any, values: Any) -> Job:
+        instance = super().from_db(db, field_names, values)
+        # A job read through the table (a transition's, an attempt's) is its kind's model.
+        model = JOB_KIND_MODELS.get(instance.__dict__.get("kind", ""))
+        if cls is Job and model is not None:
+            instance.__class__ = model
+        return instance
+
+    def save(self, *args, **kwargs):
+        if not self.kind:
+            self.kind = self.kind_value
+        if not self.public_id:
+            self.public_id = public_id_generate(
+                JOB_KIND_MODELS[self.kind].public_id_prefix
+            )
+        super().save(*args, **kwargs)
+
     def get_absolute_url(self) -> str:
-        return f"/api/deployments/{self.public_id}/"
+        path = "deployments" if self.kind == JobKind.DEPLOYMENT else "builds"
+        return f"/api/{path}/{self.public_id}/"
+
+    @property
+    def record_id(self) -> int:
+        """Its record's id in the audit log."""
+        return self.ledger_id if self.ledger_id is not None else self.pk
+
+
+class Deployment(Job):
+    kind_value = JobKind.DEPLOYMENT
+    public_id_prefix = "dep"
+    request_fields = ("environment",)
+
+    objects: ClassVar[JobKindManager] = JobKindManager(JobKind.DEPLOYMENT)
+
+    class Meta:
+        proxy = True
 
 
 class Build(Job):
+    kind_value = JobKind.BUILD
     public_id_prefix = "bld"
     request_fields = ("ref",)
 
-    ref = models.CharField(max_length=255, blank=True, default="")
+    objects: ClassVar[JobKindManager] = JobKindManager(JobKind.BUILD)
 
     class Meta:
-        constraints = [
-            models.UniqueConstraint(
-                fields=["public_id"], name="deployments_build_public_id_uniq"
-            ),
-        ]
-        indexes = [
-            models.Index(
-                fields=["client", "idempotency_key"],
-                name="deployments_bld_client_key_idx",
-            ),
-            # A client's list, newest first, reads its own rows only (no walk over other
-            # clients' newer rows), on every page.
-            models.Index(fields=["client", "id"], name="deployments_bld_client_id_idx"),
-            models.Index(
-                fields=["status", "last_dispatched_at"],
-                name="deployments_bld_sweep_idx",
-                condition=Q(status__in=["queued", "running"]),
-            ),
-            models.Index(
-                fields=["id"],
-                name="deployments_bld_outbox_idx",
-                condition=Q(
-                    status="queued",
-                    last_dispatched_at__isnull=True,
-                    executor_started_at__isnull=True,
-                ),
-            ),
-            models.Index(
-                fields=["next_attempt_at"],
-                name="deployments_bld_retry_idx",
-                condition=Q(
-                    status="queued",
-                    last_dispatched_at__isnull=True,
-                    next_attempt_at__isnull=False,
-                ),
-            ),
-            models.Index(
-                fields=["status", "-created_at"], name="deployments_bld_status_idx"
-            ),
-            *log_ticket_indexes("deployments_bld"),
-        ]
+        proxy = True
 
-    def get_absolute_url(self) -> str:
-        return f"/api/builds/{self.public_id}/"
+
+JOB_KIND_MODELS: dict[str, type[Job]] = {
+    JobKind.DEPLOYMENT: Deployment,
+    JobKind.BUILD: Build,
+}
 
 
 class JobTransition(models.Model):
     """One status change of a deployment or build (append-only): from, to, when, by whom."""
 
-    deployment = models.ForeignKey(
-        Deployment,
-        null=True,
-        blank=True,
-        on_delete=models.CASCADE,
-        related_name="transitions",
-    )
-    build = models.ForeignKey(
-        Build,
-        null=True,
-        blank=True,
-        on_delete=models.CASCADE,
-        related_name="transitions",
-    )
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="transitions")
     from_status = models.CharField(max_length=16, choices=JobStatus.choices)
     to_status = models.CharField(max_length=16, choices=JobStatus.choices)
     at = models.DateTimeField(default=timezone.now)
@@ -481,13 +500,6 @@ class JobTransition(models.Model):
     log_ticket = log_ticket_field()
 
     class Meta:
-        constraints = [
-            models.CheckConstraint(
-                condition=Q(deployment__isnull=False, build__isnull=True)
-                | Q(deployment__isnull=True, build__isnull=False),
-                name="deployments_transition_one_target",
-            ),
-        ]
         indexes = [*log_ticket_indexes("deployments_trans")]
 
     def __str__(self) -> str:
@@ -500,20 +512,7 @@ class StatusSync(BaseModel):
 
     public_id = models.CharField(max_length=32, editable=False)
     client = models.ForeignKey(ApiClient, on_delete=models.PROTECT, related_name="+")
-    deployment = models.ForeignKey(
-        Deployment,
-        null=True,
-        blank=True,
-        on_delete=models.CASCADE,
-        related_name="status_syncs",
-    )
-    build = models.ForeignKey(
-        Build,
-        null=True,
-        blank=True,
-        on_delete=models.CASCADE,
-        related_name="status_syncs",
-    )
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="status_syncs")
     status = models.CharField(max_length=16, choices=JobStatus.choices)
     reported_at = models.DateTimeField()
     detail = models.TextField(blank=True, default="")
@@ -525,11 +524,6 @@ class StatusSync(BaseModel):
         constraints = [
             models.UniqueConstraint(
                 fields=["public_id"], name="deployments_statussync_public_id_uniq"
-            ),
-            models.CheckConstraint(
-                condition=Q(deployment__isnull=False, build__isnull=True)
-                | Q(deployment__isnull=True, build__isnull=False),
-                name="deployments_statussync_one_target",
             ),
         ]
         indexes = [
@@ -579,19 +573,8 @@ class TriggerAttempt(models.Model):
         REJECTED = "rejected"  # a permanent refusal (4xx): the job fails
         LOST = "lost"  # no outcome within the lease: the worker was lost mid-attempt
 
-    deployment = models.ForeignKey(
-        Deployment,
-        null=True,
-        blank=True,
-        on_delete=models.PROTECT,
-        related_name="trigger_attempts",
-    )
-    build = models.ForeignKey(
-        Build,
-        null=True,
-        blank=True,
-        on_delete=models.PROTECT,
-        related_name="trigger_attempts",
+    job = models.ForeignKey(
+        Job, on_delete=models.PROTECT, related_name="trigger_attempts"
     )
     number = models.PositiveIntegerField()
     executor = models.CharField(max_length=32)
@@ -617,20 +600,8 @@ class TriggerAttempt(models.Model):
     class Meta:
         indexes = [*log_ticket_indexes("deployments_trig")]
         constraints = [
-            models.CheckConstraint(
-                condition=Q(deployment__isnull=False, build__isnull=True)
-                | Q(deployment__isnull=True, build__isnull=False),
-                name="deployments_attempt_one_target",
-            ),
             models.UniqueConstraint(
-                fields=["deployment", "number"],
-                name="deployments_attempt_dep_number_uniq",
-                condition=Q(deployment__isnull=False),
-            ),
-            models.UniqueConstraint(
-                fields=["build", "number"],
-                name="deployments_attempt_bld_number_uniq",
-                condition=Q(build__isnull=False),
+                fields=["job", "number"], name="deployments_attempt_job_number_uniq"
             ),
         ]
 

@@ -51,7 +51,6 @@ from ..selectors import deploy_target_for, deploy_target_serves
 from ..trigger_urls import url_shown
 from .jobs import (
     Reason,
-    job_kind,
     job_locked,
     job_save,
     job_status_set,
@@ -95,7 +94,7 @@ def job_route(*, job: Job) -> Route:
     """The executor of a job about to be claimed: its deploy target's (one that serves the
     job's client), else ``DEPLOY_EXECUTOR`` (``selectors.deploy_target_for``)."""
     target = deploy_target_for(
-        kind=job_kind(job),
+        kind=job.kind,
         client_id=job.client_id,
         repository=job.repository,
         environment=getattr(job, "environment", ""),
@@ -287,7 +286,7 @@ def trigger_retry_delay(*, attempt: int, retry_after: float | None = None) -> fl
 
 
 def _attempts_of(job: Job) -> QuerySet[TriggerAttempt]:
-    return TriggerAttempt.objects.filter(**{job_kind(job).value: job})
+    return TriggerAttempt.objects.filter(job=job)
 
 
 def _trigger_attempt_open(
@@ -309,7 +308,7 @@ def _trigger_attempt_open(
         url=url_shown(url),
         started_at=now,
         worker=worker[:255],
-        **{kind: job},
+        job=job,
     )
     lease = now + timedelta(seconds=settings.DEPLOY_RUNNING_LEASE_SECONDS)
     job.trigger_attempt_count = number

@@ -74,10 +74,6 @@ OPERATION_TYPES: dict[str, str] = {
 }
 
 
-def job_kind(job: Job) -> JobKind:
-    return JobKind.DEPLOYMENT if isinstance(job, Deployment) else JobKind.BUILD
-
-
 def job_pickup_deadline(*, job: Job) -> datetime:
     """When a new job's key counts as stuck if no worker has picked the job up: the sweep
     re-dispatches it after ``DEPLOY_REDISPATCH_AFTER_SECONDS`` and runs every
@@ -114,14 +110,13 @@ def job_new(*, kind: str, client: ApiClient, idempotency_key: str, data: dict) -
 def _transition_record(
     *, job: Job, from_status: str, to_status: str, at: datetime, actor: str, detail: str
 ) -> JobTransition:
-    target = {job_kind(job).value: job}
     return JobTransition.objects.create(
+        job=job,
         from_status=from_status,
         to_status=to_status,
         at=at,
         actor=actor[:255],
         detail=detail,
-        **target,
     )
 
 
@@ -207,7 +202,7 @@ def job_key_mirror(*, job: Job) -> None:
     transaction (docs/subsystems/idempotency.md, "A key's life"): ``succeeded`` or
     ``failed`` once the job is terminal, else the progress deadline the job's state gives
     (``_key_deadline``), if it gives one."""
-    operation_type = OPERATION_TYPES[job_kind(job)]
+    operation_type = OPERATION_TYPES[job.kind]
     if job.status in TERMINAL_JOB_STATUSES:
         idempotency_record_resolve(
             operation_type=operation_type,

@@ -58,7 +58,7 @@ def status_sync_record(
         detail=detail,
         applied=applied,
         resulting_status=job.status,
-        **{target_kind: job},
+        job=job,
     )
 
 

@@ -104,13 +104,13 @@ def _jobs(target: DeployTarget) -> tuple[Deployment, Build]:
     )
     for job, to in ((failed, JobStatus.RUNNING), (running, JobStatus.RUNNING)):
         JobTransition.objects.create(
-            **{"deployment" if isinstance(job, Deployment) else "build": job},
+            job=job,
             from_status=JobStatus.QUEUED,
             to_status=to,
             actor="worker:w1/42",
         )
     JobTransition.objects.create(
-        deployment=failed,
+        job=failed,
         from_status=JobStatus.RUNNING,
         to_status=JobStatus.FAILED,
         actor="sweep",
@@ -128,7 +128,7 @@ def _jobs(target: DeployTarget) -> tuple[Deployment, Build]:
     for job, outcome, code, seconds in outcomes:
         number = numbers[id(job)] = numbers.get(id(job), 0) + 1
         TriggerAttempt.objects.create(
-            **{"deployment" if isinstance(job, Deployment) else "build": job},
+            job=job,
             number=number,
             executor="http",
             target_name=target.name,

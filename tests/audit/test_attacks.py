@@ -128,7 +128,7 @@ def test_3_ledgers_beyond_the_inbox_cannot_be_rewritten_unnoticed(settings, caps
     sync = trail.deployment.status_syncs.get()
 
     sql("DELETE FROM webhooks_fingerprintmismatch")
-    sql("UPDATE deployments_deployment SET status = 'succeeded'")
+    sql("UPDATE deployments_job SET status = 'succeeded'")
     sql("DELETE FROM deployments_jobtransition")
     sql("DELETE FROM deployments_statussync")
     sql("UPDATE research_documentrevision SET content_hash = 'sha256:forged'")
@@ -153,7 +153,7 @@ def test_3_a_status_no_transition_explains_is_named(settings, capsys):
     trail = every_ledger(settings)
     seal_inbox_task()
     sql(
-        "UPDATE deployments_deployment SET status = 'succeeded' WHERE id = %s",
+        "UPDATE deployments_job SET status = 'succeeded' WHERE id = %s",
         [trail.deployment.pk],
     )
     err = verify_fails(capsys)

@@ -130,12 +130,12 @@ def test_thousands_of_status_syncs_make_a_bounded_bundle_that_verifies(
     seal_all()
     checkpoint_make()
     syncs = list(
-        StatusSync.objects.filter(deployment=deployment)
+        StatusSync.objects.filter(job=deployment)
         .order_by("pk")
         .values_list("pk", flat=True)
     )
     transitions = list(
-        JobTransition.objects.filter(deployment=deployment)
+        JobTransition.objects.filter(job=deployment)
         .order_by("pk")
         .values_list("pk", flat=True)
     )

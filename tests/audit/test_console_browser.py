@@ -228,7 +228,7 @@ def realistic_console(operator) -> None:
     for job, outcomes in ((lost, ["transient", "delivered"]), (refused, ["rejected"])):
         for number, outcome in enumerate(outcomes, start=1):
             TriggerAttempt.objects.create(
-                **{"deployment" if job is lost else "build": job},
+                job=job,
                 number=number,
                 executor="http",
                 outcome=outcome,

@@ -237,14 +237,14 @@ def test_the_dashboard_counts_jobs_by_status_and_trigger_failures(auditor_client
         start=1,
     ):  # the first, 30 hours ago, is outside the window
         TriggerAttempt.objects.create(
-            deployment=lost,
+            job=lost,
             number=number,
             executor="http",
             started_at=now - timedelta(minutes=minutes),
             outcome=outcome,
         )
     TriggerAttempt.objects.create(
-        build=build,
+        job=build,
         number=1,
         executor="http",
         started_at=now - timedelta(minutes=1),

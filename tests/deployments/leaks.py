@@ -34,10 +34,10 @@ def deployment_records(job: Deployment, *, api) -> dict[str, str]:
         "detail": job.detail,
         "api": answer.content.decode(),
         "attempts": json.dumps(
-            list(TriggerAttempt.objects.filter(deployment=job).values()), default=str
+            list(TriggerAttempt.objects.filter(job=job).values()), default=str
         ),
         "transitions": json.dumps(
-            list(JobTransition.objects.filter(deployment=job).values()), default=str
+            list(JobTransition.objects.filter(job=job).values()), default=str
         ),
         "log": "\n".join(
             LogLeaf.objects.order_by("index").values_list("leaf", flat=True)

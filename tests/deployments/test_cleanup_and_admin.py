@@ -25,7 +25,7 @@ def rows():
     deployment = DeploymentFactory()
     client = deployment.client
     JobTransition.objects.create(
-        deployment=deployment, from_status="queued", to_status="running", actor="w"
+        job=deployment, from_status="queued", to_status="running", actor="w"
     )
     IdempotencyRecordFactory(
         client=client,
@@ -43,7 +43,7 @@ def rows():
     )
     StatusSync.objects.create(
         client=client,
-        deployment=deployment,
+        job=deployment,
         status="running",
         reported_at=timezone.now(),
         applied=True,
@@ -99,7 +99,7 @@ def transitions_make(deployment, count: int, *, detail: str = "") -> None:
     start = timezone.now() - timedelta(hours=1)
     JobTransition.objects.bulk_create(
         JobTransition(
-            deployment=deployment,
+            job=deployment,
             from_status="running",
             to_status="running",
             at=start + timedelta(seconds=n),

@@ -112,7 +112,7 @@ def test_jobs_go_to_the_first_matching_enabled_target_by_priority(api, receivers
     assert (deployed.webhook_id, deployed.verified) == (api_prod.public_id, True)
     [built] = receivers["builds"].received
     assert (built.webhook_id, built.verified) == (build.public_id, True)
-    assert TriggerAttempt.objects.get(deployment=api_prod).target_name == "acme-prod"
+    assert TriggerAttempt.objects.get(job=api_prod).target_name == "acme-prod"
 
 
 def test_a_retry_goes_where_its_target_points_when_it_is_made(api, receivers):
@@ -130,7 +130,7 @@ def test_a_retry_goes_where_its_target_points_when_it_is_made(api, receivers):
     [retried] = receivers["spare"].received
     assert (retried.webhook_id, retried.verified) == (job.public_id, True)
     urls = list(
-        TriggerAttempt.objects.filter(deployment=job)
+        TriggerAttempt.objects.filter(job=job)
         .order_by("number")
         .values_list("url", flat=True)
     )

@@ -69,7 +69,7 @@ def run_when_due(job, timeout: float = 10) -> str:
 
 def outcomes(job) -> list[tuple[str, int | None, str]]:
     return list(
-        TriggerAttempt.objects.filter(deployment=job)
+        TriggerAttempt.objects.filter(job=job)
         .order_by("number")
         .values_list("outcome", "status_code", "error_class")
     )
@@ -89,7 +89,7 @@ def test_a_deployment_becomes_one_github_deployment(api, github):
     assert job.github_commit_sha == made["sha"]
     assert job.detail == "triggered: HTTP 201"
     assert outcomes(job) == [("delivered", 201, "")]
-    [attempt] = TriggerAttempt.objects.filter(deployment=job)
+    [attempt] = TriggerAttempt.objects.filter(job=job)
     assert attempt.url == f"{github.url}/repos/acme/shop/deployments"
     assert github.calls == [("POST", "/repos/acme/shop/deployments")]
 
@@ -136,7 +136,7 @@ def test_the_lookup_and_the_create_share_the_attempts_deadline(api, github):
         github.add_deployment("acme/shop", ref=SHA, environment="production")
     github.lookup_delay = 0.6
     assert run_when_due(job) == "retry_scheduled"
-    [_, lookup] = TriggerAttempt.objects.filter(deployment=job).order_by("number")
+    [_, lookup] = TriggerAttempt.objects.filter(job=job).order_by("number")
     assert (lookup.outcome, lookup.error_class) == ("ambiguous", "ReadTimeout")
     assert lookup.duration_seconds < 1.8, lookup.duration_seconds
     assert github.calls.count(("GET", "/repos/acme/shop/deployments")) < 5
@@ -153,7 +153,7 @@ def test_the_token_never_follows_a_next_page_to_another_host(api, github):
         github.link_base = elsewhere.url.removesuffix("/hooks/deploy")
         assert run_when_due(job) == "retry_scheduled"
         assert elsewhere.received == []
-    [_, lookup] = TriggerAttempt.objects.filter(deployment=job).order_by("number")
+    [_, lookup] = TriggerAttempt.objects.filter(job=job).order_by("number")
     assert (lookup.outcome, lookup.error) == (
         "ambiguous",
         "the next page of the lookup is on another host",
@@ -176,7 +176,7 @@ def test_a_rate_limit_waits_for_its_reset(api, github):
     job = create(api)
     github.plan(job.public_id, "rate_limit")
     assert run(job) == "retry_scheduled"
-    [attempt] = TriggerAttempt.objects.filter(deployment=job)
+    [attempt] = TriggerAttempt.objects.filter(job=job)
     assert (attempt.outcome, attempt.status_code) == ("transient", 403)
     assert (attempt.retry_at - attempt.finished_at).total_seconds() >= 1
     job.refresh_from_db()

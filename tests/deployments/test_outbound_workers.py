@@ -68,7 +68,7 @@ def scripted_worker(tmp_path, script, env: dict[str, str]) -> processes.Process:
 
 def attempts(job: Deployment) -> list[tuple[int, str, str]]:
     return list(
-        TriggerAttempt.objects.filter(deployment=job)
+        TriggerAttempt.objects.filter(job=job)
         .order_by("number")
         .values_list("number", "outcome", "error_class")
     )
@@ -170,7 +170,7 @@ def test_a_receiver_trickling_its_answer_holds_an_attempt_no_longer_than_the_tim
         )
         processes.wait_until(trickler.all_ended, timeout=10, what="callers hung up")
 
-    made = list(TriggerAttempt.objects.filter(deployment=job).order_by("number"))
+    made = list(TriggerAttempt.objects.filter(job=job).order_by("number"))
     assert [(a.outcome, a.error_class) for a in made] == [
         ("ambiguous", "ReadTimeout"),
         ("ambiguous", "ReadTimeout"),

@@ -56,7 +56,7 @@ def sweep(limit: int = 500) -> int:
 
 def transitions(job) -> list[tuple[str, str]]:
     return list(
-        JobTransition.objects.filter(deployment=job)
+        JobTransition.objects.filter(job=job)
         .order_by("id")
         .values_list("from_status", "to_status")
     )

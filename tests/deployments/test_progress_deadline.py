@@ -109,7 +109,7 @@ def test_a_running_report_on_a_queued_job_gives_it_a_lease_that_the_sweep_enforc
     assert deployment.status == "failed"
     assert deployment.detail.startswith("report_lost:")
     assert "no further report" in deployment.detail
-    last = JobTransition.objects.filter(deployment=deployment).latest("id")
+    last = JobTransition.objects.filter(job=deployment).latest("id")
     assert (last.from_status, last.to_status, last.actor) == (
         "running",
         "failed",

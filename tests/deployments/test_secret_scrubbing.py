@@ -145,7 +145,7 @@ def test_a_github_token_with_a_stray_character_appears_in_no_record(
 
     records = deployment_records(job, api=api)
     assert records["detail"] == "trigger_rejected: LocalProtocolError"
-    [attempt] = TriggerAttempt.objects.filter(deployment=job)
+    [attempt] = TriggerAttempt.objects.filter(job=job)
     assert (attempt.outcome, attempt.error_class) == ("rejected", "LocalProtocolError")
     assert REDACTED in attempt.error  # operators still read what httpx said
     assert holding(records, TOKEN) == []

@@ -43,7 +43,7 @@ def test_applies_a_newer_report_and_answers_201(api, deployment):
     assert body["current_status"] == "running"
     deployment.refresh_from_db()
     assert deployment.status == "running"
-    transition = JobTransition.objects.get(deployment=deployment)
+    transition = JobTransition.objects.get(job=deployment)
     assert (transition.from_status, transition.to_status) == ("queued", "running")
     assert transition.actor == "status-sync:ci"
     assert StatusSync.objects.get().applied is True
@@ -106,7 +106,7 @@ def test_a_newer_terminal_replaces_an_older_terminal(api, deployment):
     assert later["applied"] is True
     assert later["current_status"] == "succeeded"
     assert list(
-        JobTransition.objects.filter(deployment=deployment)
+        JobTransition.objects.filter(job=deployment)
         .order_by("id")
         .values_list("from_status", "to_status")
     ) == [("queued", "failed"), ("failed", "succeeded")]
@@ -195,7 +195,7 @@ def test_a_detail_of_the_documented_length_is_recorded(api, deployment):
     response = post(api, "/api/status-sync/", report(deployment, detail), "d1")
     assert response.status_code == 201
     assert StatusSync.objects.get().detail == detail
-    assert JobTransition.objects.get(deployment=deployment).detail == detail
+    assert JobTransition.objects.get(job=deployment).detail == detail
 
 
 @pytest.mark.parametrize("length", [1001, 2_000_000])
@@ -208,7 +208,7 @@ def test_a_detail_over_the_limit_is_422_and_nothing_is_recorded(
     assert body["error"] == "invalid_payload"
     assert list(body["details"]) == ["detail"]
     assert not StatusSync.objects.exists()
-    assert not JobTransition.objects.filter(deployment=deployment).exists()
+    assert not JobTransition.objects.filter(job=deployment).exists()
     assert not IdempotencyRecord.objects.filter(operation_type="status.sync").exists()
     deployment.refresh_from_db()
     assert (deployment.status, deployment.detail) == ("queued", "")

@@ -100,7 +100,7 @@ def test_a_target_that_names_clients_routes_only_their_jobs(tenants):
     assert routed(other_job) == ("http", "other-prod")
     assert ci_receiver.ids() == {ci_job.public_id}
     assert other_receiver.ids() == {other_job.public_id}
-    assert TriggerAttempt.objects.get(deployment=ci_job).target_name == "ci-prod"
+    assert TriggerAttempt.objects.get(job=ci_job).target_name == "ci-prod"
 
 
 def test_a_job_goes_past_the_targets_of_other_clients(tenants):
@@ -317,4 +317,4 @@ def test_a_retry_never_goes_to_a_target_that_no_longer_serves_the_job_s_client(
         "trigger_rejected: its deploy target no longer serves this API client"
     )
     assert len(receiver.requests_for(job.public_id)) == 1
-    assert TriggerAttempt.objects.filter(deployment=job).count() == 1
+    assert TriggerAttempt.objects.filter(job=job).count() == 1

@@ -100,7 +100,7 @@ def sync(http, job: Deployment, status: str, key: str) -> dict:
 def attempts_match_the_receiver(job: Deployment, receiver: Receiver) -> None:
     """One attempt row per request the receiver saw, in order, each with the status the
     receiver answered (none where the connection dropped or timed out first)."""
-    made = list(TriggerAttempt.objects.filter(deployment=job).order_by("number"))
+    made = list(TriggerAttempt.objects.filter(job=job).order_by("number"))
     seen = receiver.requests_for(job.public_id)
     assert len(made) == len(seen), (made, seen)
     for attempt, request in zip(made, seen, strict=True):
@@ -210,9 +210,7 @@ def test_a_worker_killed_while_the_receiver_holds_its_request_is_triggered_again
     assert receiver.acted_count(job.public_id) == 1
     assert not job.detail.startswith("worker_lost")
     assert list(
-        JobTransition.objects.filter(deployment=job).values_list(
-            "from_status", "to_status"
-        )
+        JobTransition.objects.filter(job=job).values_list("from_status", "to_status")
     ) == [("queued", "running")]
 
 
@@ -349,7 +347,7 @@ def test_a_token_saved_with_a_stray_character_reaches_no_record_through_a_real_w
     for name, job in jobs.items():
         records = deployment_records(job, api=api_http)
         assert records["detail"] == "trigger_rejected: LocalProtocolError", name
-        [attempt] = TriggerAttempt.objects.filter(deployment=job)
+        [attempt] = TriggerAttempt.objects.filter(job=job)
         assert attempt.error_class == "LocalProtocolError"
         for token in tokens.values():
             assert holding(records, token) == [], (name, token)

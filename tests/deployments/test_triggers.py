@@ -91,7 +91,7 @@ def run_when_due(job, *, timeout: float = 10) -> str:
 
 
 def attempts(job) -> list[TriggerAttempt]:
-    return list(TriggerAttempt.objects.filter(deployment=job).order_by("number"))
+    return list(TriggerAttempt.objects.filter(job=job).order_by("number"))
 
 
 def retry_waits_a_second(job) -> None:
@@ -140,7 +140,7 @@ def test_a_2xx_moves_the_job_to_running_after_one_signed_request(api, receiver):
     assert attempt.url == receiver.url
     assert attempt.retry_at is None
     assert attempt.worker == "w1"
-    transition = JobTransition.objects.get(deployment=job)
+    transition = JobTransition.objects.get(job=job)
     assert (transition.from_status, transition.to_status, transition.actor) == (
         "queued",
         "running",
@@ -414,7 +414,7 @@ def test_builds_are_triggered_as_build_requested(api, receiver):
     assert seen.message["data"] == before
     build.refresh_from_db()
     assert build.status == "running"
-    assert TriggerAttempt.objects.get(build=build).outcome == "delivered"
+    assert TriggerAttempt.objects.get(job=build).outcome == "delivered"
 
 
 def test_closed_attempts_never_change(api, receiver):
@@ -442,7 +442,7 @@ def test_an_external_job_waits_queued_for_its_first_report(api, settings):
     job.refresh_from_db()
     assert (job.status, job.executor) == ("queued", "external")
     assert job.executor_started_at is not None
-    assert not JobTransition.objects.filter(deployment=job).exists()
+    assert not JobTransition.objects.filter(job=job).exists()
     assert TriggerAttempt.objects.count() == 0
     # Never published again, by the claim or the sweep, however long it waits.
     Deployment.objects.filter(pk=job.pk).update(

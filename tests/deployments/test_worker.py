@@ -35,7 +35,7 @@ def counting_executor(monkeypatch):
 
 def transitions(job) -> list[tuple[str, str]]:
     return list(
-        JobTransition.objects.filter(deployment=job)
+        JobTransition.objects.filter(job=job)
         .order_by("id")
         .values_list("from_status", "to_status")
     )

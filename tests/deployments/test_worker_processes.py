@@ -47,7 +47,7 @@ def wait_status(deployment: Deployment, status: str, *, timeout: float, what: st
 def worker_runs(deployment: Deployment) -> int:
     """Executor starts: each is preceded by its committed queued -> running claim."""
     return JobTransition.objects.filter(
-        deployment=deployment, to_status="running", actor__startswith="worker:"
+        job=deployment, to_status="running", actor__startswith="worker:"
     ).count()
 
 
@@ -83,7 +83,7 @@ def test_a_real_worker_takes_a_deployment_to_succeeded(tmp_path, api_http):
     finally:
         worker.stop()
     assert list(
-        JobTransition.objects.filter(deployment=deployment)
+        JobTransition.objects.filter(job=deployment)
         .order_by("id")
         .values_list("from_status", "to_status")
     ) == [("queued", "running"), ("running", "succeeded")]
@@ -131,7 +131,7 @@ def test_a_worker_killed_mid_run_never_runs_the_executor_twice(tmp_path, api_htt
     assert deployment.detail.startswith("worker_lost")
     assert worker_runs(deployment) == 1
     assert list(
-        JobTransition.objects.filter(deployment=deployment)
+        JobTransition.objects.filter(job=deployment)
         .order_by("id")
         .values_list("from_status", "to_status")
     ) == [("queued", "running"), ("running", "failed")]

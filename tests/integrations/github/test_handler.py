@@ -74,7 +74,7 @@ def test_the_real_success_payload_succeeds_the_matching_deployment(
     deployment.refresh_from_db()
     assert deployment.status == "succeeded"
     assert deployment.last_github_status_id == 209916254
-    transition = JobTransition.objects.get(deployment=deployment)
+    transition = JobTransition.objects.get(job=deployment)
     assert transition.to_status == "succeeded"
     assert transition.actor.startswith("github:")
 
