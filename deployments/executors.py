@@ -66,11 +66,15 @@ class TriggerCall:
     GitHub deployment may exist already)."""
 
     job: Job
-    kind: str  # deployment | build
     attempt: int
     url: str
     secret: str = field(repr=False)  # never in a repr, a log line or an error report
     look_up_first: bool = False
+
+    @property
+    def kind(self) -> str:
+        """The job's kind: the one job table holds it on the job itself."""
+        return self.job.kind
 
 
 @dataclass(frozen=True)

@@ -145,7 +145,7 @@ def job_run(*, kind: str, public_id: str, worker: str) -> RunOutcome:
                 return RunOutcome.FAILED
             if isinstance(executor, TriggerExecutor):
                 opened = _trigger_attempt_open(
-                    job=job, kind=kind, executor=executor, now=now, worker=worker
+                    job=job, executor=executor, now=now, worker=worker
                 )
             elif isinstance(executor, RunExecutor):
                 # Running: the job's lease starts, and its key's deadline moves to it.
@@ -290,7 +290,7 @@ def _attempts_of(job: Job) -> QuerySet[TriggerAttempt]:
 
 
 def _trigger_attempt_open(
-    *, job: Job, kind: str, executor: TriggerExecutor, now: datetime, worker: str
+    *, job: Job, executor: TriggerExecutor, now: datetime, worker: str
 ) -> _OpenAttempt:
     """The next attempt, recorded before its request leaves (the caller commits it): the
     job is ``trigger_sent`` with a lease of ``DEPLOY_RUNNING_LEASE_SECONDS``."""
@@ -318,7 +318,6 @@ def _trigger_attempt_open(
     job_save(job=job, fields=_TRIGGER_FIELDS)
     call = TriggerCall(
         job=job,
-        kind=kind,
         attempt=number,
         url=url,
         secret=secret,
@@ -376,9 +375,7 @@ def _trigger_resume(
             "API client",
         )
         return RunOutcome.FAILED
-    return _trigger_attempt_open(
-        job=job, kind=kind, executor=executor, now=now, worker=worker
-    )
+    return _trigger_attempt_open(job=job, executor=executor, now=now, worker=worker)
 
 
 def _trigger_attempt_make(

@@ -49,6 +49,9 @@ logger = logging.getLogger(__name__)
 
 # Published by name, so that this module never imports the tasks that run it.
 RUN_JOB_TASK = "deployments.run_job"
+# A transition's actor names who moved the job: a worker, a status sync's client, a GitHub
+# event, or the periodic sweep that fails a job whose worker was lost.
+SWEEP_ACTOR = "sweep"
 
 
 class Reason(StrEnum):
@@ -283,6 +286,6 @@ def jobs_lost_fail(*, batch_size: int = 500) -> int:
                 .order_by("lease_expires_at")[:batch_size]
             )
             for job in lost:
-                job_worker_lost_fail(job=job, actor="sweep", now=now)
+                job_worker_lost_fail(job=job, actor=SWEEP_ACTOR, now=now)
             count += len(lost)
     return count

@@ -527,7 +527,6 @@ def test_an_attempts_call_never_shows_its_secret():
 
     call = TriggerCall(
         job=None,
-        kind="deployment",
         attempt=1,
         url="https://ci.example/",
         secret="whsec_x",
