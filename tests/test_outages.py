@@ -8,6 +8,8 @@ import socket
 import threading
 import time
 
+import pytest
+
 from tests.outages import TcpProxy
 
 
@@ -39,6 +41,7 @@ def round_trip(port: int, payload: bytes) -> float:
     return time.monotonic() - started
 
 
+@pytest.mark.slow
 def test_a_lossy_link_delivers_every_byte_late_by_the_retransmissions(monkeypatch):
     monkeypatch.setattr(TcpProxy, "RETRANSMIT_SECONDS", 0.01)
     server = echo_server()

@@ -236,6 +236,7 @@ def test_a_witness_in_a_denied_network_is_sent_nothing(settings, witness, host):
     assert not LogCheckpointDelivery.objects.exists()
 
 
+@pytest.mark.slow
 def test_a_witness_trickling_its_answer_holds_the_round_no_longer_than_its_timeout(
     settings,
 ):

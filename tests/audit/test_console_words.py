@@ -198,6 +198,7 @@ def _pages(client: Client) -> list[str]:
     return urls
 
 
+@pytest.mark.slow
 def test_every_page_speaks_one_vocabulary(settings, operator):
     console = populated_console(settings, operator)
     client = Client()

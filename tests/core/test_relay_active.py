@@ -167,6 +167,7 @@ def test_a_relay_whose_lock_connection_ends_stands_by_and_another_takes_the_lock
     )
 
 
+@pytest.mark.slow
 def test_a_standby_stands_in_for_an_active_relay_that_went_silent(
     running, caplog, settings
 ):

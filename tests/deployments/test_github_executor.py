@@ -126,6 +126,7 @@ def test_the_lookup_reads_every_page_before_it_creates_again(api, github):
     assert github.calls.count(("GET", "/repos/acme/shop/deployments")) == 2
 
 
+@pytest.mark.slow
 def test_the_lookup_and_the_create_share_the_attempts_deadline(api, github):
     """Each page answers within the 1 s timeout, five of them do not: the attempt as a
     whole ends at ``DEPLOY_HTTP_TIMEOUT_SECONDS``, before it creates anything."""

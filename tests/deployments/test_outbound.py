@@ -273,6 +273,7 @@ def test_urls_are_shown_without_credentials_or_query():
 # read ever waits as long as the timeout, and the call still ends at it.
 
 
+@pytest.mark.slow
 def test_a_trickled_answer_ends_a_trigger_at_the_timeout(settings):
     settings.DEPLOY_HTTP_TIMEOUT_SECONDS = 1
     with Trickler(part="headers", interval=0.2) as trickler:
@@ -286,6 +287,7 @@ def test_a_trickled_answer_ends_a_trigger_at_the_timeout(settings):
     assert trickler.connections[0].request_line == "POST /hooks/deploy HTTP/1.1"
 
 
+@pytest.mark.slow
 def test_a_trickled_body_ends_the_read_at_the_timeout(settings):
     settings.DEPLOY_HTTP_TIMEOUT_SECONDS = 1
     with Trickler(part="body", interval=0.2) as trickler:
@@ -298,6 +300,7 @@ def test_a_trickled_body_ends_the_read_at_the_timeout(settings):
     assert took < 1 + LATE_SECONDS < trickler.lasts(), took
 
 
+@pytest.mark.slow
 @pytest.mark.django_db
 def test_a_test_trigger_to_a_trickling_receiver_ends_at_the_timeout(settings):
     settings.DEPLOY_HTTP_TIMEOUT_SECONDS = 1

@@ -156,6 +156,7 @@ def test_a_2xx_moves_the_job_to_running_after_one_signed_request(api, receiver):
     assert len(receiver.requests_for(job.public_id)) == 1
 
 
+@pytest.mark.slow
 def test_retries_go_out_under_the_same_id_until_the_receiver_takes_it(api, receiver):
     job = create(api)
     receiver.plan(

@@ -620,6 +620,7 @@ def test_replay_events_resumes_a_cancelled_job_with_a_new_rate(paced, operator, 
     assert sorted(replayed_ids(job)) == sorted(e.pk for e in dead)
 
 
+@pytest.mark.slow
 def test_a_job_the_command_runs_stops_when_cancelled_from_elsewhere(paced, operator):
     source = WebhookSourceFactory(slug="slow")
     DeadLetteredEventFactory.create_batch(6, source=source)

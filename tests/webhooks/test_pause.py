@@ -538,6 +538,7 @@ def released_times(source) -> list[float]:
     return sorted(t.timestamp() for t in stamps.values_list("dispatched_at", flat=True))
 
 
+@pytest.mark.slow
 @threads
 def test_two_relays_together_keep_a_drains_rate(paused):
     """Two relays in threads, each on its own connection, for about two seconds: the source's

@@ -81,6 +81,7 @@ def measure(prefix: str) -> dict:
     }
 
 
+@pytest.mark.slow
 def test_a_set_costs_fewer_statements_and_row_versions_per_event(monkeypatch):
     as_sets = measure("costs_set")
     monkeypatch.setattr(processing, "integration_batch_get", lambda name: None)

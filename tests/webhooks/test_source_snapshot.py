@@ -91,6 +91,7 @@ def test_a_source_disabled_elsewhere_answers_404_within_the_period(settings, sou
     assert InboxEvent.objects.count() == 1
 
 
+@pytest.mark.slow
 def test_a_grace_period_ending_is_honoured_from_the_snapshot(cached, source):
     """The snapshot keeps each secret's expiry: an old secret stops verifying when its grace
     ends, whatever the snapshot's age."""
