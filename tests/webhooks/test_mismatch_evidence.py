@@ -31,10 +31,10 @@ def similar_lines(count: int, *, seed: int, width: int = 40) -> list[str]:
 @functools.cache
 def _similar_lines(count: int, seed: int, width: int) -> tuple[str, ...]:
     """Drawn once per process for each set of arguments: several tests use the same full-size
-    bodies, and drawing their characters one by one takes about a second."""
+    bodies. Each line's characters are drawn in one call: one by one took about a second."""
     rng = random.Random(seed)
     return tuple(
-        f"sync record {n:05d} " + "".join(rng.choice("ab") for _ in range(width))
+        f"sync record {n:05d} " + "".join(rng.choices("ab", k=width))
         for n in range(count)
     )
 
