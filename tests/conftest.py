@@ -180,6 +180,77 @@ def _tables_emptied_by_delete():
         yield
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _connections_kept_after_a_transactional_test():
+    """Django closes every connection after a test with ``transaction=True``, and the next
+    test opens a new one: a new server process, whose first statement on each table reads
+    the catalogs again (about 15 ms a test here, the flush's first statements included).
+    Here a PostgreSQL connection is kept instead when it was opened with the database
+    settings of the run (a test that changed its port or options gets a new one), and given
+    back as a new one would be: ``DISCARD ALL`` drops what the session holds (its settings,
+    advisory locks, temporary tables, prepared statements, which psycopg forgets too), and
+    Django sets the time zone on it again. A connection left in a transaction, or in any
+    state Django would not open one in, is closed as before."""
+    import copy
+
+    from django.db import DatabaseError, connections
+    from django.db.backends.signals import connection_created
+    from django.test import TransactionTestCase
+
+    def settings_of(connection) -> dict:
+        return {k: v for k, v in connection.settings_dict.items() if k != "NAME"}
+
+    # The settings of the run (the test database's name is set later), and those each
+    # connection was opened with.
+    configured = {
+        alias: copy.deepcopy(settings_of(connections[alias])) for alias in connections
+    }
+    opened_with: dict[str, dict] = {}
+
+    def remember(sender, connection, **kwargs):
+        opened_with[connection.alias] = copy.deepcopy(connection.settings_dict)
+
+    def as_new(connection) -> None:
+        if connection.connection is None:
+            return
+        kept = (
+            connection.vendor == "postgresql"
+            and opened_with.get(connection.alias) == connection.settings_dict
+            and settings_of(connection) == configured.get(connection.alias)
+            and connection.get_autocommit()
+            and not connection.in_atomic_block
+            and not connection.needs_rollback
+            and not connection.errors_occurred
+            and connection.connection.info.transaction_status == 0  # idle
+        )
+        if kept:
+            try:
+                with connection.cursor() as cursor:
+                    cursor.execute("DISCARD ALL")
+                # psycopg forgets its prepared statements when it sees the command run,
+                # but only the first time a connection runs it: it is told each time.
+                connection.connection._prepared.clear()
+                connection.init_connection_state()
+                connection.run_on_commit = []
+                return
+            except DatabaseError:
+                pass
+        connection.close()
+
+    def should_reload_connections(self) -> bool:
+        for connection in connections.all(initialized_only=True):
+            as_new(connection)
+        return False  # each is closed or as new already
+
+    connection_created.connect(remember)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(
+            TransactionTestCase, "_should_reload_connections", should_reload_connections
+        )
+        yield
+    connection_created.disconnect(remember)
+
+
 # --- the console's users ------------------------------------------------------------------
 
 
