@@ -37,12 +37,11 @@ import time
 from datetime import timedelta
 
 from bench.harness import (
-    BENCH_DATABASE_URL,
     BenchContext,
     Figure,
     database_reset,
+    django_setup,
     report,
-    stack_env,
 )
 
 LEAVES = int(os.environ.get("BENCH_AUDITLOG_LEAVES", "1000000"))
@@ -52,25 +51,6 @@ MARKED_ROWS = int(os.environ.get("BENCH_AUDITLOG_MARKED_ROWS", "100000"))
 BATCH = int(os.environ.get("BENCH_AUDITLOG_BATCH", "5000"))
 PROOFS = int(os.environ.get("BENCH_AUDITLOG_PROOFS", "300"))
 TARGET_PROOF_MS = 50.0
-
-
-def _django_setup() -> None:
-    import django
-    from django.conf import settings
-
-    if settings.configured:
-        return
-    os.environ.update(
-        {
-            k: v
-            for k, v in stack_env().items()
-            if k.startswith(
-                ("DJANGO", "DATABASE", "CELERY_BROKER_URL", "LOG_LEVEL", "AUDIT_")
-            )
-        }
-    )
-    os.environ["DATABASE_URL"] = BENCH_DATABASE_URL
-    django.setup()
 
 
 def _batch(start: int, count: int) -> list:
@@ -361,7 +341,7 @@ def _ledgers(append_rate: float, read_seconds_per_leaf: float) -> list[Figure]:
 
 
 def _engine(ctx: BenchContext) -> list[Figure]:
-    _django_setup()
+    django_setup()
     from audit import merkle
     from audit.log import (
         log_consistency_proof,

@@ -196,11 +196,10 @@ def django_setup() -> None:
             k: v
             for k, v in stack_env().items()
             if k.startswith(
-                ("DJANGO", "DATABASE", "AUDIT_SEAL_KEY", "AUDIT_SIGNING_KEY")
+                ("DJANGO", "DATABASE", "CELERY_BROKER_URL", "LOG_LEVEL", "AUDIT_")
             )
         }
     )
-    os.environ["CELERY_BROKER_URL"] = stack_env()["CELERY_BROKER_URL"]
     django.setup()
 
 

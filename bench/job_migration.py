@@ -12,32 +12,13 @@ from __future__ import annotations
 import os
 import time
 
-from bench.harness import BENCH_DATABASE_URL, database_reset, stack_env
+from bench.harness import database_reset, django_setup
 
 JOBS = int(os.environ.get("BENCH_JOB_MIGRATION_JOBS", "1000000"))
 BEFORE = "0008_deploy_target_clients_and_tests"
 AFTER = "0009_one_job_table"
 # Rows written per statement while filling.
 FILL_BATCH = 100_000
-
-
-def _django_setup() -> None:
-    import django
-    from django.conf import settings
-
-    if settings.configured:
-        return
-    os.environ.update(
-        {
-            k: v
-            for k, v in stack_env().items()
-            if k.startswith(
-                ("DJANGO", "DATABASE", "CELERY_BROKER_URL", "LOG_LEVEL", "AUDIT_")
-            )
-        }
-    )
-    os.environ["DATABASE_URL"] = BENCH_DATABASE_URL
-    django.setup()
 
 
 def _migrate(target: str) -> float:
@@ -125,7 +106,7 @@ def _digest() -> list:
 
 
 def main() -> None:
-    _django_setup()
+    django_setup()
     database_reset()
     _migrate(BEFORE)
     started = time.monotonic()

@@ -31,6 +31,7 @@ from bench.harness import (
     Process,
     broker_purge,
     database_reset,
+    django_setup,
     median,
     report,
     stack_env,
@@ -45,25 +46,6 @@ WAITING = 100
 WAIT_SECONDS = float(os.environ.get("BENCH_TRIGGER_WAIT_SECONDS", "20"))
 TIMEOUT = float(os.environ.get("BENCH_TRIGGER_TIMEOUT", "600"))
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def _django_setup() -> None:
-    import django
-    from django.conf import settings
-
-    if settings.configured:
-        return
-    os.environ.update(
-        {
-            k: v
-            for k, v in stack_env().items()
-            if k.startswith(
-                ("DJANGO", "DATABASE", "AUDIT_SEAL_KEY", "AUDIT_SIGNING_KEY")
-            )
-        }
-    )
-    os.environ["CELERY_BROKER_URL"] = stack_env()["CELERY_BROKER_URL"]
-    django.setup()
 
 
 def _workers(ctx: BenchContext, tag: str, **env: str) -> list[Process]:
@@ -235,7 +217,7 @@ def _waiting_cost(ctx: BenchContext, receiver) -> dict:
 
 
 def run(ctx: BenchContext) -> list[Figure]:
-    _django_setup()
+    django_setup()
     from tests.deployments.receiver import Receiver
 
     floors, triggers = [], []
