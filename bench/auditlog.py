@@ -174,8 +174,7 @@ _LEDGER_TABLES = (
     "webhooks_fingerprintmismatch",
     "webhooks_operatoraction",
     "research_documentrevision",
-    "deployments_deployment",
-    "deployments_build",
+    "deployments_job",
     "deployments_jobtransition",
     "deployments_statussync",
 )

@@ -63,7 +63,12 @@ def deployment_requests(count: int, *, prefix: str) -> list[Request]:
 
 
 def _keys_created() -> set[str]:
-    return {key for (key,) in sql("SELECT idempotency_key FROM deployments_deployment")}
+    return {
+        key
+        for (key,) in sql(
+            "SELECT idempotency_key FROM deployments_job WHERE kind = 'deployment'"
+        )
+    }
 
 
 def run(ctx: BenchContext) -> list[Figure]:
