@@ -185,10 +185,14 @@ def _round(
     if new_v1a is None:
         new_v1a = new_events_run(base, numbers, seconds=seconds, v1a=True)
 
-    # 100% duplicates: deliveries of events already stored (same content, new signature).
+    # 100% duplicates: deliveries of events already stored (same content, new signature),
+    # of the source they are sent to: the v1a run may have reached event numbers the v1 run
+    # did not, and those would be new events to the v1 source.
     stored_ids = sql(
-        "SELECT event_id FROM webhooks_inboxevent ORDER BY id DESC LIMIT %s",
-        [DUPLICATE_POOL],
+        "SELECT e.event_id FROM webhooks_inboxevent e"
+        " JOIN webhooks_webhooksource s ON s.id = e.source_id"
+        " WHERE s.slug = %s ORDER BY e.id DESC LIMIT %s",
+        [SLUG, DUPLICATE_POOL],
     )
     pool = [int(event_id.removeprefix("evt-bench-")) for (event_id,) in stored_ids]
     duplicates = load_run(
