@@ -349,7 +349,7 @@ RELAY_IDLE_POLL_SECONDS = env.float("RELAY_IDLE_POLL_SECONDS", default=0.025)
 # began) at which it collects RELAY_BUSY_FILL_ROWS rows; below that rate, that share of it, so
 # that a lightly loaded relay stays quick.
 RELAY_BUSY_POLL_SECONDS = env.float("RELAY_BUSY_POLL_SECONDS", default=0.1)
-RELAY_BUSY_FILL_ROWS = env.int("RELAY_BUSY_FILL_ROWS", default=75)
+RELAY_BUSY_FILL_ROWS = env.int("RELAY_BUSY_FILL_ROWS", default=100)
 RELAY_HEARTBEAT_SECONDS = env.float("RELAY_HEARTBEAT_SECONDS", default=5)
 # /readyz says the relays do not keep up when a row has waited longer than this.
 RELAY_LAG_ALERT_SECONDS = env.float("RELAY_LAG_ALERT_SECONDS", default=5)
