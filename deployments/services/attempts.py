@@ -97,7 +97,7 @@ def job_route(*, job: Job) -> Route:
         kind=job.kind,
         client_id=job.client_id,
         repository=job.repository,
-        environment=getattr(job, "environment", ""),
+        environment=job.environment,
     )
     executor = target.executor if target is not None else settings.DEPLOY_EXECUTOR
     return Route(executor=executor, target=target)

@@ -135,7 +135,7 @@ def report_applies(
     if job.status in TERMINAL_JOB_STATUSES and status not in TERMINAL_JOB_STATUSES:
         return False
     if github_status_id is not None:
-        last = getattr(job, "last_github_status_id", None)
+        last = job.last_github_status_id
         return last is None or github_status_id > last
     return at >= job.status_changed_at
 
