@@ -1,7 +1,9 @@
 """Fails fast, with a clear message, when the test suite's services cannot be reached."""
 
 import os
+import shutil
 import socket
+import subprocess
 import sys
 from urllib.parse import urlparse
 
@@ -24,12 +26,32 @@ def reachable(url: str) -> bool:
         return False
 
 
+def rabbitmqctl_refusal() -> str | None:
+    """Each test on RabbitMQ gets a virtual host of its own (tests/broker.py), made with the
+    server's ``rabbitmqctl``: why it cannot be used here, or None."""
+    ctl = shutil.which("rabbitmqctl") or "/usr/sbin/rabbitmqctl"
+    try:
+        result = subprocess.run(
+            [ctl, "-q", "list_vhosts"], capture_output=True, text=True, timeout=30
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"rabbitmqctl cannot run ({exc})"
+    if result.returncode != 0:
+        return f"rabbitmqctl list_vhosts failed: {(result.stderr or result.stdout).strip()}"
+    return None
+
+
 def main() -> int:
     down = [
         f"{name} at {urlparse(url).netloc}"
         for name, url in SERVICES.items()
         if not reachable(url)
     ]
+    if not down and (refusal := rabbitmqctl_refusal()):
+        down.append(
+            f"RabbitMQ's rabbitmqctl, which makes each test's virtual host: {refusal} "
+            "(run the tests as root or as RabbitMQ's user)"
+        )
     if down:
         print(
             "The test suite needs these services, which cannot be reached:",

@@ -8,6 +8,11 @@ import contextlib
 import functools
 import json
 import os
+import shutil
+import subprocess
+import uuid
+from collections.abc import Iterator
+from urllib.parse import urlsplit, urlunsplit
 
 import redis
 from django.conf import settings
@@ -81,10 +86,49 @@ def queued_inbox_event_ids() -> list[int]:
 # Redis and RabbitMQ both carry the product's messages in production; the tests whose behaviour
 # depends on the broker (a round trip, a worker killed mid-batch, a relay killed) run on each.
 RABBITMQ_URL = os.environ.get("RABBITMQ_URL", "amqp://guest:guest@127.0.0.1:5672//")
+RABBITMQCTL = shutil.which("rabbitmqctl") or "/usr/sbin/rabbitmqctl"
 
 
 def broker_urls() -> dict[str, str]:
     return {"redis": settings.CELERY_BROKER_URL, "rabbitmq": RABBITMQ_URL}
+
+
+@contextlib.contextmanager
+def broker_for_test(name: str) -> Iterator[str]:
+    """The broker ``name`` for one test, empty, and left empty.
+
+    On RabbitMQ each test has a virtual host of its own, deleted at the end: deleting it closes
+    every connection still open on it and drops its queues. Purging one shared queue was not
+    enough: RabbitMQ puts a killed worker's unacknowledged messages back in the queue when it
+    closes the worker's channel, which can be just after the next test's purge, and that test's
+    workers then took the earlier test's messages first.
+    """
+    url = broker_urls()[name]
+    if name != "rabbitmq":
+        broker_purge(url)
+        yield url
+        broker_purge(url)
+        return
+    vhost = f"retrysafe-test-{uuid.uuid4().hex[:12]}"
+    _rabbitmqctl("add_vhost", vhost)
+    try:
+        _rabbitmqctl("set_permissions", "-p", vhost, _rabbitmq_user(), ".*", ".*", ".*")
+        yield urlunsplit(urlsplit(url)._replace(path=f"/{vhost}"))
+    finally:
+        _rabbitmqctl("delete_vhost", vhost)
+
+
+def _rabbitmq_user() -> str:
+    return urlsplit(RABBITMQ_URL).username or "guest"
+
+
+def _rabbitmqctl(*args: str) -> None:
+    result = subprocess.run(
+        [RABBITMQCTL, "-q", *args], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, (
+        f"rabbitmqctl {' '.join(args)}: {result.stdout}{result.stderr}"
+    )
 
 
 def broker_purge(url: str) -> None:

@@ -71,14 +71,13 @@ def _processes_only_in_slow_tests(request, monkeypatch):
 
 @pytest.fixture(params=["redis", "rabbitmq"])
 def broker_url(request) -> str:
-    """Each broker the product runs on in turn (Redis, RabbitMQ), emptied before and after
-    the test: for the tests whose behaviour depends on the broker."""
-    from tests.broker import broker_purge, broker_urls
+    """Each broker the product runs on in turn (Redis, RabbitMQ), empty at the start and
+    emptied at the end (on RabbitMQ, a virtual host of the test's own): for the tests whose
+    behaviour depends on the broker."""
+    from tests.broker import broker_for_test
 
-    url = broker_urls()[request.param]
-    broker_purge(url)
-    yield url
-    broker_purge(url)
+    with broker_for_test(request.param) as url:
+        yield url
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -478,13 +477,10 @@ def django_db_setup(
 
 
 def pytest_collection_modifyitems(config, items):
-    """Under pytest-xdist (``--dist loadgroup``), the tests that share something outside their
-    process run in one worker, one after another: RabbitMQ's one virtual host (its queue is
-    the product's, so two workers would take each other's tasks), and the chaos runs (each
-    starts a whole stack; the cluster's namespaces are cleaned up by name)."""
+    """Under pytest-xdist (``--dist loadgroup``), the chaos runs share something outside their
+    process: each starts a whole stack, and the cluster's network namespaces are cleaned up by
+    name. They run in one worker, one after another. (The RabbitMQ tests need no such group:
+    each has a virtual host of its own, ``tests.broker.broker_for_test``.)"""
     for item in items:
-        callspec = getattr(item, "callspec", None)
-        if callspec is not None and callspec.params.get("broker_url") == "rabbitmq":
-            item.add_marker(pytest.mark.xdist_group("rabbitmq"))
-        elif item.nodeid.startswith("tests/test_chaos"):
+        if item.nodeid.startswith("tests/test_chaos"):
             item.add_marker(pytest.mark.xdist_group("chaos"))
