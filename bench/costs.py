@@ -267,6 +267,27 @@ def run(ctx: BenchContext) -> list[Figure]:
                 both["events_per_message"],
                 "events",
             ),
+            # What one message costs: the processing CPU of its events, and the workers'
+            # own share of it (the consumer, the relay's thread and the pool process).
+            Figure(
+                "costs",
+                f"CPU to process a message, at {share:g} of ingest only, no target",
+                process_us * both["events_per_message"] / 1000,
+                "ms",
+                higher_is_better=False,
+            ),
+            Figure(
+                "costs",
+                f"workers' CPU per message, at {share:g} of ingest only, no target",
+                (
+                    both["cpu_us_per_event"]["worker_main"]
+                    + both["cpu_us_per_event"]["pool"]
+                )
+                * both["events_per_message"]
+                / 1000,
+                "ms",
+                higher_is_better=False,
+            ),
         ]
     return figures
 

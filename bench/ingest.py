@@ -4,8 +4,11 @@ floor on the same server, through the product's middleware (target >= 0.8), and 
 bare floor, a plain Django view with no middleware at all doing one raw insert of a row as
 wide as the inbox's (its columns, into a table with only a primary key) for the same
 requests, on a server of its own with the same gunicorn settings (``bench.bare_wsgi``,
-target >= 0.75); 100% duplicates against new events (target >= 1.0). The narrow bare insert
-of earlier runs (the id and the body alone) is measured beside it, without a target.
+target >= 0.75); against the three-column floor, the plainest receiver on that server: the
+HMAC checked, then one raw insert of ``(event_id, payload jsonb, received_at)`` (target
+>= 0.8; it and the new events run back to back, which first alternating from round to round);
+100% duplicates against new events (target >= 1.0). The narrow bare insert of earlier runs (the
+id and the body alone) is measured beside them, without a target.
 The product path is complete: signature check, envelope validation, the one upsert and the
 commit; no broker call (a worker's relay publishes the row; none runs here).
 
@@ -44,12 +47,19 @@ from bench.harness import (
     round_ratios,
     sql,
 )
-from bench.views import FLOOR_TABLE, WIDE_FLOOR_TABLE, wide_floor_table_sql
+from bench.views import (
+    BENCH_WEBHOOK_SECRET,
+    FLOOR_TABLE,
+    HMAC_FLOOR_TABLE,
+    WIDE_FLOOR_TABLE,
+    hmac_floor_table_sql,
+    wide_floor_table_sql,
+)
 from tests.integrations.research.factories import research_event
 from webhooks.schemes import public_key_of, signature_headers
 
 SLUG = "bench"
-SECRET = "bench-webhook-secret-0123456789abcdef"  # noqa: S105 - a benchmark-only secret
+SECRET = BENCH_WEBHOOK_SECRET  # the three-column floor checks the same signatures
 # The source of the v1a deliveries, which holds the public key of this benchmark-only
 # producer key (whsk_ + base64 of a 32-byte seed): fixed, so that bench.inprocess signs for
 # the source a run of this module left.
@@ -147,6 +157,27 @@ def _bare_run(bare_base: str, path: str, *, first: int, count: int, seconds: flo
     return result
 
 
+def _hmac_floor_run(bare_base: str, numbers: range, *, seconds: float) -> LoadResult:
+    """The three-column floor on the signed deliveries of events ``numbers``, each sent once:
+    every answer a 202 (a signature it refused would be a 401) and every 202 a row."""
+    path = "/_bench/bare-insert-hmac"
+    requests_ = [
+        Request("POST", path, request.headers, request.body)
+        for request in signed_events(numbers)
+    ]
+    result = load_run(f"{bare_base}{path}", requests_=requests_, seconds=seconds)
+    _check(result, expected="202", what="three-column floor")
+    if result.wrapped:
+        raise RuntimeError("the three-column floor's list wrapped: raise its size")
+    stored = sql(f"SELECT count(*) FROM {HMAC_FLOOR_TABLE}")[0][0]  # noqa: S608
+    accepted = result.statuses.get("202", 0)
+    if not accepted <= stored <= accepted + BENCH_CONNECTIONS:
+        raise RuntimeError(
+            f"three-column floor: {stored} rows for {accepted} answers 202"
+        )
+    return result
+
+
 def _round(
     base: str,
     bare_base: str,
@@ -155,6 +186,7 @@ def _round(
     seconds: float,
     vacuum: bool,
     v1a_first: bool = False,
+    hmac_floor_first: bool = False,
 ) -> dict[str, LoadResult]:
     """One round: the floors, then new events, then duplicates, back to back, so that a
     neighbour's load on the machine hits every figure of the round alike. With ``vacuum``
@@ -166,6 +198,7 @@ def _round(
     floors = floors_measure(base, seconds=seconds)
     sql(f"TRUNCATE {FLOOR_TABLE}")
     sql(f"TRUNCATE {WIDE_FLOOR_TABLE}")
+    sql(f"TRUNCATE {HMAC_FLOOR_TABLE}")
     count = int(floors["raw_insert"].rps * seconds * 3) + 2000
     bare = _bare_run(
         bare_base, "/_bench/bare-insert-wide", first=first, count=count, seconds=seconds
@@ -176,12 +209,18 @@ def _round(
 
     # New events: every request a new signed event id, sent once (``wrapped`` must stay 0);
     # the same events signed v1a to the other source, before or after (by round).
+    # The three-column floor right before or right after them (by round), on the same events.
     count = int(floors["raw_insert"].rps * seconds * 2) + 2000
     numbers = range(first, first + count)
     new_v1a = None
     if v1a_first:
         new_v1a = new_events_run(base, numbers, seconds=seconds, v1a=True)
+    hmac_floor = None
+    if hmac_floor_first:
+        hmac_floor = _hmac_floor_run(bare_base, numbers, seconds=seconds)
     new = new_events_run(base, numbers, seconds=seconds)
+    if hmac_floor is None:
+        hmac_floor = _hmac_floor_run(bare_base, numbers, seconds=seconds)
     if new_v1a is None:
         new_v1a = new_events_run(base, numbers, seconds=seconds, v1a=True)
 
@@ -204,6 +243,7 @@ def _round(
         **floors,
         "bare_insert": bare,
         "bare_insert_narrow": narrow,
+        "bare_insert_hmac": hmac_floor,
         "new": new,
         "new_v1a": new_v1a,
         "duplicates": duplicates,
@@ -282,7 +322,7 @@ def v1a_figures(rounds: list[dict[str, LoadResult]]) -> list[Figure]:
 def run(ctx: BenchContext) -> list[Figure]:
     broker_purge()
     sources_create()
-    for statement in wide_floor_table_sql():
+    for statement in wide_floor_table_sql() + hmac_floor_table_sql():
         sql(statement)
     base = ctx.gunicorn()
     bare_base = ctx.gunicorn(app="bench.bare_wsgi")
@@ -304,6 +344,7 @@ def run(ctx: BenchContext) -> list[Figure]:
             seconds=seconds,
             vacuum=vacuum,
             v1a_first=number % 2 == 1,
+            hmac_floor_first=number % 2 == 0,
         )
         first = result.pop("next")
         rounds.append(result)
@@ -337,6 +378,17 @@ def run(ctx: BenchContext) -> list[Figure]:
             floor_value=med("bare_insert", "rps"),
             target_ratio=0.75,
             round_ratios=paired("new", "bare_insert"),
+        ),
+        Figure(
+            "ingest",
+            "signed new events / three-column floor: HMAC, then (event_id, payload jsonb,"
+            " received_at)",
+            new_rps,
+            "req/s",
+            floor_name="bare_insert_hmac",
+            floor_value=med("bare_insert_hmac", "rps"),
+            target_ratio=0.8,
+            round_ratios=paired("new", "bare_insert_hmac"),
         ),
         Figure(
             "ingest",

@@ -19,6 +19,7 @@ MODULES = [
     "costs",
     "admin",
     "auditlog",
+    "soak",
 ]
 
 

@@ -3,6 +3,10 @@
 They run in the same gunicorn server as the product, so a product figure divided by a floor
 figure measures what the product adds, not what the machine can do."""
 
+import hashlib
+import hmac
+import time
+
 from django.db import connection
 from django.http import HttpResponse, JsonResponse
 from django.utils import timezone
@@ -13,6 +17,13 @@ FLOOR_TABLE = "bench_floor"
 # The bare floor's table: the inbox row's columns, types and defaults (``LIKE``), with its
 # primary key and nothing else: no other index, no foreign key.
 WIDE_FLOOR_TABLE = "bench_floor_wide"
+# The three-column floor's table: what a user's plainest receiver keeps of an event.
+HMAC_FLOOR_TABLE = "bench_floor_hmac"
+# The secret of the benchmark's HMAC source (bench.ingest), which the three-column floor
+# checks its deliveries with.
+BENCH_WEBHOOK_SECRET = "bench-webhook-secret-0123456789abcdef"  # noqa: S105 - bench only
+_HMAC_KEY = BENCH_WEBHOOK_SECRET.encode()
+_TOLERANCE_SECONDS = 300
 
 
 def bare(request):
@@ -123,6 +134,41 @@ def bare_insert_wide(request):
     with connection.cursor() as cursor:
         cursor.execute(_WIDE_INSERT, params)
     return HttpResponse(b'{"status":"ok"}', status=202, content_type="application/json")
+
+
+def bare_insert_hmac(request):
+    """The three-column floor (``bench.bare_wsgi``: no middleware at all), the plainest
+    receiver a user would write: the HMAC-SHA256 of ``<timestamp>.<body>`` checked against
+    the ``X-Webhook-Signature`` header in constant time, a stale timestamp refused, then one
+    raw ``INSERT ... ON CONFLICT DO NOTHING`` of ``(event_id, payload jsonb, received_at)``,
+    committed. The event id is the ``X-Webhook-Id`` header."""
+    timestamp = request.headers.get("X-Webhook-Timestamp", "")
+    signature = request.headers.get("X-Webhook-Signature", "").removeprefix("v1=")
+    body = request.body
+    expected = hmac.new(_HMAC_KEY, timestamp.encode() + b"." + body, hashlib.sha256)
+    if not hmac.compare_digest(expected.hexdigest(), signature):
+        return HttpResponse(status=401)
+    if (
+        not timestamp.isdigit()
+        or abs(time.time() - int(timestamp)) > _TOLERANCE_SECONDS
+    ):
+        return HttpResponse(status=400)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO {HMAC_FLOOR_TABLE} (event_id, payload, received_at)"  # noqa: S608
+            " VALUES (%s, %s::jsonb, %s) ON CONFLICT (event_id) DO NOTHING",
+            [request.headers.get("X-Webhook-Id", ""), body.decode(), timezone.now()],
+        )
+    return HttpResponse(b'{"status":"ok"}', status=202, content_type="application/json")
+
+
+def hmac_floor_table_sql() -> list[str]:
+    """The statements that (re)create the three-column floor's table, empty."""
+    return [
+        f"DROP TABLE IF EXISTS {HMAC_FLOOR_TABLE}",
+        f"CREATE TABLE {HMAC_FLOOR_TABLE} (event_id text PRIMARY KEY,"
+        " payload jsonb NOT NULL, received_at timestamptz NOT NULL)",
+    ]
 
 
 def wide_floor_table_sql() -> list[str]:

@@ -1,14 +1,27 @@
-"""The bare floor of ``make bench``'s ingest figure: a plain view's one insert of a row as wide
-as the inbox's (docs/bench-log/2026-12-03.md, "The bare floor, a row as wide as the inbox's")."""
+"""The bare floors of ``make bench``'s ingest figures: a plain view's one insert of a row as
+wide as the inbox's (docs/bench-log/2026-12-03.md, "The bare floor, a row as wide as the
+inbox's"), and the three-column floor, the plainest receiver: the HMAC, then one insert."""
+
+import json
+import time
 
 import pytest
 from django.db import connection
 from django.test import RequestFactory
 
-from bench.views import WIDE_FLOOR_TABLE, bare_insert_wide, wide_floor_table_sql
+from bench.views import (
+    BENCH_WEBHOOK_SECRET,
+    HMAC_FLOOR_TABLE,
+    WIDE_FLOOR_TABLE,
+    bare_insert_hmac,
+    bare_insert_wide,
+    hmac_floor_table_sql,
+    wide_floor_table_sql,
+)
 from tests.integrations.research.factories import research_event
 from tests.webhooks.factories import RESEARCH_SOURCE, encode, signed_post
 from webhooks.models import InboxEvent
+from webhooks.schemes import signature_headers
 
 pytestmark = [
     pytest.mark.django_db,
@@ -80,3 +93,54 @@ def test_the_bare_floor_inserts_one_row_as_wide_as_the_inbox_row_of_the_same_del
         floor_bytes,
         inbox_bytes,
     )
+
+
+def _hmac_floor_post(
+    raw: bytes, *, event_id: str, timestamp: int | None = None, **change
+):
+    headers = signature_headers(
+        scheme="hmac-sha256",
+        secret=BENCH_WEBHOOK_SECRET,
+        raw_body=raw,
+        event_id=event_id,
+        timestamp=int(time.time()) if timestamp is None else timestamp,
+    )
+    headers.update(change)
+    request = RequestFactory().post(
+        "/_bench/bare-insert-hmac",
+        data=raw,
+        content_type="application/json",
+        headers=headers,
+    )
+    return bare_insert_hmac(request)
+
+
+def test_the_three_column_floor_checks_the_hmac_then_inserts_the_event_once():
+    with connection.cursor() as cursor:
+        for statement in hmac_floor_table_sql():
+            cursor.execute(statement)
+    body = research_event(number=8, event_id="evt-floor-8", source_version=8)
+    raw = encode(body)
+
+    first = _hmac_floor_post(raw, event_id="evt-floor-8")
+    again = _hmac_floor_post(raw, event_id="evt-floor-8")
+    forged = _hmac_floor_post(
+        raw, event_id="evt-floor-9", **{"X-Webhook-Signature": "v1=00"}
+    )
+    stale = _hmac_floor_post(
+        raw, event_id="evt-floor-10", timestamp=int(time.time()) - 3600
+    )
+
+    assert (first.status_code, again.status_code) == (202, 202)
+    assert (forged.status_code, stale.status_code) == (401, 400)
+    assert [c for c, _ in _columns(HMAC_FLOOR_TABLE)] == [
+        "event_id",
+        "payload",
+        "received_at",
+    ]
+    (count,) = _one(f"SELECT count(*) FROM {HMAC_FLOOR_TABLE}")  # noqa: S608
+    event_id, payload = _one(
+        f"SELECT event_id, payload::text FROM {HMAC_FLOOR_TABLE}"  # noqa: S608
+    )
+    assert (count, event_id) == (1, "evt-floor-8")
+    assert json.loads(payload) == body
