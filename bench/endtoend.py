@@ -58,7 +58,7 @@ STEP = 1.15
 # Rates within this factor of each other are one rate: 1% is finer than any probe's step.
 SAME_RATE = 1.01
 REFINEMENTS = 2
-TARGET_RATIO = 0.6
+TARGET_RATIO = 0.7
 TERMINAL_OK = ("processed", "ignored_out_of_order", "ignored_duplicate_version")
 VACUUM_SECONDS = 20.0
 

@@ -345,7 +345,7 @@ def run(ctx: BenchContext) -> list[Figure]:
                 floor_value=floor,
                 # Each worker process at least three times what it does with a task of one
                 # UPDATE (docs/bench-log/2026-12-01.md, "Processing and the relay").
-                target_ratio=3.0,
+                target_ratio=3.5,
                 extra={
                     "events": EVENTS,
                     "workers": workers,
