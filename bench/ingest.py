@@ -93,19 +93,38 @@ def signed_events(
         if v1a
         else (SLUG, "hmac-sha256", SECRET)
     )
-    requests = []
-    for n in numbers:
-        raw = event_body(n)
-        headers = signature_headers(
-            scheme=scheme,
-            secret=secret,
-            raw_body=raw,
+    return [
+        signed_delivery(
+            event_body(n),
             event_id=f"evt-bench-{n}",
             timestamp=now,
+            slug=slug,
+            scheme=scheme,
+            secret=secret,
         )
-        headers["Content-Type"] = "application/json"
-        requests.append(Request("POST", f"/webhooks/{slug}/", headers, raw))
-    return requests
+        for n in numbers
+    ]
+
+
+def signed_delivery(
+    raw: bytes,
+    *,
+    event_id: str,
+    timestamp: int,
+    slug: str = SLUG,
+    scheme: str = "hmac-sha256",
+    secret: str = SECRET,
+) -> Request:
+    """One delivery of the body ``raw`` as event ``event_id``, signed for source ``slug``."""
+    headers = signature_headers(
+        scheme=scheme,
+        secret=secret,
+        raw_body=raw,
+        event_id=event_id,
+        timestamp=timestamp,
+    )
+    headers["Content-Type"] = "application/json"
+    return Request("POST", f"/webhooks/{slug}/", headers, raw)
 
 
 def sources_create() -> None:

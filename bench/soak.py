@@ -54,7 +54,7 @@ from bench.harness import (
     report,
     sql,
 )
-from bench.ingest import SECRET, SLUG, event_body
+from bench.ingest import SLUG, event_body, signed_delivery
 from tests.integrations.research.factories import research_event
 
 RATE = float(os.environ.get("BENCH_SOAK_RATE", "300"))
@@ -72,20 +72,6 @@ MEMORY_LIMIT_RATIO = 1.1
 _ERROR_LINE = re.compile(r"\bERROR\b|Traceback|CRITICAL")
 
 
-def _signed(raw: bytes, event_id: str, now: int) -> Request:
-    from webhooks.schemes import signature_headers
-
-    headers = signature_headers(
-        scheme="hmac-sha256",
-        secret=SECRET,
-        raw_body=raw,
-        event_id=event_id,
-        timestamp=now,
-    )
-    headers["Content-Type"] = "application/json"
-    return Request("POST", f"/webhooks/{SLUG}/", headers, raw)
-
-
 def soak_requests(first: int, count: int) -> tuple[list[Request], list[str]]:
     """``count`` deliveries in the soak's mix, new events numbered from ``first``; and the
     kind of each (``new``, ``redelivery``, ``late``)."""
@@ -100,7 +86,9 @@ def soak_requests(first: int, count: int) -> tuple[list[Request], list[str]]:
         if slot in REDELIVERED_AT and len(sent) > REDELIVERY_BACK:
             # The very bytes sent before: a producer's retry.
             number, raw = sent[-REDELIVERY_BACK]
-            requests_.append(_signed(raw, f"evt-bench-{number}", now))
+            requests_.append(
+                signed_delivery(raw, event_id=f"evt-bench-{number}", timestamp=now)
+            )
             kinds.append("redelivery")
         elif slot in LATE_AT and len(sent) > LATE_BACK:
             # The document of an event sent about a second ago, at the version just before
@@ -115,11 +103,13 @@ def soak_requests(first: int, count: int) -> tuple[list[Request], list[str]]:
                 producer="bench",
             )
             raw = json.dumps(body, separators=(",", ":")).encode()
-            requests_.append(_signed(raw, event_id, now))
+            requests_.append(signed_delivery(raw, event_id=event_id, timestamp=now))
             kinds.append("late")
         else:
             raw = event_body(n)
-            requests_.append(_signed(raw, f"evt-bench-{n}", now))
+            requests_.append(
+                signed_delivery(raw, event_id=f"evt-bench-{n}", timestamp=now)
+            )
             sent.append((n, raw))
             kinds.append("new")
             n += 1
