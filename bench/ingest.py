@@ -188,12 +188,11 @@ def _hmac_floor_run(bare_base: str, numbers: range, *, seconds: float) -> LoadRe
     _check(result, expected="202", what="three-column floor")
     if result.wrapped:
         raise RuntimeError("the three-column floor's list wrapped: raise its size")
-    stored = sql(f"SELECT count(*) FROM {HMAC_FLOOR_TABLE}")[0][0]  # noqa: S608
-    accepted = result.statuses.get("202", 0)
-    if not accepted <= stored <= accepted + BENCH_CONNECTIONS:
-        raise RuntimeError(
-            f"three-column floor: {stored} rows for {accepted} answers 202"
-        )
+    _rows_check(
+        result,
+        sql(f"SELECT count(*) FROM {HMAC_FLOOR_TABLE}")[0][0],  # noqa: S608
+        what="three-column floor",
+    )
     return result
 
 
@@ -297,11 +296,16 @@ def new_events_run(
         )[0][0]
         - before
     )
+    _rows_check(result, stored, what=what)
+    return result
+
+
+def _rows_check(result: LoadResult, stored: int, *, what: str) -> None:
+    """Every answer 202 of ``result`` is one of the ``stored`` new rows; requests in flight
+    when wrk stops are committed but not counted by wrk."""
     accepted = result.statuses.get("202", 0)
-    # Requests in flight when wrk stops are committed but not counted by wrk.
     if not accepted <= stored <= accepted + BENCH_CONNECTIONS:
         raise RuntimeError(f"{what}: {stored} rows for {accepted} answers 202")
-    return result
 
 
 def v1a_figures(rounds: list[dict[str, LoadResult]]) -> list[Figure]:
