@@ -108,11 +108,16 @@ def outbox_lag_seconds(*, now: datetime | None = None) -> dict[str, float]:
 
 
 def publish(publications: list[Publication]) -> None:
-    """Publishes the messages on one producer; raises if the broker refuses one."""
+    """Publishes the messages on one producer, in one batch of kombu's (``Producer.batch``):
+    on Redis, one pipeline of every message's ``LPUSH``, sent once at the end; on a broker
+    whose transport batches nothing (RabbitMQ), each message as it goes. Raises if the broker
+    refuses one or the batch fails (kombu cannot then say which went: the caller rolls its
+    stamps back and the rows are published again, which processing takes as a redelivery).
+    docs/subsystems/relay.md, "A round"."""
     if not publications:
         return
     app = current_app
-    with app.producer_or_acquire() as producer:
+    with app.producer_or_acquire() as producer, producer.batch():
         for publication in publications:
             bound = (
                 correlation_id_bound(publication.correlation_id)

@@ -6,14 +6,15 @@ import threading
 
 import pytest
 from django.utils import timezone
+from kombu.exceptions import EncodeError
 
 from config.celery_app import app
 from core.models import RelayHeartbeat
 from core.relay import outbox as outbox_module
 from core.relay.loop import Relay, RelayStep, RelayThread
-from core.relay.outbox import Outbox
+from core.relay.outbox import Outbox, Publication, publish
 from tests import processes
-from tests.broker import broker_reset, queued_inbox_event_ids
+from tests.broker import PROCESS_TASK, broker_reset, queued_inbox_event_ids
 from tests.webhooks.factories import InboxEventFactory
 from webhooks.models import InboxEvent
 
@@ -33,6 +34,30 @@ def test_every_worker_runs_a_relay_unless_turned_off(settings):
     assert step.include_if(worker=None)
     settings.RELAY_ENABLED = False
     assert not step.include_if(worker=None)
+
+
+def test_a_round_publishes_its_messages_in_one_batch_so_a_failed_one_sends_none():
+    """On Redis a round's messages go in one pipeline, sent once they are all built: a
+    round whose second message cannot be built leaves nothing in the queue (its rows roll back
+    and go again in a later round), and a round that succeeds leaves them all, in order."""
+
+    class NotJson:
+        pass
+
+    broker_reset()
+    try:
+        with pytest.raises(EncodeError):
+            publish(
+                [
+                    Publication(task=PROCESS_TASK, args=[[1]]),
+                    Publication(task=PROCESS_TASK, args=[[NotJson()]]),
+                ]
+            )
+        assert queued_inbox_event_ids() == []
+        publish([Publication(task=PROCESS_TASK, args=[[pk]]) for pk in (1, 2, 3)])
+        assert queued_inbox_event_ids() == [1, 2, 3]
+    finally:
+        broker_reset()
 
 
 @pytest.mark.django_db(transaction=True)
