@@ -343,8 +343,9 @@ def run(ctx: BenchContext) -> list[Figure]:
                 "ev/s",
                 floor_name=f"1-UPDATE task, {workers} worker(s)",
                 floor_value=floor,
-                # Each worker process at least three times what it does with a task of one
-                # UPDATE (docs/bench-log/2026-12-01.md, "Processing and the relay").
+                # Each worker process at least three and a half times what it does with a
+                # task of one UPDATE (docs/bench-log/2026-12-01.md, "Processing and the
+                # relay").
                 target_ratio=3.5,
                 extra={
                     "events": EVENTS,
