@@ -142,7 +142,9 @@ class Ledger:
     time that is not in the log. ``belongs_to`` maps a story (``audit.stories``) to the
     field naming the record it belongs to. ``scanned``: the sealer takes its rows (False for
     kinds logged by their writer). ``derive`` adds fields held elsewhere (computed again by
-    verification)."""
+    verification). ``optional`` names fields added to a kind after rows of it were logged:
+    a leaf holds one only when it is not null, so that a leaf logged before the field
+    existed is still the leaf its row gives."""
 
     kind: str
     model: str
@@ -155,6 +157,7 @@ class Ledger:
     derive: Derive | None = None
     label: str = ""
     record: str = ""
+    optional: frozenset[str] = frozenset()
 
     @property
     def model_class(self) -> type[Model]:
@@ -214,6 +217,10 @@ class Ledger:
                     fields[key] = leaf_time_text(fields[key])
         if self.derive is not None and built:
             self.derive(built)
+        for key in self.optional:
+            for fields in built:
+                if fields[key] is None:
+                    del fields[key]
         return built
 
     def leaf(self, record_id: int, fields: Mapping[str, Any]) -> LeafInput:
@@ -419,11 +426,13 @@ LEDGERS: dict[str, Ledger] = {
                 "duration_seconds": "duration_seconds",
                 "retry_at": "retry_at",
                 "worker": "worker",
+                "downstream": "downstream",
             },
             created="started_at",
             ready=Q(finished_at__isnull=False),
             ready_at="finished_at",
             belongs_to={"deployment": "job_id"},
+            optional=frozenset({"downstream"}),
         ),
         Ledger(
             kind="operator_action",

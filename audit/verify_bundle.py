@@ -220,6 +220,36 @@ def job_check(leaf: Mapping[str, Any], context: BundleContext) -> list[str]:
     return refers_check("build_id", "build")(leaf, context)
 
 
+# What a trigger attempt may say it started (docs/http-api.md, "What a trigger started").
+DOWNSTREAM_SYSTEMS = frozenset({"github", "github-actions", "http"})
+
+
+def downstream_check(leaf: Mapping[str, Any], context: BundleContext) -> list[str]:
+    """A trigger attempt's ``downstream``, when it has one, is what the product records:
+    ``{"system", "id", "url"}``, a known system, an id that is text or an integer, a URL
+    that is http(s) text, and at least one of the two."""
+    if "downstream" not in leaf:
+        return []
+    value = leaf["downstream"]
+    if not isinstance(value, dict) or set(value) != {"system", "id", "url"}:
+        return ["its downstream is not an object of system, id and url"]
+    problems = []
+    if value["system"] not in DOWNSTREAM_SYSTEMS:
+        problems.append(f"its downstream system {value['system']!r} is unknown")
+    identifier, url = value["id"], value["url"]
+    if identifier is not None and (
+        isinstance(identifier, bool) or not isinstance(identifier, str | int)
+    ):
+        problems.append("its downstream id is neither text nor an integer")
+    if url is not None and (
+        not isinstance(url, str) or not url.startswith(("http://", "https://"))
+    ):
+        problems.append("its downstream url is not an http(s) URL")
+    if identifier is None and url is None:
+        problems.append("its downstream names neither an id nor a url")
+    return problems
+
+
 # Kind -> the checks of its leaves' content (audit/ledgers.py lists the kinds). A kind with
 # none here is checked by its proof alone.
 LEAF_CHECKS: dict[str, list[LeafCheck]] = {
@@ -241,6 +271,7 @@ LEAF_CHECKS: dict[str, list[LeafCheck]] = {
     "evidence_purge": [evidence_purge_check],
     "job_transition": [job_check],
     "status_sync": [job_check],
+    "trigger_attempt": [job_check, downstream_check],
 }
 
 
@@ -372,7 +403,19 @@ def _contents_check(
         if problems:
             report.failures.append(f"{name}: " + "; ".join(problems))
         else:
-            report.checked.append(f"{name}: in the log at size {checkpoint.size}")
+            report.checked.append(
+                f"{name}: in the log at size {checkpoint.size}{_told(leaf)}"
+            )
+
+
+def _told(leaf: Mapping[str, Any]) -> str:
+    """What a proven entry says that an auditor follows further: the run or deployment a
+    trigger attempt started (its system's id and link)."""
+    downstream = leaf.get("downstream")
+    if leaf.get("kind") != "trigger_attempt" or not isinstance(downstream, dict):
+        return ""
+    said = f"; it started {downstream['system']} {downstream['id']}"
+    return f"{said} ({downstream['url']})" if downstream["url"] else said
 
 
 def _unproven_report(report: BundleReport, bundle: Mapping[str, Any]) -> None:

@@ -54,6 +54,26 @@ status_words_register(
 )
 
 
+def downstream_display(downstream) -> str:
+    """What a trigger started, as the console shows it: its system and id, linked to its
+    page when the system gave one (an http(s) URL, checked when it was recorded)."""
+    if not downstream:
+        return "-"
+    identifier = downstream.get("id")
+    name = (
+        downstream["system"]
+        if identifier is None
+        else f"{downstream['system']} {identifier}"
+    )
+    if downstream.get("url"):
+        return format_html(
+            '<a href="{}" rel="noopener noreferrer" target="_blank">{}</a>',
+            downstream["url"],
+            name,
+        )
+    return name
+
+
 class TransitionInline(
     PagedInlineMixin, LogEntryAdminMixin, ReadOnlyInlineMixin, admin.TabularInline
 ):
@@ -98,6 +118,7 @@ class TriggerAttemptInline(ReadOnlyInlineMixin, admin.TabularInline):
         "retry_at",
         "target_name",
         "url",
+        "downstream_shown",
         "worker",
     )
     ordering = ["number"]
@@ -109,6 +130,10 @@ class TriggerAttemptInline(ReadOnlyInlineMixin, admin.TabularInline):
     def duration(self, obj):
         return duration_display(obj.duration_seconds)
 
+    @admin.display(description="started downstream")
+    def downstream_shown(self, obj):
+        return downstream_display(obj.downstream)
+
 
 class JobAdmin(
     StatusBadgesMixin, ReadOnlyAdminMixin, LogEntryAdminMixin, admin.ModelAdmin
@@ -118,11 +143,12 @@ class JobAdmin(
     search_fields = ["=public_id", "=idempotency_key", "=commit_sha"]
     date_hierarchy = "created_at"
     inlines = [TransitionInline, TriggerAttemptInline]
-    exclude = ["detail", "kind"]
+    exclude = ["detail", "kind", "downstream"]
     readonly_fields = [
         "status_badge",
         "detail_shown",
         "route",
+        "downstream_shown",
         "idempotency_record",
         "log_entry",
     ]
@@ -177,6 +203,12 @@ class JobAdmin(
             obj.executor,
             ", ".join(names) if names else "every client",
         )
+
+    @admin.display(description="started downstream")
+    def downstream_shown(self, obj):
+        """What the trigger started: the GitHub deployment or run, the receiver's own id,
+        with its link."""
+        return downstream_display(obj.downstream)
 
     @admin.display(description="status", ordering="status")
     def status_badge(self, obj):

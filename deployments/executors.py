@@ -33,6 +33,7 @@ from django.utils.module_loading import import_string
 
 from core.secrets import secrets_scrubbed, settings_secrets
 
+from .downstream import Downstream, downstream_make
 from .trigger_urls import url_credential_errors, url_scheme_errors
 
 if TYPE_CHECKING:
@@ -90,6 +91,8 @@ class TriggerResult:
     url: str = ""
     github_deployment_id: int | None = None
     github_commit_sha: str = ""
+    # What a delivered attempt started downstream (``deployments.downstream``).
+    downstream: Downstream | None = None
 
     def describe(self) -> str:
         """One line for operators (an attempt's admin page, "Send test trigger"):
@@ -127,7 +130,24 @@ class TriggerResult:
             error=secrets_scrubbed(self.error, known),
             error_class=secrets_scrubbed(self.error_class, known),
             url=secrets_scrubbed(self.url, known),
+            downstream=_downstream_scrubbed(self.downstream, known),
         )
+
+
+def _downstream_scrubbed(
+    downstream: Downstream | None, known: list[str]
+) -> Downstream | None:
+    """A downstream without any value that quotes a secret: a receiver's id or link that
+    echoes one is not kept at all (a partial id is no id)."""
+    if downstream is None:
+        return None
+    kept = {}
+    for key in ("id", "url"):
+        value = downstream[key]
+        if isinstance(value, str) and secrets_scrubbed(value, known) != value:
+            value = None
+        kept[key] = value
+    return downstream_make(system=downstream["system"], id=kept["id"], url=kept["url"])
 
 
 class Executor:

@@ -22,6 +22,7 @@ import httpx
 from django.conf import settings
 
 from . import outbound
+from .downstream import downstream_make
 from .executors import TriggerCall, TriggerExecutor, TriggerResult
 from .models import Job, TriggerAttempt
 from .naming import repository_is_valid
@@ -75,6 +76,10 @@ def _delivered(found: dict, *, url: str, status_code: int) -> TriggerResult:
         url=url,
         github_deployment_id=int(found["id"]),
         github_commit_sha=sha if FULL_SHA.fullmatch(sha) else "",
+        # GitHub's deployments have no page of their own: the link is the API's.
+        downstream=downstream_make(
+            system="github", id=int(found["id"]), url=found.get("url")
+        ),
     )
 
 

@@ -9,6 +9,7 @@ from typing import Any, ClassVar
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
+from django.db.models.fields.json import KT
 from django.utils import timezone
 
 from core.models import (
@@ -349,6 +350,11 @@ class Job(BaseModel):
     # A build's (empty for a deployment).
     ref = models.CharField(max_length=255, blank=True, default="")
 
+    # What the trigger started (``deployments.downstream``): {"system", "id", "url"}, set
+    # when an attempt is delivered (the one the API answers); null until then, and for a
+    # job no trigger carried.
+    downstream = models.JSONField(null=True, blank=True, default=None)
+
     objects: ClassVar[models.Manager] = models.Manager()
 
     class Meta:
@@ -416,6 +422,12 @@ class Job(BaseModel):
                 fields=["ledger_id"],
                 name="deployments_job_ledger_id_idx",
                 condition=Q(ledger_id__isnull=False),
+            ),
+            # A GitHub workflow_run delivery finds the job that holds its run.
+            models.Index(
+                KT("downstream__id"),
+                name="deployments_job_downstream_idx",
+                condition=Q(downstream__isnull=False),
             ),
             *log_ticket_indexes("deployments_dep"),
         ]
@@ -593,6 +605,9 @@ class TriggerAttempt(models.Model):
     duration_seconds = models.FloatField(null=True, blank=True)
     retry_at = models.DateTimeField(null=True, blank=True)
     worker = models.CharField(max_length=255, blank=True, default="")
+    # What a delivered attempt started downstream (``deployments.downstream``), as its
+    # answer said; null for any other outcome, and for a 2xx that named nothing.
+    downstream = models.JSONField(null=True, blank=True, default=None)
     log_ticket = log_ticket_field()
 
     objects = TriggerAttemptQuerySet.as_manager()

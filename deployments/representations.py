@@ -7,9 +7,34 @@ from __future__ import annotations
 
 from typing import Any
 
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from .downstream import SYSTEMS
 from .models import Build, Deployment, Job
+
+
+@extend_schema_field(
+    {
+        "oneOf": [{"type": "string", "maxLength": 200}, {"type": "integer"}],
+        "nullable": True,
+        "description": "The downstream system's own id of what it started: GitHub's "
+        "integer ids, a receiver's text or integer.",
+    }
+)
+class DownstreamIdField(serializers.Field):
+    """A downstream id as it was recorded: text or an integer."""
+
+    def to_representation(self, value: Any) -> Any:
+        return value
+
+
+class DownstreamSerializer(serializers.Serializer):
+    """What the trigger started (docs/http-api.md, "What a trigger started")."""
+
+    system = serializers.ChoiceField(choices=sorted(SYSTEMS))
+    id = DownstreamIdField(allow_null=True)
+    url = serializers.URLField(allow_null=True)
 
 
 class DeploymentOutputSerializer(serializers.Serializer):
@@ -24,6 +49,7 @@ class DeploymentOutputSerializer(serializers.Serializer):
     triggered_by = serializers.CharField()
     created_at = serializers.DateTimeField()
     updated_at = serializers.DateTimeField()
+    downstream = DownstreamSerializer(allow_null=True)
 
 
 class BuildOutputSerializer(serializers.Serializer):
@@ -38,6 +64,7 @@ class BuildOutputSerializer(serializers.Serializer):
     triggered_by = serializers.CharField()
     created_at = serializers.DateTimeField()
     updated_at = serializers.DateTimeField()
+    downstream = DownstreamSerializer(allow_null=True)
 
 
 # One instance each for the responses of new operations: a serializer's fields are built (deep

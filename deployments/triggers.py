@@ -14,16 +14,19 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterable
+from dataclasses import replace
 
 from django.conf import settings
 
 from core.signing import standard_webhooks_sign, whsec_problem
 
 from . import outbound
+from .downstream import downstream_of_answer
 from .executors import TriggerCall, TriggerExecutor, TriggerResult
-from .models import Job
+from .models import Job, TriggerAttempt
 from .representations import job_representation
 
+Outcome = TriggerAttempt.Outcome
 MESSAGE_TYPES = {"deployment": "deployment.requested", "build": "build.requested"}
 
 
@@ -82,17 +85,27 @@ def result_of(
 
 
 def post_signed(
-    *, url: str, secret: str, message_id: str, body: bytes
+    *, url: str, secret: str, message_id: str, body: bytes, read_answer: bool = False
 ) -> TriggerResult:
-    """One signed POST of ``body`` to ``url``, classified."""
+    """One signed POST of ``body`` to ``url``, classified; with ``read_answer``, what a 2xx
+    answer says the receiver started (its ``downstream``)."""
     headers = signed_headers(body=body, secret=secret, message_id=message_id)
     try:
         answer = outbound.call(
-            outbound.http_client(), "POST", url, headers=headers, content=body
+            outbound.http_client(),
+            "POST",
+            url,
+            headers=headers,
+            content=body,
+            read_body=read_answer,
         )
     except Exception as exc:  # classified: every failure of the call is an outcome
         return result_of(url=url, error=exc, secrets=[secret])
-    return result_of(url=url, answer=answer, secrets=[secret])
+    result = result_of(url=url, answer=answer, secrets=[secret])
+    if read_answer and result.outcome == Outcome.DELIVERED:
+        downstream = downstream_of_answer(answer.body)
+        result = replace(result, downstream=downstream).scrubbed([secret])
+    return result
 
 
 class HttpExecutor(TriggerExecutor):
@@ -121,6 +134,7 @@ class HttpExecutor(TriggerExecutor):
             secret=call.secret,
             message_id=call.job.public_id,
             body=trigger_message(job=call.job, kind=call.kind),
+            read_answer=True,
         )
 
 

@@ -469,6 +469,9 @@ def _trigger_outcome_record(
             duration_seconds=duration,
             retry_at=retry_at,
             url=url_shown(result.url) if result.url else attempt.url,
+            downstream=(
+                result.downstream if result.outcome == Outcome.DELIVERED else None
+            ),
         )
         if not closed:
             return RunOutcome.SUPERSEDED
@@ -518,6 +521,9 @@ def _trigger_delivered(
         job.github_deployment_id = result.github_deployment_id
         job.github_commit_sha = result.github_commit_sha or job.github_commit_sha
         fields += ["github_deployment_id", "github_commit_sha"]
+    if result.downstream is not None:
+        job.downstream = result.downstream
+        fields.append("downstream")
     job_save(job=job, fields=fields)
     if job.status == JobStatus.QUEUED and report_applies(
         job=job, status=JobStatus.RUNNING, at=at

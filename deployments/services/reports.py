@@ -19,6 +19,7 @@ from django.utils import timezone
 from core.errors import NotFound
 from core.models import ApiClient
 
+from ..downstream import downstream_make
 from ..models import Deployment, StatusSync
 from .jobs import JOB_MODELS, job_save, job_status_set, report_applies
 
@@ -172,6 +173,11 @@ def deployment_status_report_apply(
     if github_deployment_id is not None and deployment.github_deployment_id is None:
         deployment.github_deployment_id = github_deployment_id
         fields.append("github_deployment_id")
+        if deployment.downstream is None:
+            deployment.downstream = downstream_make(
+                system="github", id=github_deployment_id
+            )
+            fields.append("downstream")
     if len(sha) == FULL_SHA_LENGTH and not deployment.github_commit_sha:
         deployment.github_commit_sha = sha
         fields.append("github_commit_sha")

@@ -125,6 +125,9 @@ class Receiver:
         # Called with the id of every verified request it takes (acted on or a duplicate),
         # outside the lock: a CD system that then reports the job's progress.
         self.on_taken: Callable[[str], None] | None = None
+        # The body of every answer to a verified request that is not refused, in place of
+        # the run it started (bytes as they are, anything else as JSON).
+        self.reply_body: Any = None
         self.http = HttpDouble(self._serve, host=host, port=port)
 
     @property
@@ -212,9 +215,17 @@ class Receiver:
         if fault is not None and fault.kind == "hold":
             self.holding.set()
             self.released.wait(timeout=120)
+        if self.reply_body is not None:
+            return Reply(self.answer if acted else 200, self.reply_body)
+        run = self.run_of(webhook_id)
         if acted:
-            return Reply(self.answer, {"accepted": webhook_id})
-        return Reply(200, {"duplicate": webhook_id})
+            return Reply(self.answer, {"accepted": webhook_id, **run})
+        return Reply(200, {"duplicate": webhook_id, **run})
+
+    def run_of(self, webhook_id: str) -> dict[str, str]:
+        """What a receiver that deduplicates answers for an id, the first time and on every
+        duplicate: the run it started (docs/http-api.md, "What a trigger started")."""
+        return {"id": f"run-{webhook_id}", "url": f"{self.http.url}/runs/{webhook_id}"}
 
 
 def closed_port_url() -> str:

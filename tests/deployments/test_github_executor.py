@@ -92,6 +92,12 @@ def test_a_deployment_becomes_one_github_deployment(api, github):
     [attempt] = TriggerAttempt.objects.filter(job=job)
     assert attempt.url == f"{github.url}/repos/acme/shop/deployments"
     assert github.calls == [("POST", "/repos/acme/shop/deployments")]
+    # What it started, as the API answers it and the attempt records it.
+    downstream = {"system": "github", "id": made["id"], "url": made["url"]}
+    assert api.get(f"/api/deployments/{job.public_id}/").json()["downstream"] == (
+        downstream
+    )
+    assert attempt.downstream == downstream
 
 
 def test_a_create_whose_answer_is_lost_is_found_and_not_made_again(api, github):
@@ -104,6 +110,7 @@ def test_a_create_whose_answer_is_lost_is_found_and_not_made_again(api, github):
     [made] = github.deployments_of(job.public_id)
     job.refresh_from_db()
     assert (job.status, job.github_deployment_id) == ("running", made["id"])
+    assert job.downstream == {"system": "github", "id": made["id"], "url": made["url"]}
     assert outcomes(job) == [
         ("ambiguous", None, "RemoteProtocolError"),
         ("delivered", 200, ""),

@@ -237,6 +237,7 @@ def test_get_deployment_and_list_by_key(api):
         "triggered_by",
         "created_at",
         "updated_at",
+        "downstream",
     }
     assert detail.json()["deployment_id"] == created["deployment_id"]
 
@@ -278,6 +279,7 @@ def test_builds_follow_the_same_contract(api):
         "triggered_by",
         "created_at",
         "updated_at",
+        "downstream",
     }
     page = api.get("/api/builds/", {"idempotency_key": "key-1"}).json()
     assert [b["build_id"] for b in page["results"]] == [body["build_id"]]

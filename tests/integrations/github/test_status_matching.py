@@ -165,6 +165,8 @@ def test_our_id_in_the_payload_decides_and_is_remembered(clients):
     handle(source_for(), status_of("in_progress", 1, github_id=4242, payload=payload))
     mine.refresh_from_db()
     assert (mine.status, mine.github_deployment_id) == ("running", 4242)
+    # Its downstream is that GitHub deployment: what carries it, found by the report.
+    assert mine.downstream == {"system": "github", "id": 4242, "url": None}
 
 
 def test_a_short_commit_matches_one_full_commit_only(clients):
