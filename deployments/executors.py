@@ -44,6 +44,7 @@ EXECUTORS: dict[str, str] = {
     "external": "deployments.executors.EXTERNAL",
     "http": "deployments.triggers.HTTP",
     "github": "deployments.github.GITHUB",
+    "github-actions": "deployments.github_actions.GITHUB_ACTIONS",
 }
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
 from typing import Any
 from urllib.parse import quote, urlsplit
 
@@ -35,7 +36,7 @@ FULL_SHA = re.compile(r"[0-9a-f]{40}")
 LOOKUP_MAX_PAGES = 10
 
 
-def _headers(token: str) -> dict[str, str]:
+def github_headers(token: str) -> dict[str, str]:
     return {
         "Authorization": f"Bearer {token}",
         "Accept": "application/vnd.github+json",
@@ -43,16 +44,16 @@ def _headers(token: str) -> dict[str, str]:
     }
 
 
-def _json(body: bytes) -> Any:
+def json_parsed(body: bytes) -> Any:
     try:
         return json.loads(body)
     except ValueError:
         return None
 
 
-def _github_message(body: bytes) -> str:
+def github_message(body: bytes) -> str:
     """GitHub's own one-line reason (``{"message": ...}``), never the rest of a body."""
-    parsed = _json(body)
+    parsed = json_parsed(body)
     if isinstance(parsed, dict) and isinstance(parsed.get("message"), str):
         return parsed["message"][:200]
     return ""
@@ -61,7 +62,7 @@ def _github_message(body: bytes) -> str:
 def _payload_job_id(deployment: dict) -> str:
     payload = deployment.get("payload")
     if isinstance(payload, str):  # older deployments carry the payload as a string
-        payload = _json(payload.encode())
+        payload = json_parsed(payload.encode())
     if isinstance(payload, dict):
         value = payload.get("deployment_id")
         return value if isinstance(value, str) else ""
@@ -120,7 +121,7 @@ class GitHubExecutor(TriggerExecutor):
             )
         owner, name = (quote(part, safe="") for part in job.repository.split("/"))
         endpoint = f"{call.url.rstrip('/')}/repos/{owner}/{name}/deployments"
-        headers = _headers(call.secret)
+        headers = github_headers(call.secret)
         client = outbound.http_client()
         try:
             if call.look_up_first:
@@ -141,9 +142,9 @@ class GitHubExecutor(TriggerExecutor):
             return result_of(url=endpoint, error=exc, secrets=[call.secret])
         result = result_of(url=endpoint, answer=answer, secrets=[call.secret])
         if result.outcome != Outcome.DELIVERED:
-            message = _github_message(answer.body)
+            message = github_message(answer.body)
             return TriggerResult(**{**result.__dict__, "error": message})
-        created = _json(answer.body)
+        created = json_parsed(answer.body)
         if not isinstance(created, dict) or not isinstance(created.get("id"), int):
             # Not GitHub's answer to a create: it may have created one all the same.
             return TriggerResult(
@@ -184,52 +185,75 @@ class GitHubExecutor(TriggerExecutor):
             "per_page": "100",
             ("sha" if FULL_SHA.fullmatch(commit) else "ref"): commit,
         }
-        url: str | None = endpoint
-        for _ in range(LOOKUP_MAX_PAGES):
-            if url is None:
-                break
-            answer = outbound.call(
-                client,
-                "GET",
-                url,
-                headers=headers,
-                params=params if url == endpoint else None,
-                read_body=True,
-            )
-            if answer.status_code != 200:
-                result = result_of(url=endpoint, answer=answer, secrets=[token])
-                return TriggerResult(
-                    **{**result.__dict__, "error": _github_message(answer.body)}
-                )
-            listed = _json(answer.body)
-            if not isinstance(listed, list):
-                return TriggerResult(
-                    outcome=Outcome.AMBIGUOUS,
-                    status_code=answer.status_code,
-                    url=endpoint,
-                    error="the deployments lookup did not answer a list",
-                )
-            for deployment in listed:
+        for page in lookup_pages(
+            client, endpoint, headers=headers, params=params, token=token
+        ):
+            if isinstance(page, TriggerResult):
+                return page
+            for deployment in page:
                 if (
                     isinstance(deployment, dict)
                     and isinstance(deployment.get("id"), int)
                     and _payload_job_id(deployment) == job.public_id
                 ):
                     return deployment
-            url = (
-                httpx.Response(200, headers=answer.headers)
-                .links.get("next", {})
-                .get("url")
-            )
-            if url is not None and urlsplit(url)[:2] != urlsplit(endpoint)[:2]:
-                # The token goes to the API's own host only, whatever a Link header says.
-                return TriggerResult(
-                    outcome=Outcome.AMBIGUOUS,
-                    status_code=answer.status_code,
-                    url=endpoint,
-                    error="the next page of the lookup is on another host",
-                )
         return None
+
+
+def lookup_pages(
+    client: httpx.Client,
+    endpoint: str,
+    *,
+    headers: dict[str, str],
+    params: dict[str, str],
+    token: str,
+    items: str = "",
+) -> Iterator[list | TriggerResult]:
+    """The pages of a GitHub list, newest first, each as its list (under the key ``items``
+    of an object, for lists GitHub wraps: ``workflow_runs``), at most ``LOOKUP_MAX_PAGES``;
+    a ``TriggerResult`` (then nothing more) when a page cannot be read. The token goes to
+    the API's own host only, whatever a ``Link`` header says."""
+    url: str | None = endpoint
+    for _ in range(LOOKUP_MAX_PAGES):
+        if url is None:
+            return
+        answer = outbound.call(
+            client,
+            "GET",
+            url,
+            headers=headers,
+            params=params if url == endpoint else None,
+            read_body=True,
+        )
+        if answer.status_code != 200:
+            result = result_of(url=endpoint, answer=answer, secrets=[token])
+            yield TriggerResult(
+                **{**result.__dict__, "error": github_message(answer.body)}
+            )
+            return
+        listed = json_parsed(answer.body)
+        if items and isinstance(listed, dict):
+            listed = listed.get(items)
+        if not isinstance(listed, list):
+            yield TriggerResult(
+                outcome=Outcome.AMBIGUOUS,
+                status_code=answer.status_code,
+                url=endpoint,
+                error="the lookup did not answer a list",
+            )
+            return
+        yield listed
+        url = (
+            httpx.Response(200, headers=answer.headers).links.get("next", {}).get("url")
+        )
+        if url is not None and urlsplit(url)[:2] != urlsplit(endpoint)[:2]:
+            yield TriggerResult(
+                outcome=Outcome.AMBIGUOUS,
+                status_code=answer.status_code,
+                url=endpoint,
+                error="the next page of the lookup is on another host",
+            )
+            return
 
 
 GITHUB = GitHubExecutor()

@@ -77,7 +77,8 @@ class DeployTargetForm(forms.ModelForm):
         # Typed by the operator, never echoed back: the admin shows no secret, ever.
         widget=forms.PasswordInput(render_value=False),
         help_text=(
-            "http: the receiver's whsec_ secret; github: a token. Write-only: leave it "
+            "http: the receiver's whsec_ secret; github, github-actions: a token. "
+            "Write-only: leave it "
             "empty to keep the current one. Empty on a new target: the executor's own "
             "setting (DEPLOY_HTTP_SECRET, GITHUB_TOKEN)."
         ),

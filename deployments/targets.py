@@ -242,9 +242,9 @@ def deploy_target_test_run(
 ) -> NotSent | DeployTargetTest.Outcome:
     """Sends a test once, however often its message is delivered, to its target as the
     target is now: an ``http`` target gets a signed test message under the test's id
-    (``tst_...``), a ``github`` target's token is checked with ``GET /rate_limit``. The
-    test is claimed (``sending``) in a committed transaction before the call and its
-    coarse outcome recorded after (``test_outcome_of``). A test older than
+    (``tst_...``), a ``github`` or ``github-actions`` target's token is checked with
+    ``GET /rate_limit``. The test is claimed (``sending``) in a committed transaction
+    before the call and its coarse outcome recorded after (``test_outcome_of``). A test older than
     ``TEST_EXPIRES_SECONDS`` is not sent. Returns what happened."""
     now = timezone.now()
     with transaction.atomic():
@@ -319,7 +319,7 @@ def _test_send(
 ) -> TriggerResult:
     url = target.url or executor.default_url()
     secret = target.secret or executor.default_secret()
-    if executor.name == "github":
+    if executor.name in ("github", "github-actions"):
         endpoint = f"{url.rstrip('/')}/rate_limit"
         try:
             answer = outbound.call(

@@ -491,6 +491,9 @@ DEPLOY_TRIGGER_DENY_NETWORKS = env.list(
 )
 GITHUB_API_URL = env("GITHUB_API_URL", default="https://api.github.com")
 GITHUB_TOKEN = env("GITHUB_TOKEN", default="")
+# github-actions: the branch or tag a dispatched workflow runs on, for jobs that name none (a
+# deployment; a build's own ref wins). The workflow checks out inputs.commit_sha.
+GITHUB_ACTIONS_REF = env("GITHUB_ACTIONS_REF", default="main")
 # Expired idempotency records are kept this long for audit, then purged.
 IDEMPOTENCY_AUDIT_RETENTION_SECONDS = env.int(
     "IDEMPOTENCY_AUDIT_RETENTION_SECONDS", default=30 * 86400

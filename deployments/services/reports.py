@@ -4,23 +4,27 @@
 - ``status_sync_record``: ``POST /api/status-sync/``, a client's report on one of its
   deployments or builds, recorded whether it applied or not (``StatusSync``);
 - ``deployment_status_report_apply``: a GitHub ``deployment_status`` delivery, matched to
-  the deployment it is about (docs/subsystems/processing.md, "GitHub").
+  the deployment it is about (docs/subsystems/processing.md, "GitHub");
+- ``workflow_run_report_apply``: a GitHub ``workflow_run`` delivery, matched to the job
+  whose run it is (the ``github-actions`` executor).
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db.models import CharField, F, Value
+from django.db.models.fields.json import KT
 from django.utils import timezone
 
 from core.errors import NotFound
 from core.models import ApiClient
 
 from ..downstream import downstream_make
-from ..models import Deployment, StatusSync
+from ..models import Deployment, Job, StatusSync
 from .jobs import JOB_MODELS, job_save, job_status_set, report_applies
 
 
@@ -193,3 +197,85 @@ def deployment_status_report_apply(
         job=deployment, status=status, at=reported_at, actor=actor, detail=detail
     )
     return StatusReportOutcome(deployment=deployment, applied=True)
+
+
+# A job's id as a run's name carries it (the workflow's ``run-name``).
+JOB_ID_IN_NAME = re.compile(r"\b(?:dep|bld)_[0-9a-f]{24}\b")
+WORKFLOW_RUN_SYSTEM = "github-actions"
+
+
+@dataclass(frozen=True)
+class RunReportOutcome:
+    job: Job | None
+    applied: bool
+
+
+def _run_target(
+    *, repository: str, run_id: int, run_name: str, client_id: int | None
+) -> Job | None:
+    """The job a workflow run carries, locked: the one holding the run's id as its
+    downstream, else the one whose id the run's name carries and that holds no other run;
+    of ``repository`` and of the source's bound client (when it has one)."""
+    candidates = Job.objects.select_for_update().filter(repository=repository)
+    if client_id is not None:
+        candidates = candidates.filter(client_id=client_id)
+    exact = (
+        candidates.alias(downstream_id=KT("downstream__id"))
+        .filter(
+            downstream__isnull=False,
+            downstream_id=str(run_id),
+            downstream__system=WORKFLOW_RUN_SYSTEM,
+        )
+        .order_by("-id")
+        .first()
+    )
+    if exact is not None:
+        return exact
+    named = JOB_ID_IN_NAME.search(run_name)
+    if named is None:
+        return None
+    job = candidates.filter(public_id=named.group(0)).first()
+    if job is None or job.executor != WORKFLOW_RUN_SYSTEM:
+        return None  # a run that names a job no workflow dispatch carries
+    held = job.downstream
+    if held is not None and held.get("id") not in (None, run_id):
+        return None  # the job's own run is another one (a run started by hand, say)
+    return job
+
+
+def workflow_run_report_apply(
+    *,
+    repository: str,
+    run_id: int,
+    run_name: str,
+    run_url: str | None,
+    status: str,
+    reported_at: datetime,
+    actor: str,
+    detail: str = "",
+    client_id: int | None = None,
+) -> RunReportOutcome:
+    """A workflow run's progress reported by GitHub (docs/subsystems/processing.md,
+    "GitHub"), applied under ``report_applies`` to the job whose run it is (``_run_target``),
+    locked until the caller's transaction ends. A job found by its id in the run's name
+    keeps the run as its downstream. ``reported_at`` further ahead than
+    ``WEBHOOK_TIMESTAMP_TOLERANCE_SECONDS`` counts as now plus that."""
+    horizon = timezone.now() + timedelta(
+        seconds=settings.WEBHOOK_TIMESTAMP_TOLERANCE_SECONDS
+    )
+    reported_at = min(reported_at, horizon)
+    job = _run_target(
+        repository=repository, run_id=run_id, run_name=run_name, client_id=client_id
+    )
+    if job is None:
+        return RunReportOutcome(job=None, applied=False)
+    held = job.downstream
+    if held is None or held.get("id") is None:
+        job.downstream = downstream_make(
+            system=WORKFLOW_RUN_SYSTEM, id=run_id, url=run_url
+        )
+        job_save(job=job, fields=["downstream"])
+    if not report_applies(job=job, status=status, at=reported_at):
+        return RunReportOutcome(job=job, applied=False)
+    job_status_set(job=job, status=status, at=reported_at, actor=actor, detail=detail)
+    return RunReportOutcome(job=job, applied=True)

@@ -10,7 +10,10 @@ from django.utils import timezone
 
 from core.errors import InvalidPayload, PermanentProcessingError
 from deployments.models import REPORTED_DETAIL_MAX_LENGTH, JobStatus
-from deployments.services.reports import deployment_status_report_apply
+from deployments.services.reports import (
+    deployment_status_report_apply,
+    workflow_run_report_apply,
+)
 from integrations.github.scheme import DELIVERY_HEADER
 from webhooks.envelopes import (
     MAX_ID_LENGTH,
@@ -93,6 +96,8 @@ class GitHubIntegration:
             return HandlerResult(status=ProcessingStatus.PROCESSED, note="ping")
         if event.event_type == "deployment_status":
             return _deployment_status_handle(event)
+        if event.event_type == "workflow_run":
+            return _workflow_run_handle(event)
         return HandlerResult(status=ProcessingStatus.IGNORED_UNSUPPORTED)
 
     def sample(self, *, event_id: str) -> SampleEvent:
@@ -165,6 +170,71 @@ def _deployment_status_handle(event: InboxEvent) -> HandlerResult:
     return HandlerResult(
         status=ProcessingStatus.PROCESSED,
         note=f"deployment {outcome.deployment.public_id} {status}",
+    )
+
+
+# A workflow run's action -> the job's status; ``completed`` goes by its conclusion.
+WORKFLOW_RUN_ACTIONS: dict[str, str] = {
+    "requested": JobStatus.RUNNING,
+    "in_progress": JobStatus.RUNNING,
+}
+# Only a successful run succeeds the job: every other conclusion (failure, cancelled,
+# timed_out, startup_failure, action_required, stale, skipped, neutral) fails it.
+SUCCEEDED_CONCLUSIONS = frozenset({"success"})
+
+
+def _workflow_run_handle(event: InboxEvent) -> HandlerResult:
+    """A ``workflow_run`` delivery: the run a ``github-actions`` job dispatched moves it
+    (docs/subsystems/processing.md, "GitHub")."""
+    payload = _payload(event)
+    try:
+        action = str(payload["action"])
+        run = payload["workflow_run"]
+        run_id = run["id"]
+        repository = str(payload["repository"]["full_name"]).lower()
+    except (KeyError, TypeError) as exc:
+        raise PermanentProcessingError(
+            f"workflow_run without {exc.__class__.__name__}: {exc}"
+        ) from exc
+    if not isinstance(run_id, int) or isinstance(run_id, bool):
+        raise PermanentProcessingError("workflow_run whose id is not an integer")
+    conclusion = str(run.get("conclusion") or "")
+    status: str
+    if action == "completed":
+        status = (
+            JobStatus.SUCCEEDED
+            if conclusion in SUCCEEDED_CONCLUSIONS
+            else JobStatus.FAILED
+        )
+        detail = f"workflow run {run_id}: {conclusion or 'completed'}"
+    elif action in WORKFLOW_RUN_ACTIONS:
+        status = WORKFLOW_RUN_ACTIONS[action]
+        detail = f"workflow run {run_id}: {action}"
+    else:
+        return HandlerResult(status=ProcessingStatus.IGNORED_UNSUPPORTED)
+    names = " ".join(str(run.get(key) or "") for key in ("name", "display_title"))
+    html_url = run.get("html_url")
+    outcome = workflow_run_report_apply(
+        repository=repository,
+        run_id=run_id,
+        run_name=names,
+        run_url=html_url if isinstance(html_url, str) else None,
+        status=status,
+        reported_at=_reported_at(run),
+        actor=f"github:{event.event_id}",
+        detail=detail[:REPORTED_DETAIL_MAX_LENGTH],
+        client_id=_bound_client_id(event),
+    )
+    if outcome.job is None:
+        return HandlerResult(status=ProcessingStatus.PROCESSED, note="no matching job")
+    if not outcome.applied:
+        return HandlerResult(
+            status=ProcessingStatus.IGNORED_OUT_OF_ORDER,
+            note="older or non-terminal after terminal",
+        )
+    return HandlerResult(
+        status=ProcessingStatus.PROCESSED,
+        note=f"{outcome.job.kind} {outcome.job.public_id} {status}",
     )
 
 
