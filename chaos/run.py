@@ -69,6 +69,10 @@ TUNABLES = {
     "DEPLOY_TRIGGER_RETRY_BASE_SECONDS": "0.2",
     "DEPLOY_TRIGGER_RETRY_MAX_SECONDS": "2",
     "DEPLOY_TRIGGER_MAX_ATTEMPTS": "40",
+    # A deploy target's breaker opens after 3 failures in a row and probes every 2 s.
+    "DEPLOY_TARGET_BREAKER_FAILURES": "3",
+    "DEPLOY_TARGET_BREAKER_COOLDOWN_SECONDS": "2",
+    "DEPLOY_TARGET_WAIT_SECONDS": "0.5",
     # Each worker's metrics on a port of its own (two workers run on one machine).
     "CELERY_METRICS_PORT": "0",
     "CELERY_BROKER_CONNECTION_TIMEOUT": "1",
@@ -79,6 +83,11 @@ TUNABLES = {
 # The deployments of this repository go to the failing receiver (a deploy target); the others
 # run the default executor (simulated).
 TRIGGERED_REPOSITORY = "acme/chaos-http"
+# The deployments of this repository go to a receiver that refuses every request (503) for
+# the first half of the run, then serves: its target's breaker must open, hold the jobs, and
+# let them go once a probe is answered, none triggered twice.
+DOWN_REPOSITORY = "acme/chaos-down"
+DOWN_SHARE = 0.5
 # What a request meets, at random: (fault, weight). None: served normally.
 TRIGGER_FAULTS = [
     (None, 50),
@@ -236,6 +245,14 @@ def send_event(
     producer.post(kind, event["event_id"], f"/webhooks/{SOURCE}/", make, base=base)
 
 
+def _repository_of(n: int) -> str:
+    """Half the deployments to the receiver failing at random, a quarter to the one that is
+    down for a while, a quarter to the default executor."""
+    if n % 2:
+        return TRIGGERED_REPOSITORY
+    return DOWN_REPOSITORY if n % 4 == 2 else "acme/chaos"
+
+
 def send_deployment(
     producer: Producer,
     key: str,
@@ -245,7 +262,7 @@ def send_deployment(
     base: str | None = None,
 ) -> None:
     payload = {
-        "repository": repository or (TRIGGERED_REPOSITORY if n % 2 else "acme/chaos"),
+        "repository": repository or _repository_of(n),
         "commit_sha": hashlib.sha1(key.encode()).hexdigest()[:12],  # noqa: S324 - an id
         "environment": "staging",
         "workflow": "deploy.yml",
@@ -580,9 +597,11 @@ def check(
     receiver: Receiver,
     *,
     answers: Callable[[Run], list[str]] = outage_answers,
+    down_receiver: Receiver | None = None,
 ) -> tuple[list[str], dict]:
-    """Every invariant, from the database and the receiver; ``answers``: the rule the HTTP
-    answers the producers got are held to."""
+    """Every invariant, from the database and the receivers; ``answers``: the rule the HTTP
+    answers the producers got are held to; ``down_receiver``: the one that refused every
+    request for a while (its target's breaker checked too)."""
     from django.apps import apps
 
     inbox = apps.get_model("webhooks", "InboxEvent")
@@ -664,6 +683,16 @@ def check(
 
     downstream, triggered_figures = receiver_check(receiver, TRIGGERED_REPOSITORY)
     violations += downstream
+    if down_receiver is not None:
+        down, down_figures = receiver_check(down_receiver, DOWN_REPOSITORY)
+        violations += down + breaker_check(DOWN_TARGET)
+        triggered_figures["triggered_twice"] += down_figures["triggered_twice"]
+        triggered_figures["down_target"] = {
+            "jobs": down_figures["trigger_jobs_checked"],
+            "requests": down_figures["trigger_requests"],
+            "statuses": down_figures["trigger_statuses"],
+            "breaker": breaker_changes(DOWN_TARGET),
+        }
 
     figures = {
         "requests": len(run.outcomes),
@@ -729,6 +758,41 @@ def receiver_check(receiver: Receiver, repository: str) -> tuple[list[str], dict
         "triggered_twice": sum(1 for n in acted.values() if n > 1),
         "trigger_statuses": dict(Counter(triggered.values())),
     }
+
+
+DOWN_TARGET = "chaos-down"
+
+
+def breaker_changes(target: str) -> dict[str, int]:
+    """How often the target's breaker moved to each state (its operator actions)."""
+    from django.apps import apps
+
+    action = apps.get_model("trail", "OperatorAction")
+    return dict(
+        Counter(
+            details["state"]
+            for details in action.objects.filter(
+                action="set_deploy_target_breaker"
+            ).values_list("details", flat=True)
+            if details.get("target") == target
+        )
+    )
+
+
+def breaker_check(target: str) -> list[str]:
+    """A target refusing everything for a while opened its breaker, and a probe closed it
+    once it answered again."""
+    from django.apps import apps
+
+    model = apps.get_model("deployments", "DeployTarget")
+    changed = breaker_changes(target)
+    violations = []
+    if not changed.get("open"):
+        violations.append(f"target {target} refused every request, but never opened")
+    state = model.objects.filter(name=target).values_list("breaker_state", flat=True)
+    if list(state) != ["closed"]:
+        violations.append(f"target {target}'s breaker is {list(state)} at the end")
+    return violations
 
 
 def deployment_execution_counts() -> dict:
@@ -836,6 +900,19 @@ def main(argv: list[str] | None = None) -> int:
             trigger_target_create(
                 chaos_receiver.receiver.url, chaos_receiver.receiver.secret
             )
+            down = stack.enter_context(
+                ChaosReceiver(Producer(base, run), random.Random(seed + 2))
+            )
+            down_until = time.monotonic() + size["duration"] * DOWN_SHARE
+            down.receiver.fault_for = lambda _id: (
+                Fault.status(503) if time.monotonic() < down_until else None
+            )
+            trigger_target_create(
+                down.receiver.url,
+                down.receiver.secret,
+                name=DOWN_TARGET,
+                repository=DOWN_REPOSITORY,
+            )
             faults = Faults(ctx, pg, redis, env, run)
             faults.start_worker("w1")
             faults.start_worker("w2")
@@ -848,7 +925,9 @@ def main(argv: list[str] | None = None) -> int:
             planned = load(Producer(base, run), size, rng)
             injector.join()
             print("[chaos] load and faults done; waiting for recovery", flush=True)
-            violations, figures = recovered_check(run, planned, chaos_receiver.receiver)
+            violations, figures = recovered_check(
+                run, planned, chaos_receiver.receiver, down_receiver=down.receiver
+            )
             figures["seed"] = seed
             figures["size"] = args.size
             if violations:

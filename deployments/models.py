@@ -60,6 +60,16 @@ class TriggerPhase(models.TextChoices):
     GAVE_UP = "gave_up", "gave up"
 
 
+class BreakerState(models.TextChoices):
+    """A deploy target's circuit breaker: ``closed`` lets every trigger through; ``open``
+    holds them (they wait, queued) until its cool-down ends; ``half_open`` lets one job's
+    attempt through, whose outcome closes or opens it again."""
+
+    CLOSED = "closed"
+    OPEN = "open"
+    HALF_OPEN = "half_open", "half-open (one probe)"
+
+
 def public_id_generate(prefix: str) -> str:
     return f"{prefix}_{secrets.token_hex(12)}"
 
@@ -124,6 +134,32 @@ class DeployTarget(models.Model):
         ),
     )
     is_enabled = models.BooleanField(default=True)
+    # At most this many of its jobs in flight (triggered or being triggered, not finished);
+    # the next wait, in job order, without holding a worker. Null: no limit.
+    max_in_flight = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        help_text="At most this many of its jobs triggered and not finished at once; "
+        "the next wait their turn, in job order. Empty: no limit.",
+    )
+    # Its circuit breaker (docs/subsystems/executors.md, "A target's breaker"): state, the
+    # failed attempts in a row and when the last one failed, when the state last changed,
+    # and the job whose attempt probes a half-open breaker. Changed by the attempts'
+    # outcomes and by operators, each change an operator action.
+    breaker_state = models.CharField(
+        max_length=16, choices=BreakerState.choices, default=BreakerState.CLOSED
+    )
+    breaker_failures = models.PositiveIntegerField(default=0)
+    breaker_failed_at = models.DateTimeField(null=True, blank=True)
+    breaker_changed_at = models.DateTimeField(null=True, blank=True)
+    breaker_probe = models.ForeignKey(
+        "Job",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        db_index=False,
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -167,6 +203,7 @@ class DeployTarget(models.Model):
                 for client in sorted(clients, key=lambda client: client.pk)
             ],
             "is_enabled": self.is_enabled,
+            "max_in_flight": self.max_in_flight,
         }
 
 

@@ -10,7 +10,7 @@ from django.db.models import Exists, OuterRef, QuerySet, Subquery
 from core.models import ApiClient
 from idempotency.keys import idempotency_key_is_well_formed
 
-from .models import DeployTarget, DeployTargetTest, Job
+from .models import BreakerState, DeployTarget, DeployTargetTest, Job
 
 
 def job_get(*, model: type[Job], client: ApiClient, public_id: str) -> Job | None:
@@ -97,3 +97,15 @@ def deploy_target_last_tests(
         target_id__in=list(target_ids), pk=Subquery(latest)
     )
     return {test.target_id: test for test in tests}
+
+
+def deploy_target_breakers() -> list[tuple[str, bool, int]]:
+    """Per enabled deploy target, by name: whether its breaker holds its triggers (open or
+    half-open), and its attempts failed in a row. One statement: what ``/metrics`` reads at
+    each scrape."""
+    return [
+        (name, state != BreakerState.CLOSED, failures)
+        for name, state, failures in DeployTarget.objects.filter(is_enabled=True)
+        .order_by("name")
+        .values_list("name", "breaker_state", "breaker_failures")
+    ]

@@ -9,6 +9,7 @@ from __future__ import annotations
 from django import forms
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
+from django.db import transaction
 from django.template.response import TemplateResponse
 from django.utils.decorators import method_decorator
 from django.views.decorators.debug import (
@@ -20,8 +21,9 @@ from core.actors import Actor
 from core.admin.pagination import BoundedCountPaginator
 from core.times import time_display
 
-from .models import DeployTarget
+from .models import BreakerState, DeployTarget
 from .selectors import deploy_target_last_tests
+from .services.breakers import breaker_set
 from .targets import (
     deploy_target_errors,
     deploy_target_save,
@@ -46,6 +48,7 @@ TARGET_FIELDS = [
     "priority",
     "url",
     "is_enabled",
+    "max_in_flight",
 ]
 # Of those, the target's own columns (the clients are a relation, set by the service).
 COLUMN_FIELDS = [name for name in TARGET_FIELDS if name != "clients"]
@@ -148,23 +151,25 @@ class DeployTargetAdmin(admin.ModelAdmin):
         "url_display",
         "secret_fingerprint",
         "is_enabled",
+        "breaker",
         "last_test",
         "updated_at",
     ]
-    list_filter = ["executor", "is_enabled", "clients"]
+    list_filter = ["executor", "is_enabled", "breaker_state", "clients"]
     filter_horizontal = ["clients"]
     search_fields = ["name", "repository_pattern"]
     ordering = ["priority", "id"]
     readonly_fields = [
         "url_query",
         "secret_fingerprint",
+        "breaker",
         "last_test",
         "created_at",
         "updated_at",
     ]
     paginator = BoundedCountPaginator
     show_full_result_count = False
-    actions = ["send_test_trigger"]
+    actions = ["send_test_trigger", "open_breaker", "close_breaker"]
 
     def get_fields(self, request, obj=None):
         fields = list(TARGET_FIELDS)
@@ -247,6 +252,19 @@ class DeployTargetAdmin(admin.ModelAdmin):
     def secret_fingerprint(self, obj):
         return obj.secret_fingerprint or "-"
 
+    @admin.display(description="breaker", ordering="breaker_state")
+    def breaker(self, obj):
+        """Its circuit breaker: the state, since when, the failures in a row, the probe."""
+        state = BreakerState(obj.breaker_state)
+        parts = [str(state.label)]
+        if obj.breaker_changed_at is not None and state != BreakerState.CLOSED:
+            parts.append(f"since {time_display(obj.breaker_changed_at)}")
+        if obj.breaker_failures:
+            parts.append(f"{obj.breaker_failures} failed in a row")
+        if state == BreakerState.HALF_OPEN and obj.breaker_probe_id is not None:
+            parts.append(f"probe: job {obj.breaker_probe_id}")
+        return ", ".join(parts)
+
     @sensitive_variables()
     def save_model(self, request, obj, form, change):
         deploy_target_save(
@@ -296,3 +314,36 @@ class DeployTargetAdmin(admin.ModelAdmin):
                 messages.SUCCESS,
             )
         return None
+
+    @admin.action(
+        description="Open breaker (hold its triggers)", permissions=["change"]
+    )
+    def open_breaker(self, request, queryset):
+        self._breaker_set(request, queryset, BreakerState.OPEN)
+
+    @admin.action(
+        description="Close breaker (let its triggers through)", permissions=["change"]
+    )
+    def close_breaker(self, request, queryset):
+        self._breaker_set(request, queryset, BreakerState.CLOSED)
+
+    def _breaker_set(self, request, queryset, state: str) -> None:
+        """Each selected target's breaker opened or closed by the operator, each change an
+        operator action (``breakers.breaker_set``)."""
+        actor = Actor.of(request.user)
+        word = "opened" if state == BreakerState.OPEN else "closed"
+        for target in queryset.order_by("priority", "id"):
+            with transaction.atomic():
+                changed = breaker_set(
+                    target=target,
+                    state=state,
+                    actor=actor,
+                    reason=f"{word} in the admin",
+                )
+            self.message_user(
+                request,
+                f"{target.name}: breaker {word}"
+                if changed
+                else f"{target.name}: its breaker already was {word}",
+                messages.SUCCESS if changed else messages.INFO,
+            )

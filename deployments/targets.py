@@ -109,6 +109,21 @@ def deploy_target_errors(*, target: DeployTarget, secret: str) -> dict[str, list
     return errors
 
 
+# A target's columns an operator sets (the API clients apart: a relation).
+SETTING_COLUMNS = (
+    "name",
+    "repository_pattern",
+    "environment_pattern",
+    "applies_to",
+    "priority",
+    "executor",
+    "url",
+    "secret",
+    "is_enabled",
+    "max_in_flight",
+)
+
+
 @sensitive_variables()
 @transaction.atomic
 def deploy_target_save(
@@ -146,7 +161,12 @@ def deploy_target_save(
     if not creating and after == before:
         return False
     target.updated_at = timezone.now()
-    target.save()
+    if creating:
+        target.save()
+    else:
+        # Its settings only: its breaker is the attempts' and the breaker actions' to move
+        # (``services.breakers``), and may have moved since the form was read.
+        target.save(update_fields=[*SETTING_COLUMNS, "updated_at"])
     target.clients.set(clients)
     operator_action_record(
         action=(

@@ -35,6 +35,15 @@ def test_chaos_suite_keeps_every_invariant():
     assert summary["triggered_twice"] == 0
     assert summary["trigger_requests"] > summary["trigger_jobs_checked"]
     assert {"status", "drop", "slow"} <= set(summary["trigger_faults"])
+    # A quarter went to a receiver refusing everything for the first half of the run: its
+    # target's breaker opened and held them, a probe closed it once the receiver was back,
+    # and each was acted on once (the invariants above check it is closed at the end and
+    # every one that succeeded was acted on).
+    down = summary["down_target"]
+    assert down["jobs"] > 0
+    assert down["breaker"]["open"] >= 1
+    assert down["breaker"]["closed"] >= 1
+    assert down["statuses"] == {"succeeded": down["jobs"]}
 
     # The faults really happened: each kind scheduled was injected at least once.
     faults = summary["faults"]

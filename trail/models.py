@@ -40,6 +40,7 @@ class OperatorAction(AppendOnlyModel):
         CHANGE_DEPLOY_TARGET = "change_deploy_target"
         TEST_DEPLOY_TARGET = "test_deploy_target"
         SWITCH_DEPENDENCY = "switch_dependency"
+        SET_DEPLOY_TARGET_BREAKER = "set_deploy_target_breaker"
 
     action = models.CharField(max_length=32, choices=Action.choices)
     actor = models.ForeignKey(

@@ -160,6 +160,22 @@ class DeployTargetDetails(TypedDict):
     after: dict[str, Any]
 
 
+class DeployTargetBreakerDetails(TypedDict):
+    """A change of a deploy target's circuit breaker (``closed``, ``open``, ``half_open``):
+    why (``failures``: its attempts failed in a row; ``cooldown``: a probe goes;
+    ``probe_succeeded``, ``probe_failed``, ``probe_lost``; ``operator``), the failed
+    attempts in a row it had, and the job whose attempt probes it (its public id, or
+    ``""``)."""
+
+    target: str
+    target_id: int
+    previous: str
+    state: str
+    cause: str
+    failures: int
+    probe_job: str
+
+
 class TestDeployTargetDetails(TypedDict):
     """A test of a target asked for (recorded before a worker sends it), with the test's
     row (``deployments.DeployTargetTest``, which holds its outcome)."""
@@ -207,6 +223,7 @@ DETAILS_SHAPES: dict[str, type] = {
     Action.CHANGE_DEPLOY_TARGET: DeployTargetDetails,
     Action.TEST_DEPLOY_TARGET: TestDeployTargetDetails,
     Action.SWITCH_DEPENDENCY: SwitchDependencyDetails,
+    Action.SET_DEPLOY_TARGET_BREAKER: DeployTargetBreakerDetails,
 }
 
 

@@ -489,6 +489,19 @@ DEPLOY_TRIGGER_DENY_NETWORKS = env.list(
     "DEPLOY_TRIGGER_DENY_NETWORKS",
     default=["169.254.0.0/16", "fe80::/10", "fd00:ec2::254/128", "0.0.0.0/8", "::/128"],
 )
+# A deploy target's circuit breaker (docs/subsystems/executors.md, "A target's breaker"):
+# this many of its attempts failing in a row (unreachable, timed out, 5xx), each within the
+# window of the one before, open it (0: never); its jobs then wait, queued, and one probe
+# goes after the cool-down. A job waiting for a half-open breaker or for a slot of a target's
+# max_in_flight looks again this often (holding no worker meanwhile).
+DEPLOY_TARGET_BREAKER_FAILURES = env.int("DEPLOY_TARGET_BREAKER_FAILURES", default=5)
+DEPLOY_TARGET_BREAKER_WINDOW_SECONDS = env.float(
+    "DEPLOY_TARGET_BREAKER_WINDOW_SECONDS", default=600
+)
+DEPLOY_TARGET_BREAKER_COOLDOWN_SECONDS = env.float(
+    "DEPLOY_TARGET_BREAKER_COOLDOWN_SECONDS", default=60
+)
+DEPLOY_TARGET_WAIT_SECONDS = env.float("DEPLOY_TARGET_WAIT_SECONDS", default=5)
 GITHUB_API_URL = env("GITHUB_API_URL", default="https://api.github.com")
 GITHUB_TOKEN = env("GITHUB_TOKEN", default="")
 # github-actions: the branch or tag a dispatched workflow runs on, for jobs that name none (a

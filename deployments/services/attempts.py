@@ -49,6 +49,7 @@ from ..models import (
 from ..outbound import outcome_classify, traceback_kept
 from ..selectors import deploy_target_for, deploy_target_serves
 from ..trigger_urls import url_shown
+from .breakers import BREAKER_OPEN, TARGET_BUSY, Gate, attempt_counted, target_gate
 from .jobs import (
     Reason,
     job_locked,
@@ -79,6 +80,9 @@ class RunOutcome(StrEnum):
     ALREADY_TRIGGERED = "already_triggered"  # delivered or given up before
     NOT_DUE = "not_due"  # an early copy of a message for a retry not due yet
     SUPERSEDED = "superseded"  # a takeover or a report decided before this outcome
+    # Its deploy target's breaker is open, or its limit of jobs in flight reached: the job
+    # waits, queued; the relay publishes it again when due.
+    WAITING = "waiting"
 
 
 @dataclass(frozen=True)
@@ -144,6 +148,10 @@ def job_run(*, kind: str, public_id: str, worker: str) -> RunOutcome:
                 )
                 return RunOutcome.FAILED
             if isinstance(executor, TriggerExecutor):
+                gate = target_gate(job=job, now=now)
+                if gate.wait_until is not None:
+                    _trigger_wait(job=job, gate=gate)
+                    return RunOutcome.WAITING
                 opened = _trigger_attempt_open(
                     job=job, executor=executor, now=now, worker=worker
                 )
@@ -258,6 +266,7 @@ def _job_execute(
 # --- trigger executors -------------------------------------------------------------------
 
 Outcome = TriggerAttempt.Outcome
+WAIT_REASONS = (f"{BREAKER_OPEN}:", f"{TARGET_BUSY}:")
 # What a retry may fix; after an ambiguous or lost attempt the downstream may hold the job.
 RETRYABLE_OUTCOMES = frozenset({Outcome.TRANSIENT, Outcome.AMBIGUOUS, Outcome.LOST})
 LOOK_UP_AFTER = frozenset({Outcome.AMBIGUOUS, Outcome.LOST})
@@ -315,7 +324,12 @@ def _trigger_attempt_open(
     job.trigger_phase = TriggerPhase.SENT
     job.next_attempt_at = None
     job.lease_expires_at = lease
-    job_save(job=job, fields=_TRIGGER_FIELDS)
+    fields = list(_TRIGGER_FIELDS)
+    if job.detail.startswith(WAIT_REASONS):
+        # It waited for its target: that is over.
+        job.detail = ""
+        fields += ["detail", "updated_at"]
+    job_save(job=job, fields=fields)
     call = TriggerCall(
         job=job,
         attempt=number,
@@ -375,7 +389,23 @@ def _trigger_resume(
             "API client",
         )
         return RunOutcome.FAILED
+    gate = target_gate(job=job, now=now)
+    if gate.wait_until is not None:
+        _trigger_wait(job=job, gate=gate)
+        return RunOutcome.WAITING
     return _trigger_attempt_open(job=job, executor=executor, now=now, worker=worker)
+
+
+def _trigger_wait(*, job: Job, gate: Gate) -> None:
+    """The job waits for its target (``breakers.target_gate``), queued, in the database:
+    out of the message's way, into the partial retry index; the relay publishes it when
+    due. Its detail says why; no attempt is made or counted."""
+    job.trigger_phase = TriggerPhase.RETRY_WAIT
+    job.next_attempt_at = gate.wait_until
+    job.last_dispatched_at = None
+    job.lease_expires_at = None
+    job.detail = gate.detail
+    job_save(job=job, fields=[*_TRIGGER_FIELDS, "detail", "updated_at"])
 
 
 def _trigger_attempt_make(
@@ -475,6 +505,7 @@ def _trigger_outcome_record(
         )
         if not closed:
             return RunOutcome.SUPERSEDED
+        attempt_counted(job=job, result=result, at=finished)
         if result.outcome == Outcome.DELIVERED:
             return _trigger_delivered(job=job, result=result, at=finished, actor=actor)
         if job.status != JobStatus.QUEUED:

@@ -289,3 +289,45 @@ def test_a_test_trigger_with_a_stored_stray_token_shows_no_token(operator_client
     assert GITHUB_TOKEN not in kept
     action = OperatorAction.objects.get(action="test_deploy_target")
     assert GITHUB_TOKEN not in str(action.details)
+
+
+# --- a target's breaker and its limit ------------------------------------------------------
+
+
+def test_an_operator_opens_and_closes_a_breaker_and_sets_a_limit(operator_client):
+    response = operator_client.post(ADD, form(max_in_flight="2"))
+    assert response.status_code == 302, response.content.decode()[:3000]
+    target = DeployTarget.objects.get(name="shop-prod")
+    assert target.max_in_flight == 2
+    created = OperatorAction.objects.get(action="create_deploy_target")
+    assert created.details["after"]["max_in_flight"] == 2
+
+    admin_action(operator_client, "deployments_deploytarget", "open_breaker", target)
+    target.refresh_from_db()
+    assert target.breaker_state == "open"
+    page = operator_client.get(CHANGELIST).content.decode()
+    assert "Open, since" in page
+    admin_action(operator_client, "deployments_deploytarget", "close_breaker", target)
+    target.refresh_from_db()
+    assert target.breaker_state == "closed"
+    recorded = [
+        (a.details["previous"], a.details["state"], a.details["cause"], a.actor_name)
+        for a in OperatorAction.objects.filter(
+            action="set_deploy_target_breaker"
+        ).order_by("id")
+    ]
+    assert recorded == [
+        ("closed", "open", "operator", "operator"),
+        ("open", "closed", "operator", "operator"),
+    ]
+
+
+def test_auditors_cannot_move_a_breaker(auditor_client):
+    target = DeployTarget(name="shop-prod", executor="external")
+    deploy_target_save(target=target, secret=None, actor=Actor.system())
+    admin_action(auditor_client, "deployments_deploytarget", "open_breaker", target)
+    target.refresh_from_db()
+    assert target.breaker_state == "closed"
+    assert not OperatorAction.objects.filter(
+        action="set_deploy_target_breaker"
+    ).exists()

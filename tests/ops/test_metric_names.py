@@ -11,6 +11,8 @@ import pytest
 import requests
 
 from core.actors import Actor
+from deployments.models import DeployTarget
+from deployments.targets import deploy_target_save
 from tests import processes
 from tests.deployments.factories import deployment_body, idempotent_post
 from tests.integrations.research.factories import research_event
@@ -97,6 +99,12 @@ def exposition_made(db, client, source, api) -> str:
     )
     webhook_source_expected_interval_set(
         source=source, seconds=3600, actor=Actor.system()
+    )
+    # A deploy target: its breaker's series.
+    deploy_target_save(
+        target=DeployTarget(name="argo", executor="external"),
+        secret=None,
+        actor=Actor.system(),
     )
     response = client.get("/metrics")
     assert response.status_code == 200
@@ -271,6 +279,11 @@ def test_a_gunicorn_server_exports_every_metric_and_label_used(tmp_path):
     )
     _, token = api_client_create(
         name="ci", token="test-token-ci-0123456789abcdef", actor=Actor.system()
+    )
+    deploy_target_save(
+        target=DeployTarget(name="argo", executor="external"),
+        secret=None,
+        actor=Actor.system(),
     )
     port = processes.free_port()
     env = processes.child_env(
