@@ -15,7 +15,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import F, Q, QuerySet
 from django.utils import timezone
 
@@ -226,6 +226,26 @@ def bulk_replay_job_start(
     return job
 
 
+# A job's chunks and its cancel queue for a transaction-scoped advisory lock (this
+# namespace, the job's id) before they lock the job's row: PostgreSQL grants it in the order
+# it was asked for, so a cancel waiting for a chunk goes before the next chunk. The row lock
+# alone does not promise that: a waiter woken by a commit that updated the row locks its new
+# version anew, and the next chunk may get there first.
+_JOB_TURN_NAMESPACE = 0x42524A  # "BRJ"
+
+
+def _job_turn(job_id: int) -> None:
+    """Waits for the job's turn, until the caller's transaction ends (PostgreSQL; elsewhere
+    one writer at a time already)."""
+    if connection.vendor != "postgresql":
+        return
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pg_advisory_xact_lock(%s, %s)",
+            [_JOB_TURN_NAMESPACE, job_id % 2_147_483_647],
+        )
+
+
 def bulk_replay_job_cancel(
     *,
     job_id: int,
@@ -237,8 +257,10 @@ def bulk_replay_job_cancel(
     replayed) and every later task of the run finds the job cancelled and does nothing, so
     the job stops after at most its current chunk. Raises ``BulkReplayJobNotCancellable`` for
     a job in any other state, ``BulkReplayJobNotFound`` for an unknown id. A cancelled
-    job may be resumed (``bulk_replay_job_resume``)."""
+    job may be resumed (``bulk_replay_job_resume``). The cancel and the chunks take their
+    turns in the order they asked (``_job_turn``)."""
     with transaction.atomic():
+        _job_turn(job_id)
         job = BulkReplayJob.objects.select_for_update().filter(pk=job_id).first()
         if job is None:
             raise BulkReplayJobNotFound(f"no bulk replay #{job_id}")
@@ -501,6 +523,7 @@ def _chunk_run(
         "waiting_event_pks",
     ]
     with transaction.atomic():
+        _job_turn(job_id)
         job = BulkReplayJob.objects.select_for_update().filter(pk=job_id).first()
         if job is None or job.run != run or job.state not in ACTIVE_STATES:
             return job, False

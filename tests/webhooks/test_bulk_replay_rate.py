@@ -75,11 +75,13 @@ def control_actions(job):
 
 
 def lock_waiters(table: str) -> int:
-    """How many sessions of this database wait for a lock in a statement on ``table``."""
+    """How many sessions of this database wait for a lock in a statement on ``table``, or
+    for a bulk replay job's turn (``webhooks.bulk_replay._job_turn``, taken before the
+    job's row)."""
     with connections["default"].cursor() as cursor:
         cursor.execute(
             "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
-            " AND wait_event_type = 'Lock' AND query LIKE %s",
+            " AND wait_event_type = 'Lock' AND (query LIKE %s OR wait_event = 'advisory')",
             [f"%{table}%"],
         )
         return cursor.fetchone()[0]
