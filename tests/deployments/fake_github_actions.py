@@ -9,7 +9,8 @@ two calls a ``github-actions`` job goes through, as GitHub documents them, and t
   field) refuses the field with a 400 naming it and creates nothing. The run's name is the
   workflow's ``run-name`` with the inputs put in (``RUN_NAME``);
 - ``GET /repos/{owner}/{repo}/actions/workflows/{workflow}/runs?event=&created=>=&per_page=``:
-  ``{"total_count", "workflow_runs"}``, newest first, paged with a ``Link`` header.
+  ``{"total_count", "workflow_runs"}``, newest first, paged with a ``Link`` header;
+- ``GET /rate_limit``: the token's limits (what a target's test trigger checks).
 
 A fault plan per job id (the ``deployment_id`` or ``build_id`` input) says what its next
 dispatches meet: ``"lose"`` (the run is created, then the connection is closed with no
@@ -162,6 +163,10 @@ class FakeGitHubActions:
         if request.headers.get("authorization") != f"Bearer {self.token}":
             return github(401, {"message": "Bad credentials"})
         segments = request.segments
+        if request.method == "GET" and segments == ["rate_limit"]:
+            # What "Send test trigger" asks of a github-actions target: is the token good.
+            core = {"limit": 5000, "remaining": 4999, "reset": 0, "used": 1}
+            return github(200, {"resources": {"core": core}, "rate": core})
         # repos/{owner}/{repo}/actions/workflows/{workflow}/{dispatches|runs}
         if (
             len(segments) != 7

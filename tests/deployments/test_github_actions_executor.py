@@ -12,10 +12,16 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from django.db import transaction
 
+from core.actors import Actor
 from deployments import github_actions
-from deployments.models import Build, Deployment, TriggerAttempt
+from deployments.models import Build, Deployment, DeployTarget, TriggerAttempt
 from deployments.outbox import JOBS_OUTBOX
 from deployments.services.attempts import job_run
+from deployments.targets import (
+    deploy_target_save,
+    deploy_target_test_request,
+    deploy_target_test_run,
+)
 from tests.core.factories import api_client_make, bearer_http
 from tests.deployments.factories import build_body, deployment_body, idempotent_post
 from tests.deployments.fake_github import GITHUB_TOKEN
@@ -391,3 +397,19 @@ def test_runs_of_nobody_s_job_move_nothing(api, actions, client):
         assert event.error_message == "no matching job", number
     job.refresh_from_db()
     assert job.status == "running"
+
+
+@pytest.mark.parametrize(
+    ("token", "expected"),
+    [(GITHUB_TOKEN, "delivered"), ("ghp_wrong_token", "answered")],
+)
+def test_a_target_s_test_trigger_checks_its_token(actions, token, expected):
+    """ "Send test trigger" of a github-actions target dispatches nothing: it asks GitHub
+    whether the token is good (``GET /rate_limit``)."""
+    target = DeployTarget(name="gha", executor="github-actions", url=actions.url)
+    deploy_target_save(target=target, secret=token, actor=Actor.system())
+    test = deploy_target_test_request(target=target, actor=Actor.system())
+
+    assert deploy_target_test_run(test_id=test.pk, worker="w1") == expected
+    assert actions.calls == [("GET", "/rate_limit")]
+    assert actions.runs == []
