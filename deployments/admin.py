@@ -1,4 +1,5 @@
 from django.contrib import admin
+from django.db.models.fields.json import KT
 from django.shortcuts import redirect
 from django.urls import reverse
 from django.utils.html import format_html
@@ -160,6 +161,17 @@ class JobAdmin(
 
     def get_queryset(self, request):
         return text_head_annotate(super().get_queryset(request), field="detail")
+
+    def get_search_results(self, request, queryset, search_term):
+        """Also by what the trigger started: a run's or a GitHub deployment's id finds its
+        job (through the partial index on the downstream's id)."""
+        found, duplicates = super().get_search_results(request, queryset, search_term)
+        term = search_term.strip()
+        if term:
+            found = found | queryset.alias(downstream_id=KT("downstream__id")).filter(
+                downstream__isnull=False, downstream_id=term
+            )
+        return found, duplicates
 
     @admin.display(description="idempotency record")
     def idempotency_record(self, obj):

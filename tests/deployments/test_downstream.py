@@ -267,3 +267,10 @@ def test_the_admin_links_the_job_and_its_attempt_to_what_started(
         f'target="_blank">http run-{deployment_id}</a>'
     )
     assert page.count(link) == 2  # the job's field and its delivered attempt's
+    # The run's id finds its job.
+    listed = client.get(
+        "/admin/deployments/deployment/", {"q": f"run-{deployment_id}"}
+    ).content.decode()
+    assert deployment_id in listed
+    other = client.get("/admin/deployments/deployment/", {"q": "run-nobody"})
+    assert deployment_id not in other.content.decode()
