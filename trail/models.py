@@ -139,6 +139,7 @@ OPERATOR_ACTION_WORDS: dict[str, str] = {
     OperatorAction.Action.CHANGE_DEPLOY_TARGET: "Change deploy target",
     OperatorAction.Action.TEST_DEPLOY_TARGET: "Send test trigger",
     OperatorAction.Action.SWITCH_DEPENDENCY: "Switch a demo dependency",
+    OperatorAction.Action.SET_DEPLOY_TARGET_BREAKER: "Move a deploy target's breaker",
 }
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import json
 from collections import Counter
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import pytest
 import requests
@@ -22,6 +22,7 @@ from tests import processes
 from tests.core.factories import api_client_make, bearer_http
 from tests.deployments.factories import deployment_body, idempotent_post
 from tests.deployments.fake_github import GITHUB_TOKEN, FakeGitHub
+from tests.deployments.fake_github_actions import FakeGitHubActions
 from tests.deployments.leaks import STRAY, deployment_records, holding
 from tests.deployments.receiver import Fault, Receiver
 from tests.integrations.github.factories import github_headers, github_source_create
@@ -308,6 +309,59 @@ def test_a_github_deployment_whose_create_answer_is_lost_is_made_once(
     outcomes = job.trigger_attempts.order_by("number").values_list("outcome", flat=True)
     assert list(outcomes) == ["ambiguous", "delivered"]
     assert len(github.deployments_of(job.public_id)) == 1
+
+
+def test_a_workflow_run_whose_dispatch_answer_is_lost_is_made_once(
+    workers, api_http, client
+):
+    """A real worker dispatches the job's workflow (the first answer is lost after GitHub
+    made the run: the next attempt finds the run by the job's id in its name instead of
+    dispatching again); GitHub's signed workflow_run delivery, processed by the worker,
+    moves the job to its conclusion."""
+    with FakeGitHubActions() as actions:
+        job = create(api_http, "gha-1")
+        actions.plan(job.public_id, "lose")
+        env = {
+            **FAST,
+            "DEPLOY_EXECUTOR": "github-actions",
+            "GITHUB_API_URL": actions.url,
+            "GITHUB_TOKEN": GITHUB_TOKEN,
+        }
+        workers.start(env=env)
+        wait_for(
+            workers,
+            [job],
+            lambda j: j.status == "running",
+            timeout=90,
+            what="the workflow run dispatched",
+        )
+        [made] = actions.runs_of(job.public_id)
+        assert job.downstream == {
+            "system": "github-actions",
+            "id": made["id"],
+            "url": made["html_url"],
+        }
+
+        github_source_create()
+        delivery = actions.delivery(
+            made,
+            "completed",
+            conclusion="success",
+            updated_at=datetime.now(UTC) + timedelta(seconds=5),
+        )
+        headers = github_headers(delivery, event="workflow_run", delivery="gha-d1")
+        assert webhook_post(client, "github", delivery, headers).status_code == 202
+        wait_for(
+            workers,
+            [job],
+            lambda j: j.status == "succeeded",
+            timeout=60,
+            what="the run's conclusion applied by the worker",
+        )
+    outcomes = job.trigger_attempts.order_by("number").values_list("outcome", flat=True)
+    assert list(outcomes) == ["ambiguous", "delivered"]
+    assert len(actions.runs_of(job.public_id)) == 1
+    assert len(actions.dispatches) == 1
 
 
 def test_a_token_saved_with_a_stray_character_reaches_no_record_through_a_real_worker(
