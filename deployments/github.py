@@ -84,9 +84,10 @@ def _delivered(found: dict, *, url: str, status_code: int) -> TriggerResult:
     )
 
 
-class GitHubExecutor(TriggerExecutor):
-    name = "github"
-    kinds = frozenset({"deployment"})
+class GitHubApiExecutor(TriggerExecutor):
+    """What the executors that call GitHub's REST API share: ``GITHUB_API_URL`` and
+    ``GITHUB_TOKEN`` (or the target's), and one attempt (a lookup when it comes first, then
+    the call that makes something) within one deadline (``outbound.attempt_deadline``)."""
 
     def default_url(self) -> str:
         return settings.GITHUB_API_URL
@@ -100,10 +101,16 @@ class GitHubExecutor(TriggerExecutor):
         return {"secret": ["A GitHub token is required (or GITHUB_TOKEN)."]}
 
     def trigger(self, call: TriggerCall) -> TriggerResult:
-        """The lookup (when it comes first) and the create: one attempt, within one
-        deadline (``outbound.attempt_deadline``)."""
         with outbound.attempt_deadline():
             return self._trigger(call)
+
+    def _trigger(self, call: TriggerCall) -> TriggerResult:
+        raise NotImplementedError
+
+
+class GitHubExecutor(GitHubApiExecutor):
+    name = "github"
+    kinds = frozenset({"deployment"})
 
     def _trigger(self, call: TriggerCall) -> TriggerResult:
         job = call.job

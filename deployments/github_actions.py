@@ -32,8 +32,14 @@ from django.conf import settings
 
 from . import outbound
 from .downstream import downstream_make
-from .executors import TriggerCall, TriggerExecutor, TriggerResult
-from .github import github_headers, github_message, json_parsed, lookup_pages
+from .executors import TriggerCall, TriggerResult
+from .github import (
+    GitHubApiExecutor,
+    github_headers,
+    github_message,
+    json_parsed,
+    lookup_pages,
+)
 from .models import Job, TriggerAttempt
 from .naming import repository_is_valid
 from .triggers import result_of
@@ -99,25 +105,8 @@ def _run_delivered(run: dict, *, url: str, status_code: int) -> TriggerResult:
     )
 
 
-class GitHubActionsExecutor(TriggerExecutor):
+class GitHubActionsExecutor(GitHubApiExecutor):
     name = SYSTEM
-
-    def default_url(self) -> str:
-        return settings.GITHUB_API_URL
-
-    def default_secret(self) -> str:
-        return settings.GITHUB_TOKEN
-
-    def config_errors(self, *, url: str, secret: str) -> dict[str, list[str]]:
-        if secret or self.default_secret():
-            return {}
-        return {"secret": ["A GitHub token is required (or GITHUB_TOKEN)."]}
-
-    def trigger(self, call: TriggerCall) -> TriggerResult:
-        """The lookup (when it comes first) and the dispatch: one attempt, within one
-        deadline (``outbound.attempt_deadline``)."""
-        with outbound.attempt_deadline():
-            return self._trigger(call)
 
     def _trigger(self, call: TriggerCall) -> TriggerResult:
         job = call.job

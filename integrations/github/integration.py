@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from django.utils import timezone
 
 from core.errors import InvalidPayload, PermanentProcessingError
-from deployments.models import REPORTED_DETAIL_MAX_LENGTH, JobStatus
+from deployments.models import REPORTED_DETAIL_MAX_LENGTH, Job, JobStatus
 from deployments.services.reports import (
     deployment_status_report_apply,
     workflow_run_report_apply,
@@ -158,18 +158,27 @@ def _deployment_status_handle(event: InboxEvent) -> HandlerResult:
         job_id_in_payload=_job_id_in_payload(payload["deployment"]),
         client_id=_bound_client_id(event),
     )
-    if outcome.deployment is None:
+    return _report_result(
+        outcome.deployment, applied=outcome.applied, status=status, none="deployment"
+    )
+
+
+def _report_result(
+    job: Job | None, *, applied: bool, status: str, none: str
+) -> HandlerResult:
+    """What a GitHub report did to the job it is about (``none``: what the note calls the
+    job it found none of)."""
+    if job is None:
         return HandlerResult(
-            status=ProcessingStatus.PROCESSED, note="no matching deployment"
+            status=ProcessingStatus.PROCESSED, note=f"no matching {none}"
         )
-    if not outcome.applied:
+    if not applied:
         return HandlerResult(
             status=ProcessingStatus.IGNORED_OUT_OF_ORDER,
             note="older or non-terminal after terminal",
         )
     return HandlerResult(
-        status=ProcessingStatus.PROCESSED,
-        note=f"deployment {outcome.deployment.public_id} {status}",
+        status=ProcessingStatus.PROCESSED, note=f"{job.kind} {job.public_id} {status}"
     )
 
 
@@ -225,16 +234,8 @@ def _workflow_run_handle(event: InboxEvent) -> HandlerResult:
         detail=detail[:REPORTED_DETAIL_MAX_LENGTH],
         client_id=_bound_client_id(event),
     )
-    if outcome.job is None:
-        return HandlerResult(status=ProcessingStatus.PROCESSED, note="no matching job")
-    if not outcome.applied:
-        return HandlerResult(
-            status=ProcessingStatus.IGNORED_OUT_OF_ORDER,
-            note="older or non-terminal after terminal",
-        )
-    return HandlerResult(
-        status=ProcessingStatus.PROCESSED,
-        note=f"{outcome.job.kind} {outcome.job.public_id} {status}",
+    return _report_result(
+        outcome.job, applied=outcome.applied, status=status, none="job"
     )
 
 
