@@ -12,6 +12,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 
@@ -114,9 +115,15 @@ def test_a_terminated_run_removes_its_hosts():
 def test_the_hosts_of_a_killed_run_are_removed_by_the_next_run_cleanup():
     with cluster_run("--size", "small", "--seed", "1") as process:
         # Killed once its database host runs PostgreSQL: nothing of the run could tear down.
+        # Every host is made before any runs; a process seen in the database's namespace
+        # before that may be the ``ip -n`` that sets the namespace up, so PostgreSQL's own
+        # is waited for.
         db = f"rsc{process.pid}-db"
-        wait_until(lambda: db in netns.namespaces(), timeout=120)
-        pids = wait_until(lambda: netns.namespace_pids(db), timeout=120)
+        wait_until(lambda: len(run_namespaces(process.pid)) > len(HOSTS), timeout=120)
+        pids = wait_until(
+            lambda: [pid for pid in netns.namespace_pids(db) if _is_postgres(pid)],
+            timeout=120,
+        )
         process.kill()
         process.communicate(timeout=60)
         left = run_namespaces(process.pid)
@@ -126,3 +133,13 @@ def test_the_hosts_of_a_killed_run_are_removed_by_the_next_run_cleanup():
         assert f"rsc{process.pid}-ld" in removed
         assert run_namespaces(process.pid) == []
         assert [pid for pid in pids if netns.process_running(pid)] == []
+
+
+def _is_postgres(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip() in {
+            "postgres",
+            "postmaster",
+        }
+    except OSError:
+        return False  # gone meanwhile
