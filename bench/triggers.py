@@ -9,6 +9,11 @@ run, and what a retry that waits costs.
   verifies each request (``standardwebhooks``) and answers 202 at once: jobs/s from the first
   job moved to ``running`` to the last. Floor and triggers alternate for BENCH_TRIGGER_ROUNDS
   (3) rounds; their medians are compared.
+- Through a deploy target: the same triggers routed by a target with a limit of jobs in
+  flight it never reaches, so that every attempt takes the target's row lock, counts its
+  jobs in flight and is counted against its breaker (docs/subsystems/executors.md, "A
+  target's breaker"), in the same alternating rounds: jobs/s next to the triggers of the
+  default route.
 - A retry that waits holds no worker: 100 jobs whose first attempt is answered 503 with
   ``Retry-After: 300`` wait for their retry in the database; the CPU time of every process of
   both workers (main process with its relay, pool processes) over BENCH_TRIGGER_WAIT_SECONDS
@@ -174,6 +179,35 @@ def _triggers(ctx: BenchContext, receiver, round_: int) -> float:
     return _rate(_done_at(ids, "running"), JOBS)
 
 
+def _targeted(ctx: BenchContext, receiver, round_: int) -> float:
+    """``_triggers`` through a deploy target (its gate and its breaker's count on every
+    attempt), disabled again afterwards."""
+    from core.actors import Actor
+    from deployments.models import DeployTarget
+    from deployments.targets import deploy_target_save
+
+    target = DeployTarget(
+        name=f"bench-target-{round_}",
+        executor="http",
+        url=receiver.url,
+        repository_pattern="acme/*",
+        max_in_flight=JOBS * 10,
+    )
+    deploy_target_save(target=target, secret=receiver.secret, actor=Actor.system())
+    ids = _jobs_create(JOBS, tag=f"target{round_}")
+    broker_purge()
+    workers = _workers(ctx, f"target{round_}", DEPLOY_EXECUTOR="simulated")
+    wait_for(
+        lambda: len(_done_at(ids, "running")) == JOBS,
+        timeout=TIMEOUT,
+        what=f"{JOBS} jobs triggered through a target",
+    )
+    _stop(ctx, workers)
+    target.is_enabled = False
+    deploy_target_save(target=target, secret=None, actor=Actor.system())
+    return _rate(_done_at(ids, "running"), JOBS)
+
+
 def _waiting_cost(ctx: BenchContext, receiver) -> dict:
     from deployments.models import Deployment
     from tests.deployments.receiver import Fault
@@ -220,14 +254,16 @@ def run(ctx: BenchContext) -> list[Figure]:
     django_setup()
     from tests.deployments.receiver import Receiver
 
-    floors, triggers = [], []
+    floors, triggers, targeted = [], [], []
     with Receiver() as receiver:
         for round_ in range(ROUNDS):
             floors.append(_floor(ctx, round_))
             triggers.append(_triggers(ctx, receiver, round_))
+            targeted.append(_targeted(ctx, receiver, round_))
             print(
                 f"[triggers] round {round_}: floor {floors[-1]:,.1f} simulated jobs/s, "
-                f"{triggers[-1]:,.1f} jobs triggered/s",
+                f"{triggers[-1]:,.1f} jobs triggered/s, {targeted[-1]:,.1f} through a "
+                "target",
                 flush=True,
             )
         wait = _waiting_cost(ctx, receiver)
@@ -250,6 +286,15 @@ def run(ctx: BenchContext) -> list[Figure]:
             floor_value=floor,
             target_ratio=0.5,
             extra={"rounds": triggers, "jobs": JOBS},
+        ),
+        Figure(
+            "triggers",
+            "jobs triggered/s through a deploy target (gate and breaker per attempt)",
+            median(targeted),
+            "jobs/s",
+            floor_name="jobs triggered/s, default route",
+            floor_value=triggered,
+            extra={"rounds": targeted, "jobs": JOBS},
         ),
         Figure(
             "triggers",
