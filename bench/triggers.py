@@ -9,11 +9,11 @@ run, and what a retry that waits costs.
   verifies each request (``standardwebhooks``) and answers 202 at once: jobs/s from the first
   job moved to ``running`` to the last. Floor and triggers alternate for BENCH_TRIGGER_ROUNDS
   (3) rounds; their medians are compared.
-- Through a deploy target: the same triggers routed by a target with a limit of jobs in
-  flight it never reaches, so that every attempt takes the target's row lock, counts its
-  jobs in flight and is counted against its breaker (docs/subsystems/executors.md, "A
-  target's breaker"), in the same alternating rounds: jobs/s next to the triggers of the
-  default route.
+- Through a deploy target: the same triggers routed by a target (its breaker read on each
+  attempt), and by a target with a limit of jobs in flight it never reaches (each first
+  attempt takes the target's row lock and counts its jobs in flight;
+  docs/subsystems/executors.md, "A target's breaker"), in the same alternating rounds:
+  jobs/s next to the triggers of the default route.
 - A retry that waits holds no worker: 100 jobs whose first attempt is answered 503 with
   ``Retry-After: 300`` wait for their retry in the database; the CPU time of every process of
   both workers (main process with its relay, pool processes) over BENCH_TRIGGER_WAIT_SECONDS
@@ -179,24 +179,27 @@ def _triggers(ctx: BenchContext, receiver, round_: int) -> float:
     return _rate(_done_at(ids, "running"), JOBS)
 
 
-def _targeted(ctx: BenchContext, receiver, round_: int) -> float:
-    """``_triggers`` through a deploy target (its gate and its breaker's count on every
-    attempt), disabled again afterwards."""
+def _targeted(
+    ctx: BenchContext, receiver, round_: int, *, limit: int | None = None
+) -> float:
+    """``_triggers`` through a deploy target (with ``limit`` jobs in flight at most),
+    disabled again afterwards."""
     from core.actors import Actor
     from deployments.models import DeployTarget
     from deployments.targets import deploy_target_save
 
     target = DeployTarget(
-        name=f"bench-target-{round_}",
+        name=f"bench-target-{round_}-{limit or 0}",
         executor="http",
         url=receiver.url,
         repository_pattern="acme/*",
-        max_in_flight=JOBS * 10,
+        max_in_flight=limit,
     )
     deploy_target_save(target=target, secret=receiver.secret, actor=Actor.system())
-    ids = _jobs_create(JOBS, tag=f"target{round_}")
+    tag = f"target{round_}-{limit or 0}"
+    ids = _jobs_create(JOBS, tag=tag)
     broker_purge()
-    workers = _workers(ctx, f"target{round_}", DEPLOY_EXECUTOR="simulated")
+    workers = _workers(ctx, tag, DEPLOY_EXECUTOR="simulated")
     wait_for(
         lambda: len(_done_at(ids, "running")) == JOBS,
         timeout=TIMEOUT,
@@ -254,16 +257,17 @@ def run(ctx: BenchContext) -> list[Figure]:
     django_setup()
     from tests.deployments.receiver import Receiver
 
-    floors, triggers, targeted = [], [], []
+    floors, triggers, targeted, limited = [], [], [], []
     with Receiver() as receiver:
         for round_ in range(ROUNDS):
             floors.append(_floor(ctx, round_))
             triggers.append(_triggers(ctx, receiver, round_))
             targeted.append(_targeted(ctx, receiver, round_))
+            limited.append(_targeted(ctx, receiver, round_, limit=JOBS * 10))
             print(
                 f"[triggers] round {round_}: floor {floors[-1]:,.1f} simulated jobs/s, "
                 f"{triggers[-1]:,.1f} jobs triggered/s, {targeted[-1]:,.1f} through a "
-                "target",
+                f"target, {limited[-1]:,.1f} through a target with a limit",
                 flush=True,
             )
         wait = _waiting_cost(ctx, receiver)
@@ -289,12 +293,21 @@ def run(ctx: BenchContext) -> list[Figure]:
         ),
         Figure(
             "triggers",
-            "jobs triggered/s through a deploy target (gate and breaker per attempt)",
+            "jobs triggered/s through a deploy target (its breaker read per attempt)",
             median(targeted),
             "jobs/s",
             floor_name="jobs triggered/s, default route",
             floor_value=triggered,
             extra={"rounds": targeted, "jobs": JOBS},
+        ),
+        Figure(
+            "triggers",
+            "jobs triggered/s through a target with a limit (locked and counted)",
+            median(limited),
+            "jobs/s",
+            floor_name="jobs triggered/s, default route",
+            floor_value=triggered,
+            extra={"rounds": limited, "jobs": JOBS, "max_in_flight": JOBS * 10},
         ),
         Figure(
             "triggers",

@@ -460,6 +460,28 @@ class Job(BaseModel):
                 name="deployments_job_ledger_id_idx",
                 condition=Q(ledger_id__isnull=False),
             ),
+            # A deploy target's jobs in flight, and those waiting for their first attempt
+            # (``services.breakers``): counted per attempt of a target with a limit, each
+            # through its own few entries.
+            models.Index(
+                fields=["target", "id"],
+                name="deployments_job_flight_idx",
+                condition=Q(
+                    target__isnull=False,
+                    status__in=["queued", "running"],
+                    trigger_attempt_count__gt=0,
+                ),
+            ),
+            models.Index(
+                fields=["target", "id"],
+                name="deployments_job_turn_idx",
+                condition=Q(
+                    target__isnull=False,
+                    status="queued",
+                    trigger_attempt_count=0,
+                    trigger_phase="retry_wait",
+                ),
+            ),
             # A GitHub workflow_run delivery finds the job that holds its run.
             models.Index(
                 KT("downstream__id"),

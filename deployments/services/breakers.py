@@ -21,7 +21,6 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db.models import Q
 from django.utils import timezone
 
 from core.actors import Actor
@@ -137,37 +136,49 @@ def _breaker_move(
     )
 
 
-def _in_flight(target: DeployTarget, job: Job) -> int:
-    """The target's other jobs in flight: triggered or being triggered (an attempt made),
-    not finished."""
+def _in_flight(target: DeployTarget, *, up_to: int) -> int:
+    """The target's jobs in flight (an attempt made, not finished), counted up to ``up_to``
+    (the partial index ``deployments_job_flight_idx``)."""
     return (
         Job.objects.filter(
             target=target,
             status__in=[JobStatus.QUEUED, JobStatus.RUNNING],
             trigger_attempt_count__gt=0,
         )
-        .exclude(trigger_phase=TriggerPhase.GAVE_UP)
-        .exclude(pk=job.pk)
+        .values("pk")[:up_to]
         .count()
     )
 
 
-def _waiting_before(target: DeployTarget, job: Job) -> int:
-    """The target's jobs older than ``job`` that wait for their first attempt: they take a
-    freed slot first."""
-    return Job.objects.filter(
-        Q(target=target)
-        & Q(status=JobStatus.QUEUED)
-        & Q(trigger_attempt_count=0)
-        & Q(trigger_phase=TriggerPhase.RETRY_WAIT)
-        & Q(pk__lt=job.pk)
-    ).count()
+def _waiting_before(target: DeployTarget, job: Job, *, up_to: int) -> int:
+    """The target's jobs older than ``job`` that wait for their first attempt, which take a
+    freed slot first; counted up to ``up_to`` (``deployments_job_turn_idx``)."""
+    return (
+        Job.objects.filter(
+            target=target,
+            status=JobStatus.QUEUED,
+            trigger_attempt_count=0,
+            trigger_phase=TriggerPhase.RETRY_WAIT,
+            pk__lt=job.pk,
+        )
+        .values("pk")[:up_to]
+        .count()
+    )
 
 
 def target_gate(*, job: Job, now: datetime) -> Gate:
     """Whether the locked job's next attempt may go now (docs/subsystems/executors.md, "A
     target's breaker"). Locks the job's target until the caller's transaction ends."""
     if job.target_id is None:
+        return GO
+    state, limit = (
+        DeployTarget.objects.filter(pk=job.target_id)
+        .values_list("breaker_state", "max_in_flight")
+        .get()
+    )
+    if state == BreakerState.CLOSED and not (limit and job.trigger_attempt_count == 0):
+        # Nothing to decide, nothing to lock: a breaker that opens meanwhile holds the
+        # job's next attempt, not this one (it was closed when the attempt was due).
         return GO
     target = DeployTarget.objects.select_for_update().get(pk=job.target_id)
     waiting = (
@@ -206,7 +217,9 @@ def target_gate(*, job: Job, now: datetime) -> Gate:
     if limit and job.trigger_attempt_count == 0:
         # A job already in flight (a retry) holds its slot; a new one takes a free one,
         # after the jobs that waited longer.
-        taken = _in_flight(target, job) + _waiting_before(target, job)
+        taken = _in_flight(target, up_to=limit)
+        if taken < limit:
+            taken += _waiting_before(target, job, up_to=limit - taken)
         if taken >= limit:
             wait = timedelta(seconds=settings.DEPLOY_TARGET_WAIT_SECONDS)
             return Gate(
@@ -229,9 +242,20 @@ def attempt_counted(*, job: Job, result: TriggerResult, at: datetime) -> None:
     """Counts a closed attempt of the locked job against its target's breaker."""
     if job.target_id is None:
         return
+    failed = _failed(result)
+    if not failed:
+        state, failures, probe_id = (
+            DeployTarget.objects.filter(pk=job.target_id)
+            .values_list("breaker_state", "breaker_failures", "breaker_probe_id")
+            .get()
+        )
+        if not failures and not (
+            state == BreakerState.HALF_OPEN and probe_id == job.pk
+        ):
+            return  # an answer with nothing to clear: no lock, no write
     target = DeployTarget.objects.select_for_update().get(pk=job.target_id)
     probe = target.breaker_probe_id == job.pk
-    if not _failed(result):
+    if not failed:
         if target.breaker_failures:
             target.breaker_failures = 0
             _target_write(target, "breaker_failures")
