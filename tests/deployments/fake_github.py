@@ -39,21 +39,18 @@ def _now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-class FakeGitHub:
-    def __init__(self, token: str = GITHUB_TOKEN, *, reset_in: float = 1.0) -> None:
+class FakeApi:
+    """What a fake of a GitHub API has: its server (``_serve`` answers each request), the
+    calls it got, and a fault plan per job id (``plan``), taken under ``lock``."""
+
+    def __init__(self, token: str) -> None:
         self.token = token
-        self.reset_in = reset_in
-        self.link_base = ""  # where the next page's Link points (default: here)
-        self.lookup_delay = 0.0  # seconds each lookup page takes to answer
-        # A careless API server: its 401 quotes the Authorization header it was sent.
-        self.echo_credentials = False
-        self.deployments: list[dict] = []
-        self.statuses: list[dict] = []
-        self.deliveries: list[tuple[str, bytes]] = []  # (event type, body)
         self.plans: dict[str, list[str]] = {}
         self.lock = threading.Lock()
-        self._next_id = 9000
         self.http = HttpDouble(self._serve)
+
+    def _serve(self, request: Request) -> Reply | None:
+        raise NotImplementedError
 
     @property
     def url(self) -> str:
@@ -65,7 +62,7 @@ class FakeGitHub:
         with self.http.lock:
             return [(r.method, r.route) for r in self.http.requests]
 
-    def __enter__(self) -> FakeGitHub:
+    def __enter__(self):
         self.http.__enter__()
         return self
 
@@ -75,6 +72,26 @@ class FakeGitHub:
     def plan(self, job_id: str, *faults: str) -> None:
         with self.lock:
             self.plans.setdefault(job_id, []).extend(faults)
+
+    def fault_next(self, job_id: str) -> str | None:
+        """The fault the job's next request meets, if its plan has one left."""
+        with self.lock:
+            plan = self.plans.get(job_id) or []
+            return plan.pop(0) if plan else None
+
+
+class FakeGitHub(FakeApi):
+    def __init__(self, token: str = GITHUB_TOKEN, *, reset_in: float = 1.0) -> None:
+        super().__init__(token)
+        self.reset_in = reset_in
+        self.link_base = ""  # where the next page's Link points (default: here)
+        self.lookup_delay = 0.0  # seconds each lookup page takes to answer
+        # A careless API server: its 401 quotes the Authorization header it was sent.
+        self.echo_credentials = False
+        self.deployments: list[dict] = []
+        self.statuses: list[dict] = []
+        self.deliveries: list[tuple[str, bytes]] = []  # (event type, body)
+        self._next_id = 9000
 
     def deployments_of(self, job_id: str) -> list[dict]:
         with self.lock:
@@ -203,9 +220,7 @@ class FakeGitHub:
     def _deployment_create(self, repository: str, body: dict) -> Reply | None:
         payload = body.get("payload") or {}
         job_id = payload.get("deployment_id", "")
-        with self.lock:
-            plan = self.plans.get(job_id) or []
-            fault = plan.pop(0) if plan else None
+        fault = self.fault_next(job_id)
         if fault == "502":
             return github(502, {"message": "Server Error"})
         if fault == "rate_limit":

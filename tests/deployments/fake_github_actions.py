@@ -20,12 +20,11 @@ answer), ``"502"`` (refused before anything is created).
 from __future__ import annotations
 
 import json
-import threading
 from datetime import UTC, datetime
 from urllib.parse import urlencode
 
-from tests.deployments.fake_github import GITHUB_TOKEN, NOT_FOUND, github
-from tests.http_double import HttpDouble, Reply, Request
+from tests.deployments.fake_github import GITHUB_TOKEN, NOT_FOUND, FakeApi, github
+from tests.http_double import Reply, Request
 
 # The workflow file the docs give a user (docs/http-api.md): its inputs and its run-name.
 DEPLOY_INPUTS = frozenset(
@@ -41,41 +40,17 @@ def _stamp(moment: datetime) -> str:
     return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-class FakeGitHubActions:
+class FakeGitHubActions(FakeApi):
     def __init__(self, token: str = GITHUB_TOKEN, *, like_ghes: bool = False) -> None:
-        self.token = token
+        super().__init__(token)
         self.like_ghes = like_ghes
         self.runs: list[dict] = []
         self.dispatches: list[dict] = []  # every dispatch body it took (and acted on)
-        self.plans: dict[str, list[str]] = {}
-        self.lock = threading.Lock()
         self._next_id = 7_000_000_000
-        self.http = HttpDouble(self._serve)
-
-    @property
-    def url(self) -> str:
-        return self.http.url
-
-    @property
-    def calls(self) -> list[tuple[str, str]]:
-        """Every request's method and path (no query), in order."""
-        with self.http.lock:
-            return [(r.method, r.route) for r in self.http.requests]
 
     def bodies(self, method: str = "POST") -> list[dict]:
         with self.http.lock:
             return [r.json() for r in self.http.requests if r.method == method]
-
-    def __enter__(self) -> FakeGitHubActions:
-        self.http.__enter__()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.http.__exit__(*exc)
-
-    def plan(self, job_id: str, *faults: str) -> None:
-        with self.lock:
-            self.plans.setdefault(job_id, []).extend(faults)
 
     def runs_of(self, job_id: str) -> list[dict]:
         with self.lock:
@@ -199,9 +174,7 @@ class FakeGitHubActions:
         if unexpected or not isinstance(body.get("ref"), str):
             return github(422, {"message": f"Unexpected inputs provided: {unexpected}"})
         job_id = inputs.get("deployment_id") or inputs.get("build_id") or ""
-        with self.lock:
-            plan = self.plans.get(job_id) or []
-            fault = plan.pop(0) if plan else None
+        fault = self.fault_next(job_id)
         if fault == "502":
             return github(502, {"message": "Server Error"})
         name = RUN_NAME.format(
