@@ -13,13 +13,13 @@ downstream at all (``None``)."""
 from __future__ import annotations
 
 import json
-from typing import Any, Literal, TypedDict
+from typing import Any, TypedDict
 from urllib.parse import urlsplit
 
 from .trigger_urls import url_credential_errors, url_scheme_errors, url_shown
 
-System = Literal["github", "github-actions", "http"]
-SYSTEMS: frozenset[str] = frozenset({"github", "github-actions", "http"})
+GITHUB_ACTIONS = "github-actions"
+SYSTEMS: frozenset[str] = frozenset({"github", GITHUB_ACTIONS, "http"})
 
 ID_MAX_LENGTH = 200
 URL_MAX_LENGTH = 500

@@ -31,6 +31,7 @@ import httpx
 from django.conf import settings
 
 from . import outbound
+from .downstream import GITHUB_ACTIONS as SYSTEM
 from .downstream import downstream_make
 from .executors import TriggerCall, TriggerResult
 from .github import (
@@ -45,7 +46,6 @@ from .naming import repository_is_valid
 from .triggers import result_of
 
 Outcome = TriggerAttempt.Outcome
-SYSTEM = "github-actions"
 # A workflow as the API names it: its file name (deploy.yml) or its numeric id.
 WORKFLOW = re.compile(r"[A-Za-z0-9_.-]{1,100}\.ya?ml|[0-9]{1,20}")
 # A branch or tag name, as a dispatch's ``ref`` takes it: printable, no spaces, no "..".

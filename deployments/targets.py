@@ -37,6 +37,7 @@ from .executors import (
     UnknownExecutor,
     executor_get,
 )
+from .github import GitHubApiExecutor
 from .models import (
     TEST_EXPIRES_SECONDS,
     DeployTarget,
@@ -339,7 +340,7 @@ def _test_send(
 ) -> TriggerResult:
     url = target.url or executor.default_url()
     secret = target.secret or executor.default_secret()
-    if executor.name in ("github", "github-actions"):
+    if isinstance(executor, GitHubApiExecutor):
         endpoint = f"{url.rstrip('/')}/rate_limit"
         try:
             answer = outbound.call(

@@ -103,8 +103,9 @@ def post_signed(
         return result_of(url=url, error=exc, secrets=[secret])
     result = result_of(url=url, answer=answer, secrets=[secret])
     if read_answer and result.outcome == Outcome.DELIVERED:
-        downstream = downstream_of_answer(answer.body)
-        result = replace(result, downstream=downstream).scrubbed([secret])
+        # Scrubbed with the rest of the result where every attempt is recorded
+        # (``TriggerResult.scrubbed``).
+        result = replace(result, downstream=downstream_of_answer(answer.body))
     return result
 
 

@@ -49,7 +49,7 @@ from ..models import (
 from ..outbound import outcome_classify, traceback_kept
 from ..selectors import deploy_target_for, deploy_target_serves
 from ..trigger_urls import url_shown
-from .breakers import BREAKER_OPEN, TARGET_BUSY, Gate, attempt_counted, target_gate
+from .breakers import BREAKER_OPEN, TARGET_BUSY, attempt_counted, target_gate
 from .jobs import (
     Reason,
     job_locked,
@@ -150,7 +150,7 @@ def job_run(*, kind: str, public_id: str, worker: str) -> RunOutcome:
             if isinstance(executor, TriggerExecutor):
                 gate = target_gate(job=job, now=now)
                 if gate.wait_until is not None:
-                    _trigger_wait(job=job, gate=gate)
+                    _trigger_wait(job=job, until=gate.wait_until, detail=gate.detail)
                     return RunOutcome.WAITING
                 opened = _trigger_attempt_open(
                     job=job, executor=executor, now=now, worker=worker
@@ -391,21 +391,25 @@ def _trigger_resume(
         return RunOutcome.FAILED
     gate = target_gate(job=job, now=now)
     if gate.wait_until is not None:
-        _trigger_wait(job=job, gate=gate)
+        _trigger_wait(job=job, until=gate.wait_until, detail=gate.detail)
         return RunOutcome.WAITING
     return _trigger_attempt_open(job=job, executor=executor, now=now, worker=worker)
 
 
-def _trigger_wait(*, job: Job, gate: Gate) -> None:
-    """The job waits for its target (``breakers.target_gate``), queued, in the database:
-    out of the message's way, into the partial retry index; the relay publishes it when
-    due. Its detail says why; no attempt is made or counted."""
+def _trigger_wait(*, job: Job, until: datetime, detail: str | None = None) -> None:
+    """The job waits in the database until ``until``, queued: out of the message's way,
+    into the partial retry index; the relay publishes it when due. For its retry, or for
+    its target (``breakers.target_gate``: ``detail`` then says why; no attempt is made or
+    counted)."""
     job.trigger_phase = TriggerPhase.RETRY_WAIT
-    job.next_attempt_at = gate.wait_until
+    job.next_attempt_at = until
     job.last_dispatched_at = None
     job.lease_expires_at = None
-    job.detail = gate.detail
-    job_save(job=job, fields=[*_TRIGGER_FIELDS, "detail", "updated_at"])
+    fields = list(_TRIGGER_FIELDS)
+    if detail is not None:
+        job.detail = detail
+        fields += ["detail", "updated_at"]
+    job_save(job=job, fields=fields)
 
 
 def _trigger_attempt_make(
@@ -531,13 +535,7 @@ def _trigger_outcome_record(
                 f"the last: {result.reason()}",
             )
             return RunOutcome.FAILED
-        # Waits for its retry in the database: out of the message's way, into the partial
-        # retry index; the relay publishes it once due.
-        job.trigger_phase = TriggerPhase.RETRY_WAIT
-        job.next_attempt_at = retry_at
-        job.last_dispatched_at = None
-        job.lease_expires_at = None
-        job_save(job=job, fields=_TRIGGER_FIELDS)
+        _trigger_wait(job=job, until=retry_at)
     return RunOutcome.RETRY_SCHEDULED
 
 

@@ -23,7 +23,7 @@ from django.utils import timezone
 from core.errors import NotFound
 from core.models import ApiClient
 
-from ..downstream import downstream_make
+from ..downstream import GITHUB_ACTIONS, downstream_make
 from ..models import Deployment, Job, StatusSync
 from .jobs import JOB_MODELS, job_save, job_status_set, report_applies
 
@@ -74,6 +74,15 @@ class StatusReportOutcome:
 
 
 FULL_SHA_LENGTH = 40
+
+
+def _reported_at_capped(reported_at: datetime) -> datetime:
+    """A GitHub report's time, at most now plus ``WEBHOOK_TIMESTAMP_TOLERANCE_SECONDS``: a
+    clock (or a payload) in the future cannot block the reports after it."""
+    horizon = timezone.now() + timedelta(
+        seconds=settings.WEBHOOK_TIMESTAMP_TOLERANCE_SECONDS
+    )
+    return min(reported_at, horizon)
 
 
 def _status_target(
@@ -159,10 +168,7 @@ def deployment_status_report_apply(
     deployments; without it any client's may match (a single tenant). A ``reported_at``
     further ahead than ``WEBHOOK_TIMESTAMP_TOLERANCE_SECONDS`` counts as now plus that, so
     that a clock (or a payload) in the future cannot block the reports after it."""
-    horizon = timezone.now() + timedelta(
-        seconds=settings.WEBHOOK_TIMESTAMP_TOLERANCE_SECONDS
-    )
-    reported_at = min(reported_at, horizon)
+    reported_at = _reported_at_capped(reported_at)
     deployment = _status_target(
         repository=repository,
         environment=environment,
@@ -201,7 +207,6 @@ def deployment_status_report_apply(
 
 # A job's id as a run's name carries it (the workflow's ``run-name``).
 JOB_ID_IN_NAME = re.compile(r"\b(?:dep|bld)_[0-9a-f]{24}\b")
-WORKFLOW_RUN_SYSTEM = "github-actions"
 
 
 @dataclass(frozen=True)
@@ -224,7 +229,7 @@ def _run_target(
         .filter(
             downstream__isnull=False,
             downstream_id=str(run_id),
-            downstream__system=WORKFLOW_RUN_SYSTEM,
+            downstream__system=GITHUB_ACTIONS,
         )
         .order_by("-id")
         .first()
@@ -235,7 +240,7 @@ def _run_target(
     if named is None:
         return None
     job = candidates.filter(public_id=named.group(0)).first()
-    if job is None or job.executor != WORKFLOW_RUN_SYSTEM:
+    if job is None or job.executor != GITHUB_ACTIONS:
         return None  # a run that names a job no workflow dispatch carries
     held = job.downstream
     if held is not None and held.get("id") not in (None, run_id):
@@ -260,10 +265,7 @@ def workflow_run_report_apply(
     locked until the caller's transaction ends. A job found by its id in the run's name
     keeps the run as its downstream. ``reported_at`` further ahead than
     ``WEBHOOK_TIMESTAMP_TOLERANCE_SECONDS`` counts as now plus that."""
-    horizon = timezone.now() + timedelta(
-        seconds=settings.WEBHOOK_TIMESTAMP_TOLERANCE_SECONDS
-    )
-    reported_at = min(reported_at, horizon)
+    reported_at = _reported_at_capped(reported_at)
     job = _run_target(
         repository=repository, run_id=run_id, run_name=run_name, client_id=client_id
     )
@@ -271,9 +273,7 @@ def workflow_run_report_apply(
         return RunReportOutcome(job=None, applied=False)
     held = job.downstream
     if held is None or held.get("id") is None:
-        job.downstream = downstream_make(
-            system=WORKFLOW_RUN_SYSTEM, id=run_id, url=run_url
-        )
+        job.downstream = downstream_make(system=GITHUB_ACTIONS, id=run_id, url=run_url)
         job_save(job=job, fields=["downstream"])
     if not report_applies(job=job, status=status, at=reported_at):
         return RunReportOutcome(job=job, applied=False)
