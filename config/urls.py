@@ -32,6 +32,7 @@ urlpatterns = [
     path("api/", include("research.urls")),
     path("api/", include("deployments.urls")),
     path("api/", include("idempotency.urls")),
+    path("api/ops/", include("ops.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path(
         "api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"

@@ -2,7 +2,8 @@
 pair of columns, is filled from (docs/architecture.md, "Adding an operator action").
 
 An actor is built once where the request or the command starts (``Actor.of(request.user)``
-in the admin, ``Actor.command()`` in a management command, ``Actor.system()`` for work no
+in the admin, ``Actor.command()`` in a management command, ``Actor.api_client(client)`` in
+the operator API, ``Actor.system()`` for work no
 person asked for) and handed to the services, which never work the name out themselves."""
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ if TYPE_CHECKING:
 
 SYSTEM_NAME = "system"
 COMMAND_PREFIX = "os:"
+API_CLIENT_PREFIX = "api:"
 
 
 def _os_login() -> str:
@@ -51,6 +53,11 @@ class Actor:
     def command(cls) -> Actor:
         """The person running a management command from a shell: ``os:<login>``."""
         return cls(name=f"{COMMAND_PREFIX}{_os_login()}")
+
+    @classmethod
+    def api_client(cls, client: Any) -> Actor:
+        """An API client of the operator API (``core.models.ApiClient``): ``api:<name>``."""
+        return cls(name=f"{API_CLIENT_PREFIX}{client.name}")
 
     @classmethod
     def system(cls) -> Actor:

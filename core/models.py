@@ -123,14 +123,29 @@ def token_generate() -> str:
     return secrets.token_urlsafe(32)
 
 
+class ApiRole(models.TextChoices):
+    """What an API client may do (docs/http-api.md, "Roles"); ``core.permissions`` enforces
+    it on every endpoint. ``ci`` is what every client could do before roles existed."""
+
+    PRODUCER = "producer", "Producer: reads its events' status and the documents"
+    CI = "ci", "CI/CD: triggers builds and deployments, reports their status"
+    OPERATOR = (
+        "operator",
+        "Operator: the operator API (replays, sources, targets, keys)",
+    )
+    AUDITOR = "auditor", "Auditor: reads everything, changes nothing"
+
+
 class ApiClient(BaseModel):
     """A caller of the /api/ endpoints (a CI system, an internal tool). Its token is stored hashed;
-    only its first characters are kept to tell tokens apart."""
+    only its first characters are kept to tell tokens apart. Its role is set by an operator
+    (``api_client create --role``, the admin), never through the API."""
 
     name = models.CharField(max_length=100)
     token_hash = models.CharField(max_length=64, editable=False)
     token_prefix = models.CharField(max_length=8, editable=False)
     is_active = models.BooleanField(default=True)
+    role = models.CharField(max_length=16, choices=ApiRole.choices, default=ApiRole.CI)
 
     class Meta:
         constraints = [

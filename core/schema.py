@@ -60,7 +60,8 @@ def error_responses_postprocess(result, generator, request, public):
         ERROR_SCHEMA
     )
     # What an operation answers besides what its view declares: 401 where a token is
-    # needed, 404 for an id in the path or a cursor not issued, the refusals of a POST's
+    # needed, 403 to a role the operation is not for, 404 for an id in the path or a cursor
+    # not issued, the refusals of a POST's
     # key and body, and 503 everywhere. A view declares any other answer itself (a 404 of a
     # POST, a 422 of a GET's filters) and its own forms of these.
     for path, operations in result.get("paths", {}).items():
@@ -72,6 +73,13 @@ def error_responses_postprocess(result, generator, request, public):
                     error_response(
                         "`unauthorized`: no valid Bearer token.",
                         WWW_AUTHENTICATE_HEADER,
+                    ),
+                )
+                responses.setdefault(
+                    "403",
+                    error_response(
+                        "`forbidden`: the API client's role may not use this operation "
+                        '(docs/http-api.md, "Roles").'
                     ),
                 )
             parameters = {p.get("name") for p in operation.get("parameters", [])}
@@ -88,10 +96,10 @@ def error_responses_postprocess(result, generator, request, public):
                         "least 1 (`details` names it)."
                     ),
                 )
-            if method == "post":
+            if method in ("post", "patch") and "requestBody" in operation:
                 # Every body is required: an empty one is 400 ``invalid_json``.
-                if "requestBody" in operation:
-                    operation["requestBody"]["required"] = True
+                operation["requestBody"]["required"] = True
+            if method == "post":
                 responses.setdefault(
                     "400",
                     error_response(

@@ -9,7 +9,7 @@ from .models import ApiClient, token_hash
 # Counts that could grow without limit (admin lists, the dashboard) stop here.
 COUNT_CAP = 10_000
 
-_CLIENT_FIELDS = ("id", "name", "token_prefix", "is_active")
+_CLIENT_FIELDS = ("id", "name", "token_prefix", "is_active", "role")
 _CLIENT_BY_TOKEN_SQL = (
     f"SELECT {', '.join(_CLIENT_FIELDS)} FROM {ApiClient._meta.db_table}"  # noqa: S608
     " WHERE token_hash = %s AND is_active"

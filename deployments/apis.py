@@ -23,6 +23,7 @@ from core.fields import (
     StrictChoiceField,
 )
 from core.pagination import CursorPage
+from core.permissions import CI
 from idempotency.apis import IdempotentPostMixin, input_validate_compile
 from idempotency.models import IdempotencyStatus
 from idempotency.schema import idempotent_post_schema
@@ -111,6 +112,8 @@ class _JobCollectionApi(IdempotentPostMixin, APIView):
     of the kind, a cursor page (``?idempotency_key=`` narrows it to the latest job made with
     that key). Each kind names its operation, fingerprint, model and serializers."""
 
+    read_roles = write_roles = CI
+
     kind: JobKind
     model: type[Job]
     output_serializer_class: type[serializers.Serializer]
@@ -144,6 +147,8 @@ class _JobCollectionApi(IdempotentPostMixin, APIView):
 
 class _JobDetailApi(APIView):
     # One of the client's jobs; another client's is as good as absent (404).
+
+    read_roles = CI
 
     output_serializer_class: type[serializers.Serializer]
     model: type[Job]
@@ -290,6 +295,8 @@ STATUS_SYNC_REQUEST = PolymorphicProxySerializer(
 class StatusSyncApi(IdempotentPostMixin, APIView):
     """An external system reports a deployment's or build's status; applied at once under
     the ordering rule. The Idempotency-Key contract comes whole from the mixin."""
+
+    read_roles = write_roles = CI
 
     operation_type = "status.sync"
     fingerprint_fields = ("deployment_id", "build_id", "status", "reported_at")

@@ -30,6 +30,7 @@ from core.authentication import BearerTokenAuthentication
 from core.errors import NotFound, ServiceError
 from core.fields import LowercaseCharField, StrictCharField
 from core.parsers import json_object_body
+from core.permissions import CI, client_may
 
 from .keys import (
     KEY_HEADER_PATTERN,
@@ -230,6 +231,8 @@ class IdempotentPostMixin(_View):
         if found is None:
             return None
         client = found[0]
+        if not client_may(client, self, "POST"):
+            return None  # the whole way refuses it (403 ``forbidden``)
         raw = request.body
         request_hash = hashlib.sha256(raw).hexdigest()
         # A retry of the very same bytes: its replay, before the body is parsed.
@@ -309,6 +312,8 @@ def _response(result: IdempotentResponse) -> HttpResponse:
 
 class IdempotencyKeyDetailApi(APIView):
     """What became of one of the client's keys (for a client whose response was lost)."""
+
+    read_roles = CI
 
     class IdempotencyKeyOutputSerializer(serializers.Serializer):
         operation_type = serializers.CharField()

@@ -30,6 +30,7 @@ import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from dataclasses import field as dataclass_field
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -70,6 +71,9 @@ class OperationResult:
     progress_deadline: datetime | None = None
     # The operation's one new row, not saved yet: written together with the record.
     resource_row: models.Model | None = None
+    # Members of the first response that are never stored, so never replayed (a new
+    # secret, shown once): a retry answers ``body`` alone, byte for byte.
+    answered_once: dict = dataclass_field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -506,6 +510,8 @@ def _executed(
             "outcome": outcome,
         },
     )
+    if result.answered_once:
+        body = response_body_render({**result.body, **result.answered_once})
     return IdempotentResponse(
         status_code=result.status_code,
         body=body,

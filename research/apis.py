@@ -15,6 +15,7 @@ from rest_framework.views import APIView
 
 from core.fields import BooleanTextField, InstantBoundField
 from core.pagination import CursorPage
+from core.permissions import EVERY_ROLE
 from core.schema import ERROR_REF
 
 from .selectors import (
@@ -47,6 +48,8 @@ class DocumentOutputSerializer(serializers.Serializer):
 class DocumentListApi(ListAPIView):
     """``GET /api/research/documents/``: filters ``is_deleted`` (true|false) and
     ``updated_since`` (RFC 3339)."""
+
+    read_roles = EVERY_ROLE
 
     serializer_class = DocumentOutputSerializer
 
@@ -90,6 +93,8 @@ class DocumentDetailApi(APIView):
     """``GET /api/research/documents/<entity_id>/``: a tombstone answers 200 with
     ``is_deleted: true``; an unknown document 404 ``not_found``."""
 
+    read_roles = EVERY_ROLE
+
     @extend_schema(responses=DocumentOutputSerializer)
     def get(self, request, entity_id: str):
         document = research_document_get(entity_id=entity_id)
@@ -102,6 +107,8 @@ class RevisionPage(CursorPage):
 
 class DocumentRevisionListApi(ListAPIView):
     """``GET /api/research/documents/<entity_id>/revisions/``, oldest first."""
+
+    read_roles = EVERY_ROLE
 
     pagination_class = RevisionPage
 

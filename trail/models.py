@@ -41,6 +41,10 @@ class OperatorAction(AppendOnlyModel):
         TEST_DEPLOY_TARGET = "test_deploy_target"
         SWITCH_DEPENDENCY = "switch_dependency"
         SET_DEPLOY_TARGET_BREAKER = "set_deploy_target_breaker"
+        SET_API_CLIENT_ROLE = "set_api_client_role"
+        PAUSE_BULK_REPLAY = "pause_bulk_replay"
+        REVOKE_PREVIOUS_SECRETS = "revoke_previous_secrets"
+        EVICT_IDEMPOTENCY_KEY = "evict_idempotency_key"
 
     action = models.CharField(max_length=32, choices=Action.choices)
     actor = models.ForeignKey(
@@ -140,6 +144,10 @@ OPERATOR_ACTION_WORDS: dict[str, str] = {
     OperatorAction.Action.TEST_DEPLOY_TARGET: "Send test trigger",
     OperatorAction.Action.SWITCH_DEPENDENCY: "Switch a demo dependency",
     OperatorAction.Action.SET_DEPLOY_TARGET_BREAKER: "Move a deploy target's breaker",
+    OperatorAction.Action.SET_API_CLIENT_ROLE: "Set API client's role",
+    OperatorAction.Action.PAUSE_BULK_REPLAY: "Pause bulk replay",
+    OperatorAction.Action.REVOKE_PREVIOUS_SECRETS: "Revoke previous secrets",
+    OperatorAction.Action.EVICT_IDEMPOTENCY_KEY: "Evict idempotency key",
 }
 
 

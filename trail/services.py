@@ -73,6 +73,10 @@ class StartBulkReplayDetails(_BulkReplayControlDetails):
     pass
 
 
+class PauseBulkReplayDetails(_BulkReplayControlDetails):
+    state_before: str
+
+
 class CancelBulkReplayDetails(_BulkReplayControlDetails):
     state_before: str
 
@@ -134,6 +138,7 @@ class CreateApiClientDetails(TypedDict):
     client: str
     client_id: int
     token_prefix: str
+    role: str
 
 
 class ApiClientActiveDetails(TypedDict):
@@ -187,6 +192,37 @@ class TestDeployTargetDetails(TypedDict):
     url: str
 
 
+class ApiClientRoleDetails(TypedDict):
+    """An API client's role changed (``core.models.ApiRole``), before and after."""
+
+    client: str
+    client_id: int
+    before: str
+    after: str
+
+
+class RevokePreviousSecretsDetails(TypedDict):
+    """The secrets (or public keys) a rotation left valid for its grace period, ended now:
+    how many, by fingerprint."""
+
+    source: str
+    revoked: int
+    fingerprints: list[str]
+
+
+class EvictIdempotencyKeyDetails(TypedDict):
+    """A live idempotency record marked expired by an operator, so that its key starts a
+    new operation: whose key, for what, and what it had started."""
+
+    client: str
+    client_id: int
+    operation_type: str
+    key: str
+    record_id: int
+    resource_id: str
+    status: str
+
+
 Action = OperatorAction.Action
 
 
@@ -224,6 +260,10 @@ DETAILS_SHAPES: dict[str, type] = {
     Action.TEST_DEPLOY_TARGET: TestDeployTargetDetails,
     Action.SWITCH_DEPENDENCY: SwitchDependencyDetails,
     Action.SET_DEPLOY_TARGET_BREAKER: DeployTargetBreakerDetails,
+    Action.SET_API_CLIENT_ROLE: ApiClientRoleDetails,
+    Action.PAUSE_BULK_REPLAY: PauseBulkReplayDetails,
+    Action.REVOKE_PREVIOUS_SECRETS: RevokePreviousSecretsDetails,
+    Action.EVICT_IDEMPOTENCY_KEY: EvictIdempotencyKeyDetails,
 }
 
 

@@ -4,6 +4,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from core.errors import NotFound
+from core.permissions import EVERY_ROLE
 
 from .selectors import (
     inbox_event_get,
@@ -14,6 +15,8 @@ from .selectors import (
 
 class InboxEventDetailApi(APIView):
     """What became of one delivered event: ``GET /api/webhooks/<slug>/events/<event_id>/``."""
+
+    read_roles = EVERY_ROLE
 
     @extend_schema_serializer(component_name="InboxEventStatus")
     class OutputSerializer(serializers.Serializer):

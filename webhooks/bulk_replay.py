@@ -49,6 +49,7 @@ logger = logging.getLogger(__name__)
 
 
 ACTIVE_STATES = (BulkReplayJob.State.QUEUED, BulkReplayJob.State.RUNNING)
+CANCELLABLE_STATES = (*ACTIVE_STATES, BulkReplayJob.State.PAUSED)
 
 
 def bulk_replay_since_check(since: datetime | None) -> datetime | None:
@@ -90,6 +91,7 @@ def _job_queryset(job: BulkReplayJob) -> QuerySet[InboxEvent]:
         status=job.status,
         since=job.since,
         event_ids=job.event_ids or None,
+        until=job.until,
     )
 
 
@@ -98,19 +100,28 @@ def _lease_end(now: datetime) -> datetime:
 
 
 def _resumable(now: datetime) -> Q:
-    """Failed or cancelled, or queued or running with a lease that ran out (its task died,
-    or its next task was never published)."""
+    """Failed, cancelled or paused, or queued or running with a lease that ran out (its task
+    died, or its next task was never published)."""
     active = Q(state__in=ACTIVE_STATES)
     expired = Q(lease_expires_at__lt=now) | Q(lease_expires_at__isnull=True)
-    stopped = Q(state__in=[BulkReplayJob.State.FAILED, BulkReplayJob.State.CANCELLED])
+    stopped = Q(
+        state__in=[
+            BulkReplayJob.State.FAILED,
+            BulkReplayJob.State.CANCELLED,
+            BulkReplayJob.State.PAUSED,
+        ]
+    )
     return stopped | (active & expired)
 
 
 def bulk_replay_job_controls(*, job: BulkReplayJob) -> list[str]:
-    """What an operator may do with the job now: ``cancel`` (queued or running) and
-    ``resume`` (failed, cancelled, or its lease ran out), by the rules the services apply."""
+    """What an operator may do with the job now: ``pause`` (queued or running), ``cancel``
+    (queued, running or paused) and ``resume`` (failed, cancelled, paused, or its lease ran
+    out), by the rules the services apply."""
     controls = []
     if job.state in ACTIVE_STATES:
+        controls.append("pause")
+    if job.state in CANCELLABLE_STATES:
         controls.append("cancel")
     resumable = BulkReplayJob.objects.filter(pk=job.pk).filter(
         _resumable(timezone.now())
@@ -149,14 +160,18 @@ def bulk_replay_job_create(
     reason: str,
     created_by: Actor,
     rate: float | str | None = None,
+    until: datetime | None = None,
 ) -> BulkReplayJob:
     """Records a replay by filter with its dry-run count; nothing is replayed until it starts.
+    ``until`` bounds its window (rows received before it): a job whose filter must not take
+    rows that arrive after it was made (the operator API's) gives one.
     Raises ``InvalidBulkReplayRate`` (and records nothing) for a rate out of range,
-    ``InvalidBulkReplaySince`` for a ``since`` no stored date may hold."""
+    ``InvalidBulkReplaySince`` for a ``since`` or ``until`` no stored date may hold."""
     job = BulkReplayJob(
         source=source,
         status=status,
         since=bulk_replay_since_check(since),
+        until=bulk_replay_since_check(until),
         event_ids=list(event_ids),
         reason=reason,
         rate=bulk_replay_rate_parse(rate),
@@ -264,10 +279,10 @@ def bulk_replay_job_cancel(
         job = BulkReplayJob.objects.select_for_update().filter(pk=job_id).first()
         if job is None:
             raise BulkReplayJobNotFound(f"no bulk replay #{job_id}")
-        if job.state not in ACTIVE_STATES:
+        if job.state not in CANCELLABLE_STATES:
             raise BulkReplayJobNotCancellable(
-                f"bulk replay #{job_id} is {job.state}: only a queued or running job "
-                "can be cancelled"
+                f"bulk replay #{job_id} is {job.state}: only a queued, running or paused "
+                "job can be cancelled"
             )
         state_before = job.state
         job.state = BulkReplayJob.State.CANCELLED
@@ -289,6 +304,50 @@ def bulk_replay_job_cancel(
         extra={
             "bulk_job_id": job.pk,
             "actor": cancelled_by.name,
+            "processed": job.processed,
+        },
+    )
+    return job
+
+
+def bulk_replay_job_pause(
+    *,
+    job_id: int,
+    reason: str,
+    paused_by: Actor,
+) -> BulkReplayJob:
+    """Pauses a queued or running job: as a cancel stops it (after at most its current
+    chunk, ``_job_turn`` and the row lock deciding), but the job says ``paused``, an
+    operator's intent to go on: ``bulk_replay_job_resume`` goes on from where it stopped,
+    ``bulk_replay_job_cancel`` ends it. Raises ``BulkReplayJobNotCancellable`` (the job is
+    not queued or running: nothing to pause) and ``BulkReplayJobNotFound``."""
+    with transaction.atomic():
+        _job_turn(job_id)
+        job = BulkReplayJob.objects.select_for_update().filter(pk=job_id).first()
+        if job is None:
+            raise BulkReplayJobNotFound(f"no bulk replay #{job_id}")
+        if job.state not in ACTIVE_STATES:
+            raise BulkReplayJobNotCancellable(
+                f"bulk replay #{job_id} is {job.state}: only a queued or running job "
+                "can be paused"
+            )
+        state_before = job.state
+        job.state = BulkReplayJob.State.PAUSED
+        job.lease_expires_at = None
+        job.next_chunk_at = None
+        job.save(update_fields=["state", "lease_expires_at", "next_chunk_at"])
+        _control_action_record(
+            job=job,
+            action=OperatorAction.Action.PAUSE_BULK_REPLAY,
+            actor=paused_by,
+            reason=reason,
+            state_before=state_before,
+        )
+    logger.info(
+        "bulk_replay.paused",
+        extra={
+            "bulk_job_id": job.pk,
+            "actor": paused_by.name,
             "processed": job.processed,
         },
     )

@@ -137,3 +137,28 @@ class InvalidBulkReplayRate(InvalidPayload):
 
 class InvalidBulkReplaySince(InvalidPayload):
     """A "since" outside the instants a stored date may hold (``core.times``)."""
+
+
+class RotationInProgress(ServiceError):
+    """A rotation asked for while an earlier one's grace period is open (the operator API
+    refuses it unless told ``force``)."""
+
+    status_code = 409
+    code = "rotation_in_progress"
+
+    def __init__(self, open_until) -> None:
+        super().__init__(
+            "an earlier rotation's previous secret is valid until "
+            f"{open_until.isoformat()}: revoke it first, or rotate with force",
+            extra={"previous_valid_until": open_until.isoformat()},
+        )
+
+
+class NothingToRevoke(ServiceError):
+    """No secret of the source is in a rotation's grace period."""
+
+    status_code = 409
+    code = "nothing_to_revoke"
+
+    def __init__(self, slug: str) -> None:
+        super().__init__(f"{slug} has no previous secret in a grace period")

@@ -581,6 +581,7 @@ class BulkReplayJob(models.Model):
         COUNTED = "counted", "Dry run counted, waiting to start"
         QUEUED = "queued"
         RUNNING = "running"
+        PAUSED = "paused"
         SUCCEEDED = "succeeded"
         FAILED = "failed"
         CANCELLED = "cancelled"
@@ -600,6 +601,12 @@ class BulkReplayJob(models.Model):
     )
     since = models.DateTimeField(
         null=True, blank=True, help_text="Only rows received at or after this time."
+    )
+    until = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="Only rows received before this time (the operator API freezes its "
+        "jobs' window when they are created).",
     )
     event_ids = models.JSONField(
         default=list, blank=True, help_text="Only these event ids (producer ids)."

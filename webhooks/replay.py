@@ -22,12 +22,16 @@ from .errors import NothingToReplay, ReplayRepeatsUnconfirmed, SelectionTooLarge
 from .models import (
     REPLAY_REPEATS_CAUSES,
     REPLAYABLE_STATUSES,
+    TERMINAL_STATUSES,
     BulkReplayJob,
     InboxEvent,
     ProcessingStatus,
 )
 
 logger = logging.getLogger(__name__)
+
+# What a plan counts as needing no replay: every terminal outcome but a dead letter.
+PROCESSED_STATUSES = sorted(TERMINAL_STATUSES - {ProcessingStatus.DEAD_LETTERED})
 
 
 # A replay of selected rows is one transaction in one request (the admin's "Replay selected"):
@@ -44,24 +48,84 @@ def replay_selection_check(*, events_queryset: QuerySet[InboxEvent]) -> None:
         raise SelectionTooLarge(limit)
 
 
+def _window_queryset(
+    *,
+    source_slug: str | None,
+    since: datetime | None,
+    until: datetime | None,
+    event_ids: list[str] | None,
+) -> QuerySet[InboxEvent]:
+    queryset = InboxEvent.objects.all()
+    if source_slug:
+        queryset = queryset.filter(source__slug=source_slug)
+    if since is not None:
+        queryset = queryset.filter(received_at__gte=since)
+    if until is not None:
+        queryset = queryset.filter(received_at__lt=until)
+    if event_ids:
+        queryset = queryset.filter(event_id__in=event_ids)
+    return queryset
+
+
 def replay_queryset_build(
     *,
     source_slug: str | None = None,
     status: str = ProcessingStatus.DEAD_LETTERED,
     since: datetime | None = None,
     event_ids: list[str] | None = None,
+    until: datetime | None = None,
 ) -> QuerySet[InboxEvent]:
-    """The rows a replay by filter would take (the dry-run count is its ``count()``)."""
+    """The rows a replay by filter would take (the dry-run count is its ``count()``): in
+    ``status``, received from ``since`` and before ``until``, with their body still held (a
+    row whose body retention dropped cannot be processed again)."""
     if status not in REPLAYABLE_STATUSES:
         raise ValueError(f"status must be one of {sorted(REPLAYABLE_STATUSES)}")
-    queryset = InboxEvent.objects.filter(processing_status=status)
-    if source_slug:
-        queryset = queryset.filter(source__slug=source_slug)
-    if since is not None:
-        queryset = queryset.filter(received_at__gte=since)
-    if event_ids:
-        queryset = queryset.filter(event_id__in=event_ids)
-    return queryset
+    return _window_queryset(
+        source_slug=source_slug, since=since, until=until, event_ids=event_ids
+    ).filter(processing_status=status, body_purged_at__isnull=True)
+
+
+# A plan counts at most this many rows of each kind (``core.selectors.COUNT_CAP`` as the
+# admin's lists do): past it, a count says "at least".
+REPLAY_PLAN_COUNT_CAP = 100_000
+
+
+def replay_plan(
+    *,
+    source_slug: str | None,
+    status: str,
+    since: datetime | None,
+    until: datetime | None,
+    event_ids: list[str] | None,
+) -> dict[str, int | bool]:
+    """What a replay by filter would do, before it is started (docs/http-api.md, "Operator
+    API"): of the rows received in the window (``matched``, any status), how many it would
+    replay (``replayable``: in ``status``, body held), how many are in ``status`` but past
+    body retention (``body_expired``, skipped), and how many need no replay
+    (``already_processed``: a terminal outcome other than a dead letter). Each count stops
+    at ``REPLAY_PLAN_COUNT_CAP`` (``capped`` says whether one did)."""
+    window = _window_queryset(
+        source_slug=source_slug, since=since, until=until, event_ids=event_ids
+    ).order_by()
+    cap = REPLAY_PLAN_COUNT_CAP
+
+    def capped_count(queryset: QuerySet[InboxEvent]) -> int:
+        return queryset.values("pk")[: cap + 1].count()
+
+    in_status = window.filter(processing_status=status)
+    counts: dict[str, int | bool] = {
+        "matched": capped_count(window),
+        "replayable": capped_count(in_status.filter(body_purged_at__isnull=True)),
+        "body_expired": capped_count(in_status.filter(body_purged_at__isnull=False)),
+        "already_processed": capped_count(
+            window.filter(processing_status__in=PROCESSED_STATUSES)
+        ),
+    }
+    counts["capped"] = any(value > cap for value in counts.values())
+    return {
+        name: min(value, cap) if not isinstance(value, bool) else value
+        for name, value in counts.items()
+    }
 
 
 def inbox_events_replay(

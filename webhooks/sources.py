@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import logging
 import time
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import Q
+from django.db.models import Max, Q, QuerySet
 from django.utils import timezone
 from django.views.decorators.debug import sensitive_variables
 
@@ -27,6 +27,7 @@ from trail.models import OperatorAction
 from trail.services import (
     CreateSourceDetails,
     ExpectedIntervalDetails,
+    RevokePreviousSecretsDetails,
     RotatePublicKeyDetails,
     RotateSecretDetails,
     SetSourceClientDetails,
@@ -34,6 +35,7 @@ from trail.services import (
     operator_action_record,
 )
 
+from .errors import NothingToRevoke, RotationInProgress
 from .models import WebhookSecret, WebhookSource
 from .schemes import public_key_validate, scheme_get
 from .selectors import webhook_source_key_kind, webhook_source_snapshot_forget
@@ -65,6 +67,15 @@ def _in_effect_everywhere(*, committed_at: float, within: float | None = None) -
     remaining = committed_at + wait - time.monotonic()
     if remaining > 0:
         time.sleep(remaining)
+
+
+def webhook_source_change_in_effect(
+    *, committed_at: float, within: float | None = None
+) -> None:
+    """For a caller that ran a source's service inside its own transaction (the operator
+    API records the key with it): returns once the change that caller committed at
+    ``committed_at`` is in effect in every web process (``_in_effect_everywhere``)."""
+    _in_effect_everywhere(committed_at=committed_at, within=within)
 
 
 # Every local of these services and of what they call is hidden from error reports and debug
@@ -163,6 +174,7 @@ def webhook_source_rotate(
     grace_seconds: int = DEFAULT_GRACE_SECONDS,
     reason: str = "",
     public_key: str | None = None,
+    force: bool = True,
 ) -> str:
     """Adds a new secret that signs from now on; the secrets valid until now stay valid for
     ``grace_seconds`` more (0 to ``MAX_GRACE_SECONDS``; an earlier expiry is kept). Records
@@ -177,7 +189,11 @@ def webhook_source_rotate(
 
     The source's row is locked for the rotation (``FOR NO KEY UPDATE``: deliveries, whose
     foreign key check reads it, never wait for it): two rotations at once run one after the
-    other, so the second one limits the first one's new secret to its grace period too."""
+    other, so the second one limits the first one's new secret to its grace period too.
+
+    Without ``force`` (the operator API's default) a rotation while an earlier one's grace
+    period is still open is refused (``RotationInProgress``, changing nothing): it would cut
+    that grace short for a producer that may not have switched yet."""
     grace_seconds_check(grace_seconds)
     if public_key is not None:
         if secret is not None:
@@ -195,6 +211,12 @@ def webhook_source_rotate(
         ).first()
         _kind_check(source=source, kind=kind)
         now = timezone.now()
+        if not force:
+            open_until = _previous_valid(source=source, now=now).aggregate(
+                end=Max("expires_at")
+            )["end"]
+            if open_until is not None:
+                raise RotationInProgress(open_until)
         grace_end = now + timedelta(seconds=grace_seconds)
         WebhookSecret.objects.filter(source=source).filter(
             Q(expires_at__isnull=True) | Q(expires_at__gt=grace_end)
@@ -230,6 +252,50 @@ def webhook_source_rotate(
         extra={"source": source.slug, "grace_seconds": grace_seconds, "kind": kind},
     )
     return credential
+
+
+def _previous_valid(*, source: WebhookSource, now: datetime) -> QuerySet[WebhookSecret]:
+    """The source's secrets (or public keys) that an earlier rotation left valid for its
+    grace period, not ended yet."""
+    return WebhookSecret.objects.filter(source=source, expires_at__gt=now)
+
+
+@sensitive_variables()
+def webhook_source_revoke_previous(
+    *, source: WebhookSource, actor: Actor, reason: str = ""
+) -> int:
+    """Ends now the grace period of the secrets (or public keys) the source's last rotations
+    left valid, so that only the newest verifies; records the operator action (how many,
+    by fingerprint) and returns how many ended, once that is in effect in every web process.
+    None left (``NothingToRevoke``): nothing is recorded."""
+    with transaction.atomic():
+        WebhookSource.objects.select_for_update(no_key=True).filter(
+            pk=source.pk
+        ).first()
+        now = timezone.now()
+        previous = list(_previous_valid(source=source, now=now).order_by("pk"))
+        if not previous:
+            raise NothingToRevoke(source.slug)
+        WebhookSecret.objects.filter(pk__in=[row.pk for row in previous]).update(
+            expires_at=now
+        )
+        operator_action_record(
+            action=OperatorAction.Action.REVOKE_PREVIOUS_SECRETS,
+            actor=actor,
+            reason=reason,
+            details=RevokePreviousSecretsDetails(
+                source=source.slug,
+                revoked=len(previous),
+                fingerprints=[row.fingerprint for row in previous],
+            ),
+        )
+        _snapshot_forget(source.slug)
+    _in_effect_everywhere(committed_at=time.monotonic())
+    logger.info(
+        "webhook_source.previous_revoked",
+        extra={"source": source.slug, "revoked": len(previous)},
+    )
+    return len(previous)
 
 
 def webhook_source_set_enabled(

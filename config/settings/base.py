@@ -44,6 +44,7 @@ INSTALLED_APPS = [
     "deployments",
     "audit",
     "demo",
+    "ops",
 ]
 
 MIDDLEWARE = [
@@ -201,7 +202,7 @@ STORAGES = {
 # --- Django REST framework ---------------------------------------------------------------
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": ["core.authentication.BearerTokenAuthentication"],
-    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_PERMISSION_CLASSES": ["core.permissions.RoleRequired"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "DEFAULT_PARSER_CLASSES": ["core.parsers.JSONObjectParser"],
     "DEFAULT_PAGINATION_CLASS": "core.pagination.CursorPage",
@@ -219,13 +220,18 @@ SPECTACULAR_SETTINGS = {
         "a method a path does not serve is 405 with `Allow` (an API path answers "
         '`{"error": "method_not_allowed"}`, the webhook endpoint no body); `HEAD` is '
         "served wherever `GET` is, without the body; `OPTIONS` on an API path is 200 "
-        "with `Allow` and a short JSON description of the path (after the token, like "
-        "every API request), on the webhook endpoint 405. A request line longer than "
-        "8190 bytes is refused before any path: 414 "
+        "with `Allow` and a short JSON description of the path (after the token and "
+        "its role, like every API request), on the webhook endpoint 405. A request "
+        "line longer than 8190 bytes is refused before any path: 414 "
         '`{"error": "uri_too_long"}` behind the proxy of deploy/nginx/ (gunicorn alone '
         "answers its own 414 page)."
     ),
     "SERVE_INCLUDE_SCHEMA": False,
+    # The operator API's replayable statuses, apart from the other ``status`` fields'.
+    "ENUM_NAME_OVERRIDES": {
+        "ReplayableStatusEnum": ["dead_lettered", "failed"],
+        "StatusEnum": "deployments.models.JobStatus",
+    },
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",

@@ -15,12 +15,21 @@ _names = itertools.count(1)
 
 
 def api_client_make(
-    *, name: str | None = None, token: str | None = None
+    *, name: str | None = None, token: str | None = None, role: str = "ci"
 ) -> tuple[ApiClient, str]:
-    """A new API client (a unique name unless given) and its clear token."""
+    """A new API client (a unique name unless given, of ``role``) and its clear token."""
     return api_client_create(
-        name=name or f"client-{next(_names)}", token=token, actor=Actor.system()
+        name=name or f"client-{next(_names)}",
+        token=token,
+        actor=Actor.system(),
+        role=role,
     )
+
+
+def role_http(role: str) -> APIClient:
+    """A DRF test client authenticated as a new API client of ``role``."""
+    _, token = api_client_make(role=role)
+    return bearer_http(token)
 
 
 def bearer_http(token: str) -> APIClient:

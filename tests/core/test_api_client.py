@@ -48,7 +48,7 @@ def test_api_rejects_missing_or_wrong_bearer_tokens_with_401(api_client_token, h
 def test_api_accepts_the_bearer_token(api, api_client_token):
     response = api.get("/api/whoami/")
     assert response.status_code == 200
-    assert response.json() == {"client": "ci"}
+    assert response.json() == {"client": "ci", "role": "ci"}
 
 
 def test_inactive_client_is_refused(api, api_client_token):

@@ -22,25 +22,43 @@ def test_the_schema_documents_every_answer_with_its_body_and_headers():
     schema = APIClient().get("/api/schema/?format=json").json()
     paths = schema["paths"]
     expected = {
-        ("post", "/api/deployments/"): {200, 202, 400, 401, 409, 413, 422, 503},
-        ("post", "/api/builds/"): {200, 202, 400, 401, 409, 413, 422, 503},
-        ("post", "/api/status-sync/"): {200, 201, 400, 401, 404, 409, 413, 422, 503},
-        ("get", "/api/deployments/"): {200, 401, 404, 422, 503},
-        ("get", "/api/builds/"): {200, 401, 404, 422, 503},
-        ("get", "/api/deployments/{deployment_id}/"): {200, 401, 404, 503},
-        ("get", "/api/builds/{build_id}/"): {200, 401, 404, 503},
-        ("get", "/api/idempotency-keys/{operation_type}/{key}/"): {200, 401, 404, 503},
-        ("get", "/api/research/documents/"): {200, 401, 404, 422, 503},
-        ("get", "/api/research/documents/{entity_id}/"): {200, 401, 404, 503},
+        ("post", "/api/deployments/"): {200, 202, 400, 401, 403, 409, 413, 422, 503},
+        ("post", "/api/builds/"): {200, 202, 400, 401, 403, 409, 413, 422, 503},
+        ("post", "/api/status-sync/"): {
+            200,
+            201,
+            400,
+            401,
+            403,
+            404,
+            409,
+            413,
+            422,
+            503,
+        },
+        ("get", "/api/deployments/"): {200, 401, 403, 404, 422, 503},
+        ("get", "/api/builds/"): {200, 401, 403, 404, 422, 503},
+        ("get", "/api/deployments/{deployment_id}/"): {200, 401, 403, 404, 503},
+        ("get", "/api/builds/{build_id}/"): {200, 401, 403, 404, 503},
+        ("get", "/api/idempotency-keys/{operation_type}/{key}/"): {
+            200,
+            401,
+            403,
+            404,
+            503,
+        },
+        ("get", "/api/research/documents/"): {200, 401, 403, 404, 422, 503},
+        ("get", "/api/research/documents/{entity_id}/"): {200, 401, 403, 404, 503},
         ("get", "/api/research/documents/{entity_id}/revisions/"): {
             200,
             401,
+            403,
             404,
             422,
             503,
         },
-        ("get", "/api/webhooks/{slug}/events/{event_id}/"): {200, 401, 404, 503},
-        ("get", "/api/whoami/"): {200, 401, 503},
+        ("get", "/api/webhooks/{slug}/events/{event_id}/"): {200, 401, 403, 404, 503},
+        ("get", "/api/whoami/"): {200, 401, 403, 503},
     }
     for (method, path), statuses in expected.items():
         responses = paths[path][method]["responses"]
@@ -64,6 +82,29 @@ def test_the_schema_documents_every_answer_with_its_body_and_headers():
     assert sync["200"]["content"] == sync["201"]["content"]
     reused = json.dumps(paths["/api/deployments/"]["post"]["responses"]["409"])
     assert "IdempotencyKeyReused" in reused
+    # Every action of the operator API: its key's refusals, its roles, and a replay's header
+    # on its success (not required: the first answer has the same status and not the header).
+    actions = [
+        (path, operation)
+        for path, operations in paths.items()
+        if path.startswith("/api/ops/")
+        for method, operation in operations.items()
+        if method == "post"
+    ]
+    assert len(actions) >= 10
+    for path, operation in actions:
+        responses = operation["responses"]
+        assert {"400", "401", "403", "409", "422", "503"} <= set(responses), path
+        success = [code for code in responses if code.startswith("2")]
+        assert success, path
+        headers = {
+            name: header
+            for code in success
+            for name, header in responses[code].get("headers", {}).items()
+        }
+        assert "Idempotent-Replayed" in headers, path
+        parameters = {p["name"] for p in operation["parameters"] if p["in"] == "header"}
+        assert "Idempotency-Key" in parameters, path
 
 
 def schema() -> dict:

@@ -578,9 +578,11 @@ class BulkReplayJobAdmin(admin.ModelAdmin):
         controls = []
         if job is not None and self.has_replay_permission(request):
             labels = {"cancel": "Cancel this job", "resume": "Resume this job"}
+            # Pause is the operator API's (a cancel here stops a job as well).
             controls = [
                 (f"{name}_selected", labels[name])
                 for name in bulk_replay_job_controls(job=job)
+                if name in labels
             ]
         context = {
             **(extra_context or {}),

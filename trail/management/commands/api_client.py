@@ -4,7 +4,8 @@ from django.db import IntegrityError
 from core.actors import Actor
 from core.cli import secret_option_read
 from core.errors import InvalidPayload
-from trail.api_clients import api_client_create
+from core.models import ApiClient, ApiRole
+from trail.api_clients import api_client_create, api_client_set_role
 
 
 class Command(BaseCommand):
@@ -28,6 +29,16 @@ class Command(BaseCommand):
             metavar="PATH",
             help="read the token from this file, or from standard input with -",
         )
+        create.add_argument(
+            "--role",
+            choices=ApiRole.values,
+            default=ApiRole.CI,
+            help="what the client may do (default: ci, what every client could do "
+            "before roles)",
+        )
+        set_role = sub.add_parser("set-role", help="change an API client's role")
+        set_role.add_argument("name")
+        set_role.add_argument("role", choices=ApiRole.values)
 
     def handle(self, *args, action, **options):
         if action == "create":
@@ -41,7 +52,10 @@ class Command(BaseCommand):
                 self.stderr.write("warning: a token shorter than 32 characters is weak")
             try:
                 client, token = api_client_create(
-                    name=options["name"], token=token, actor=Actor.command()
+                    name=options["name"],
+                    token=token,
+                    actor=Actor.command(),
+                    role=options["role"],
                 )
             except IntegrityError as exc:
                 raise CommandError(
@@ -49,6 +63,20 @@ class Command(BaseCommand):
                 ) from exc
             except InvalidPayload as exc:
                 raise CommandError(f"--token: {exc}") from None
-            self.stdout.write(f"created API client {client.name!r} (id {client.pk})")
+            self.stdout.write(
+                f"created API client {client.name!r} (id {client.pk}, role "
+                f"{client.role})"
+            )
             self.stdout.write("token (shown once, store it now):")
             self.stdout.write(token)
+        elif action == "set-role":
+            found = ApiClient.objects.filter(name=options["name"]).first()
+            if found is None:
+                raise CommandError(f"no API client {options['name']!r}")
+            changed = api_client_set_role(
+                client=found, role=options["role"], actor=Actor.command()
+            )
+            self.stdout.write(
+                f"API client {found.name!r} is {found.role}"
+                + ("" if changed else " (unchanged)")
+            )
