@@ -27,6 +27,10 @@ CLIENTS = {
     "client-a": "fuzz-client-a-token-0123456789abcdef",
     "client-b": "fuzz-client-b-token-0123456789abcdef",
 }
+# The operator API's client, last in the auth file: schemathesis moves an operation the CI
+# clients are refused (403) on to the next identity, the operator API's to it.
+OPERATOR = ("operator", "fuzz-operator-token-0123456789abcdef")
+OPS_SOURCE = "fuzz-ops"
 
 
 def interactions(ndjson: str) -> list[tuple[dict, dict | None, dict | None]]:
@@ -55,9 +59,13 @@ def interactions(ndjson: str) -> list[tuple[dict, dict | None, dict | None]]:
 def test_schemathesis_finds_nothing(tmp_path):
     for name, token in CLIENTS.items():
         api_client_create(name=name, token=token, actor=Actor.system())
+    api_client_create(
+        name=OPERATOR[0], token=OPERATOR[1], actor=Actor.system(), role="operator"
+    )
     WebhookSourceFactory(
         slug=SOURCE, scheme="hmac-sha256", handler="research", secret=SOURCE_SECRET
     )
+    WebhookSourceFactory(slug=OPS_SOURCE, scheme="hmac-sha256", handler="research")
     auth = tmp_path / "auth.json"
     auth.write_text(
         json.dumps(
@@ -69,7 +77,7 @@ def test_schemathesis_finds_nothing(tmp_path):
                             {"name": "Authorization", "value": f"Bearer {token}"}
                         ],
                     }
-                    for name, token in CLIENTS.items()
+                    for name, token in [*CLIENTS.items(), OPERATOR]
                 ]
             }
         )
@@ -105,6 +113,7 @@ def test_schemathesis_finds_nothing(tmp_path):
                 "RETRYSAFE_FUZZ_AUTH_FILE": str(auth),
                 "RETRYSAFE_FUZZ_SOURCE": SOURCE,
                 "RETRYSAFE_FUZZ_SOURCE_SECRET": SOURCE_SECRET,
+                "RETRYSAFE_FUZZ_OPS_SOURCE": OPS_SOURCE,
             },
             capture_output=True,
             text=True,
@@ -148,3 +157,12 @@ def test_schemathesis_finds_nothing(tmp_path):
         and response is not None
     ]
     assert probes and all(status == 404 for status in probes), probes
+    # The operator API was fuzzed as the operator, past its role check: reads and actions
+    # answered with success, not only refused.
+    answered = {
+        (method, path)
+        for method, path, status in statuses
+        if path.startswith("/api/ops/") and status is not None and status < 300
+    }
+    assert ("GET", "/api/ops/sources/") in answered, answered
+    assert any(method == "POST" for method, _ in answered), answered
