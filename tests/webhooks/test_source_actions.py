@@ -127,15 +127,26 @@ def test_an_api_client_created_and_deactivated_is_recorded(
         "client": "ci-tool",
         "client_id": api_client.pk,
         "token_prefix": api_client.token_prefix,
+        "role": "ci",
     }
     admin = django_user_model.objects.create_superuser("root", "r@example.com", "pw")
     client.force_login(admin)
     page = reverse("admin:core_apiclient_change", args=[api_client.pk])
-    client.post(page, {"is_active": ""})
+    client.post(page, {"is_active": "", "role": "ci"})
     assert not ApiClient.objects.get(pk=api_client.pk).is_active
     (deactivated,) = actions("deactivate_api_client")
     assert (deactivated.actor, deactivated.details["before"]) == (admin, True)
     assert deactivated.details["after"] is False
+    # Its role, from the same page: one operator action, the admin user its actor.
+    client.post(page, {"is_active": "", "role": "auditor"})
+    assert ApiClient.objects.get(pk=api_client.pk).role == "auditor"
+    (role_set,) = actions("set_api_client_role")
+    assert (role_set.actor, role_set.details["before"], role_set.details["after"]) == (
+        admin,
+        "ci",
+        "auditor",
+    )
+    assert len(actions("deactivate_api_client")) == 1
 
 
 def test_a_token_may_come_from_a_file(tmp_path, capsys):
