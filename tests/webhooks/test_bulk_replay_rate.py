@@ -600,7 +600,7 @@ def test_replay_events_cancels_a_job_with_a_reason(paced, operator, capsys):
         f"os:{getpass.getuser()}",
         "incident 9",
     )
-    with pytest.raises(CommandError, match="only a queued or running job"):
+    with pytest.raises(CommandError, match="only a queued, running or paused job"):
         call_command("replay_events", "--cancel", str(job.pk), "--reason", "again")
     with pytest.raises(CommandError, match="no bulk replay"):
         call_command("replay_events", "--cancel", "999999", "--reason", "r")
