@@ -849,7 +849,9 @@ class BulkReplayJobAdmin(admin.ModelAdmin):
                 refused += 1
         text = f"Cancelled {cancelled} bulk replay job(s)."
         if refused:
-            text += f" {refused} not cancellable: only a queued or running job is."
+            text += (
+                f" {refused} not cancellable: only a queued, running or paused job is."
+            )
         self.message_user(
             request, text, messages.SUCCESS if cancelled else messages.WARNING
         )
