@@ -14,6 +14,9 @@ from ._helpers import (
     database_timeouts_apply,
     env,
     env_renamed,
+    otel_endpoint_check,
+    otel_key_mode_check,
+    otel_service_name_check,
     two_factor_mode_check,
 )
 
@@ -370,6 +373,22 @@ BENCH_ENDPOINTS = env.bool("BENCH_ENDPOINTS", default=False)
 DATA_UPLOAD_MAX_MEMORY_SIZE = max(WEBHOOK_MAX_BODY_BYTES, 2621440)
 # No view takes uploads: a multipart body's files are skipped, never stored (core/uploads.py).
 FILE_UPLOAD_HANDLERS = ["core.uploads.FilesSkippedUploadHandler"]
+
+# --- Tracing (core/tracing.py; docs/operations.md, "Tracing") --------------------------------
+# Off unless the standard OpenTelemetry variable names a collector's OTLP/HTTP base
+# (http://collector:4318): spans then go to its /v1/traces. A value that is not an http(s) URL
+# refuses the start. The SDK's own OTEL_* variables (OTEL_TRACES_SAMPLER,
+# OTEL_RESOURCE_ATTRIBUTES, OTEL_EXPORTER_OTLP_HEADERS, OTEL_BSP_*) apply as usual.
+OTEL_EXPORTER_OTLP_ENDPOINT = otel_endpoint_check(
+    env("OTEL_EXPORTER_OTLP_ENDPOINT", default="")
+)
+OTEL_SERVICE_NAME = otel_service_name_check(
+    env("OTEL_SERVICE_NAME", default="retrysafe")
+)
+# An idempotency key on a span: "hash" (a SHA-256 hex prefix of 16) or "raw" (the key itself).
+OTEL_RECORD_IDEMPOTENCY_KEY = otel_key_mode_check(
+    env("OTEL_RECORD_IDEMPOTENCY_KEY", default="hash")
+)
 
 # --- Logging: structured JSON, one line per record -----------------------------------------
 LOG_LEVEL = env("LOG_LEVEL", default="INFO")
