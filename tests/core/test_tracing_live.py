@@ -2,11 +2,11 @@
 export their spans over OTLP/HTTP to a receiver started here (``tests.otlp_receiver``), and
 the ``http`` trigger's receiver (``tests.deployments.receiver``) is a real server too.
 
-A signed webhook: the request's span, the relay's publish span linked to it, the worker's
-process span linked to it across the outbox, in the publish span's trace, and the handler's
-span under the process span. A deployment: the request's span with its idempotency
-attributes, the job's process span linked to it, the trigger's span, and the trigger's
-receiver given a ``traceparent`` of the trigger's trace."""
+A signed webhook, on Redis and on RabbitMQ: the request's span, the relay's publish span
+linked to it, the worker's process span linked to it across the outbox, in the publish
+span's trace, and the handler's span under the process span. A deployment: the request's
+span with its idempotency attributes, the job's process span linked to it, the trigger's
+span, and the trigger's receiver given a ``traceparent`` of the trigger's trace."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import hashlib
 
 import pytest
 import requests
+from django.conf import settings
 
 from deployments.models import Deployment
 from tests import processes
@@ -52,11 +53,20 @@ def trigger_receiver():
 
 
 @pytest.fixture
-def traced(tmp_path, collector, trigger_receiver, workers, running):
+def broker(request) -> str:
+    """The test broker unless a test asks for each in turn (``broker_url``)."""
+    if "broker_url" in request.fixturenames:
+        return request.getfixturevalue("broker_url")
+    return settings.CELERY_BROKER_URL
+
+
+@pytest.fixture
+def traced(tmp_path, collector, trigger_receiver, workers, running, broker):
     """A traced gunicorn server (its URL) and a traced worker, the ``http`` executor
     pointed at ``trigger_receiver``."""
     env = _tracing_env(
         collector,
+        CELERY_BROKER_URL=broker,
         DEPLOY_EXECUTOR="http",
         DEPLOY_HTTP_URL=trigger_receiver.url,
         DEPLOY_HTTP_SECRET=trigger_receiver.secret,
@@ -73,8 +83,9 @@ def traced(tmp_path, collector, trigger_receiver, workers, running):
 
 
 def test_a_webhook_is_traced_from_its_request_through_the_relay_to_its_handler(
-    traced, collector, workers
+    broker_url, traced, collector, workers
 ):
+    system = "rabbitmq" if broker_url.startswith("amqp") else "redis"
     WebhookSourceFactory(slug="traced")
     body = research_event()
     raw = encode(body)
@@ -110,7 +121,7 @@ def test_a_webhook_is_traced_from_its_request_through_the_relay_to_its_handler(
     assert publish.name == "publish celery"
     assert publish.parent_span_id == ""  # a relay round is a trace of its own
     assert publish.trace_id != request.trace_id
-    assert publish.attributes["messaging.system"] == "redis"
+    assert publish.attributes["messaging.system"] == system
     assert publish.attributes["messaging.operation.type"] == "publish"
     assert publish.attributes["messaging.destination.name"] == "celery"
     message_id = publish.attributes["messaging.message.id"]
@@ -123,7 +134,7 @@ def test_a_webhook_is_traced_from_its_request_through_the_relay_to_its_handler(
     assert process.trace_id == publish.trace_id
     assert process.attributes["messaging.operation.type"] == "process"
     assert process.attributes["messaging.message.id"] == message_id
-    assert process.attributes["messaging.system"] == "redis"
+    assert process.attributes["messaging.system"] == system
 
     handler = collector.wait_for(
         lambda s: s.name == "handle research" and s.child_of(process),
