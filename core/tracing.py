@@ -101,7 +101,11 @@ def tracing_start(*, process: str) -> bool:
                 BatchSpanProcessor(OTLPSpanExporter(endpoint=traces_url()))
             )
             trace.set_tracer_provider(provider)
-        _instrument(PROCESS_INSTRUMENTATIONS[process])
+        _instrument(
+            name
+            for name in PROCESS_INSTRUMENTATIONS[process]
+            if name not in settings.OTEL_PYTHON_DISABLED_INSTRUMENTATIONS
+        )
         _started_pid = os.getpid()
     logger.info(
         "tracing.started", extra={"traced_process": process, "endpoint": traces_url()}
@@ -269,11 +273,11 @@ def links_add(traceparents: Iterable[str | None], target: Span | None = None) ->
         target.add_link(link.context, link.attributes)
 
 
-def task_process_span(task: Any, *, destination_default: str = "", count: int = 0):
+def task_process_span(task: Any, *, rows: int, destination_default: str = ""):
     """The ``process`` span of a Celery task's message (a child of the Celery
-    instrumentation's run span, in the publisher's trace), with the messaging attributes;
-    its rows' links are added by whoever claims them (``links_add``). Call only when tracing
-    is on."""
+    instrumentation's run span, in the publisher's trace), with the messaging attributes
+    and the number of outbox rows the message carries; its rows' links are added by whoever
+    claims them (``links_add``). Call only when tracing is on."""
     request = task.request
     delivery = getattr(request, "delivery_info", None) or {}
     destination = delivery.get("routing_key") or destination_default or "celery"
@@ -285,9 +289,9 @@ def task_process_span(task: Any, *, destination_default: str = "", count: int = 
                 operation="process",
                 destination=destination,
                 message_id=request.id or "",
-                count=count,
             ),
             "celery.task_name": task.name,
+            "outbox.row_count": rows,
         },
     )
 
@@ -315,7 +319,7 @@ def messaging_system() -> str:
 
 
 def messaging_attributes(
-    *, operation: str, destination: str, message_id: str = "", count: int = 0
+    *, operation: str, destination: str, message_id: str = ""
 ) -> dict[str, Any]:
     """The messaging semantic conventions' attributes of a ``publish`` or ``process``."""
     attributes: dict[str, Any] = {
@@ -326,6 +330,4 @@ def messaging_attributes(
     }
     if message_id:
         attributes["messaging.message.id"] = message_id
-    if count:
-        attributes["messaging.batch.message_count"] = count
     return attributes

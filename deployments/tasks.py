@@ -15,7 +15,7 @@ def job_run_task(self, kind: str, public_id: str) -> str:
     """Runs a deployment's or build's executor at most once, however often it is delivered."""
     worker = f"worker:{socket.gethostname()}/{os.getpid()}/{self.request.id}"
     if tracing_enabled():
-        with task_process_span(self, count=1) as processed:
+        with task_process_span(self, rows=1) as processed:
             processed.set_attribute("deployments.job_id", public_id)
             outcome = job_run(kind=kind, public_id=public_id, worker=worker)
             processed.set_attribute("deployments.outcome", outcome)

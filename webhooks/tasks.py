@@ -34,7 +34,7 @@ def process_inbox_events_task(self, inbox_event_ids: list[int]) -> list[str]:
     concurrent run never applies an event twice. A transient failure leaves the row ``failed``
     with its retry time; the relay publishes it again when that comes."""
     if tracing_enabled():
-        with task_process_span(self, count=len(inbox_event_ids)):
+        with task_process_span(self, rows=len(inbox_event_ids)):
             outcomes = inbox_events_process(
                 ids=inbox_event_ids, worker=_worker_name(self)
             )

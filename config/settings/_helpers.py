@@ -145,3 +145,19 @@ def otel_service_name_check(value: str) -> str:
     if not value.strip():
         raise ImproperlyConfigured("OTEL_SERVICE_NAME is empty: name the service")
     return value.strip()
+
+
+OTEL_INSTRUMENTATIONS = ("django", "celery", "psycopg", "httpx")
+
+
+def otel_disabled_instrumentations_check(names: list[str]) -> list[str]:
+    """``OTEL_PYTHON_DISABLED_INSTRUMENTATIONS``: of the instrumentations the product starts,
+    those to leave out; a name it does not start is refused rather than ignored."""
+    names = [name.strip() for name in names if name.strip()]
+    unknown = sorted(set(names) - set(OTEL_INSTRUMENTATIONS))
+    if unknown:
+        raise ImproperlyConfigured(
+            f"OTEL_PYTHON_DISABLED_INSTRUMENTATIONS names {unknown}: expected some of "
+            f"{', '.join(OTEL_INSTRUMENTATIONS)}"
+        )
+    return names

@@ -14,6 +14,7 @@ from ._helpers import (
     database_timeouts_apply,
     env,
     env_renamed,
+    otel_disabled_instrumentations_check,
     otel_endpoint_check,
     otel_key_mode_check,
     otel_service_name_check,
@@ -388,6 +389,11 @@ OTEL_SERVICE_NAME = otel_service_name_check(
 # An idempotency key on a span: "hash" (a SHA-256 hex prefix of 16) or "raw" (the key itself).
 OTEL_RECORD_IDEMPOTENCY_KEY = otel_key_mode_check(
     env("OTEL_RECORD_IDEMPOTENCY_KEY", default="hash")
+)
+# Instrumentations left out (django, celery, psycopg, httpx), as the SDK's auto-instrumentation
+# reads the variable (docs/bench-log/2026-12-06.md, "What tracing costs ingest").
+OTEL_PYTHON_DISABLED_INSTRUMENTATIONS = otel_disabled_instrumentations_check(
+    env.list("OTEL_PYTHON_DISABLED_INSTRUMENTATIONS", default=[])
 )
 
 # --- Logging: structured JSON, one line per record -----------------------------------------

@@ -151,10 +151,9 @@ def publish(
 
 def _publish_span(publication: Publication, traceparents: tuple[str, ...]):
     destination = current_app.conf.task_default_queue
-    attributes = messaging_attributes(
-        operation="publish", destination=destination, count=len(traceparents)
-    )
+    attributes = messaging_attributes(operation="publish", destination=destination)
     attributes["celery.task_name"] = publication.task
+    attributes["outbox.row_count"] = len(publication.rows) or 1
     return span(
         f"publish {destination}",
         kind="producer",

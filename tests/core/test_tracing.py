@@ -24,7 +24,11 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import (
 )
 
 from audit.ledgers import ledger_for_model
-from config.settings._helpers import otel_endpoint_check, otel_key_mode_check
+from config.settings._helpers import (
+    otel_disabled_instrumentations_check,
+    otel_endpoint_check,
+    otel_key_mode_check,
+)
 from core.actors import Actor
 from core.tracing import MAX_LINKS, idempotency_key_attribute, links_from
 from deployments.models import Deployment
@@ -329,3 +333,14 @@ def test_no_leaf_of_the_log_holds_the_traceparent(source, client):
     job_ledger = ledger_for_model(Deployment)
     assert job_ledger is not None
     assert "traceparent" not in job_ledger.fields.values()
+
+
+def test_an_instrumentation_left_out_must_be_one_the_product_starts():
+    assert otel_disabled_instrumentations_check(["psycopg", " httpx"]) == [
+        "psycopg",
+        "httpx",
+    ]
+    with pytest.raises(
+        ImproperlyConfigured, match="OTEL_PYTHON_DISABLED_INSTRUMENTATIONS"
+    ):
+        otel_disabled_instrumentations_check(["psycopg2"])

@@ -124,6 +124,7 @@ def test_a_webhook_is_traced_from_its_request_through_the_relay_to_its_handler(
     assert publish.attributes["messaging.system"] == system
     assert publish.attributes["messaging.operation.type"] == "publish"
     assert publish.attributes["messaging.destination.name"] == "celery"
+    assert publish.attributes["outbox.row_count"] == 1
     message_id = publish.attributes["messaging.message.id"]
 
     process = collector.wait_for(
