@@ -119,10 +119,9 @@ def _instrument(names: Iterable[str]) -> None:
         if name == "django":
             from opentelemetry.instrumentation.django import DjangoInstrumentor
 
-            # Its middleware goes first in MIDDLEWARE, before the webhook's fast lane: a
-            # delivery is a request span too. Instrumented before the WSGI handler loads
-            # the middleware (config/wsgi.py).
+            # Instrumented before the WSGI handler loads the middleware (config/wsgi.py).
             DjangoInstrumentor().instrument()
+            _django_middleware_place()
         elif name == "celery":
             from opentelemetry.instrumentation.celery import CeleryInstrumentor
 
@@ -136,6 +135,55 @@ def _instrument(names: Iterable[str]) -> None:
             from opentelemetry.instrumentation.httpx import HTTPXClientInstrumentor
 
             HTTPXClientInstrumentor().instrument()
+
+
+def _django_middleware_place() -> None:
+    """The Django instrumentation puts its middleware first; it goes right after
+    ``TRACING_MIDDLEWARE_AFTER`` instead (the webhook's fast lane), whose requests have a
+    server span of their own (``server_span``): the instrumentation's per-request work
+    doubled what a delivery cost the web process, an explicit span a fraction of it
+    (docs/bench-log/2026-12-06.md, "What tracing costs ingest")."""
+    after = settings.TRACING_MIDDLEWARE_AFTER
+    middleware = list(settings.MIDDLEWARE)
+    if after not in middleware:
+        return
+    instrumentation = [m for m in middleware if m.startswith("opentelemetry.")]
+    rest = [m for m in middleware if m not in instrumentation]
+    at = rest.index(after) + 1
+    settings.MIDDLEWARE = [*rest[:at], *instrumentation, *rest[at:]]
+
+
+def server_span(request: Any, *, route: str):
+    """A server span of a request answered before the Django instrumentation's middleware
+    (the webhook's fast lane), a child of the caller's ``traceparent`` when it sent one, with
+    the HTTP semantic conventions' attributes; the caller sets
+    ``http.response.status_code``. Call only when tracing is on."""
+    from opentelemetry import trace
+    from opentelemetry.trace.propagation.tracecontext import (
+        TraceContextTextMapPropagator,
+    )
+
+    meta = request.META
+    carrier = {
+        name: meta[key]
+        for name, key in (
+            ("traceparent", "HTTP_TRACEPARENT"),
+            ("tracestate", "HTTP_TRACESTATE"),
+        )
+        if key in meta
+    }
+    parent = TraceContextTextMapPropagator().extract(carrier) if carrier else None
+    return trace.get_tracer(TRACER_NAME).start_as_current_span(
+        f"{request.method} {route}",
+        context=parent,
+        kind=trace.SpanKind.SERVER,
+        attributes={
+            "http.request.method": request.method,
+            "http.route": route,
+            "url.path": request.path,
+            "url.scheme": request.scheme,
+        },
+    )
 
 
 def tracing_shutdown() -> None:

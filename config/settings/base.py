@@ -390,6 +390,9 @@ OTEL_SERVICE_NAME = otel_service_name_check(
 OTEL_RECORD_IDEMPOTENCY_KEY = otel_key_mode_check(
     env("OTEL_RECORD_IDEMPOTENCY_KEY", default="hash")
 )
+# The Django instrumentation's middleware goes right after this one: the webhook's fast lane
+# answers its deliveries before it, each in a server span of its own (core/tracing.py).
+TRACING_MIDDLEWARE_AFTER = "webhooks.middleware.WebhookFastLaneMiddleware"
 # Instrumentations left out (django, celery, psycopg, httpx), as the SDK's auto-instrumentation
 # reads the variable (docs/bench-log/2026-12-06.md, "What tracing costs ingest").
 OTEL_PYTHON_DISABLED_INSTRUMENTATIONS = otel_disabled_instrumentations_check(

@@ -47,20 +47,25 @@ pytestmark = pytest.mark.django_db
 ON = {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9"}
 
 
+_kept = InMemorySpanExporter()
+
+
 @pytest.fixture
 def spans():
     """Tracing on in this process, every span kept in memory (the process's one SDK
-    provider, made by the first test that asks; no exporter to a network)."""
+    provider and its one in-memory exporter, made by the first test that asks, emptied for
+    each; no exporter to a network)."""
     provider = trace.get_tracer_provider()
     if not isinstance(provider, TracerProvider):
         provider = TracerProvider()
         trace.set_tracer_provider(provider)
-    exporter = InMemorySpanExporter()
-    processor = SimpleSpanProcessor(exporter)
-    provider.add_span_processor(processor)
+    if not getattr(provider, "_tests_keep_spans", False):
+        provider.add_span_processor(SimpleSpanProcessor(_kept))
+        provider._tests_keep_spans = True  # type: ignore[attr-defined]
+    _kept.clear()
     with override_settings(**ON):
-        yield exporter
-    processor.shutdown()
+        yield _kept
+    _kept.clear()
 
 
 def _request_span(name: str = "request"):
@@ -229,15 +234,31 @@ def test_a_conflicting_key_is_said_on_the_span(spans):
     assert _finished(spans, "conflict").attributes["idempotency.outcome"] == "conflict"
 
 
+def _deliveries(exporter: InMemorySpanExporter, event_id: str) -> list[ReadableSpan]:
+    """The server spans of the fast lane for ``event_id``, in the order they ended."""
+    return [
+        s
+        for s in exporter.get_finished_spans()
+        if s.kind == trace.SpanKind.SERVER
+        and s.attributes.get("webhook.event_id") == event_id
+    ]
+
+
 def test_a_webhook_row_keeps_the_request_context_and_the_span_no_body(
     spans, source, client
 ):
     body = research_event()
     raw, headers = _signed(body)
-    with _request_span("webhook"):
-        assert post(client, RESEARCH_SOURCE, raw, headers).status_code == 202
-    request = _finished(spans, "webhook")
+    assert post(client, RESEARCH_SOURCE, raw, headers).status_code == 202
+    [request] = _deliveries(spans, body["event_id"])
+    assert request.name == "POST webhooks/<str:slug>/"
+    assert request.parent is None  # the producer sent no traceparent
     assert request.attributes == {
+        "http.request.method": "POST",
+        "http.route": "webhooks/<str:slug>/",
+        "url.path": f"/webhooks/{RESEARCH_SOURCE}/",
+        "url.scheme": "http",
+        "http.response.status_code": 202,
         "webhook.source": RESEARCH_SOURCE,
         "webhook.event_id": body["event_id"],
         "webhook.outcome": "accepted",
@@ -245,12 +266,23 @@ def test_a_webhook_row_keeps_the_request_context_and_the_span_no_body(
     row = InboxEvent.objects.get(event_id=body["event_id"])
     assert row.traceparent.split("-")[:3] == _traceparent_of(request)
 
-    with _request_span("again"):
-        assert post(client, RESEARCH_SOURCE, raw, headers).status_code == 200
-    assert _finished(spans, "again").attributes["webhook.outcome"] == "duplicate"
+    assert post(client, RESEARCH_SOURCE, raw, headers).status_code == 200
+    [_, again] = _deliveries(spans, body["event_id"])
+    assert again.attributes["webhook.outcome"] == "duplicate"
     # A duplicate keeps the first request's context.
     row.refresh_from_db()
     assert row.traceparent.split("-")[:3] == _traceparent_of(request)
+
+
+def test_a_delivery_continues_the_producers_trace(spans, source, client):
+    body = research_event()
+    raw, headers = _signed(body)
+    producer = f"00-{7:032x}-{9:016x}-01"
+    response = post(client, RESEARCH_SOURCE, raw, {**headers, "traceparent": producer})
+    assert response.status_code == 202
+    [request] = _deliveries(spans, body["event_id"])
+    assert request.parent.trace_id == 7 and request.parent.span_id == 9
+    assert request.get_span_context().trace_id == 7
 
 
 # --- links --------------------------------------------------------------------------------
@@ -260,12 +292,12 @@ def test_a_batch_links_to_its_rows_requests_and_each_handler_is_its_child(
     spans, source, client
 ):
     requests_ = []
-    for n in range(3):
+    for _ in range(3):
         body = research_event()
         raw, headers = _signed(body)
-        with _request_span(f"request-{n}"):
-            post(client, RESEARCH_SOURCE, raw, headers)
-        requests_.append(_finished(spans, f"request-{n}").get_span_context())
+        post(client, RESEARCH_SOURCE, raw, headers)
+        [delivery] = _deliveries(spans, body["event_id"])
+        requests_.append(delivery.get_span_context())
     ids = list(InboxEvent.objects.order_by("pk").values_list("pk", flat=True))
 
     with trace.get_tracer("tests").start_as_current_span("process batch"):
@@ -291,9 +323,8 @@ def test_links_are_bounded_and_skip_what_is_not_a_traceparent(spans):
 def test_a_replay_starts_a_new_trace_linked_to_the_original(spans, source, client):
     body = research_event()
     raw, headers = _signed(body)
-    with _request_span("original"):
-        post(client, RESEARCH_SOURCE, raw, headers)
-    original = _finished(spans, "original")
+    post(client, RESEARCH_SOURCE, raw, headers)
+    [original] = _deliveries(spans, body["event_id"])
     InboxEvent.objects.update(processing_status=ProcessingStatus.DEAD_LETTERED)
 
     with _request_span("operator"):
