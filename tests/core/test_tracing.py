@@ -32,9 +32,11 @@ from config.settings._helpers import (
 from core.actors import Actor
 from core.tracing import MAX_LINKS, idempotency_key_attribute, links_from
 from deployments.models import Deployment
+from deployments.services.attempts import job_run
 from tests import processes
 from tests.core.factories import api_client_make, bearer_http
 from tests.deployments.factories import deployment_body, idempotent_post
+from tests.deployments.fake_github import GITHUB_TOKEN, FakeGitHub
 from tests.integrations.research.factories import research_event
 from tests.webhooks.factories import RESEARCH_SOURCE, encode, signed_headers
 from tests.webhooks.factories import webhook_post as post
@@ -375,3 +377,28 @@ def test_an_instrumentation_left_out_must_be_one_the_product_starts():
         ImproperlyConfigured, match="OTEL_PYTHON_DISABLED_INSTRUMENTATIONS"
     ):
         otel_disabled_instrumentations_check(["psycopg2"])
+
+
+def test_every_call_to_githubs_api_carries_the_triggers_traceparent(
+    spans, api, settings
+):
+    with FakeGitHub() as github:
+        settings.DEPLOY_EXECUTOR = "github"
+        settings.GITHUB_API_URL = github.url
+        settings.GITHUB_TOKEN = GITHUB_TOKEN
+        body = deployment_body(repository="acme/shop", environment="production")
+        response = idempotent_post(api, "/api/deployments/", body, "gh-1")
+        job = Deployment.objects.get(public_id=response.json()["deployment_id"])
+        with trace.get_tracer("tests").start_as_current_span("process"):
+            assert job_run(kind="deployment", public_id=job.public_id, worker="w")
+        with github.http.lock:
+            sent = [
+                request.headers.get("traceparent") for request in github.http.requests
+            ]
+    trigger = _finished(spans, "trigger github")
+    assert trigger.attributes["deployments.outcome"] == "delivered"
+    assert sent and all(sent)  # the lookup and the create
+    for traceparent in sent:
+        assert (
+            traceparent.split("-")[1] == f"{trigger.get_span_context().trace_id:032x}"
+        )
