@@ -51,3 +51,12 @@ def child_exit(server, worker):
     from core.metrics import process_mark_dead
 
     process_mark_dead(worker.pid)
+
+
+def worker_exit(server, worker):
+    # A worker that ends (recycled after max_requests, or at shutdown) exports the spans it
+    # still holds first (core/tracing.py); its tracer provider was started when it loaded
+    # config.wsgi, after the fork.
+    from core.tracing import tracing_shutdown
+
+    tracing_shutdown()

@@ -28,6 +28,7 @@ from celery.worker.consumer import Consumer as CeleryConsumer
 from celery.worker.state import active_requests
 
 from core.metrics_dir import metrics_dir_prepare
+from core.tracing import tracing_shutdown, tracing_start
 
 logger = logging.getLogger(__name__)
 
@@ -41,6 +42,19 @@ class Worker(CeleryWorker):
 @signals.worker_process_init.connect(weak=False)
 def _pool_process_ignores_sigterm(**kwargs):
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+
+@signals.worker_process_init.connect(weak=False)
+def _pool_process_tracing_start(**kwargs):
+    # Each pool process its own tracer provider, after the fork (core/tracing.py): the
+    # batch processor's thread and the exporter's connections belong to one process.
+    tracing_start(process="worker")
+
+
+@signals.worker_process_shutdown.connect(weak=False)
+def _pool_process_tracing_flush(**kwargs):
+    # Before a pool process is recycled or the worker stops: its last spans are exported.
+    tracing_shutdown()
 
 
 class Consumer(CeleryConsumer):

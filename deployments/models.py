@@ -391,6 +391,13 @@ class Job(BaseModel):
     # when an attempt is delivered (the one the API answers); null until then, and for a
     # job no trigger carried.
     downstream = models.JSONField(null=True, blank=True, default=None)
+    # The W3C traceparent of the request that made the job (core/tracing.py), written by the
+    # statement that inserts it; "" when tracing is off (a database default only: a job
+    # built without one leaves the column out of its INSERT). Not part of any leaf of the
+    # verifiable log.
+    traceparent = models.CharField(
+        max_length=55, blank=True, db_default="", editable=False
+    )
 
     objects: ClassVar[models.Manager] = models.Manager()
 

@@ -37,6 +37,7 @@ from core import egress
 from core.egress import DeniedDestination as DeniedDestination
 from core.egress import destination_check as destination_check
 from core.secrets import secrets_scrubbed, settings_secrets
+from core.tracing import headers_inject
 
 from .models import TriggerAttempt
 
@@ -111,10 +112,14 @@ def call(
     ``DeniedDestination`` with nothing sent); the body of the answer is read (up to
     ``MAX_RESPONSE_BYTES``) only when asked. Raises what httpx raises."""
     egress.url_origin(url)
+    sent = dict(headers)
+    # Tracing: the attempt's context goes downstream (the http executor's signed POST, the
+    # GitHub API's calls), whether or not httpx's instrumentation reaches this client.
+    headers_inject(sent)
     with (
         attempt_deadline(),
         client.stream(
-            method, url, headers=dict(headers), content=content, params=params
+            method, url, headers=sent, content=content, params=params
         ) as response,
     ):
         body = b""

@@ -175,5 +175,20 @@ class JobOutbox(Outbox[None]):
         ]
         return min((moment for moment in oldest if moment), default=None)
 
+    def traceparents(self, publications: list[Publication]) -> list[tuple[str, ...]]:
+        """Tracing only: each job's stored context (a message carries one job, its public
+        id its second argument), one read for the round."""
+        stored = dict(
+            Job.objects.filter(
+                public_id__in=[publication.args[1] for publication in publications]
+            )
+            .exclude(traceparent="")
+            .values_list("public_id", "traceparent")
+        )
+        return [
+            (stored[publication.args[1]],) if publication.args[1] in stored else ()
+            for publication in publications
+        ]
+
 
 JOBS_OUTBOX = JobOutbox()

@@ -44,6 +44,11 @@ from core.canonical import canonical_json
 from core.db import fetchone_checking_connection
 from core.errors import TemporarilyUnavailable
 from core.models import ApiClient
+from core.tracing import (
+    current_span_set,
+    idempotency_key_attribute,
+    tracing_enabled,
+)
 
 from . import statements
 from .errors import IdempotencyKeyReused
@@ -82,6 +87,29 @@ class IdempotentResponse:
     body: bytes
     location: str
     replayed: bool
+
+
+# ``idempotency.outcome`` on a request's span.
+_SPAN_OUTCOMES = {
+    RequestOutcome.NEW: "created",
+    RequestOutcome.EXPIRED: "expired",
+    RequestOutcome.REPLAYED: "replayed",
+    RequestOutcome.CONFLICT: "conflict",
+}
+
+
+def _outcome_count(*, operation_type: str, outcome: RequestOutcome, key: str) -> None:
+    """Counts what a request came to, and, tracing, says it on the request's span: the
+    operation, the outcome and the key (hashed unless the setting asks for it raw)."""
+    IDEMPOTENCY_REQUESTS.labels(operation_type, outcome).inc()
+    if tracing_enabled():
+        current_span_set(
+            {
+                "idempotency.operation": operation_type,
+                "idempotency.outcome": _SPAN_OUTCOMES[outcome],
+                "idempotency.key": idempotency_key_attribute(key),
+            }
+        )
 
 
 def fingerprint_compute(*, fields: dict) -> str:
@@ -377,7 +405,9 @@ def idempotency_identical_replay(
     )
     if row is None:
         return None
-    IDEMPOTENCY_REQUESTS.labels(operation_type, RequestOutcome.REPLAYED).inc()
+    _outcome_count(
+        operation_type=operation_type, outcome=RequestOutcome.REPLAYED, key=key
+    )
     return IdempotentResponse(
         status_code=200, body=bytes(row[0]), location=row[1], replayed=True
     )
@@ -394,7 +424,9 @@ def idempotency_replay(
 ) -> IdempotentResponse:
     if record.fingerprint != fingerprint:
         differing = _differing_fields(record.fingerprint_fields, fingerprint_fields)
-        IDEMPOTENCY_REQUESTS.labels(operation_type, RequestOutcome.CONFLICT).inc()
+        _outcome_count(
+            operation_type=operation_type, outcome=RequestOutcome.CONFLICT, key=key
+        )
         _record_seen(pk=record.pk, conflict=True)
         logger.info(
             "idempotency.conflict",
@@ -406,7 +438,9 @@ def idempotency_replay(
             },
         )
         raise IdempotencyKeyReused(differing_fields=differing)
-    IDEMPOTENCY_REQUESTS.labels(operation_type, RequestOutcome.REPLAYED).inc()
+    _outcome_count(
+        operation_type=operation_type, outcome=RequestOutcome.REPLAYED, key=key
+    )
     _record_seen(pk=record.pk, conflict=False)
     return IdempotentResponse(
         status_code=200,
@@ -499,7 +533,7 @@ def _executed(
     key: str,
     operation_type: str,
 ) -> IdempotentResponse:
-    IDEMPOTENCY_REQUESTS.labels(operation_type, outcome).inc()
+    _outcome_count(operation_type=operation_type, outcome=outcome, key=key)
     logger.info(
         "idempotency.executed",
         extra={

@@ -19,6 +19,7 @@ from django.utils import timezone
 from django.views.decorators.debug import sensitive_variables
 
 from core.db import fetchone_checking_connection
+from core.tracing import traceparent_current, tracing_enabled
 
 from . import statements
 from .envelopes import Envelope, body_parse
@@ -310,6 +311,10 @@ def _inbox_upsert(
         "received_at": now,
         "last_seen_at": now,
     }
+    if tracing_enabled():
+        # The request's context, in the row by the same statement (a column of its own:
+        # ``statements.inbox_upsert_sql`` names it only when given).
+        values["traceparent"] = traceparent_current()
     _inbox_db_values(values)
     log_extra = {"source": source.slug, "event_id": envelope.event_id}
     # One statement in autocommit is its own transaction: when execute() returns, the row is

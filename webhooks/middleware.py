@@ -17,6 +17,8 @@ from django.conf import settings
 from django.http import HttpRequest, HttpResponse
 from django.urls import Resolver404, ResolverMatch, get_urlconf, resolve, reverse
 
+from core.tracing import server_span, tracing_enabled
+
 from .views import webhook_receive
 
 
@@ -43,10 +45,23 @@ class WebhookFastLaneMiddleware:
         if request.path_info.startswith(self.prefix):
             match = _webhook_match(get_urlconf(), request.path_info)
             if match is not None:
-                # What CommonMiddleware does first for every other request: a Host outside
-                # ALLOWED_HOSTS raises DisallowedHost, which Django answers 400.
-                request.get_host()
-                response = webhook_receive(request, *match.args, **match.kwargs)
-                response.setdefault("X-Frame-Options", settings.X_FRAME_OPTIONS)
-                return response
+                if tracing_enabled():
+                    # Its own server span: the Django instrumentation's middleware comes
+                    # after this one (core/tracing.py, ``server_span``).
+                    with server_span(request, route=match.route) as span:
+                        response = self._answer(request, match)
+                        span.set_attribute(
+                            "http.response.status_code", response.status_code
+                        )
+                    return response
+                return self._answer(request, match)
         return self.get_response(request)
+
+    @staticmethod
+    def _answer(request: HttpRequest, match: ResolverMatch) -> HttpResponse:
+        # What CommonMiddleware does first for every other request: a Host outside
+        # ALLOWED_HOSTS raises DisallowedHost, which Django answers 400.
+        request.get_host()
+        response = webhook_receive(request, *match.args, **match.kwargs)
+        response.setdefault("X-Frame-Options", settings.X_FRAME_OPTIONS)
+        return response

@@ -331,6 +331,13 @@ class InboxEvent(models.Model):
     # "Pausing a source"): out of the outbox's partial indexes, so that a long pause never
     # makes a claim walk past its rows; cleared when the drain releases the row.
     held_at = models.DateTimeField(null=True, blank=True)
+    # The W3C traceparent of the request that wrote the row (core/tracing.py), written by the
+    # ingest upsert itself; a replay sets the replaying request's or job's. "" when tracing
+    # is off. Not evidence: no leaf of the verifiable log holds it. A database default: the
+    # ingest upsert names its columns and leaves this out when it has none.
+    traceparent = models.CharField(
+        max_length=55, blank=True, default="", db_default="", editable=False
+    )
     log_ticket = log_ticket_field()
 
     class Meta:

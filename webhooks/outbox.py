@@ -405,6 +405,19 @@ class InboxOutbox(Outbox[int]):
             ).values_list("id", flat=True)
         )
 
+    def traceparents(self, publications: list[Publication]) -> list[tuple[str, ...]]:
+        """Tracing only: the rows' stored contexts, one primary key read for the round."""
+        ids = [pk for publication in publications for pk in publication.rows]
+        stored = dict(
+            InboxEvent.objects.filter(id__in=ids)
+            .exclude(traceparent="")
+            .values_list("id", "traceparent")
+        )
+        return [
+            tuple(stored[pk] for pk in publication.rows if pk in stored)
+            for publication in publications
+        ]
+
 
 INBOX_OUTBOX = InboxOutbox()
 

@@ -37,6 +37,7 @@ from core.backoff import full_jitter_delay
 from core.db import SessionLockTimeout, set_statement_execute
 from core.errors import PermanentProcessingError
 from core.logging import correlation_id_bound
+from core.tracing import links_add, span, tracing_enabled
 
 from . import metrics, statements
 from .integrations import (
@@ -77,6 +78,7 @@ _STATE_FIELDS = (
     "next_attempt_at",
     "lease_expires_at",
     "dispatched_at",
+    "traceparent",
 )
 # What the one-by-one claim reads of the source: its handler, and whether it holds its rows.
 _SOURCE_STATE_FIELDS = ("source__slug", "source__handler")
@@ -669,6 +671,10 @@ def inbox_events_process(
                     extra={"inbox_event_id": pk, "reason": claim.skipped},
                 )
         claims.sort(key=lambda c: c.event.pk)
+        if tracing_enabled():
+            # The message's process span links to the requests that wrote its rows: a
+            # batch has many, none of them its parent.
+            links_add(claim.event.traceparent for claim in claims)
         for claim, outcome, as_set in _claims_run(claims, session_timeout):
             if outcome.skipped:
                 record.count(outcome.skipped)
@@ -706,7 +712,14 @@ def _claims_run(
         integration = integration_batch_get(handler)
         assert integration is not None
         # A batch of one too: one write path for a set, whatever its size.
-        batch = _claims_batch_run(group, integration)
+        if tracing_enabled():
+            with _handler_span(group, handler) as handled:
+                batch = _claims_batch_run(group, integration)
+                handled.set_attribute("webhook.applied_as_set", batch is not None)
+                if batch is not None and len(batch) == 1:
+                    handled.set_attribute("webhook.outcome", batch[0].status)
+        else:
+            batch = _claims_batch_run(group, integration)
         if batch is None:
             per_event.extend(group)
             continue
@@ -716,8 +729,36 @@ def _claims_run(
         session_timeout.ensure()
     for claim in sorted(per_event, key=lambda c: c.event.pk):
         with correlation_id_bound(claim.event.event_id):
-            outcome = _claimed_event_run(claim)
+            if tracing_enabled():
+                with _handler_span([claim], claim.handler) as handled:
+                    outcome = _claimed_event_run(claim)
+                    handled.set_attribute(
+                        "webhook.outcome", outcome.skipped or outcome.status
+                    )
+            else:
+                outcome = _claimed_event_run(claim)
         yield claim, outcome, False
+
+
+def _handler_span(claims: list[_Claim], handler: str):
+    """Tracing: the span of a handler's run over ``claims`` (one event, or a set), a child
+    of the batch's, linked to the requests that wrote the rows. The event's id and source,
+    never its body."""
+    first = claims[0].event
+    attributes: dict[str, str | int] = {
+        "webhook.handler": handler,
+        "webhook.source": first.source.slug,
+    }
+    if len(claims) == 1:
+        attributes["webhook.event_id"] = first.event_id
+        attributes["webhook.inbox_event_id"] = first.pk
+    else:
+        attributes["webhook.event_count"] = len(claims)
+    return span(
+        f"handle {handler}",
+        attributes=attributes,
+        links=[claim.event.traceparent for claim in claims],
+    )
 
 
 def inbox_event_process(*, inbox_event_id: int, worker: str = "") -> ProcessingOutcome:

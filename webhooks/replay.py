@@ -8,6 +8,7 @@ rows and records one operator action naming them.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from datetime import datetime
 
@@ -15,6 +16,7 @@ from django.db import transaction
 from django.db.models import QuerySet
 
 from core.actors import Actor
+from core.tracing import links_add, span, traceparent_current, tracing_enabled
 from trail.models import OperatorAction
 from trail.services import ReplayDetails, operator_action_record
 
@@ -155,7 +157,12 @@ def inbox_events_replay(
     )
     if len(selected) > limit:
         raise SelectionTooLarge(limit)
-    with transaction.atomic():
+    traced = (
+        span("replay inbox events", attributes={"webhook.replay.action": action})
+        if tracing_enabled()
+        else contextlib.nullcontext()
+    )
+    with traced as replay_span, transaction.atomic():
         rows = list(
             InboxEvent.objects.filter(
                 pk__in=selected, processing_status__in=REPLAYABLE_STATUSES
@@ -169,6 +176,7 @@ def inbox_events_replay(
                 "attempts",
                 "error_message",
                 "dead_letter_cause",
+                "traceparent",
             )
         )
         if not rows:
@@ -186,7 +194,16 @@ def inbox_events_replay(
             row.pk: {"status": row.processing_status, "attempts": row.attempts}
             for row in rows
         }
+        # Tracing: a replay starts the rows' new trace, the replaying request's or job's
+        # (its span links to the requests that first wrote them, a bounded few), and its
+        # relay and worker link to that one.
+        traced_rows = {}
+        if replay_span is not None:
+            replay_span.set_attribute("webhook.event_count", len(ids))
+            links_add([row.traceparent for row in rows], replay_span)
+            traced_rows = {"traceparent": traceparent_current()}
         InboxEvent.objects.filter(pk__in=ids).update(
+            **traced_rows,
             processing_status=ProcessingStatus.RECEIVED,
             attempts=0,
             error_message="",

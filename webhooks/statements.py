@@ -194,7 +194,8 @@ def signature_failure_upsert_sql(vendor: str) -> str:
 
 # --- processing -----------------------------------------------------------------------------
 
-# What the claim of a batch reads of each row: what the handlers read. Every other field is
+# What the claim of a batch reads of each row: what the handlers read, and the row's
+# ``traceparent``, which a traced batch links to (core/tracing.py). Every other field is
 # deferred on the instance, read from the database if a handler ever touches it, so that a
 # column added to the model needs nothing here. An instant comes back as seconds since the
 # epoch: a stored date Python cannot hold must not fail the whole batch.
@@ -209,6 +210,7 @@ CLAIMED_FIELDS = (
     "source_version",
     "occurred_at",
     "raw_body",
+    "traceparent",
 )
 # And of its source.
 CLAIMED_SOURCE_FIELDS = ("id", "slug", "handler")

@@ -5,6 +5,8 @@ from celery import shared_task
 from django.conf import settings
 from django.db import InterfaceError, OperationalError
 
+from core.tracing import task_process_span, tracing_enabled
+
 from .bulk_replay import bulk_replay_job_run
 from .dispatch import BULK_REPLAY_TASK, PROCESS_TASK
 from .processing import inbox_events_process
@@ -31,7 +33,13 @@ def process_inbox_events_task(self, inbox_event_ids: list[int]) -> list[str]:
     """Processes a batch of inbox rows, each in its own transaction. Idempotent: a second or
     concurrent run never applies an event twice. A transient failure leaves the row ``failed``
     with its retry time; the relay publishes it again when that comes."""
-    outcomes = inbox_events_process(ids=inbox_event_ids, worker=_worker_name(self))
+    if tracing_enabled():
+        with task_process_span(self, rows=len(inbox_event_ids)):
+            outcomes = inbox_events_process(
+                ids=inbox_event_ids, worker=_worker_name(self)
+            )
+    else:
+        outcomes = inbox_events_process(ids=inbox_event_ids, worker=_worker_name(self))
     return [outcome.skipped or outcome.status for outcome in outcomes]
 
 

@@ -25,6 +25,7 @@ from core.errors import (
 from core.exceptions import error_json_response
 from core.headers import EnvironHeaders
 from core.security import client_ip
+from core.tracing import current_span_set, tracing_enabled
 
 from .errors import UnknownSource
 from .ingest import inbox_event_record
@@ -93,8 +94,20 @@ def _address_stored(value: str) -> str | None:
         return None
 
 
-def _respond(slug: str, response: HttpResponse) -> HttpResponse:
+def _respond(
+    slug: str, response: HttpResponse, *, outcome: str, event_id: str = ""
+) -> HttpResponse:
     WEBHOOK_REQUESTS.labels(source=slug, status=str(response.status_code)).inc()
+    if tracing_enabled():
+        # On the request's span (the Django instrumentation's): never the body, a header
+        # or the signature.
+        current_span_set(
+            {
+                "webhook.source": slug,
+                "webhook.event_id": event_id or None,
+                "webhook.outcome": outcome,
+            }
+        )
     return response
 
 
@@ -113,7 +126,9 @@ def webhook_receive(request: HttpRequest, slug: str) -> HttpResponse:
         source = snapshot.source
         label = source.slug
         if request.method != "POST":
-            return _respond(label, HttpResponseNotAllowed(["POST"]))
+            return _respond(
+                label, HttpResponseNotAllowed(["POST"]), outcome="method_not_allowed"
+            )
         raw_body = raw_body_read(request, limit=settings.WEBHOOK_MAX_BODY_BYTES)
         result = inbox_event_record(
             source=source,
@@ -127,20 +142,34 @@ def webhook_receive(request: HttpRequest, slug: str) -> HttpResponse:
             secrets_reload=lambda: webhook_source_secrets_now(slug=slug),
         )
     except ServiceError as exc:
-        return _respond(label, error_json_response(exc))
+        return _respond(label, error_json_response(exc), outcome=exc.code)
     except (OperationalError, InterfaceError):
         # Nothing was committed: the producer retries later.
         logger.warning("inbox.database_unavailable", extra={"source": label})
-        return _respond(label, error_json_response(TemporarilyUnavailable()))
+        return _respond(
+            label,
+            error_json_response(TemporarilyUnavailable()),
+            outcome=TemporarilyUnavailable.code,
+        )
     if result.created:
         body = {"status": "accepted", "event_id": result.event_id}
-        return _respond(label, _json_response(body, status=202))
+        return _respond(
+            label,
+            _json_response(body, status=202),
+            outcome="accepted",
+            event_id=result.event_id,
+        )
     body = {
         "status": "duplicate",
         "event_id": result.event_id,
         "processing_status": result.processing_status,
     }
-    return _respond(label, _json_response(body, status=200))
+    return _respond(
+        label,
+        _json_response(body, status=200),
+        outcome="duplicate",
+        event_id=result.event_id,
+    )
 
 
 def _json_response(body: dict, *, status: int) -> HttpResponse:

@@ -6,6 +6,7 @@ environment-specific modules hold the settings themselves (docs/configuration.md
 import ipaddress
 from collections.abc import Mapping
 from typing import Any
+from urllib.parse import urlsplit
 
 import environ
 from django.core.exceptions import ImproperlyConfigured
@@ -113,3 +114,50 @@ def host_is_loopback(host: str) -> bool:
         return ipaddress.ip_address(name).is_loopback
     except ValueError:
         return False
+
+
+def otel_endpoint_check(value: str) -> str:
+    """``OTEL_EXPORTER_OTLP_ENDPOINT``: empty (tracing off) or an http(s) URL with a host,
+    the collector's OTLP/HTTP base (``http://collector:4318``). Anything else is refused at
+    start rather than left to fail, silently, at the first export."""
+    value = value.strip()
+    if not value:
+        return ""
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ImproperlyConfigured(
+            f"OTEL_EXPORTER_OTLP_ENDPOINT={value!r}: expected an http(s) URL of an OTLP/HTTP "
+            "collector, such as http://collector:4318 (or unset: tracing off)"
+        )
+    return value
+
+
+def otel_key_mode_check(value: str) -> str:
+    """``OTEL_RECORD_IDEMPOTENCY_KEY``: ``hash`` (the default) or ``raw``."""
+    if value not in ("hash", "raw"):
+        raise ImproperlyConfigured(
+            f"OTEL_RECORD_IDEMPOTENCY_KEY={value!r}: expected hash or raw"
+        )
+    return value
+
+
+def otel_service_name_check(value: str) -> str:
+    if not value.strip():
+        raise ImproperlyConfigured("OTEL_SERVICE_NAME is empty: name the service")
+    return value.strip()
+
+
+OTEL_INSTRUMENTATIONS = ("django", "celery", "psycopg", "httpx")
+
+
+def otel_disabled_instrumentations_check(names: list[str]) -> list[str]:
+    """``OTEL_PYTHON_DISABLED_INSTRUMENTATIONS``: of the instrumentations the product starts,
+    those to leave out; a name it does not start is refused rather than ignored."""
+    names = [name.strip() for name in names if name.strip()]
+    unknown = sorted(set(names) - set(OTEL_INSTRUMENTATIONS))
+    if unknown:
+        raise ImproperlyConfigured(
+            f"OTEL_PYTHON_DISABLED_INSTRUMENTATIONS names {unknown}: expected some of "
+            f"{', '.join(OTEL_INSTRUMENTATIONS)}"
+        )
+    return names

@@ -14,6 +14,10 @@ from ._helpers import (
     database_timeouts_apply,
     env,
     env_renamed,
+    otel_disabled_instrumentations_check,
+    otel_endpoint_check,
+    otel_key_mode_check,
+    otel_service_name_check,
     two_factor_mode_check,
 )
 
@@ -376,6 +380,30 @@ BENCH_ENDPOINTS = env.bool("BENCH_ENDPOINTS", default=False)
 DATA_UPLOAD_MAX_MEMORY_SIZE = max(WEBHOOK_MAX_BODY_BYTES, 2621440)
 # No view takes uploads: a multipart body's files are skipped, never stored (core/uploads.py).
 FILE_UPLOAD_HANDLERS = ["core.uploads.FilesSkippedUploadHandler"]
+
+# --- Tracing (core/tracing.py; docs/operations.md, "Tracing") --------------------------------
+# Off unless the standard OpenTelemetry variable names a collector's OTLP/HTTP base
+# (http://collector:4318): spans then go to its /v1/traces. A value that is not an http(s) URL
+# refuses the start. The SDK's own OTEL_* variables (OTEL_TRACES_SAMPLER,
+# OTEL_RESOURCE_ATTRIBUTES, OTEL_EXPORTER_OTLP_HEADERS, OTEL_BSP_*) apply as usual.
+OTEL_EXPORTER_OTLP_ENDPOINT = otel_endpoint_check(
+    env("OTEL_EXPORTER_OTLP_ENDPOINT", default="")
+)
+OTEL_SERVICE_NAME = otel_service_name_check(
+    env("OTEL_SERVICE_NAME", default="retrysafe")
+)
+# An idempotency key on a span: "hash" (a SHA-256 hex prefix of 16) or "raw" (the key itself).
+OTEL_RECORD_IDEMPOTENCY_KEY = otel_key_mode_check(
+    env("OTEL_RECORD_IDEMPOTENCY_KEY", default="hash")
+)
+# The Django instrumentation's middleware goes right after this one: the webhook's fast lane
+# answers its deliveries before it, each in a server span of its own (core/tracing.py).
+TRACING_MIDDLEWARE_AFTER = "webhooks.middleware.WebhookFastLaneMiddleware"
+# Instrumentations left out (django, celery, psycopg, httpx), as the SDK's auto-instrumentation
+# reads the variable (docs/bench-log/2026-12-06.md, "What tracing costs ingest").
+OTEL_PYTHON_DISABLED_INSTRUMENTATIONS = otel_disabled_instrumentations_check(
+    env.list("OTEL_PYTHON_DISABLED_INSTRUMENTATIONS", default=[])
+)
 
 # --- Logging: structured JSON, one line per record -----------------------------------------
 LOG_LEVEL = env("LOG_LEVEL", default="INFO")

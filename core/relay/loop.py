@@ -21,6 +21,7 @@ from django.conf import settings
 from django.db import close_old_connections, connection
 from django.utils import timezone
 
+from ..tracing import tracing_shutdown, tracing_start
 from .lock import ActiveRelayLock, active_relay_lock_supported
 from .outbox import Outbox, Publication, outboxes, relay_round
 
@@ -348,11 +349,15 @@ class RelayThread:
         logger.info("relay.stopped", extra={"relay": self.relay.relay_id})
 
     def start(self) -> None:
+        # The relay's publish spans: the worker's main process traces too (after the
+        # pool's fork: the Pool step comes first), without psycopg's spans of every probe.
+        tracing_start(process="relay")
         self.thread.start()
 
     def stop(self) -> None:
         self.relay.stop.set()
         self.thread.join(timeout=10)
+        tracing_shutdown()
 
 
 class RelayStep(bootsteps.StartStopStep):

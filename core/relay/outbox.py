@@ -16,6 +16,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from ..logging import correlation_id_bound
+from ..tracing import messaging_attributes, span, tracing_enabled
 
 # What identifies a group of rows an outbox holds back (the inbox: a source's id).
 Group = TypeVar("Group", bound=Hashable)
@@ -85,6 +86,12 @@ class Outbox(Generic[Group]):
     def unfinished(self, rows: list[int]) -> set[int]:
         raise NotImplementedError(f"{type(self).__name__} has no flow control")
 
+    def traceparents(self, publications: list[Publication]) -> list[tuple[str, ...]]:
+        """Tracing only: per publication, the ``traceparent`` each of its rows keeps (the
+        request that wrote it), read inside the relay's transaction; the publish span of
+        its message links to them. None by default."""
+        return [() for _ in publications]
+
 
 _outboxes: dict[str, Outbox[Any]] = {}
 
@@ -107,27 +114,53 @@ def outbox_lag_seconds(*, now: datetime | None = None) -> dict[str, float]:
     return lags
 
 
-def publish(publications: list[Publication]) -> None:
+def publish(
+    publications: list[Publication],
+    traceparents: list[tuple[str, ...]] | None = None,
+) -> None:
     """Publishes the messages on one producer, in one batch of kombu's (``Producer.batch``):
     on Redis, one pipeline of every message's ``LPUSH``, sent once at the end; on a broker
     whose transport batches nothing (RabbitMQ), each message as it goes. Raises if the broker
     refuses one or the batch fails (kombu cannot then say which went: the caller rolls its
     stamps back and the rows are published again, which processing takes as a redelivery).
-    docs/subsystems/relay.md, "A round"."""
+    docs/subsystems/relay.md, "A round". With ``traceparents`` (tracing), each message is
+    sent within a publish span of its own, the root of a new trace linked to its rows'
+    requests (docs/architecture.md, "A trace across the outbox")."""
     if not publications:
         return
     app = current_app
     with app.producer_or_acquire() as producer, producer.batch():
-        for publication in publications:
+        for position, publication in enumerate(publications):
             bound = (
                 correlation_id_bound(publication.correlation_id)
                 if publication.correlation_id
                 else contextlib.nullcontext()
             )
+            if traceparents is not None:
+                with bound, _publish_span(publication, traceparents[position]) as sent:
+                    result = app.send_task(
+                        publication.task, args=publication.args, producer=producer
+                    )
+                    sent.set_attribute("messaging.message.id", result.id)
+                continue
             with bound:
                 app.send_task(
                     publication.task, args=publication.args, producer=producer
                 )
+
+
+def _publish_span(publication: Publication, traceparents: tuple[str, ...]):
+    destination = current_app.conf.task_default_queue
+    attributes = messaging_attributes(operation="publish", destination=destination)
+    attributes["celery.task_name"] = publication.task
+    attributes["outbox.row_count"] = len(publication.rows) or 1
+    return span(
+        f"publish {destination}",
+        kind="producer",
+        attributes=attributes,
+        links=traceparents,
+        new_trace=True,
+    )
 
 
 def relay_round(
@@ -142,7 +175,10 @@ def relay_round(
     stamps back and raises."""
     with transaction.atomic():
         taken, publications = step(limit)
-        publish(publications)
+        if publications and tracing_enabled():
+            publish(publications, outbox.traceparents(publications))
+        else:
+            publish(publications)
     if published is not None:
         published.extend(publications)
     return taken

@@ -13,6 +13,7 @@ Statuses and transitions are ``jobs``'; this module decides when to set them.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from dataclasses import dataclass, replace
@@ -26,6 +27,7 @@ from django.utils import timezone
 
 from core.backoff import full_jitter_delay
 from core.secrets import secrets_scrubbed, settings_secrets
+from core.tracing import links_add, span, tracing_enabled
 
 from .. import metrics
 from ..executors import (
@@ -130,6 +132,9 @@ def job_run(*, kind: str, public_id: str, worker: str) -> RunOutcome:
         job = job_locked(kind=kind, public_id=public_id)
         if job is None:
             return RunOutcome.MISSING
+        if tracing_enabled():
+            # The message's process span links to the request that made the job.
+            links_add([job.traceparent])
         if job.executor_started_at is None:
             if job.status != JobStatus.QUEUED:
                 # An external report moved it on before any worker.
@@ -426,8 +431,16 @@ def _trigger_attempt_make(
     # "Secrets").
     secrets = [opened.call.secret]
     started = time.monotonic()
+    traced = (
+        _trigger_span(kind=kind, public_id=public_id, opened=opened, executor=executor)
+        if tracing_enabled()
+        else contextlib.nullcontext()
+    )
     try:
-        result = executor.trigger(opened.call)
+        with traced as trigger_span:
+            result = executor.trigger(opened.call)
+            if trigger_span is not None:
+                trigger_span.set_attribute("deployments.outcome", result.outcome)
     except Exception as exc:  # a failure of the executor itself is classified too
         classified = outcome_classify(error=exc, secrets=secrets)
         logger.error(
@@ -466,6 +479,23 @@ def _trigger_attempt_make(
         result=result,
         duration=duration,
         actor=worker,
+    )
+
+
+def _trigger_span(
+    *, kind: str, public_id: str, opened: _OpenAttempt, executor: TriggerExecutor
+):
+    """Tracing: the span of one trigger attempt, whose requests (httpx's spans) carry its
+    ``traceparent`` downstream. The job's and attempt's names, never the call's secret."""
+    return span(
+        f"trigger {executor.name}",
+        kind="internal",
+        attributes={
+            "deployments.job_id": public_id,
+            "deployments.kind": kind,
+            "deployments.executor": executor.name,
+            "deployments.attempt": opened.attempt.number,
+        },
     )
 
 

@@ -22,6 +22,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from core.models import ApiClient
+from core.tracing import traceparent_current, tracing_enabled
 from idempotency.services import (
     idempotency_record_progress_deadline_set,
     idempotency_record_resolve,
@@ -95,7 +96,7 @@ def job_new(*, kind: str, client: ApiClient, idempotency_key: str, data: dict) -
     (``Job.request_fields``) as given, the rest empty when absent."""
     model = JOB_MODELS[kind]
     now = timezone.now()
-    return model(
+    job = model(
         public_id=public_id_generate(model.public_id_prefix),
         client=client,
         idempotency_key=idempotency_key,
@@ -108,6 +109,11 @@ def job_new(*, kind: str, client: ApiClient, idempotency_key: str, data: dict) -
         created_at=now,
         updated_at=now,
     )
+    if tracing_enabled():
+        # The request's context, written with the job (left to the column's default when
+        # tracing is off).
+        job.traceparent = traceparent_current()
+    return job
 
 
 def _transition_record(

@@ -69,7 +69,8 @@ def test_a_column_added_to_the_model_needs_no_edit_of_the_statements(
 def test_ingest_writes_every_column_but_those_the_database_fills(source, http):
     """Of the model's columns, the statement that records a delivery leaves out only the
     key, the columns the database fills (``db_default``: the log ticket, the dead-letter
-    cause) and the nullable ones with no default, NULL until processing sets them."""
+    cause, the traceparent while tracing is off) and the nullable ones with no default,
+    NULL until processing sets them."""
     table = connection.ops.quote_name(InboxEvent._meta.db_table)
     with CaptureQueriesContext(connection) as queries:
         body = research_event(event_id="evt-columns")
@@ -88,6 +89,7 @@ def test_ingest_writes_every_column_but_those_the_database_fills(source, http):
         "id",
         "log_ticket",
         "dead_letter_cause",
+        "traceparent",
         "body_purged_at",
         "processed_at",
         "next_attempt_at",

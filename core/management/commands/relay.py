@@ -3,6 +3,7 @@ import signal
 from django.core.management.base import BaseCommand
 
 from core.relay.loop import Relay
+from core.tracing import tracing_shutdown, tracing_start
 
 
 class Command(BaseCommand):
@@ -16,8 +17,13 @@ class Command(BaseCommand):
         relay = Relay(processes=0)  # no pool of its own
         for stop_signal in (signal.SIGTERM, signal.SIGINT):
             signal.signal(stop_signal, lambda *_: relay.stop.set())
+        # Its publish spans, as a worker's relay has (core/tracing.py).
+        tracing_start(process="relay")
         self.stdout.write(f"relay {relay.relay_id} running")
-        relay.run()
+        try:
+            relay.run()
+        finally:
+            tracing_shutdown()
         self.stdout.write(
             f"relay {relay.relay_id} stopped after publishing "
             f"{relay.stats.published_rows} rows"
