@@ -261,32 +261,37 @@ def _job_turn(job_id: int) -> None:
         )
 
 
-def bulk_replay_job_cancel(
+def _job_stop(
     *,
     job_id: int,
+    state: str,
+    allowed: tuple[str, ...],
+    action: str,
+    actor: Actor,
     reason: str,
-    cancelled_by: Actor,
 ) -> BulkReplayJob:
-    """Cancels a queued or running job, with an operator action saying who, why and how far
-    it got. The job's row lock is taken first: a chunk at work commits before (its rows stay
-    replayed) and every later task of the run finds the job cancelled and does nothing, so
-    the job stops after at most its current chunk. Raises ``BulkReplayJobNotCancellable`` for
-    a job in any other state, ``BulkReplayJobNotFound`` for an unknown id. A cancelled
-    job may be resumed (``bulk_replay_job_resume``). The cancel and the chunks take their
-    turns in the order they asked (``_job_turn``)."""
+    """Moves a job in one of the ``allowed`` states to ``state`` (cancelled or paused), with
+    the operator action ``action`` saying who, why, from which state and how far it got.
+    The job's turn and then its row lock are taken first (``_job_turn``): a chunk at work
+    commits before (its rows stay replayed) and every later task of the run finds the job
+    stopped and does nothing, so it stops after at most its current chunk. Raises
+    ``BulkReplayJobNotCancellable`` for a job in any other state, ``BulkReplayJobNotFound``
+    for an unknown id."""
     with transaction.atomic():
         _job_turn(job_id)
         job = BulkReplayJob.objects.select_for_update().filter(pk=job_id).first()
         if job is None:
             raise BulkReplayJobNotFound(f"no bulk replay #{job_id}")
-        if job.state not in CANCELLABLE_STATES:
+        verb = "cancelled" if state == BulkReplayJob.State.CANCELLED else "paused"
+        if job.state not in allowed:
+            states = ", ".join(allowed[:-1]) + f" or {allowed[-1]}"
             raise BulkReplayJobNotCancellable(
-                f"bulk replay #{job_id} is {job.state}: only a queued, running or paused "
-                "job can be cancelled"
+                f"bulk replay #{job_id} is {job.state}: only a {states} job can be {verb}"
             )
         state_before = job.state
-        job.state = BulkReplayJob.State.CANCELLED
-        job.finished_at = timezone.now()
+        job.state = state
+        if state == BulkReplayJob.State.CANCELLED:
+            job.finished_at = timezone.now()
         job.lease_expires_at = None
         job.next_chunk_at = None
         job.save(
@@ -294,20 +299,34 @@ def bulk_replay_job_cancel(
         )
         _control_action_record(
             job=job,
-            action=OperatorAction.Action.CANCEL_BULK_REPLAY,
-            actor=cancelled_by,
+            action=action,
+            actor=actor,
             reason=reason,
             state_before=state_before,
         )
     logger.info(
-        "bulk_replay.cancelled",
-        extra={
-            "bulk_job_id": job.pk,
-            "actor": cancelled_by.name,
-            "processed": job.processed,
-        },
+        f"bulk_replay.{verb}",
+        extra={"bulk_job_id": job.pk, "actor": actor.name, "processed": job.processed},
     )
     return job
+
+
+def bulk_replay_job_cancel(
+    *,
+    job_id: int,
+    reason: str,
+    cancelled_by: Actor,
+) -> BulkReplayJob:
+    """Cancels a queued, running or paused job (``_job_stop``). A cancelled job may still be
+    resumed (``bulk_replay_job_resume``), from where it stopped."""
+    return _job_stop(
+        job_id=job_id,
+        state=BulkReplayJob.State.CANCELLED,
+        allowed=CANCELLABLE_STATES,
+        action=OperatorAction.Action.CANCEL_BULK_REPLAY,
+        actor=cancelled_by,
+        reason=reason,
+    )
 
 
 def bulk_replay_job_pause(
@@ -316,42 +335,17 @@ def bulk_replay_job_pause(
     reason: str,
     paused_by: Actor,
 ) -> BulkReplayJob:
-    """Pauses a queued or running job: as a cancel stops it (after at most its current
-    chunk, ``_job_turn`` and the row lock deciding), but the job says ``paused``, an
-    operator's intent to go on: ``bulk_replay_job_resume`` goes on from where it stopped,
-    ``bulk_replay_job_cancel`` ends it. Raises ``BulkReplayJobNotCancellable`` (the job is
-    not queued or running: nothing to pause) and ``BulkReplayJobNotFound``."""
-    with transaction.atomic():
-        _job_turn(job_id)
-        job = BulkReplayJob.objects.select_for_update().filter(pk=job_id).first()
-        if job is None:
-            raise BulkReplayJobNotFound(f"no bulk replay #{job_id}")
-        if job.state not in ACTIVE_STATES:
-            raise BulkReplayJobNotCancellable(
-                f"bulk replay #{job_id} is {job.state}: only a queued or running job "
-                "can be paused"
-            )
-        state_before = job.state
-        job.state = BulkReplayJob.State.PAUSED
-        job.lease_expires_at = None
-        job.next_chunk_at = None
-        job.save(update_fields=["state", "lease_expires_at", "next_chunk_at"])
-        _control_action_record(
-            job=job,
-            action=OperatorAction.Action.PAUSE_BULK_REPLAY,
-            actor=paused_by,
-            reason=reason,
-            state_before=state_before,
-        )
-    logger.info(
-        "bulk_replay.paused",
-        extra={
-            "bulk_job_id": job.pk,
-            "actor": paused_by.name,
-            "processed": job.processed,
-        },
+    """Pauses a queued or running job: it stops as a cancel stops it (``_job_stop``), but
+    says ``paused``, an operator's intent to go on: ``bulk_replay_job_resume`` goes on from
+    where it stopped, ``bulk_replay_job_cancel`` ends it."""
+    return _job_stop(
+        job_id=job_id,
+        state=BulkReplayJob.State.PAUSED,
+        allowed=ACTIVE_STATES,
+        action=OperatorAction.Action.PAUSE_BULK_REPLAY,
+        actor=paused_by,
+        reason=reason,
     )
-    return job
 
 
 def bulk_replay_job_resume(
