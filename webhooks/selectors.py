@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, TypedDict
 
 from django.conf import settings
 from django.db import DataError, connection, models
-from django.db.models import Count, OuterRef, Q, QuerySet, Subquery
+from django.db.models import Count, Max, OuterRef, Q, QuerySet, Subquery
 from django.db.models.functions import Cast, Coalesce
 from django.utils import timezone
 
@@ -124,18 +124,22 @@ def webhook_source_secrets_now(*, slug: str) -> list[str]:
 class _SecretCount(TypedDict):
     secret_count: int
     public_key_count: int
+    previous_valid_until: datetime | None
 
 
 def webhook_source_list() -> QuerySet[WithAnnotations[WebhookSource, _SecretCount]]:
     """Every source by slug, with how many secrets it has (never a secret), how many public
-    keys, and its hold."""
-    from django.db.models import Count
-
+    keys, until when an earlier rotation's previous ones stay valid (``None``: none does),
+    and its hold."""
     kind = WebhookSecret.Kind
     return (
         WebhookSource.objects.annotate(
             secret_count=Count("secrets", filter=Q(secrets__kind=kind.SECRET)),
             public_key_count=Count("secrets", filter=Q(secrets__kind=kind.PUBLIC_KEY)),
+            previous_valid_until=Max(
+                "secrets__expires_at",
+                filter=Q(secrets__expires_at__gt=timezone.now()),
+            ),
         )
         .select_related("hold")
         .order_by("slug")
