@@ -63,11 +63,12 @@ TERMINAL_OK = ("processed", "ignored_out_of_order", "ignored_duplicate_version")
 VACUUM_SECONDS = 20.0
 
 
-# The tables a run writes: the inbox and its attempts (three dead versions of an event's row,
-# one of its attempt's), and what the research handler writes (documents, their revisions
-# and citations). Autovacuum would vacuum and analyze each of them as they change.
+# The tables a run writes: the inbox, its ledger and its attempts (three dead versions of an
+# event's row, one of its attempt's), and what the research handler writes (documents, their
+# revisions and citations). Autovacuum would vacuum and analyze each of them as they change.
 WRITTEN_TABLES = (
     "webhooks_inboxevent",
+    "webhooks_inboxkey",
     "webhooks_inboxattempt",
     "research_researchdocument",
     "research_documentrevision",

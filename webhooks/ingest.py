@@ -37,7 +37,8 @@ from .metrics import (
 )
 from .models import (
     FingerprintMismatch,
-    InboxEvent,
+    InboxKey,
+    ProcessingStatus,
     SignatureFailure,
     WebhookSource,
 )
@@ -161,15 +162,70 @@ def _upsert_execute(sql: str, params: list) -> tuple | None:
     return fetchone_checking_connection(sql, params)
 
 
-def _inbox_upsert_execute(*, values: dict[str, Any], by_body: bool) -> tuple | None:
-    """The row the upsert returned for a delivery's (adapted) ``values``: ``(id, event_id,
-    delivery_count, processing_status)``, or ``None`` for a conflicting fingerprint under an
-    existing event id (``statements.inbox_upsert_sql``)."""
+def _record_execute(*, values: dict[str, Any], on: str) -> tuple | None:
+    """One delivery recorded on the ledger's unique index ``on``: ``(id, event_id,
+    delivery_count, processing_status)``, or ``None`` for a conflicting fingerprint under
+    an existing event id (``statements.inbox_record_sql``). On PostgreSQL one statement; on
+    SQLite (the embedded default, whose IMMEDIATE transactions take its one write lock up
+    front) the same steps as three, in one transaction."""
     vendor, given = connection.vendor, tuple(values)
-    params = statements.inbox_upsert_params(values)
+    if vendor == "postgresql":
+        sql = statements.inbox_record_sql(vendor, on=on, given=given)
+        row = _upsert_execute(sql, statements.inbox_record_params(values))
+    else:
+        with transaction.atomic():
+            row = _record_execute_in_steps(values=values, on=on)
+    if row is not None and row[3] is None:
+        # A duplicate whose row the statement did not see: its first delivery committed
+        # while the ledger made this one wait, or the row has left the inbox.
+        with connection.cursor() as cursor:
+            cursor.execute(
+                statements.inbox_duplicate_count_sql(vendor),
+                [row[2], values["last_seen_at"], row[0]],
+            )
+            status = cursor.fetchone()
+        row = (*row[:3], status[0] if status else ProcessingStatus.PROCESSED)
+    return row
+
+
+def _record_execute_in_steps(*, values: dict[str, Any], on: str) -> tuple | None:
+    vendor = connection.vendor
+    with connection.cursor() as cursor:
+        if on == "event_id":
+            match = [
+                values["source_id"],
+                values["event_id"],
+                values["content_fingerprint"],
+            ]
+        else:
+            match = [values["source_id"], values["body_key"]]
+        cursor.execute(statements.key_count_sql(vendor, on=on), match)
+        counted = cursor.fetchone()
+        if counted is not None:
+            return (*counted, None)
+        try:
+            with transaction.atomic():
+                cursor.execute(
+                    statements.inbox_insert_sql(vendor, given=tuple(values)),
+                    statements.inbox_insert_params(values),
+                )
+                inbox_event_id, status = cursor.fetchone()
+                cursor.execute(
+                    statements.key_insert_sql(vendor),
+                    [inbox_event_id, *(values[n] for n in statements.KEY_COLUMNS)],
+                )
+        except IntegrityError:
+            if on == "body":
+                raise  # the event id is taken: the caller records it by its id
+            return None  # the event id is taken with another fingerprint: a conflict
+    return (inbox_event_id, values["event_id"], 1, status)
+
+
+def _inbox_record_execute(*, values: dict[str, Any], by_body: bool) -> tuple | None:
+    """The row recorded for a delivery's (adapted) ``values`` (``_record_execute``), by its
+    body when its event id is not signed."""
     if not by_body:
-        sql = statements.inbox_upsert_sql(vendor, on="event_id", given=given)
-        return _upsert_execute(sql, params)
+        return _record_execute(values=values, on="event_id")
     # Inside a caller's transaction the attempt runs in a savepoint, so that a violation of
     # the event id index leaves that transaction usable; in autocommit (the webhook view) a
     # failed statement leaves nothing behind and needs none.
@@ -178,14 +234,12 @@ def _inbox_upsert_execute(*, values: dict[str, Any], by_body: bool) -> tuple | N
     )
     try:
         with attempt:
-            sql = statements.inbox_upsert_sql(vendor, on="body", given=given)
-            return _upsert_execute(sql, params)
+            return _record_execute(values=values, on="body")
     except IntegrityError:
         # Another body under a stored event id: a conflict, or (for a fingerprint that
-        # ignores some bytes) a true duplicate. Rows are never deleted, so this one
+        # ignores some bytes) a true duplicate. Keys are never deleted, so this one
         # conflicts on the event id and inserts nothing.
-        sql = statements.inbox_upsert_sql(vendor, on="event_id", given=given)
-        return _upsert_execute(sql, params)
+        return _record_execute(values=values, on="event_id")
 
 
 # Every local of ingest, and of what it calls, is hidden from error reports and debug pages
@@ -252,7 +306,7 @@ def inbox_event_record(
 
 def _evidence_record(
     *,
-    event: InboxEvent,
+    event: InboxKey,
     raw_body: bytes,
     headers: dict[str, str],
     conflicting_fingerprint: str,
@@ -260,9 +314,9 @@ def _evidence_record(
     remote_addr: str | None,
     now: datetime,
 ) -> None:
-    """The evidence of a conflicting delivery of ``event``: each distinct body stored once,
-    its repeats counted, so that retries of a conflicting delivery cost a counter, not a copy
-    of the body (docs/security.md, "Evidence of conflicts")."""
+    """The evidence of a conflicting delivery of the event ``event`` keys: each distinct
+    body stored once, its repeats counted, so that retries of a conflicting delivery cost a
+    counter, not a copy of the body (docs/security.md, "Evidence of conflicts")."""
     params = [
         event.pk,
         raw_body,
@@ -313,18 +367,20 @@ def _inbox_upsert(
     }
     if tracing_enabled():
         # The request's context, in the row by the same statement (a column of its own:
-        # ``statements.inbox_upsert_sql`` names it only when given).
+        # ``statements.inbox_record_sql`` names it only when given).
         values["traceparent"] = traceparent_current()
     _inbox_db_values(values)
     log_extra = {"source": source.slug, "event_id": envelope.event_id}
     # One statement in autocommit is its own transaction: when execute() returns, the row is
     # committed, and the answer may say so. Nothing here talks to the broker: the relay of a
     # worker publishes the new row (``webhooks.outbox``).
-    row = _inbox_upsert_execute(values=values, by_body=body_key is not None)
+    row = _inbox_record_execute(values=values, by_body=body_key is not None)
     if row is None:
+        # The evidence names the stored key's row and fingerprint, read from the ledger:
+        # there whether or not the row is still in the inbox.
         original = (
-            InboxEvent.objects.filter(source=source, event_id=envelope.event_id)
-            .only("id", "content_fingerprint")
+            InboxKey.objects.filter(source=source, event_id=envelope.event_id)
+            .only("inbox_event_id", "content_fingerprint")
             .get()
         )
         _evidence_record(

@@ -341,17 +341,8 @@ class InboxEvent(models.Model):
     log_ticket = log_ticket_field()
 
     class Meta:
-        constraints = [
-            models.UniqueConstraint(
-                fields=["source", "event_id"], name="webhooks_inbox_source_event_uniq"
-            ),
-            # Partial: rows whose id is signed (the research events) never enter it.
-            models.UniqueConstraint(
-                fields=["source", "body_key"],
-                condition=Q(body_key__isnull=False),
-                name="webhooks_inbox_source_body_uniq",
-            ),
-        ]
+        # No unique constraint: the deduplication ledger (``InboxKey``) decides new,
+        # duplicate and conflict, written by the same statement as the row.
         indexes = [
             # The relay (webhooks.outbox): new rows waiting for their first message, and
             # retries waiting for theirs; each index holds only such rows, so a claim is an
@@ -425,6 +416,52 @@ class InboxEvent(models.Model):
         return self.event_id
 
 
+class InboxKey(models.Model):
+    """The deduplication ledger (docs/subsystems/inbox.md, "The deduplication ledger"): one
+    slim row per (source, event_id) accepted, sharing its inbox row's id, written by the one
+    statement that records a delivery (``statements.inbox_record_sql``). Its unique indexes,
+    not the inbox's, decide whether a delivery is new, a duplicate or a conflict, so that the
+    answers stay the same however the inbox row is stored, and once it has left.
+
+    ``delivery_count`` counts every delivery, duplicates included (the inbox row carries the
+    same count for the console); ``body_key`` is the inbox row's (unique per source when
+    set: the same signed bytes under a fresh id are a duplicate)."""
+
+    inbox_event = models.OneToOneField(
+        InboxEvent,
+        primary_key=True,
+        on_delete=models.DO_NOTHING,
+        # The key outlives its row: nothing in the database ties them but the id.
+        db_constraint=False,
+        related_name="key",
+    )
+    # No index of its own: the unique (source, event_id) serves every lookup by source.
+    source = models.ForeignKey(
+        WebhookSource, on_delete=models.PROTECT, related_name="+", db_index=False
+    )
+    event_id = models.CharField(max_length=128)
+    body_key = models.CharField(max_length=64, null=True, blank=True)  # noqa: DJ001
+    content_fingerprint = models.CharField(max_length=64)
+    received_at = models.DateTimeField()
+    delivery_count = models.PositiveIntegerField(default=1)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["source", "event_id"], name="webhooks_key_source_event_uniq"
+            ),
+            # Partial: rows whose id is signed (the research events) never enter it.
+            models.UniqueConstraint(
+                fields=["source", "body_key"],
+                condition=Q(body_key__isnull=False),
+                name="webhooks_key_source_body_uniq",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.source_id}/{self.event_id}"
+
+
 class InboxAttempt(models.Model):
     """One processing attempt of an inbox event: written when the attempt starts (so that an
     attempt whose worker died stays visible), closed with its outcome when it ends. Rows are
@@ -473,8 +510,13 @@ class FingerprintMismatch(models.Model):
     (the column's database default, ``false``, is theirs); every row stored since counts its
     repeats and is unique per (event, body)."""
 
+    # The conflicting delivery's key names the row (``InboxKey``): the evidence is kept
+    # whether or not the row is still in the inbox, so nothing in the database ties them.
     event = models.ForeignKey(
-        InboxEvent, on_delete=models.PROTECT, related_name="mismatches"
+        InboxEvent,
+        on_delete=models.PROTECT,
+        db_constraint=False,
+        related_name="mismatches",
     )
     raw_body = models.BinaryField(null=True)
     body_purged_at = models.DateTimeField(null=True, blank=True)

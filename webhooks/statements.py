@@ -22,6 +22,7 @@ from .models import (
     FingerprintMismatch,
     InboxAttempt,
     InboxEvent,
+    InboxKey,
     ProcessingStatus,
     SignatureFailure,
     SourceHold,
@@ -30,6 +31,7 @@ from .models import (
 )
 
 _EVENTS = InboxEvent._meta.db_table
+_KEYS = InboxKey._meta.db_table
 _ATTEMPTS = InboxAttempt._meta.db_table
 _SOURCES = WebhookSource._meta.db_table
 _HOLDS = SourceHold._meta.db_table
@@ -69,24 +71,126 @@ def inbox_new_row_fields(given: tuple[str, ...]) -> tuple[models.Field, ...]:
     )
 
 
-@functools.cache
-def inbox_upsert_sql(vendor: str, *, on: str, given: tuple[str, ...]) -> str:
-    """The one statement that records a delivery, on the unique index ``on`` names; the
-    delivery's columns (``given``) bound in that order, every other column of a new row its
-    default (``inbox_new_row_fields``), written in when it is a constant.
+# The ledger's columns of a delivery, bound first, in this order (``InboxKey``).
+KEY_COLUMNS = (
+    "source_id",
+    "event_id",
+    "body_key",
+    "content_fingerprint",
+    "received_at",
+)
 
-    ``on="event_id"``: new / duplicate / conflict by ``(source, event_id)``. A new row comes
-    back with delivery_count 1; a true duplicate (same fingerprint) is counted and comes back
-    with delivery_count > 1; a conflicting fingerprint updates nothing and returns no row.
+
+def _key_conflict(on: str) -> tuple[str, str]:
+    """The ledger's unique index a delivery is recorded on, and the condition under which a
+    conflict there counts as a duplicate (see ``inbox_record_sql``)."""
+    keys = connection.ops.quote_name(_KEYS)
+    if on == "event_id":
+        return (
+            "(source_id, event_id)",
+            f" WHERE {keys}.content_fingerprint = EXCLUDED.content_fingerprint",
+        )
+    return "(source_id, body_key) WHERE body_key IS NOT NULL", ""
+
+
+@functools.cache
+def inbox_record_sql(vendor: str, *, on: str, given: tuple[str, ...]) -> str:
+    """The one statement that records a delivery on PostgreSQL: its key in the ledger
+    (``InboxKey``) on the unique index ``on`` names, and with it the inbox row of a new
+    event, or the count of a duplicate on the stored row. The ledger's columns
+    (``KEY_COLUMNS``) are bound first, then the rest of the delivery's (``given``), then
+    every other column of a new row's default (``inbox_new_row_fields``), written in when it
+    is a constant, and last the duplicate's ``last_seen_at``. Returns ``(id, event_id,
+    delivery_count, processing_status)``.
+
+    ``on="event_id"``: new / duplicate / conflict by ``(source, event_id)``. A new key comes
+    back with delivery_count 1 and its row inserted; a true duplicate (same fingerprint) is
+    counted and comes back with delivery_count > 1; a conflicting fingerprint updates
+    nothing and returns no row.
 
     ``on="body"``: for events whose id is not signed, by ``(source, body_key)``: the same
-    signed bytes are the same event whatever id they came with, counted on the stored row,
+    signed bytes are the same event whatever id they came with, counted on the stored key,
     whose event id comes back. The same id with other bytes violates ``(source, event_id)``
     instead and raises ``IntegrityError``.
 
-    Either way the unique index decides races. Valid on PostgreSQL and on SQLite >= 3.35."""
+    Either way the ledger's unique index decides races. A duplicate's status is read by the
+    update of its row, in the statement's snapshot: NULL when the row committed after the
+    statement began (a concurrent first delivery, which the ledger waited for) or has left
+    the inbox; the caller then reads it (``inbox_duplicate_count_sql``)."""
     quote = connection.ops.quote_name
-    table = quote(_EVENTS)
+    events, keys = quote(_EVENTS), quote(_KEYS)
+    column = {f.attname: f.column for f in InboxEvent._meta.concrete_fields}
+    key_names = ", ".join(quote(column[name]) for name in KEY_COLUMNS)
+    key_values = ", ".join(
+        f"%s::{_field(InboxEvent, name).cast_db_type(connection)}"
+        for name in KEY_COLUMNS
+    )
+    names = ["id", *(quote(column[name]) for name in KEY_COLUMNS)]
+    values = ["k.inbox_event_id", *(f"k.{column[name]}" for name in KEY_COLUMNS)]
+    for name in given:
+        if name in KEY_COLUMNS:
+            continue
+        field = _field(InboxEvent, name)
+        names.append(quote(field.column))
+        values.append(f"%s::{field.cast_db_type(connection)}")
+    for field in inbox_new_row_fields(given):
+        names.append(quote(field.column))
+        literal = None if callable(field.default) else _literal(field.get_default())
+        values.append(literal or f"%s::{field.cast_db_type(connection)}")
+    target, condition = _key_conflict(on)
+    return f"""WITH k AS (
+    INSERT INTO {keys} (inbox_event_id, {key_names}, delivery_count)
+    VALUES (nextval(pg_get_serial_sequence('{events}', 'id')), {key_values}, 1)
+    ON CONFLICT {target} DO UPDATE SET delivery_count = {keys}.delivery_count + 1{condition}
+    RETURNING inbox_event_id, {key_names}, delivery_count
+), new AS (
+    INSERT INTO {events} ({", ".join(names)})
+    SELECT {", ".join(values)} FROM k WHERE k.delivery_count = 1
+    RETURNING processing_status
+), counted AS (
+    UPDATE {events} AS e SET delivery_count = k.delivery_count, last_seen_at = %s
+      FROM k WHERE k.delivery_count > 1 AND e.id = k.inbox_event_id
+    RETURNING e.processing_status
+)
+SELECT k.inbox_event_id, k.event_id, k.delivery_count,
+       COALESCE((SELECT processing_status FROM new),
+                (SELECT processing_status FROM counted))
+  FROM k
+"""  # noqa: S608 - table and column names from the models, values bound
+
+
+def inbox_duplicate_count_sql(vendor: str) -> str:
+    """A duplicate's count and last seen time on its stored row, whose status comes back
+    (none when the row has left the inbox)."""
+    events = connection.ops.quote_name(_EVENTS)
+    return (
+        f"UPDATE {events} SET delivery_count = %s, last_seen_at = %s"  # noqa: S608
+        " WHERE id = %s RETURNING processing_status"
+    )
+
+
+@functools.cache
+def key_count_sql(vendor: str, *, on: str) -> str:
+    """SQLite: a duplicate counted on its key, by the unique index ``on`` names (see
+    ``inbox_record_sql``), returning ``(id, event_id, delivery_count)``; no row when the
+    key is not there or (``on="event_id"``) its fingerprint differs."""
+    keys = connection.ops.quote_name(_KEYS)
+    where = (
+        "source_id = %s AND event_id = %s AND content_fingerprint = %s"
+        if on == "event_id"
+        else "source_id = %s AND body_key = %s"
+    )
+    return (
+        f"UPDATE {keys} SET delivery_count = delivery_count + 1"  # noqa: S608
+        f" WHERE {where} RETURNING inbox_event_id, event_id, delivery_count"
+    )
+
+
+@functools.cache
+def inbox_insert_sql(vendor: str, *, given: tuple[str, ...]) -> str:
+    """SQLite: a new event's inbox row, the delivery's columns (``given``) bound in that
+    order, then the defaults as ``inbox_record_sql`` has them; returns its id and status."""
+    quote = connection.ops.quote_name
     column = {f.attname: f.column for f in InboxEvent._meta.concrete_fields}
     names = [quote(column[name]) for name in given]
     values = ["%s"] * len(given)
@@ -94,24 +198,24 @@ def inbox_upsert_sql(vendor: str, *, on: str, given: tuple[str, ...]) -> str:
         names.append(quote(field.column))
         literal = None if callable(field.default) else _literal(field.get_default())
         values.append(literal or "%s")
-    if on == "event_id":
-        target = "(source_id, event_id)"
-        condition = f" WHERE {table}.content_fingerprint = EXCLUDED.content_fingerprint"
-    else:
-        target = "(source_id, body_key) WHERE body_key IS NOT NULL"
-        condition = ""
     return (
-        f"INSERT INTO {table} ({', '.join(names)}) VALUES ({', '.join(values)})"  # noqa: S608
-        f" ON CONFLICT {target} DO UPDATE SET"
-        f" delivery_count = {table}.delivery_count + 1,"
-        f" last_seen_at = EXCLUDED.last_seen_at{condition}"
-        " RETURNING id, event_id, delivery_count, processing_status"
+        f"INSERT INTO {quote(_EVENTS)} ({', '.join(names)})"  # noqa: S608
+        f" VALUES ({', '.join(values)}) RETURNING id, processing_status"
     )
 
 
 @functools.cache
+def key_insert_sql(vendor: str) -> str:
+    """SQLite: a new event's key, its row's id first, then ``KEY_COLUMNS``."""
+    quote = connection.ops.quote_name
+    columns = ", ".join(["inbox_event_id", *KEY_COLUMNS, "delivery_count"])
+    placeholders = ", ".join(["%s"] * (len(KEY_COLUMNS) + 1))
+    return f"INSERT INTO {quote(_KEYS)} ({columns}) VALUES ({placeholders}, 1)"  # noqa: S608
+
+
+@functools.cache
 def _bound_defaults(given: tuple[str, ...]) -> tuple[models.Field, ...]:
-    """The fields whose default ``inbox_upsert_sql`` binds rather than writes in."""
+    """The fields whose default ``inbox_record_sql`` binds rather than writes in."""
     return tuple(
         field
         for field in inbox_new_row_fields(given)
@@ -119,17 +223,25 @@ def _bound_defaults(given: tuple[str, ...]) -> tuple[models.Field, ...]:
     )
 
 
-def inbox_upsert_params(values: dict[str, Any]) -> list[Any]:
-    """The parameters of ``inbox_upsert_sql`` for a delivery's (adapted) ``values``."""
-    defaults = _bound_defaults(tuple(values))
-    if not defaults:
-        return list(values.values())
+def inbox_insert_params(values: dict[str, Any]) -> list[Any]:
+    """The parameters of ``inbox_insert_sql`` for a delivery's (adapted) ``values``."""
+    return [*values.values(), *_defaults_bound(tuple(values))]
+
+
+def _defaults_bound(given: tuple[str, ...]) -> list[Any]:
     return [
-        *values.values(),
-        *(
-            field.get_db_prep_save(field.get_default(), connection)
-            for field in defaults
-        ),
+        field.get_db_prep_save(field.get_default(), connection)
+        for field in _bound_defaults(given)
+    ]
+
+
+def inbox_record_params(values: dict[str, Any]) -> list[Any]:
+    """The parameters of ``inbox_record_sql`` for a delivery's (adapted) ``values``."""
+    return [
+        *(values[name] for name in KEY_COLUMNS),
+        *(value for name, value in values.items() if name not in KEY_COLUMNS),
+        *_defaults_bound(tuple(values)),
+        values["last_seen_at"],
     ]
 
 

@@ -36,6 +36,7 @@ CASE_MODULES = [
     "tests/webhooks/test_event_api_errors.py",
     "tests/core/test_api_bodies.py",
     "tests/webhooks/test_mismatch_evidence.py",
+    "tests/webhooks/test_dedup_ledger.py",
     "tests/audit/test_dashboard.py",
     "tests/core/test_date_inputs.py",
 ]

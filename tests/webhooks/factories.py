@@ -24,6 +24,7 @@ from webhooks.models import (
     FingerprintMismatch,
     InboxAttempt,
     InboxEvent,
+    InboxKey,
     ProcessingStatus,
     SourceHold,
     WebhookSecret,
@@ -197,6 +198,31 @@ class InboxEventFactory(factory.django.DjangoModelFactory):
     received_at = factory.LazyFunction(timezone.now)
     last_seen_at = factory.LazyAttribute(lambda o: o.received_at)
 
+    @classmethod
+    def _create(cls, model_class: type[InboxEvent], *args: Any, **kwargs: Any):
+        row = super()._create(model_class, *args, **kwargs)
+        inbox_keys_create([row])
+        return row
+
+
+def inbox_keys_create(rows: list[InboxEvent]) -> None:
+    """The ledger's key of each row, as ingest writes it with the row (``InboxKey``)."""
+    InboxKey.objects.bulk_create(
+        [
+            InboxKey(
+                inbox_event_id=row.pk,
+                source_id=row.source_id,
+                event_id=row.event_id,
+                body_key=row.body_key,
+                content_fingerprint=row.content_fingerprint,
+                received_at=row.received_at,
+                delivery_count=row.delivery_count,
+            )
+            for row in rows
+        ],
+        batch_size=1000,
+    )
+
 
 class DeadLetteredEventFactory(InboxEventFactory):
     processing_status = ProcessingStatus.DEAD_LETTERED
@@ -209,7 +235,9 @@ def inbox_events_bulk_create(bodies: list[dict], **columns: Any) -> list[InboxEv
     """One row per body in a few statements (``bulk_create``), all on one source."""
     columns.setdefault("source", research_source())
     rows = [InboxEventFactory.build(body=body, **columns) for body in bodies]
-    return InboxEvent.objects.bulk_create(rows, batch_size=1000)
+    created = InboxEvent.objects.bulk_create(rows, batch_size=1000)
+    inbox_keys_create(created)
+    return created
 
 
 class InboxAttemptFactory(factory.django.DjangoModelFactory):

@@ -2,7 +2,7 @@
 migrated: a paused or draining source keeps its hold (0013), a row dead-lettered before causes
 were recorded gets one (0014); the inbox tables get their autovacuum settings (0020), and the
 inbox room on its pages (0021); the secrets stored before public keys were held stay
-secrets (0023)."""
+secrets (0023); every stored event gets its key in the deduplication ledger (0029)."""
 
 from __future__ import annotations
 
@@ -165,3 +165,55 @@ def test_secrets_stored_before_public_keys_were_held_are_secrets(migrated_back):
     secret_model.objects.create(
         source_id=source.pk, secret="whpk_" + "A" * 43 + "=", kind="public_key"
     )
+
+
+def test_every_stored_event_gets_its_key_and_the_ledger_decides_from_then_on(
+    migrated_back,
+):
+    """0029: one key per existing row, under the row's id, with its fingerprint, body key,
+    received time and count; the ledger's unique index refuses a second key of an id."""
+    from django.db import IntegrityError, transaction
+
+    old = migrated_back("0028_traceparent")
+    source = old.get_model("webhooks", "WebhookSource").objects.create(
+        slug="before", handler="research"
+    )
+    event = old.get_model("webhooks", "InboxEvent")
+    now = timezone.now()
+    common = {"source": source, "event_type": "t", "payload_hash": "h" * 64}
+    signed = event.objects.create(
+        event_id="evt-1", content_fingerprint="a" * 64, delivery_count=3, **common
+    )
+    by_body = event.objects.create(
+        event_id="d-1",
+        content_fingerprint="b" * 64,
+        body_key="c" * 64,
+        received_at=now - timedelta(days=40),
+        **common,
+    )
+
+    new = migrate([("webhooks", "0029_inbox_key_ledger")])
+    keys = new.get_model("webhooks", "InboxKey")
+    assert sorted(
+        keys.objects.values_list(
+            "inbox_event_id",
+            "event_id",
+            "body_key",
+            "content_fingerprint",
+            "delivery_count",
+        )
+    ) == sorted(
+        [
+            (signed.pk, "evt-1", None, "a" * 64, 3),
+            (by_body.pk, "d-1", "c" * 64, "b" * 64, 1),
+        ]
+    )
+    assert keys.objects.get(pk=by_body.pk).received_at == by_body.received_at
+    with pytest.raises(IntegrityError), transaction.atomic():
+        keys.objects.create(
+            inbox_event_id=by_body.pk + 100,
+            source_id=source.pk,
+            event_id="evt-1",
+            content_fingerprint="a" * 64,
+            received_at=now,
+        )

@@ -1,0 +1,167 @@
+"""The deduplication ledger (docs/subsystems/inbox.md, "The deduplication ledger"): one key
+per accepted event, written by the statement that records the delivery, deciding new,
+duplicate and conflict whether or not the inbox row is still there. Runs on PostgreSQL and,
+through ``tests/core/test_embedded_default_inputs.py``, on SQLite."""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+
+import pytest
+from django.db import connection, connections, transaction
+
+from tests.integrations.github.factories import github_headers
+from tests.integrations.research.factories import research_event
+from tests.webhooks.factories import (
+    RESEARCH_SOURCE,
+    encode,
+    signed_post,
+    webhook_post,
+)
+from webhooks.models import FingerprintMismatch, InboxEvent, InboxKey
+
+pytestmark = pytest.mark.django_db
+
+
+def _row_leaves(event_id: str) -> int:
+    """The inbox row of ``event_id`` removed by hand, as retention removes rows: its key
+    stays. Returns the row's id."""
+    row = InboxEvent.objects.get(event_id=event_id)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"DELETE FROM {InboxEvent._meta.db_table} WHERE id = %s",  # noqa: S608
+            [row.pk],
+        )
+    return row.pk
+
+
+def test_a_new_event_writes_its_key_with_the_row_under_the_same_id(http, source):
+    body = research_event()
+    assert signed_post(http, RESEARCH_SOURCE, body).status_code == 202
+
+    row = InboxEvent.objects.get()
+    key = InboxKey.objects.get()
+    assert key.inbox_event_id == row.pk
+    assert (key.source_id, key.event_id) == (row.source_id, row.event_id)
+    assert key.content_fingerprint == row.content_fingerprint
+    assert key.received_at == row.received_at
+    assert key.body_key is None  # a signed id: no body key
+    assert key.delivery_count == 1
+
+
+def test_a_duplicate_counts_on_the_key_and_on_the_row(http, source):
+    body = research_event()
+    for _ in range(3):
+        signed_post(http, RESEARCH_SOURCE, body)
+
+    assert InboxKey.objects.get().delivery_count == 3
+    assert InboxEvent.objects.get().delivery_count == 3
+    assert InboxEvent.objects.count() == 1
+
+
+def test_a_duplicate_after_the_row_left_is_still_a_duplicate(http, source):
+    body = research_event()
+    signed_post(http, RESEARCH_SOURCE, body)
+    row_id = _row_leaves(body["event_id"])
+
+    response = signed_post(http, RESEARCH_SOURCE, body)
+
+    assert response.status_code == 200
+    answer = response.json()
+    assert answer["status"] == "duplicate"
+    assert answer["event_id"] == body["event_id"]
+    assert InboxEvent.objects.count() == 0  # nothing stored again
+    key = InboxKey.objects.get()
+    assert (key.inbox_event_id, key.delivery_count) == (row_id, 2)
+
+
+def test_a_conflict_after_the_row_left_is_409_with_its_evidence(http, source):
+    original = research_event()
+    signed_post(http, RESEARCH_SOURCE, original)
+    fingerprint = InboxEvent.objects.get().content_fingerprint
+    row_id = _row_leaves(original["event_id"])
+    conflicting = original | {"data": {"summary": "rewritten"}}
+
+    response = signed_post(http, RESEARCH_SOURCE, conflicting)
+
+    assert response.status_code == 409
+    assert response.json() == {
+        "status": "rejected_inconsistent_duplicate",
+        "error": "inconsistent_duplicate",
+        "event_id": original["event_id"],
+    }
+    evidence = FingerprintMismatch.objects.get()
+    assert evidence.event_id == row_id
+    assert evidence.original_fingerprint == fingerprint
+    assert bytes(evidence.raw_body) == encode(conflicting)
+    assert InboxEvent.objects.count() == 0
+    assert InboxKey.objects.get().delivery_count == 1  # a conflict counts nothing
+
+
+def test_a_github_body_under_a_fresh_id_after_the_row_left_names_the_stored_event(
+    http, github_source
+):
+    raw = b'{"zen": "Keep it logically awesome.", "hook_id": 1}'
+    first = webhook_post(http, "github", raw, github_headers(raw, delivery="d-first"))
+    assert first.status_code == 202
+    _row_leaves("d-first")
+
+    again = webhook_post(http, "github", raw, github_headers(raw, delivery="d-copy"))
+
+    assert again.status_code == 200
+    assert again.json()["event_id"] == "d-first"
+    key = InboxKey.objects.get()
+    assert key.body_key == hashlib.sha256(raw).hexdigest()
+    assert key.delivery_count == 2
+    assert InboxEvent.objects.count() == 0
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.skipif(
+    connection.vendor != "postgresql", reason="one writer at a time on SQLite"
+)
+def test_a_duplicate_waiting_on_its_first_delivery_counts_on_the_row_it_committed(
+    http, source
+):
+    """The first delivery's transaction holds its new key; a copy arriving meanwhile waits
+    on the ledger's unique index and, once the first commits, counts on a row its own
+    statement began too early to see: the count still reaches the row, and the answer
+    carries the row's status."""
+    body = research_event()
+    first_in = threading.Event()
+    release = threading.Event()
+
+    def first_delivery() -> None:
+        try:
+            with transaction.atomic():
+                assert signed_post(http, RESEARCH_SOURCE, body).status_code == 202
+                first_in.set()
+                release.wait(10)
+        finally:
+            connections.close_all()
+
+    answers = []
+
+    def copy() -> None:
+        try:
+            answers.append(signed_post(http, RESEARCH_SOURCE, body))
+        finally:
+            connections.close_all()
+
+    holder = threading.Thread(target=first_delivery)
+    holder.start()
+    assert first_in.wait(10)
+    waiting = threading.Thread(target=copy)
+    waiting.start()
+    waiting.join(1.0)
+    assert waiting.is_alive()  # held on the first delivery's key
+    release.set()
+    holder.join(10)
+    waiting.join(10)
+
+    [answer] = answers
+    assert answer.status_code == 200
+    assert answer.json()["processing_status"] == "received"
+    assert InboxEvent.objects.get().delivery_count == 2
+    assert InboxKey.objects.get().delivery_count == 2
