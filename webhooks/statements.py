@@ -93,6 +93,12 @@ def _key_conflict(on: str) -> tuple[str, str]:
     return "(source_id, body_key) WHERE body_key IS NOT NULL", ""
 
 
+def _cast_type(field: models.Field) -> str:
+    """The type a bound value of ``field`` is cast to in a statement: a value in a
+    ``SELECT`` list is not typed by the column it is inserted into."""
+    return cast(Any, field).cast_db_type(connection)
+
+
 @functools.cache
 def inbox_record_sql(vendor: str, *, on: str, given: tuple[str, ...]) -> str:
     """The one statement that records a delivery on PostgreSQL: its key in the ledger
@@ -122,8 +128,7 @@ def inbox_record_sql(vendor: str, *, on: str, given: tuple[str, ...]) -> str:
     column = {f.attname: f.column for f in InboxEvent._meta.concrete_fields}
     key_names = ", ".join(quote(column[name]) for name in KEY_COLUMNS)
     key_values = ", ".join(
-        f"%s::{_field(InboxEvent, name).cast_db_type(connection)}"
-        for name in KEY_COLUMNS
+        f"%s::{_cast_type(_field(InboxEvent, name))}" for name in KEY_COLUMNS
     )
     names = ["id", *(quote(column[name]) for name in KEY_COLUMNS)]
     values = ["k.inbox_event_id", *(f"k.{column[name]}" for name in KEY_COLUMNS)]
@@ -132,11 +137,11 @@ def inbox_record_sql(vendor: str, *, on: str, given: tuple[str, ...]) -> str:
             continue
         field = _field(InboxEvent, name)
         names.append(quote(field.column))
-        values.append(f"%s::{field.cast_db_type(connection)}")
+        values.append(f"%s::{_cast_type(field)}")
     for field in inbox_new_row_fields(given):
         names.append(quote(field.column))
         literal = None if callable(field.default) else _literal(field.get_default())
-        values.append(literal or f"%s::{field.cast_db_type(connection)}")
+        values.append(literal or f"%s::{_cast_type(field)}")
     target, condition = _key_conflict(on)
     return f"""WITH k AS (
     INSERT INTO {keys} (inbox_event_id, {key_names}, delivery_count)
