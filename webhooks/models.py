@@ -474,9 +474,18 @@ class InboxAttempt(models.Model):
         RETRY = "retry"
         DEAD_LETTERED = "dead_lettered"
 
+    # An id, not a foreign key constraint: an event and its attempts are stored, and leave,
+    # together by the event's received time (``event_received_at``), which is what time
+    # partitions of both tables need (docs/scaling.md, "Hundreds of millions of inbox rows").
     event = models.ForeignKey(
-        InboxEvent, on_delete=models.CASCADE, related_name="attempt_log"
+        InboxEvent,
+        on_delete=models.CASCADE,
+        db_constraint=False,
+        related_name="attempt_log",
     )
+    # The event's ``received_at``, written with the attempt (the claim reads it with the
+    # row). Attempts stored before it was kept hold 1970-01-01 (migration 0030).
+    event_received_at = models.DateTimeField()
     number = models.PositiveIntegerField()
     started_at = models.DateTimeField(default=timezone.now)
     finished_at = models.DateTimeField(null=True, blank=True)

@@ -344,12 +344,15 @@ def _claimed_columns() -> str:
     columns += [
         f"s.{_field(WebhookSource, name).column}" for name in CLAIMED_SOURCE_FIELDS[1:]
     ]
+    # Last, for the attempt (its ``event_received_at``), as stored: not an epoch.
+    columns.append("e.received_at AS event_received_at")
     return ", ".join(columns)
 
 
 # The claim of a batch, in one statement: the rows that can be taken become ``processing``
-# with their lease, their attempts are inserted, and ``CLAIMED_FIELDS`` come back, then the
-# source's ``CLAIMED_SOURCE_FIELDS`` and the attempt's id.
+# with their lease, their attempts are inserted (with the event's received time), and
+# ``CLAIMED_FIELDS`` come back, then the source's ``CLAIMED_SOURCE_FIELDS``, the event's
+# received time and the attempt's id.
 BATCH_CLAIM_SQL = f"""
 WITH claimed AS (
     UPDATE {_EVENTS} AS e
@@ -374,8 +377,10 @@ WITH claimed AS (
     RETURNING {_claimed_columns()}
 ), attempt AS (
     INSERT INTO {_ATTEMPTS}
-           (event_id, number, started_at, outcome, resulting_status, error, worker)
-    SELECT id, attempts, %(now)s, 'started', '', '', %(worker)s FROM claimed
+           (event_id, event_received_at, number, started_at, outcome, resulting_status,
+            error, worker)
+    SELECT id, event_received_at, attempts, %(now)s, 'started', '', '', %(worker)s
+      FROM claimed
     RETURNING id, event_id
 )
 SELECT claimed.*, attempt.id FROM claimed JOIN attempt ON attempt.event_id = claimed.id

@@ -245,6 +245,7 @@ class InboxAttemptFactory(factory.django.DjangoModelFactory):
         model = InboxAttempt
 
     event = factory.SubFactory(InboxEventFactory)
+    event_received_at = factory.LazyAttribute(lambda o: o.event.received_at)
     number = 1
     outcome = InboxAttempt.Outcome.RETRY
     error = "boom"

@@ -2,7 +2,8 @@
 migrated: a paused or draining source keeps its hold (0013), a row dead-lettered before causes
 were recorded gets one (0014); the inbox tables get their autovacuum settings (0020), and the
 inbox room on its pages (0021); the secrets stored before public keys were held stay
-secrets (0023); every stored event gets its key in the deduplication ledger (0029)."""
+secrets (0023); every stored event gets its key in the deduplication ledger (0029), and
+every stored attempt a time for its event (0030)."""
 
 from __future__ import annotations
 
@@ -217,3 +218,31 @@ def test_every_stored_event_gets_its_key_and_the_ledger_decides_from_then_on(
             content_fingerprint="a" * 64,
             received_at=now,
         )
+
+
+def test_attempts_stored_before_their_events_time_was_kept_hold_1970(migrated_back):
+    """0030: the column is added with a constant for the attempts already stored (no
+    rewrite of the table); an attempt no longer needs its event's row to be stored."""
+    from datetime import UTC, datetime
+
+    old = migrated_back("0029_inbox_key_ledger")
+    source = old.get_model("webhooks", "WebhookSource").objects.create(
+        slug="before", handler="research"
+    )
+    event = old.get_model("webhooks", "InboxEvent").objects.create(
+        source=source,
+        event_id="evt-1",
+        event_type="t",
+        payload_hash="h" * 64,
+        content_fingerprint="a" * 64,
+    )
+    old.get_model("webhooks", "InboxAttempt").objects.create(event=event, number=1)
+
+    new = migrate([("webhooks", "0030_attempts_event_received_at")])
+    attempt = new.get_model("webhooks", "InboxAttempt")
+    assert list(attempt.objects.values_list("event_received_at", flat=True)) == [
+        datetime(1970, 1, 1, tzinfo=UTC)
+    ]
+    attempt.objects.create(
+        event_id=event.pk + 1000, event_received_at=timezone.now(), number=1
+    )
