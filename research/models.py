@@ -83,8 +83,8 @@ class DocumentRevision(models.Model):
         ResearchDocument, on_delete=models.PROTECT, related_name="revisions"
     )
     # The event applied, by id: no foreign key constraint into the inbox, whose rows leave
-    # with retention while the revision stays (docs/scaling.md, "Hundreds of millions of
-    # inbox rows").
+    # with retention while the revision stays (docs/scaling.md, "Time partitions of the
+    # inbox").
     inbox_event = models.ForeignKey(
         "webhooks.InboxEvent",
         on_delete=models.PROTECT,

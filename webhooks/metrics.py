@@ -80,6 +80,27 @@ class QueueLagCollector:
         yield lag
 
 
+class InboxPartitionsCollector:
+    """``webhook_inbox_partitions_ahead_days{table}``: how many days after now the inbox's
+    and its attempts' time partitions reach (docs/scaling.md, "Time partitions of the
+    inbox"), read from the catalog at scrape time. A delivery whose day has no partition is
+    refused: the alert ``InboxPartitionsRunningOut`` fires below 2 days. No series when the
+    tables are not partitioned (SQLite)."""
+
+    def collect(self):
+        from .partitions import TABLES, is_partitioned, partitions_ahead_days
+
+        ahead = GaugeMetricFamily(
+            "webhook_inbox_partitions_ahead_days",
+            "Days after now that the table's time partitions reach.",
+            labels=["table"],
+        )
+        for table in TABLES:
+            if is_partitioned(table):
+                ahead.add_metric([table.table], partitions_ahead_days(table))
+        yield ahead
+
+
 class PausedSourcesCollector:
     """``webhook_source_paused_seconds{source}`` and ``webhook_source_held_events{source}``,
     read from the database at scrape time, one series per enabled source and one statement

@@ -476,7 +476,7 @@ class InboxAttempt(models.Model):
 
     # An id, not a foreign key constraint: an event and its attempts are stored, and leave,
     # together by the event's received time (``event_received_at``), which is what time
-    # partitions of both tables need (docs/scaling.md, "Hundreds of millions of inbox rows").
+    # partitions of both tables need (docs/scaling.md, "Time partitions of the inbox").
     event = models.ForeignKey(
         InboxEvent,
         on_delete=models.CASCADE,

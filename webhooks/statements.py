@@ -155,6 +155,7 @@ def inbox_record_sql(vendor: str, *, on: str, given: tuple[str, ...]) -> str:
 ), counted AS (
     UPDATE {events} AS e SET delivery_count = k.delivery_count, last_seen_at = %s
       FROM k WHERE k.delivery_count > 1 AND e.id = k.inbox_event_id
+       AND e.received_at = k.received_at
     RETURNING e.processing_status
 )
 SELECT k.inbox_event_id, k.event_id, k.delivery_count,
@@ -478,6 +479,16 @@ SELECT id FROM {_EVENTS}
  WHERE id = ANY(%(ids)s::bigint[]) AND dispatched_at IS NOT NULL
    AND processing_status IN ({", ".join(f"'{status}'" for status in RELAY_UNFINISHED_STATUSES)})
 """  # noqa: S608 - table names and the statuses' own values
+
+
+# --- time partitions ------------------------------------------------------------------------
+
+
+def partition_rows_move_sql(*, into: str, source: str) -> str:
+    """Every row of the table ``source`` copied into ``into``, which has the same columns
+    (``partitions.table_unpartition``)."""
+    quote = connection.ops.quote_name
+    return f"INSERT INTO {quote(into)} SELECT * FROM {quote(source)}"  # noqa: S608
 
 
 # --- reads ----------------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 """A revision names the inbox event it applied by id, without a foreign key constraint into
 the inbox, whose rows leave with retention while the revision stays (docs/scaling.md,
-"Hundreds of millions of inbox rows")."""
+"Time partitions of the inbox")."""
 
 import django.db.models.deletion
 from django.db import migrations, models

@@ -1,5 +1,5 @@
 """An attempt carries its event's received time, and names its event by id without a foreign
-key constraint (docs/scaling.md, "Hundreds of millions of inbox rows"): what storing, and
+key constraint (docs/scaling.md, "Time partitions of the inbox"): what storing, and
 dropping, an event and its attempts together by that time needs.
 
 The column is added with a constant for the attempts already stored (1970-01-01 UTC), which
