@@ -32,7 +32,7 @@ class WebhooksConfig(AppConfig):
         scrape_collector_register(InboxPartitionsCollector())
         periodic_task_register(
             name="inbox-partitions",
-            task="webhooks.inbox_partitions_ensure",
+            task="webhooks.inbox_partitions",
             every_seconds=3600,
         )
         scrape_collector_register(QueueLagCollector())

@@ -199,7 +199,16 @@ def _record_execute(*, values: dict[str, Any], on: str) -> tuple | None:
                 [row[2], values["last_seen_at"], row[0]],
             )
             status = cursor.fetchone()
-        row = (*row[:3], status[0] if status else ProcessingStatus.PROCESSED)
+        if status is None:
+            # The row left with its day's partition (retention): its key says how it
+            # ended, blank for ``processed``.
+            final = (
+                InboxKey.objects.filter(pk=row[0])
+                .values_list("final_status", flat=True)
+                .first()
+            )
+            status = (final or ProcessingStatus.PROCESSED,)
+        row = (*row[:3], status[0])
     return row
 
 

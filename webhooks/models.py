@@ -444,6 +444,12 @@ class InboxKey(models.Model):
     content_fingerprint = models.CharField(max_length=64)
     received_at = models.DateTimeField()
     delivery_count = models.PositiveIntegerField(default=1)
+    # The status the row had when retention dropped it with its day's partition, unless it
+    # was ``processed`` (most rows: blank then, and left unwritten). What a duplicate of an
+    # event whose row has left is answered. A database default: ingest leaves it out.
+    final_status = models.CharField(
+        max_length=32, blank=True, default="", db_default=""
+    )
 
     class Meta:
         constraints = [

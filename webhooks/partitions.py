@@ -18,6 +18,7 @@ The embedded default (SQLite) keeps one table of each: nothing here runs there."
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -28,7 +29,13 @@ from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
 
 from .models import InboxAttempt, InboxEvent
-from .statements import partition_rows_move_sql
+from .statements import (
+    key_final_status_sql,
+    partition_holds_sql,
+    partition_rows_move_sql,
+)
+
+logger = logging.getLogger(__name__)
 
 DAY = timedelta(days=1)
 # How long creating or attaching a partition waits for its lock before it gives up (and the
@@ -194,6 +201,239 @@ def partitions_ahead_days(
         return float("inf")
     now = now or timezone.now()
     return max((found[-1].end - now).total_seconds() / 86400, 0.0)
+
+
+# --- retention ------------------------------------------------------------------------------
+
+# Why a partition past the horizon is kept (``partition_holds``), in the order checked.
+HOLD_REASONS = ("unfinished", "open_evidence", "paused_source", "bulk_replay")
+
+
+@dataclass(frozen=True)
+class Retirement:
+    dropped: list[str]
+    held: dict[str, list[str]]  # partition -> reasons
+
+
+def partition_holds(name: str) -> list[str]:
+    """What keeps the inbox partition ``name`` (attached or detached) from being dropped:
+    a row not finished (received, processing, failed), evidence of a conflict under
+    investigation naming one of its rows, a row of a paused or draining source, or a
+    dead-lettered row while a bulk replay job is live. Empty: nothing."""
+    with connection.cursor() as cursor:
+        cursor.execute(partition_holds_sql(partition=name))
+        found = cursor.fetchone()
+    return [reason for reason, held in zip(HOLD_REASONS, found, strict=True) if held]
+
+
+def _suffix(partition: str, table: PartitionedTable) -> str:
+    return partition.removeprefix(table.table)
+
+
+def _detached(table: PartitionedTable) -> list[str]:
+    """Partitions of ``table`` a retention run detached and did not drop (it stopped on
+    the way): tables of a partition's name attached nowhere."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT c.relname FROM pg_class c"
+            " WHERE c.relkind = 'r' AND c.relnamespace = 'public'::regnamespace"
+            "   AND c.relname ~ %s AND NOT c.relispartition ORDER BY c.relname",
+            [f"^{re.escape(table.table)}_p(0|[0-9]{{8}})$"],
+        )
+        return [row[0] for row in cursor.fetchall()]
+
+
+def _detach(table: PartitionedTable, name: str) -> None:
+    quote = connection.ops.quote_name
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT inhdetachpending FROM pg_inherits WHERE inhrelid = to_regclass(%s)",
+            [name],
+        )
+        row = cursor.fetchone()
+        if row is None:
+            return  # detached already
+        # CONCURRENTLY: ingest and processing go on (it cannot run in a transaction block,
+        # as in the tests, where the plain form runs); a detach interrupted half-way is
+        # finished.
+        how = (
+            "FINALIZE"
+            if row[0]
+            else ("" if connection.in_atomic_block else "CONCURRENTLY")
+        )
+        cursor.execute(
+            f"ALTER TABLE {quote(table.table)} DETACH PARTITION {quote(name)} {how}"
+        )
+
+
+def _attach_again(table: PartitionedTable, name: str, bounds: str) -> None:
+    quote = connection.ops.quote_name
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"ALTER TABLE {quote(table.table)} ATTACH PARTITION {quote(name)} {bounds}"
+        )
+
+
+def _bounds(name: str) -> str:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pg_get_expr(relpartbound, oid) FROM pg_class WHERE oid = %s::regclass",
+            [name],
+        )
+        return cursor.fetchone()[0]
+
+
+def _partition_drop(*, events: str, attempts: str, start, end, actor) -> None:
+    """One day of the inbox, detached already, dropped: in one transaction, the statuses of
+    its rows that were not ``processed`` onto their keys, the operator action that names what
+    left (the audit app logs it, in this transaction), and both tables dropped."""
+    from trail.models import OperatorAction
+    from trail.services import operator_action_record
+
+    quote = connection.ops.quote_name
+    with transaction.atomic(), connection.cursor() as cursor:
+        # Checks still deferred in an enclosing transaction would refuse the drops.
+        cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
+        cursor.execute(
+            f"SELECT count(*), min(id), max(id) FROM {quote(events)}"  # noqa: S608
+        )
+        count, first_id, last_id = cursor.fetchone()
+        attempt_count = 0
+        if attempts:
+            cursor.execute(f"SELECT count(*) FROM {quote(attempts)}")  # noqa: S608
+            attempt_count = cursor.fetchone()[0]
+        cursor.execute(key_final_status_sql(partition=events))
+        operator_action_record(
+            action=OperatorAction.Action.DROP_INBOX_PARTITION,
+            actor=actor,
+            reason=f"retention: events received before {end.isoformat()}",
+            event_count=count,
+            details={
+                "events_partition": events,
+                "attempts_partition": attempts,
+                "start": start.isoformat() if start else None,
+                "end": end.isoformat(),
+                "events": count,
+                "attempts": attempt_count,
+                "first_event_id": first_id,
+                "last_event_id": last_id,
+            },
+        )
+        cursor.execute(f"DROP TABLE {quote(events)}")
+        if attempts:
+            cursor.execute(f"DROP TABLE {quote(attempts)}")
+
+
+def inbox_partitions_retire(*, now: datetime | None = None, actor=None) -> Retirement:
+    """Drops each day of the inbox that ended INBOX_RETENTION_DAYS or more before today's
+    start (docs/scaling.md, "Retention by dropping a partition"): its partition of the
+    inbox and its attempts' are detached (CONCURRENTLY: ingest goes on), checked for what
+    holds them (``partition_holds``; attached again when anything does), then dropped with
+    the operator action that names what left. A day held back stays until nothing holds it,
+    and is named in the result and the log. Never a DELETE. Nothing when the setting is
+    unset or the tables are not partitioned (SQLite)."""
+    from core.actors import Actor
+
+    days = settings.INBOX_RETENTION_DAYS
+    dropped: list[str] = []
+    held: dict[str, list[str]] = {}
+    if days is None or not is_partitioned(INBOX):
+        return Retirement(dropped, held)
+    actor = actor or Actor.system()
+    horizon = day_start(now or timezone.now()) - days * DAY
+    # A run that stopped between its detach and its drop left tables behind: finish them.
+    waiting = [(name, None) for name in _detached(INBOX)] + [
+        (p.name, p) for p in partitions(INBOX) if p.end <= horizon
+    ]
+    for name, partition in waiting:
+        reasons = partition_holds(name)
+        if reasons:
+            held[name] = reasons
+            logger.warning(
+                "inbox.partition_held", extra={"partition": name, "reasons": reasons}
+            )
+            if partition is None:
+                # Detached by a run that stopped, and held since: back in the inbox.
+                _attach_again(INBOX, name, _bounds_of_detached(name))
+            continue
+        attempts = ATTEMPTS.table + _suffix(name, INBOX)
+        bounds = None
+        if partition is not None:
+            bounds = _bounds(name)
+            if _exists(attempts):
+                _detach(ATTEMPTS, attempts)
+            _detach(INBOX, name)
+            # Nothing reaches it now: what holds it is checked once more, for good.
+            reasons = partition_holds(name)
+            if reasons:
+                held[name] = reasons
+                _attach_again(INBOX, name, bounds)
+                if _exists(attempts):
+                    _attach_again(ATTEMPTS, attempts, bounds)
+                continue
+        start, end = _bounds_parse(bounds) if bounds else _bounds_of_name(name)
+        _partition_drop(
+            events=name,
+            attempts=attempts if _exists(attempts) else "",
+            start=start,
+            end=end,
+            actor=actor,
+        )
+        dropped.append(name)
+        logger.info("inbox.partition_dropped", extra={"partition": name})
+    return Retirement(dropped, held)
+
+
+def _exists(name: str) -> bool:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT to_regclass(%s) IS NOT NULL", [name])
+        return cursor.fetchone()[0]
+
+
+def _bounds_parse(bounds: str) -> tuple[datetime | None, datetime]:
+    match = _BOUND.search(bounds)
+    assert match is not None, bounds
+    end = _instant(match["end"])
+    assert end is not None
+    return _instant(match["start"]), end
+
+
+def _bounds_of_name(name: str) -> tuple[datetime | None, datetime]:
+    """The day a detached partition held, from its name (``..._pYYYYMMDD``); the first
+    partition's (``..._p0``) from its bound check."""
+    day = name.rsplit("_p", 1)[1]
+    if day != "0":
+        start = datetime.strptime(day, "%Y%m%d").replace(tzinfo=UTC)
+        return start, start + DAY
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pg_get_constraintdef(oid) FROM pg_constraint"
+            " WHERE conrelid = %s::regclass AND conname = %s",
+            [name, f"{name}_bound"],
+        )
+        definition = cursor.fetchone()[0]
+    literal = re.search(r"< '([^']+)'", definition)
+    assert literal is not None, definition
+    end = _instant(literal[1])
+    assert end is not None
+    return None, end
+
+
+def _bounds_of_detached(name: str) -> str:
+    start, end = _bounds_of_name(name)
+    low = _sql_instant(start) if start else "MINVALUE"
+    return f"FOR VALUES FROM ({low}) TO ({_sql_instant(end)})"
+
+
+def oldest_partition_overdue_days(*, now: datetime | None = None) -> float:
+    """How many days past its retention the oldest inbox partition is (0 when none is, or
+    retention is unset): retention that silently does nothing shows here."""
+    days = settings.INBOX_RETENTION_DAYS
+    found = partitions(INBOX)
+    if days is None or not found:
+        return 0.0
+    horizon = day_start(now or timezone.now()) - days * DAY
+    return max((horizon - found[0].end).total_seconds() / 86400, 0.0)
 
 
 # --- partitioning an existing table (migration 0031) -----------------------------------------

@@ -19,6 +19,7 @@ from django.db import connection, models
 from core.db import LOCK_TIMEOUT_IN_STATEMENT
 
 from .models import (
+    BulkReplayJob,
     FingerprintMismatch,
     InboxAttempt,
     InboxEvent,
@@ -489,6 +490,39 @@ def partition_rows_move_sql(*, into: str, source: str) -> str:
     (``partitions.table_unpartition``)."""
     quote = connection.ops.quote_name
     return f"INSERT INTO {quote(into)} SELECT * FROM {quote(source)}"  # noqa: S608
+
+
+def key_final_status_sql(*, partition: str) -> str:
+    """The status each row of the inbox partition ``partition`` ends with, on its key, for
+    the rows not ``processed`` (a blank ``final_status`` says ``processed``): written as
+    retention drops the partition."""
+    quote = connection.ops.quote_name
+    return (
+        f"UPDATE {quote(_KEYS)} AS k SET final_status = e.processing_status"  # noqa: S608
+        f" FROM {quote(partition)} AS e"
+        " WHERE k.inbox_event_id = e.id AND e.processing_status <> 'processed'"
+    )
+
+
+# What holds an inbox partition back from retention (``partitions.partition_holds``), each
+# a probe that stops at its first row: a row not finished, evidence of a conflict under
+# investigation, a row of a paused or draining source, a row a live bulk replay may take.
+def partition_holds_sql(*, partition: str) -> str:
+    quote = connection.ops.quote_name
+    rows = quote(partition)
+    unfinished = ", ".join(f"'{status}'" for status in RELAY_UNFINISHED_STATUSES)
+    live_jobs = "'queued', 'running', 'paused'"
+    return f"""
+SELECT EXISTS (SELECT 1 FROM {rows} WHERE processing_status IN ({unfinished})),
+       EXISTS (SELECT 1 FROM {quote(FingerprintMismatch._meta.db_table)} m
+                WHERE m.investigated_at IS NULL
+                  AND EXISTS (SELECT 1 FROM {rows} e WHERE e.id = m.event_id)),
+       EXISTS (SELECT 1 FROM {rows} e
+                WHERE e.source_id IN (SELECT source_id FROM {quote(_HOLDS)})),
+       EXISTS (SELECT 1 FROM {quote(BulkReplayJob._meta.db_table)}
+                WHERE state IN ({live_jobs}))
+       AND EXISTS (SELECT 1 FROM {rows} WHERE processing_status = 'dead_lettered')
+"""  # noqa: S608 - table names from the models and the catalog
 
 
 # --- reads ----------------------------------------------------------------------------------

@@ -563,3 +563,11 @@ if INBOX_PARTITIONS_AHEAD_DAYS < 2:
         f"INBOX_PARTITIONS_AHEAD_DAYS must be at least 2, not {INBOX_PARTITIONS_AHEAD_DAYS}:"
         " a day's deliveries are refused when its partition is missing."
     )
+# PostgreSQL: a day of the inbox (its events and their attempts) is dropped with its
+# partitions once it ended this many days ago (docs/scaling.md, "Retention by dropping a
+# partition"). Unset: every day is kept.
+INBOX_RETENTION_DAYS = env.int("INBOX_RETENTION_DAYS", default=None)
+if INBOX_RETENTION_DAYS is not None and INBOX_RETENTION_DAYS < 1:
+    raise ImproperlyConfigured(
+        f"INBOX_RETENTION_DAYS must be at least 1 day, or unset, not {INBOX_RETENTION_DAYS}."
+    )

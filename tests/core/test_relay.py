@@ -25,7 +25,7 @@ def test_beat_runs_no_sweep_and_no_sweep_task_is_left():
     assert scheduled == {
         "audit.seal_inbox",
         "idempotency.cleanup",
-        "webhooks.inbox_partitions_ensure",
+        "webhooks.inbox_partitions",
     }
     assert "webhooks.sweep" not in app.tasks
     assert "deployments.sweep" not in app.tasks
