@@ -7,11 +7,16 @@ def _purge_logged(
     sender: Any, instance: Any, created: bool = False, **kwargs: Any
 ) -> None:
     """A purge's operator action (inbox bodies, evidence bodies) enters the log with the
-    bodies it drops, in the purge's transaction (``audit.sealer.body_purges_log``)."""
+    bodies it drops, in the purge's transaction (``audit.sealer.body_purges_log``); a
+    retention drop of a day of the inbox with what it held (``partition_drop_log``)."""
     if created and instance.action in ("purge_bodies", "purge_evidence_bodies"):
         from .sealer import body_purges_log
 
         body_purges_log(action=instance)
+    elif created and instance.action == "drop_inbox_partition":
+        from .sealer import partition_drop_log
+
+        partition_drop_log(action=instance)
 
 
 class AuditConfig(AppConfig):

@@ -50,6 +50,7 @@ __all__ = [
     "CHAIN_RETIRED",
     "EVIDENCE_PURGE",
     "LEDGERS",
+    "PARTITION_DROP",
     "SEAL",
     "Ledger",
     "leaf_value",
@@ -62,6 +63,10 @@ BODY_PURGE = "body_purge"
 EVIDENCE_PURGE = "evidence_purge"
 SEAL = "audit_seal"
 CHAIN_RETIRED = "audit_chain_retired"
+# A day of the inbox dropped by retention, its id the operator action's: appended by the
+# drop itself (audit.sealer.partition_drop_log); the rows it names may be gone
+# (audit.verification).
+PARTITION_DROP = "inbox_partition_drop"
 
 
 # Values a leaf holds as they are read (checked by exact type: the common case, fast).

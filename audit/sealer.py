@@ -50,6 +50,7 @@ from .ledgers import (
     CHAIN_RETIRED,
     EVIDENCE_PURGE,
     LEDGERS,
+    PARTITION_DROP,
     SEAL,
     Ledger,
     scanned_ledgers,
@@ -66,6 +67,7 @@ __all__ = [
     "hmac_chain_retire",
     "hmac_chain_retired",
     "ledger_rows_seal",
+    "partition_drop_log",
     "unlogged",
 ]
 
@@ -366,6 +368,29 @@ def purged_ids(action: str, event_ids: Any, details: Any) -> list[int]:
     return (
         [pk for pk in named if isinstance(pk, int)] if isinstance(named, list) else []
     )
+
+
+def partition_drop_log(*, action: OperatorAction) -> bool:
+    """Appends the ``inbox_partition_drop`` entry of a ``drop_inbox_partition`` operator
+    action, in the drop's own transaction: a day of the inbox is gone only once the log says
+    who dropped it and what it held (docs/security.md, "What the log holds"). Its fields
+    are the action's details and its id. Returns whether it appended."""
+    if not isinstance(action.details, dict):
+        return False
+    with transaction.atomic():
+        log_lock()
+        if LogLeaf.objects.filter(kind=PARTITION_DROP, record_id=action.pk).exists():
+            return False
+        log_append(
+            leaves=[
+                LeafInput(
+                    kind=PARTITION_DROP,
+                    record_id=action.pk,
+                    fields={**action.details, "operator_action_id": action.pk},
+                )
+            ]
+        )
+    return True
 
 
 def body_purges_log(*, action: OperatorAction) -> int:

@@ -59,11 +59,12 @@ from .ledgers import (
     CHAIN_RETIRED,
     EVIDENCE_PURGE,
     LEDGERS,
+    PARTITION_DROP,
     Ledger,
     scanned_ledgers,
 )
 from .log import TreeRebuild, log_consistency_proof, log_leaf_chunks, log_size
-from .models import AuditSeal
+from .models import AuditSeal, LogLeaf
 from .sealer import PURGES, purged_ids, unlogged
 from .services import INLINE_BODY_BYTES, body_groups
 
@@ -97,6 +98,9 @@ class LogVerifyReport:
     notes: list[str] = field(default_factory=list)
     counts: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     checkpoint_size: int | None = None
+    # Entries whose row left with a day of the inbox that retention dropped, as the log
+    # recorded (not problems).
+    dropped: int = 0
 
     @property
     def ok(self) -> bool:
@@ -133,6 +137,87 @@ def _time(value: Any) -> datetime | None:
         return None
 
 
+@dataclass
+class _PartitionDrops:
+    """The ``inbox_partition_drop`` entries of the log: each names a day of the inbox that
+    retention dropped (its received times, its events' id range), so that the entries of
+    the rows it took are not DELETED (docs/security.md, "What the log holds")."""
+
+    entries: list[tuple[int, int, dict[str, Any]]]  # (log index, action id, fields)
+
+    @classmethod
+    def read(cls) -> _PartitionDrops:
+        found = []
+        for index, record_id, text in (
+            LogLeaf.objects.filter(kind=PARTITION_DROP)
+            .order_by("index")
+            .values_list("index", "record_id", "leaf")
+        ):
+            fields = _decoded(text)
+            if fields is not None:
+                found.append((index, record_id, fields))
+        return cls(found)
+
+    def left(self, kind: str, stored: Mapping[str, Any] | None) -> bool | int | None:
+        """Whether a row whose entry is ``stored`` left with a dropped day: ``True`` for an
+        event received within one; for an attempt whose event's id is in one's range, that
+        event's id (it left only if that event is gone too); else ``None``."""
+        if not self.entries or stored is None:
+            return None
+        if kind == "inbox_event":
+            at = _time(stored.get("received_at"))
+            if at is None:
+                return None
+            for _, _, fields in self.entries:
+                start, end = _time(fields.get("start")), _time(fields.get("end"))
+                if end is not None and at < end and (start is None or at >= start):
+                    return True
+            return None
+        if kind == "inbox_attempt":
+            event = stored.get("inbox_event_id")
+            if not isinstance(event, int):
+                return None
+            for _, _, fields in self.entries:
+                first, last = fields.get("first_event_id"), fields.get("last_event_id")
+                if (
+                    isinstance(first, int)
+                    and isinstance(last, int)
+                    and first <= event <= last
+                ):
+                    return event
+        return None
+
+    def check(self) -> list[str]:
+        """Each entry against its operator action: a ``drop_inbox_partition`` action with
+        the same details, or the entry is not one the product wrote."""
+        if not self.entries:
+            return []
+        actions = dict(
+            OperatorAction.objects.filter(
+                pk__in=[r for _, r, _ in self.entries],
+                action=OperatorAction.Action.DROP_INBOX_PARTITION,
+            ).values_list("pk", "details")
+        )
+        problems = []
+        for index, record_id, fields in self.entries:
+            # The leaf's own members (its kind and id) and the action's id beside the
+            # details the action holds.
+            details = {
+                k: v
+                for k, v in fields.items()
+                if k not in ("operator_action_id", "kind", "id")
+            }
+            if (
+                fields.get("operator_action_id") != record_id
+                or actions.get(record_id) != details
+            ):
+                problems.append(
+                    f"inbox partition drop {record_id} (log index {index}): no "
+                    "drop_inbox_partition operator action with these details"
+                )
+        return problems
+
+
 class _Entries:
     """The checks of each entry against its record, fed chunk by chunk in index order."""
 
@@ -145,6 +230,10 @@ class _Entries:
         self.missing: dict[tuple[str, int], tuple[int, datetime]] = {}
         self.purges: dict[tuple[str, int], tuple[int, dict[str, Any]]] = {}
         self.retirement: tuple[int, int, dict[str, Any]] | None = None
+        # The days of the inbox retention dropped, read from the log before the pass (their
+        # entries come after those of the rows they name); checked against their operator
+        # actions in ``finish``.
+        self.drops = _PartitionDrops.read()
 
     def feed(self, chunk: Sequence[tuple[int, str, int, str]]) -> None:
         by_kind: dict[str, list[tuple[int, int, str]]] = defaultdict(list)
@@ -155,6 +244,8 @@ class _Entries:
             if kind == CHAIN_RETIRED:
                 for index, record_id, text in entries:
                     self.retirement = (index, record_id, _decoded(text) or {})
+            elif kind == PARTITION_DROP:
+                continue  # read before the pass (``_PartitionDrops``)
             elif kind in (BODY_PURGE, EVIDENCE_PURGE):
                 for index, record_id, text in entries:
                     self.purges[(kind, record_id)] = (index, _decoded(text) or {})
@@ -213,11 +304,19 @@ class _Entries:
             (key for key, path in ledger.fields.items() if path == ledger.ready_time),
             None,
         )
+        gone_attempts: list[tuple[str, int]] = []
         for index, record_id, text in entries:
             name = _name(ledger, ledger.kind, record_id, index)
             stored: Mapping[str, Any] | None
             if record_id not in rows:
                 stored = _decoded(text)
+                left = self.drops.left(ledger.kind, stored)
+                if left is True:
+                    self.report.dropped += 1
+                    continue
+                if left is not None:  # an attempt: its event must be gone too
+                    gone_attempts.append((name, left))
+                    continue
                 self.report.problem("DELETED", name)
             else:
                 fields = fields_of[record_id]
@@ -233,6 +332,18 @@ class _Entries:
                     self._body(ledger, name, index, record_id, stored, rows[record_id])
             if stored is not None and ready_key is not None:
                 self._late(ledger, name, index, stored.get(ready_key))
+        if gone_attempts:
+            events = LEDGERS["inbox_event"].model_class._default_manager
+            still_there: set[int] = set(
+                events.filter(pk__in={pk for _, pk in gone_attempts}).values_list(
+                    "pk", flat=True
+                )
+            )
+            for name, event_pk in gone_attempts:
+                if event_pk in still_there:
+                    self.report.problem("DELETED", name)
+                else:
+                    self.report.dropped += 1
 
     @staticmethod
     def _changed(stored: Mapping[str, Any] | None, rebuilt: str) -> str:
@@ -282,6 +393,8 @@ class _Entries:
             )
 
     def finish(self) -> None:
+        for line in self.drops.check():
+            self.report.problem("ALTERED", line)
         self._large_bodies()
         valid = self._purges_check()
         for (kind, record_id), (index, purged_at) in sorted(self.missing.items()):
@@ -588,4 +701,9 @@ def log_verify(
     _not_logged(report, due=due)
     _jobs_explained(report)
     _chain_checks(report, entries)
+    if report.dropped:
+        report.notes.append(
+            f"{report.dropped} entries name rows that left with days of the inbox "
+            f"retention dropped ({len(entries.drops.entries)} logged drops)"
+        )
     return report

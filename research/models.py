@@ -82,8 +82,14 @@ class DocumentRevision(models.Model):
     document = models.ForeignKey(
         ResearchDocument, on_delete=models.PROTECT, related_name="revisions"
     )
+    # The event applied, by id: no foreign key constraint into the inbox, whose rows leave
+    # with retention while the revision stays (docs/scaling.md, "Time partitions of the
+    # inbox").
     inbox_event = models.ForeignKey(
-        "webhooks.InboxEvent", on_delete=models.PROTECT, related_name="revisions"
+        "webhooks.InboxEvent",
+        on_delete=models.PROTECT,
+        db_constraint=False,
+        related_name="revisions",
     )
     event_id = models.CharField(max_length=128)
     kind = models.CharField(max_length=16, choices=Kind.choices)

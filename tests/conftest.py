@@ -14,6 +14,7 @@ from tests.core.factories import bearer_http
 from tests.integrations.github.factories import github_source_create
 from tests.webhooks.factories import research_source
 from trail.api_clients import api_client_create
+from webhooks.partitions import inbox_partitions_ensure
 
 
 @pytest.fixture
@@ -461,6 +462,9 @@ def django_db_setup(
 
     with django_db_blocker.unblock():
         database_commits_unflushed(connection)
+        # Today's partitions and the next days', as the periodic work keeps them: a reused
+        # database may have been migrated days ago.
+        inbox_partitions_ensure()
     if not django_db_keepdb:
         yield
         return

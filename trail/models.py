@@ -45,6 +45,7 @@ class OperatorAction(AppendOnlyModel):
         PAUSE_BULK_REPLAY = "pause_bulk_replay"
         REVOKE_PREVIOUS_SECRETS = "revoke_previous_secrets"
         EVICT_IDEMPOTENCY_KEY = "evict_idempotency_key"
+        DROP_INBOX_PARTITION = "drop_inbox_partition"
 
     action = models.CharField(max_length=32, choices=Action.choices)
     actor = models.ForeignKey(
@@ -148,6 +149,7 @@ OPERATOR_ACTION_WORDS: dict[str, str] = {
     OperatorAction.Action.PAUSE_BULK_REPLAY: "Pause bulk replay",
     OperatorAction.Action.REVOKE_PREVIOUS_SECRETS: "Revoke previous secrets",
     OperatorAction.Action.EVICT_IDEMPOTENCY_KEY: "Evict idempotency key",
+    OperatorAction.Action.DROP_INBOX_PARTITION: "Drop a day of the inbox (retention)",
 }
 
 

@@ -223,6 +223,21 @@ class EvictIdempotencyKeyDetails(TypedDict):
     status: str
 
 
+class DropInboxPartitionDetails(TypedDict):
+    """A day of the inbox gone with its partitions (``webhooks.partitions``): the partition
+    of each table, the day's bounds (``start`` null for the rows stored before partitioning),
+    how many events and attempts left, and the range of the events' ids."""
+
+    events_partition: str
+    attempts_partition: str
+    start: str | None
+    end: str
+    events: int
+    attempts: int
+    first_event_id: int | None
+    last_event_id: int | None
+
+
 Action = OperatorAction.Action
 
 
@@ -264,6 +279,7 @@ DETAILS_SHAPES: dict[str, type] = {
     Action.PAUSE_BULK_REPLAY: PauseBulkReplayDetails,
     Action.REVOKE_PREVIOUS_SECRETS: RevokePreviousSecretsDetails,
     Action.EVICT_IDEMPOTENCY_KEY: EvictIdempotencyKeyDetails,
+    Action.DROP_INBOX_PARTITION: DropInboxPartitionDetails,
 }
 
 

@@ -17,16 +17,24 @@ class WebhooksConfig(AppConfig):
 
         from core.logging import correlation_headers_register
         from core.metrics import scrape_collector_register
+        from core.periodic import periodic_task_register
         from core.relay.outbox import outbox_register
 
         from . import ingest, integrations, schemes
         from .metrics import (
+            InboxPartitionsCollector,
             PausedSourcesCollector,
             QueueLagCollector,
             SourceDeliveryCollector,
         )
         from .outbox import INBOX_OUTBOX
 
+        scrape_collector_register(InboxPartitionsCollector())
+        periodic_task_register(
+            name="inbox-partitions",
+            task="webhooks.inbox_partitions",
+            every_seconds=3600,
+        )
         scrape_collector_register(QueueLagCollector())
         scrape_collector_register(SourceDeliveryCollector())
         scrape_collector_register(PausedSourcesCollector())

@@ -19,6 +19,7 @@ from django.utils import timezone
 from django.views.decorators.debug import sensitive_variables
 
 from core.db import fetchone_checking_connection
+from core.errors import TemporarilyUnavailable
 from core.tracing import traceparent_current, tracing_enabled
 
 from . import statements
@@ -171,7 +172,21 @@ def _record_execute(*, values: dict[str, Any], on: str) -> tuple | None:
     vendor, given = connection.vendor, tuple(values)
     if vendor == "postgresql":
         sql = statements.inbox_record_sql(vendor, on=on, given=given)
-        row = _upsert_execute(sql, statements.inbox_record_params(values))
+        try:
+            row = _upsert_execute(sql, statements.inbox_record_params(values))
+        except IntegrityError as exc:
+            if not _partition_missing(exc):
+                raise
+            # Nothing was written (the key went with the statement): the producer retries
+            # once the periodic work has created the day's partition.
+            logger.error(
+                "inbox.partition_missing",
+                extra={
+                    "source_id": values["source_id"],
+                    "event_id": values["event_id"],
+                },
+            )
+            raise TemporarilyUnavailable() from exc
     else:
         with transaction.atomic():
             row = _record_execute_in_steps(values=values, on=on)
@@ -184,8 +199,26 @@ def _record_execute(*, values: dict[str, Any], on: str) -> tuple | None:
                 [row[2], values["last_seen_at"], row[0]],
             )
             status = cursor.fetchone()
-        row = (*row[:3], status[0] if status else ProcessingStatus.PROCESSED)
+        if status is None:
+            # The row left with its day's partition (retention): its key says how it
+            # ended, blank for ``processed``.
+            final = (
+                InboxKey.objects.filter(pk=row[0])
+                .values_list("final_status", flat=True)
+                .first()
+            )
+            status = (final or ProcessingStatus.PROCESSED,)
+        row = (*row[:3], status[0])
     return row
+
+
+def _partition_missing(exc: IntegrityError) -> bool:
+    """The row's day has no time partition (docs/scaling.md, "Time partitions of the
+    inbox"): PostgreSQL's check violation of a partitioned table, not a unique key's."""
+    cause = exc.__cause__
+    return getattr(
+        cause, "sqlstate", None
+    ) == "23514" and "no partition of relation" in str(cause)
 
 
 def _record_execute_in_steps(*, values: dict[str, Any], on: str) -> tuple | None:

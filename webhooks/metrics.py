@@ -80,6 +80,43 @@ class QueueLagCollector:
         yield lag
 
 
+class InboxPartitionsCollector:
+    """``webhook_inbox_partitions_ahead_days{table}``: how many days after now the inbox's
+    and its attempts' time partitions reach (docs/scaling.md, "Time partitions of the
+    inbox"), read from the catalog at scrape time. A delivery whose day has no partition is
+    refused: the alert ``InboxPartitionsRunningOut`` fires below 2 days. And
+    ``webhook_inbox_retention_overdue_days``: how far past its retention the oldest day is
+    kept (held back, or retention not running; the alert ``InboxRetentionOverdue``). No
+    series when the tables are not partitioned (SQLite)."""
+
+    def collect(self):
+        from .partitions import (
+            INBOX,
+            TABLES,
+            is_partitioned,
+            oldest_partition_overdue_days,
+            partitions_ahead_days,
+        )
+
+        ahead = GaugeMetricFamily(
+            "webhook_inbox_partitions_ahead_days",
+            "Days after now that the table's time partitions reach.",
+            labels=["table"],
+        )
+        overdue = GaugeMetricFamily(
+            "webhook_inbox_retention_overdue_days",
+            "Days past INBOX_RETENTION_DAYS that the oldest inbox partition has been "
+            "kept (0 when none is, or retention is unset).",
+        )
+        for table in TABLES:
+            if is_partitioned(table):
+                ahead.add_metric([table.table], partitions_ahead_days(table))
+        yield ahead
+        if is_partitioned(INBOX):
+            overdue.add_metric([], oldest_partition_overdue_days())
+            yield overdue
+
+
 class PausedSourcesCollector:
     """``webhook_source_paused_seconds{source}`` and ``webhook_source_held_events{source}``,
     read from the database at scrape time, one series per enabled source and one statement

@@ -444,6 +444,12 @@ class InboxKey(models.Model):
     content_fingerprint = models.CharField(max_length=64)
     received_at = models.DateTimeField()
     delivery_count = models.PositiveIntegerField(default=1)
+    # The status the row had when retention dropped it with its day's partition, unless it
+    # was ``processed`` (most rows: blank then, and left unwritten). What a duplicate of an
+    # event whose row has left is answered. A database default: ingest leaves it out.
+    final_status = models.CharField(
+        max_length=32, blank=True, default="", db_default=""
+    )
 
     class Meta:
         constraints = [
@@ -474,9 +480,18 @@ class InboxAttempt(models.Model):
         RETRY = "retry"
         DEAD_LETTERED = "dead_lettered"
 
+    # An id, not a foreign key constraint: an event and its attempts are stored, and leave,
+    # together by the event's received time (``event_received_at``), which is what time
+    # partitions of both tables need (docs/scaling.md, "Time partitions of the inbox").
     event = models.ForeignKey(
-        InboxEvent, on_delete=models.CASCADE, related_name="attempt_log"
+        InboxEvent,
+        on_delete=models.CASCADE,
+        db_constraint=False,
+        related_name="attempt_log",
     )
+    # The event's ``received_at``, written with the attempt (the claim reads it with the
+    # row). Attempts stored before it was kept hold 1970-01-01 (migration 0030).
+    event_received_at = models.DateTimeField()
     number = models.PositiveIntegerField()
     started_at = models.DateTimeField(default=timezone.now)
     finished_at = models.DateTimeField(null=True, blank=True)

@@ -71,6 +71,7 @@ ERROR_MAX_CHARS = 2000
 # that a row whose stored values cannot be read back can still be claimed and closed.
 _STATE_FIELDS = (
     "event_id",
+    "received_at",
     "event_type",
     "source_id",
     "processing_status",
@@ -211,7 +212,7 @@ def _batch_claim_fast(*, ids: list[int], worker: str) -> list[_Claim]:
     )
     claims = []
     for row in rows:
-        *fields, slug, handler, attempt_pk = row
+        *fields, slug, handler, _received_at, attempt_pk = row
         for position in _CLAIMED_INSTANTS:
             fields[position] = _instant(fields[position])
         event = _CLAIMED_EVENT.build(*fields, ProcessingStatus.PROCESSING)
@@ -296,7 +297,11 @@ def _inbox_event_claim(
         lease_expires_at=event.lease_expires_at,
     )
     attempt = InboxAttempt.objects.create(
-        event=event, number=event.attempts, started_at=now, worker=worker[:255]
+        event=event,
+        event_received_at=event.received_at,
+        number=event.attempts,
+        started_at=now,
+        worker=worker[:255],
     )
     return _Claim(event=event, attempt_pk=attempt.pk, handler=event.source.handler)
 

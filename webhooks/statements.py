@@ -19,6 +19,7 @@ from django.db import connection, models
 from core.db import LOCK_TIMEOUT_IN_STATEMENT
 
 from .models import (
+    BulkReplayJob,
     FingerprintMismatch,
     InboxAttempt,
     InboxEvent,
@@ -155,6 +156,7 @@ def inbox_record_sql(vendor: str, *, on: str, given: tuple[str, ...]) -> str:
 ), counted AS (
     UPDATE {events} AS e SET delivery_count = k.delivery_count, last_seen_at = %s
       FROM k WHERE k.delivery_count > 1 AND e.id = k.inbox_event_id
+       AND e.received_at = k.received_at
     RETURNING e.processing_status
 )
 SELECT k.inbox_event_id, k.event_id, k.delivery_count,
@@ -344,12 +346,15 @@ def _claimed_columns() -> str:
     columns += [
         f"s.{_field(WebhookSource, name).column}" for name in CLAIMED_SOURCE_FIELDS[1:]
     ]
+    # Last, for the attempt (its ``event_received_at``), as stored: not an epoch.
+    columns.append("e.received_at AS event_received_at")
     return ", ".join(columns)
 
 
 # The claim of a batch, in one statement: the rows that can be taken become ``processing``
-# with their lease, their attempts are inserted, and ``CLAIMED_FIELDS`` come back, then the
-# source's ``CLAIMED_SOURCE_FIELDS`` and the attempt's id.
+# with their lease, their attempts are inserted (with the event's received time), and
+# ``CLAIMED_FIELDS`` come back, then the source's ``CLAIMED_SOURCE_FIELDS``, the event's
+# received time and the attempt's id.
 BATCH_CLAIM_SQL = f"""
 WITH claimed AS (
     UPDATE {_EVENTS} AS e
@@ -374,8 +379,10 @@ WITH claimed AS (
     RETURNING {_claimed_columns()}
 ), attempt AS (
     INSERT INTO {_ATTEMPTS}
-           (event_id, number, started_at, outcome, resulting_status, error, worker)
-    SELECT id, attempts, %(now)s, 'started', '', '', %(worker)s FROM claimed
+           (event_id, event_received_at, number, started_at, outcome, resulting_status,
+            error, worker)
+    SELECT id, event_received_at, attempts, %(now)s, 'started', '', '', %(worker)s
+      FROM claimed
     RETURNING id, event_id
 )
 SELECT claimed.*, attempt.id FROM claimed JOIN attempt ON attempt.event_id = claimed.id
@@ -473,6 +480,49 @@ SELECT id FROM {_EVENTS}
  WHERE id = ANY(%(ids)s::bigint[]) AND dispatched_at IS NOT NULL
    AND processing_status IN ({", ".join(f"'{status}'" for status in RELAY_UNFINISHED_STATUSES)})
 """  # noqa: S608 - table names and the statuses' own values
+
+
+# --- time partitions ------------------------------------------------------------------------
+
+
+def partition_rows_move_sql(*, into: str, source: str) -> str:
+    """Every row of the table ``source`` copied into ``into``, which has the same columns
+    (``partitions.table_unpartition``)."""
+    quote = connection.ops.quote_name
+    return f"INSERT INTO {quote(into)} SELECT * FROM {quote(source)}"  # noqa: S608
+
+
+def key_final_status_sql(*, partition: str) -> str:
+    """The status each row of the inbox partition ``partition`` ends with, on its key, for
+    the rows not ``processed`` (a blank ``final_status`` says ``processed``): written as
+    retention drops the partition."""
+    quote = connection.ops.quote_name
+    return (
+        f"UPDATE {quote(_KEYS)} AS k SET final_status = e.processing_status"  # noqa: S608
+        f" FROM {quote(partition)} AS e"
+        " WHERE k.inbox_event_id = e.id AND e.processing_status <> 'processed'"
+    )
+
+
+# What holds an inbox partition back from retention (``partitions.partition_holds``), each
+# a probe that stops at its first row: a row not finished, evidence of a conflict under
+# investigation, a row of a paused or draining source, a row a live bulk replay may take.
+def partition_holds_sql(*, partition: str) -> str:
+    quote = connection.ops.quote_name
+    rows = quote(partition)
+    unfinished = ", ".join(f"'{status}'" for status in RELAY_UNFINISHED_STATUSES)
+    live_jobs = "'queued', 'running', 'paused'"
+    return f"""
+SELECT EXISTS (SELECT 1 FROM {rows} WHERE processing_status IN ({unfinished})),
+       EXISTS (SELECT 1 FROM {quote(FingerprintMismatch._meta.db_table)} m
+                WHERE m.investigated_at IS NULL
+                  AND EXISTS (SELECT 1 FROM {rows} e WHERE e.id = m.event_id)),
+       EXISTS (SELECT 1 FROM {rows} e
+                WHERE e.source_id IN (SELECT source_id FROM {quote(_HOLDS)})),
+       EXISTS (SELECT 1 FROM {quote(BulkReplayJob._meta.db_table)}
+                WHERE state IN ({live_jobs}))
+       AND EXISTS (SELECT 1 FROM {rows} WHERE processing_status = 'dead_lettered')
+"""  # noqa: S608 - table names from the models and the catalog
 
 
 # --- reads ----------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ from core.tracing import task_process_span, tracing_enabled
 
 from .bulk_replay import bulk_replay_job_run
 from .dispatch import BULK_REPLAY_TASK, PROCESS_TASK
+from .partitions import inbox_partitions_ensure, inbox_partitions_retire
 from .processing import inbox_events_process
 
 # The database went away mid-batch: try again soon. Rows the batch had claimed but not run
@@ -58,3 +59,14 @@ def bulk_replay_job_run_task(bulk_replay_job_id: int, run: int, step: int) -> in
         publish_next=True,
     )
     return job.processed if job is not None else 0
+
+
+@shared_task(name="webhooks.inbox_partitions")
+def inbox_partitions_task() -> dict:
+    """Beat, hourly (PostgreSQL; nothing on SQLite): the inbox's and its attempts' partitions
+    INBOX_PARTITIONS_AHEAD_DAYS ahead of today, then retention: the days past
+    INBOX_RETENTION_DAYS dropped, unless something holds them. Idempotent; a run that cannot
+    take a lock soon gives up and the next one tries again."""
+    created = inbox_partitions_ensure()
+    retired = inbox_partitions_retire()
+    return {"created": created, "dropped": retired.dropped, "held": retired.held}

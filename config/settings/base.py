@@ -554,3 +554,20 @@ IDEMPOTENCY_CLEANUP_INTERVAL_SECONDS = env.float(
 # before giving up with a transient error (retried with backoff): normal contention lasts
 # milliseconds. Set once per batch by the inbox for every handler.
 INBOX_LOCK_TIMEOUT_MS = env.int("INBOX_LOCK_TIMEOUT_MS", default=2000)
+# PostgreSQL: the inbox and its attempts are partitioned by UTC day of the event's received
+# time; the periodic work keeps partitions this many days ahead of today (docs/scaling.md,
+# "Time partitions of the inbox"). At least 2: the alert fires below 2 days.
+INBOX_PARTITIONS_AHEAD_DAYS = env.int("INBOX_PARTITIONS_AHEAD_DAYS", default=7)
+if INBOX_PARTITIONS_AHEAD_DAYS < 2:
+    raise ImproperlyConfigured(
+        f"INBOX_PARTITIONS_AHEAD_DAYS must be at least 2, not {INBOX_PARTITIONS_AHEAD_DAYS}:"
+        " a day's deliveries are refused when its partition is missing."
+    )
+# PostgreSQL: a day of the inbox (its events and their attempts) is dropped with its
+# partitions once it ended this many days ago (docs/scaling.md, "Retention by dropping a
+# partition"). Unset: every day is kept.
+INBOX_RETENTION_DAYS = env.int("INBOX_RETENTION_DAYS", default=None)
+if INBOX_RETENTION_DAYS is not None and INBOX_RETENTION_DAYS < 1:
+    raise ImproperlyConfigured(
+        f"INBOX_RETENTION_DAYS must be at least 1 day, or unset, not {INBOX_RETENTION_DAYS}."
+    )

@@ -22,7 +22,11 @@ from webhooks.models import InboxEvent
 def test_beat_runs_no_sweep_and_no_sweep_task_is_left():
     app.loader.import_default_modules()
     scheduled = {entry["task"] for entry in app.conf.beat_schedule.values()}
-    assert scheduled == {"audit.seal_inbox", "idempotency.cleanup"}
+    assert scheduled == {
+        "audit.seal_inbox",
+        "idempotency.cleanup",
+        "webhooks.inbox_partitions",
+    }
     assert "webhooks.sweep" not in app.tasks
     assert "deployments.sweep" not in app.tasks
 

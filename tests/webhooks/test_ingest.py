@@ -156,9 +156,11 @@ def test_redelivery_changing_only_delivery_fields_is_a_duplicate(http, source):
 
 
 def hot_updates_in_this_transaction() -> int:
+    """Of the inbox's partitions (docs/scaling.md, "Time partitions of the inbox")."""
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT pg_stat_get_xact_tuples_hot_updated(%s::regclass)",
+            "SELECT COALESCE(SUM(pg_stat_get_xact_tuples_hot_updated(inhrelid)), 0)"
+            " FROM pg_inherits WHERE inhparent = %s::regclass",
             [InboxEvent._meta.db_table],
         )
         return cursor.fetchone()[0]

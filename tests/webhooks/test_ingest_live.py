@@ -8,19 +8,28 @@ import functools
 import http.client
 import json
 import socket
+from datetime import timedelta
 
 import pytest
 import redis
 import requests
 from django.conf import settings
+from django.db import connection
+from django.utils import timezone
 
 from core.relay.loop import Relay
 from tests import processes
 from tests.broker import queued_inbox_event_ids
 from tests.integrations.research.factories import research_event
 from tests.threads import run_together
-from tests.webhooks.factories import WebhookSourceFactory, encode, signed_headers
-from webhooks.models import FingerprintMismatch, InboxEvent
+from tests.webhooks.factories import (
+    InboxEventFactory,
+    WebhookSourceFactory,
+    encode,
+    signed_headers,
+)
+from webhooks.models import FingerprintMismatch, InboxEvent, InboxKey
+from webhooks.partitions import DAY, INBOX, day_start, partition_name
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -294,3 +303,48 @@ def test_broker_down_still_accepts_and_leaves_the_row_waiting_for_the_relay(
     assert "publish" not in server.log()
     # Once a relay reaches a broker, the row is published, once.
     assert_published_once_by_the_relay(broker, row)
+
+
+def test_thirty_events_times_ten_copies_straddling_two_days_partitions(server, broker):
+    """Half of the events were first received the other side of a midnight (their rows in
+    tomorrow's partition, as a row received just before a midnight is in the day before's);
+    ten copies of each of the thirty arrive at once. The ledger decides across the days:
+    one new row per new event, every copy counted on its event's row, wherever it is."""
+    source = WebhookSourceFactory(slug="race")
+    bodies = [research_event() for _ in range(30)]
+    before_midnight = day_start(timezone.now()) + DAY + timedelta(seconds=1)
+    earlier = [
+        InboxEventFactory(body=body, source=source, received_at=before_midnight)
+        for body in bodies[:15]
+    ]
+    requests_ = []
+    for body in bodies:
+        raw = encode(body)
+        requests_ += [
+            (raw, signed_headers(raw_body=raw, event_id=body["event_id"]))
+        ] * 10
+
+    statuses = post_all_at_once(f"{server}/webhooks/race/", requests_)
+
+    assert statuses.count(202) == 15 and statuses.count(200) == 285
+    rows = {row.event_id: row for row in InboxEvent.objects.filter(source=source)}
+    assert len(rows) == 30
+    for row in earlier:
+        assert rows[row.event_id].pk == row.pk
+        assert rows[row.event_id].delivery_count == 11
+    for body in bodies[15:]:
+        assert rows[body["event_id"]].delivery_count == 10
+    keys = dict(
+        InboxKey.objects.filter(source=source).values_list("event_id", "delivery_count")
+    )
+    assert keys == {event_id: row.delivery_count for event_id, row in rows.items()}
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT event_id, tableoid::regclass::text FROM webhooks_inboxevent"
+            " WHERE source_id = %s",
+            [source.pk],
+        )
+        where = dict(cursor.fetchall())
+    tomorrow = partition_name(INBOX, day_start(before_midnight))
+    assert {where[row.event_id] for row in earlier} == {tomorrow}
+    assert tomorrow not in {where[body["event_id"]] for body in bodies[15:]}

@@ -2,7 +2,9 @@
 migrated: a paused or draining source keeps its hold (0013), a row dead-lettered before causes
 were recorded gets one (0014); the inbox tables get their autovacuum settings (0020), and the
 inbox room on its pages (0021); the secrets stored before public keys were held stay
-secrets (0023); every stored event gets its key in the deduplication ledger (0029)."""
+secrets (0023); every stored event gets its key in the deduplication ledger (0029), and
+every stored attempt a time for its event (0030); the stored rows become the first time
+partition, and come back (0031)."""
 
 from __future__ import annotations
 
@@ -114,12 +116,27 @@ def reloptions(table: str) -> set[str]:
         return set(cursor.fetchone()[0])
 
 
+def stored_reloptions(table: str) -> set[str]:
+    """Of the table's newest time partition once it is partitioned (0031: a partitioned
+    table has no storage of its own; each partition takes the one before's settings)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid"
+            " WHERE i.inhparent = to_regclass(%s) ORDER BY c.relname DESC LIMIT 1",
+            [table],
+        )
+        newest = cursor.fetchone()
+    return reloptions(newest[0] if newest else table)
+
+
 def test_the_inbox_tables_get_a_queues_autovacuum_settings_and_lose_them_back(
     migrated_back,
 ):
     events, attempts = "webhooks_inboxevent", "webhooks_inboxattempt"
-    assert "autovacuum_vacuum_scale_factor=0.01" in reloptions(events)
-    assert {"autovacuum_vacuum_threshold=5000", "fillfactor=70"} <= reloptions(attempts)
+    assert "autovacuum_vacuum_scale_factor=0.01" in stored_reloptions(events)
+    assert {"autovacuum_vacuum_threshold=5000", "fillfactor=70"} <= stored_reloptions(
+        attempts
+    )
 
     migrated_back("0019_prefix_search_indexes")
 
@@ -129,7 +146,7 @@ def test_the_inbox_tables_get_a_queues_autovacuum_settings_and_lose_them_back(
 
 def test_the_inbox_keeps_room_on_its_pages_and_loses_it_back(migrated_back):
     events = "webhooks_inboxevent"
-    assert "fillfactor=85" in reloptions(events)
+    assert "fillfactor=85" in stored_reloptions(events)
 
     migrated_back("0020_inbox_autovacuum_settings")
 
@@ -217,3 +234,77 @@ def test_every_stored_event_gets_its_key_and_the_ledger_decides_from_then_on(
             content_fingerprint="a" * 64,
             received_at=now,
         )
+
+
+def test_attempts_stored_before_their_events_time_was_kept_hold_1970(migrated_back):
+    """0030: the column is added with a constant for the attempts already stored (no
+    rewrite of the table); an attempt no longer needs its event's row to be stored."""
+    from datetime import UTC, datetime
+
+    old = migrated_back("0029_inbox_key_ledger")
+    source = old.get_model("webhooks", "WebhookSource").objects.create(
+        slug="before", handler="research"
+    )
+    event = old.get_model("webhooks", "InboxEvent").objects.create(
+        source=source,
+        event_id="evt-1",
+        event_type="t",
+        payload_hash="h" * 64,
+        content_fingerprint="a" * 64,
+    )
+    old.get_model("webhooks", "InboxAttempt").objects.create(event=event, number=1)
+
+    new = migrate([("webhooks", "0030_attempts_event_received_at")])
+    attempt = new.get_model("webhooks", "InboxAttempt")
+    assert list(attempt.objects.values_list("event_received_at", flat=True)) == [
+        datetime(1970, 1, 1, tzinfo=UTC)
+    ]
+    attempt.objects.create(
+        event_id=event.pk + 1000, event_received_at=timezone.now(), number=1
+    )
+
+
+def test_partitioning_keeps_the_stored_rows_as_they_are_and_their_ids_going_on(
+    migrated_back,
+):
+    """0031: the rows stored before become the first partition (from MINVALUE), ids go on
+    from the same sequence, new rows land in their day's partition; and back, every row
+    returns to one table with its identity column."""
+    old = migrated_back("0030_attempts_event_received_at")
+    source = old.get_model("webhooks", "WebhookSource").objects.create(
+        slug="before", handler="research"
+    )
+    common = {
+        "source_id": source.pk,
+        "event_type": "t",
+        "payload_hash": "h" * 64,
+        "content_fingerprint": "a" * 64,
+    }
+    stored = old.get_model("webhooks", "InboxEvent").objects.create(
+        event_id="evt-old", received_at=timezone.now() - timedelta(days=400), **common
+    )
+
+    new = migrate([("webhooks", "0031_inbox_time_partitions")])
+    event = new.get_model("webhooks", "InboxEvent")
+    assert event.objects.get(pk=stored.pk).event_id == "evt-old"
+    tomorrow = (timezone.now() + timedelta(days=1)).replace(
+        hour=12, minute=0, second=0, microsecond=0
+    )
+    later = event.objects.create(event_id="evt-new", received_at=tomorrow, **common)
+    assert later.pk > stored.pk
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT id, tableoid::regclass::text FROM webhooks_inboxevent ORDER BY id"
+        )
+        assert cursor.fetchall() == [
+            (stored.pk, "webhooks_inboxevent_p0"),
+            (later.pk, f"webhooks_inboxevent_p{tomorrow:%Y%m%d}"),
+        ]
+
+    back = migrate([("webhooks", "0030_attempts_event_received_at")])
+    event = back.get_model("webhooks", "InboxEvent")
+    assert sorted(event.objects.values_list("event_id", flat=True)) == [
+        "evt-new",
+        "evt-old",
+    ]
+    assert event.objects.create(event_id="evt-after", **common).pk > later.pk

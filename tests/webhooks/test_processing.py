@@ -95,7 +95,12 @@ def test_an_expired_lease_closes_the_lost_attempt_and_processes_the_row():
         attempts=1,
         lease_expires_at=timezone.now() - timedelta(seconds=1),
     )
-    InboxAttempt.objects.create(event=event, number=1, worker="dead-worker")
+    InboxAttempt.objects.create(
+        event=event,
+        event_received_at=event.received_at,
+        number=1,
+        worker="dead-worker",
+    )
     outcome = inbox_event_process(inbox_event_id=event.pk, worker="w2")
     assert outcome.status == "processed"
     event.refresh_from_db()

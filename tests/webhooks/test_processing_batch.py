@@ -292,9 +292,41 @@ def test_a_set_statement_the_database_refuses_falls_back_to_one_event_at_a_time(
         .order_by("id")
         .values_list("source_version", flat=True)
     ) == [12, 14]
-    # One attempt each, the failed one closed as a retry.
+    # One attempt each, the failed one closed as a retry, each with its event's time.
     assert InboxAttempt.objects.filter(event__in=rows).count() == 4
     assert InboxAttempt.objects.get(event=rows[1]).outcome == "retry"
+    assert_attempts_carry_their_events_time(rows)
+
+
+def assert_attempts_carry_their_events_time(rows: list[InboxEvent]) -> None:
+    received = dict(
+        InboxEvent.objects.filter(pk__in=[r.pk for r in rows]).values_list(
+            "pk", "received_at"
+        )
+    )
+    attempts = InboxAttempt.objects.filter(event__in=rows)
+    assert attempts.exists()
+    for event_pk, event_received_at in attempts.values_list(
+        "event_id", "event_received_at"
+    ):
+        assert event_received_at == received[event_pk]
+
+
+def test_a_batch_writes_each_attempt_with_its_events_received_time():
+    """What storing an event and its attempts together by the event's time needs."""
+    rows = rows_for(
+        [("a", 1, DOCUMENT_UPDATED, False), ("b", 1, DOCUMENT_UPDATED, False)],
+        prefix=f"t{uuid.uuid4().hex[:8]}",
+    )
+    for days, row in enumerate(rows, start=1):
+        InboxEvent.objects.filter(pk=row.pk).update(
+            received_at=row.received_at - timedelta(days=days, microseconds=7)
+        )
+    with CaptureQueriesContext(connection) as queries:
+        outcomes = inbox_events_process(ids=[r.pk for r in rows], worker="w")
+    assert [o.status for o in outcomes] == ["processed", "processed"]
+    assert any("WITH claimed AS" in q["sql"] for q in queries.captured_queries)
+    assert_attempts_carry_their_events_time(rows)
 
 
 def test_a_batch_with_a_claim_taken_over_commits_nothing():

@@ -10,7 +10,11 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.webhooks.factories import InboxEventFactory, WebhookSourceFactory
+from tests.webhooks.factories import (
+    InboxEventFactory,
+    WebhookSourceFactory,
+    inbox_partitions_with_rows,
+)
 from webhooks.metrics import SourceDeliveryCollector
 from webhooks.models import InboxEvent, WebhookSource
 from webhooks.selectors import webhook_source_delivery_states
@@ -104,7 +108,8 @@ def _rows_insert(sources: list[WebhookSource], *, count: int, start, step_second
 def test_a_silent_source_costs_one_index_probe_in_a_large_inbox():
     """The plan that walks the inbox's received_at index back until it meets a row of the
     source reads every row received since that source last sent: the very case the alert is
-    for. The probe must go through the per-source index, silent source or not."""
+    for. The probe must go through the per-source index, silent source or not (one probe
+    per day partition at most)."""
     now = timezone.now()
     busy = [WebhookSourceFactory(slug=f"busy-{n}") for n in range(10)]
     silent = WebhookSourceFactory(slug="silent", expected_delivery_interval_seconds=600)
@@ -130,10 +135,16 @@ def test_a_silent_source_costs_one_index_probe_in_a_large_inbox():
             walk(child)
 
     walk(plan)
-    inbox_scans = [s for s in scans if s["Relation Name"] == "webhooks_inboxevent"]
-    assert [s.get("Index Name") for s in inbox_scans] == [
-        "webhooks_inbox_source_last_idx"
-    ], [(s.get("Index Name"), s.get("Rows Removed by Filter")) for s in inbox_scans]
+    # On PostgreSQL the inbox is partitioned by day (docs/scaling.md, "Time partitions of
+    # the inbox"): a probe per partition at most, through each one's copy of the index; an
+    # empty partition may be read whole, which reads nothing.
+    populated = inbox_partitions_with_rows()
+    inbox_scans = [s for s in scans if s["Relation Name"] in populated]
+    assert inbox_scans
+    assert all(
+        (s.get("Index Name") or "").startswith("webhooks_inbox_source_last_idx")
+        for s in inbox_scans
+    ), [(s.get("Index Name"), s.get("Rows Removed by Filter")) for s in inbox_scans]
     # One row per source (11 loops), not the inbox walked back.
-    assert inbox_scans[0]["Actual Rows"] * inbox_scans[0]["Actual Loops"] <= 11
-    assert inbox_scans[0].get("Rows Removed by Filter", 0) == 0
+    assert sum(s["Actual Rows"] * s["Actual Loops"] for s in inbox_scans) <= 11
+    assert all(s.get("Rows Removed by Filter", 0) == 0 for s in inbox_scans)

@@ -1,0 +1,223 @@
+"""Time partitions of the inbox and its attempts on PostgreSQL (docs/scaling.md, "Time
+partitions of the inbox"): one per UTC day, created ahead by the periodic work, no DEFAULT
+partition, an event and its attempts in the same day's, deduplication across days."""
+
+from __future__ import annotations
+
+import itertools
+from datetime import timedelta
+
+import pytest
+from django.core.management import call_command
+from django.db import connection
+from django.utils import timezone
+from prometheus_client.core import Metric
+
+from tests.integrations.research.factories import research_event
+from tests.webhooks.factories import (
+    RESEARCH_SOURCE,
+    InboxAttemptFactory,
+    InboxEventFactory,
+    signed_post,
+)
+from webhooks.metrics import InboxPartitionsCollector
+from webhooks.models import FingerprintMismatch, InboxEvent, InboxKey
+from webhooks.partitions import (
+    ATTEMPTS,
+    DAY,
+    INBOX,
+    TABLES,
+    day_start,
+    inbox_partitions_ensure,
+    partition_name,
+    partitions,
+)
+
+pytestmark = [
+    pytest.mark.django_db,
+    pytest.mark.skipif(
+        connection.vendor != "postgresql", reason="SQLite keeps one table each"
+    ),
+]
+
+
+def sql(statement: str, params=None) -> list[tuple]:
+    with connection.cursor() as cursor:
+        cursor.execute(statement, params)
+        return cursor.fetchall() if cursor.description else []
+
+
+def partition_of(table: str, pk: int) -> str:
+    [(name,)] = sql(
+        f"SELECT tableoid::regclass::text FROM {table} WHERE id = %s",  # noqa: S608
+        [pk],
+    )
+    return name
+
+
+def partitions_drop_after(day) -> None:
+    """The partitions of both tables from ``day`` on, gone (in the test's transaction)."""
+    for table in TABLES:
+        for partition in partitions(table):
+            if partition.start is not None and partition.start >= day:
+                sql(f"ALTER TABLE {table.table} DETACH PARTITION {partition.name}")
+                sql(f"DROP TABLE {partition.name}")
+
+
+def test_both_tables_are_partitioned_by_day_with_no_default_partition(settings):
+    for table in TABLES:
+        assert sql(
+            "SELECT partstrat, partdefid FROM pg_partitioned_table"
+            " WHERE partrelid = %s::regclass",
+            [table.table],
+        ) == [("r", 0)]
+        found = partitions(table)
+        # The rows stored before partitioning, then one partition a day.
+        assert found[0].start is None
+        for before, after in itertools.pairwise(found):
+            assert after.start == before.end
+        for partition in found[1:]:
+            assert partition.end - partition.start == DAY
+        assert (
+            found[-1].end
+            >= day_start(timezone.now())
+            + (settings.INBOX_PARTITIONS_AHEAD_DAYS + 1) * DAY
+        )
+
+
+def test_ensure_creates_what_is_missing_once_with_the_tables_storage_settings():
+    tomorrow = day_start(timezone.now()) + DAY
+    partitions_drop_after(tomorrow + DAY)
+
+    created = inbox_partitions_ensure(ahead_days=3)
+
+    # Through the third day after today: the day after tomorrow and the next.
+    expected_days = [tomorrow + DAY * n for n in (1, 2)]
+    assert sorted(created) == sorted(
+        partition_name(table, day) for table in TABLES for day in expected_days
+    )
+    assert inbox_partitions_ensure(ahead_days=3) == []  # idempotent
+    [(options,)] = sql(
+        "SELECT reloptions FROM pg_class WHERE oid = %s::regclass",
+        [partition_name(INBOX, expected_days[-1])],
+    )
+    assert "fillfactor=85" in options  # the inbox's, as migration 0021 set it
+    [(options,)] = sql(
+        "SELECT reloptions FROM pg_class WHERE oid = %s::regclass",
+        [partition_name(ATTEMPTS, expected_days[-1])],
+    )
+    assert "fillfactor=70" in options  # the attempts'
+
+
+def test_an_event_and_its_attempts_are_stored_in_their_days_partition_across_midnight():
+    midnight = day_start(timezone.now()) + 2 * DAY
+    before = InboxEventFactory(received_at=midnight - timedelta(microseconds=1))
+    after = InboxEventFactory(received_at=midnight)
+    for event in (before, after):
+        InboxAttemptFactory(event=event)
+
+    assert partition_of(INBOX.table, before.pk) == partition_name(INBOX, midnight - DAY)
+    assert partition_of(INBOX.table, after.pk) == partition_name(INBOX, midnight)
+    for event, day in ((before, midnight - DAY), (after, midnight)):
+        [(name,)] = sql(
+            f"SELECT tableoid::regclass::text FROM {ATTEMPTS.table}"  # noqa: S608
+            " WHERE event_id = %s",
+            [event.pk],
+        )
+        assert name == partition_name(ATTEMPTS, day)
+
+
+def test_a_duplicate_received_a_day_later_counts_on_the_row_in_its_first_days_partition(
+    http, source
+):
+    """The first delivery stored in another day's partition (here tomorrow's: its received
+    time as a row received then): a redelivery today is a duplicate counted on that row,
+    and another body a 409 whose evidence names it."""
+    body = research_event()
+    tomorrow = day_start(timezone.now()) + DAY + timedelta(hours=1)
+    first = InboxEventFactory(body=body, received_at=tomorrow)
+
+    answer = signed_post(http, RESEARCH_SOURCE, body)
+
+    assert answer.status_code == 200
+    assert answer.json()["event_id"] == body["event_id"]
+    row = InboxEvent.objects.get()
+    assert (row.pk, row.delivery_count) == (first.pk, 2)
+    assert InboxKey.objects.get().delivery_count == 2
+
+    conflicting = body | {"data": {"summary": "rewritten"}}
+    assert signed_post(http, RESEARCH_SOURCE, conflicting).status_code == 409
+    assert FingerprintMismatch.objects.get().event_id == first.pk
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_delivery_on_a_day_without_a_partition_is_503_and_stores_nothing(
+    http, source, caplog
+):
+    """In autocommit, as the webhook view runs: today's partition detached for the test,
+    then attached again."""
+    today = day_start(timezone.now())
+    [current] = [
+        p
+        for p in partitions(INBOX)
+        if p.end > today and (p.start is None or p.start <= today)
+    ]
+    bounds = sql(
+        "SELECT pg_get_expr(relpartbound, oid) FROM pg_class WHERE oid = %s::regclass",
+        [current.name],
+    )[0][0]
+    sql(f"ALTER TABLE {INBOX.table} DETACH PARTITION {current.name}")
+    try:
+        response = signed_post(http, RESEARCH_SOURCE, research_event())
+    finally:
+        sql(f"ALTER TABLE {INBOX.table} ATTACH PARTITION {current.name} {bounds}")
+
+    assert response.status_code == 503
+    assert response.json()["error"] == "temporarily_unavailable"
+    assert response["Retry-After"]
+    assert InboxKey.objects.count() == 0  # the key went with the statement
+    assert InboxEvent.objects.count() == 0
+    assert "inbox.partition_missing" in caplog.text
+
+
+def ahead_family() -> Metric:
+    [family] = [
+        f
+        for f in InboxPartitionsCollector().collect()
+        if f.name == "webhook_inbox_partitions_ahead_days"
+    ]
+    return family
+
+
+def test_the_gauge_says_how_far_ahead_each_table_reaches(settings):
+    family = ahead_family()
+    assert isinstance(family, Metric)
+    ahead = {s.labels["table"]: s.value for s in family.samples}
+    assert set(ahead) == {INBOX.table, ATTEMPTS.table}
+    for value in ahead.values():
+        assert (
+            settings.INBOX_PARTITIONS_AHEAD_DAYS
+            < value
+            <= (settings.INBOX_PARTITIONS_AHEAD_DAYS + 1)
+        )
+    partitions_drop_after(day_start(timezone.now()) + DAY)
+    assert all(s.value <= 1 for s in ahead_family().samples)
+
+
+def test_the_command_lists_and_ensures(capsys):
+    partitions_drop_after(day_start(timezone.now()) + 2 * DAY)
+    call_command("inbox_partitions", "--ensure")
+    out = capsys.readouterr().out
+    assert (
+        f"created {partition_name(INBOX, day_start(timezone.now()) + 2 * DAY)}" in out
+    )
+    assert f"{INBOX.table}: " in out and "days ahead" in out
+    assert "MINVALUE" in out
+
+
+def test_the_ensure_task_is_in_the_beat_schedule():
+    from config.celery_app import app
+
+    entry = app.conf.beat_schedule["inbox-partitions"]
+    assert entry["task"] == "webhooks.inbox_partitions"
+    assert float(getattr(entry["schedule"], "seconds", entry["schedule"])) == 3600
