@@ -216,12 +216,14 @@ def _generate_sql() -> str:
         "content_fingerprint": "ev.content_fingerprint",
         "received_at": "ev.received_at",
         "delivery_count": "ev.delivery_count",
+        "final_status": "''",
     }
     key_column = {f.attname: f.column for f in InboxKey._meta.concrete_fields}
     if set(key_values) != set(key_column):
         raise RuntimeError(f"the ledger's columns are {sorted(key_column)}")
     attempt_values = {
         "event_id": "ev.id",
+        "event_received_at": "ev.received_at",
         "number": "a.i",
         "started_at": "ev.received_at + (a.i - 1) * interval '1 minute'"
         " + interval '200 ms'",
@@ -678,13 +680,16 @@ def disk() -> dict:
             ("attempts", InboxAttempt),
         ):
             table = model._meta.db_table
+            # Over every partition of a partitioned table (the inbox's days), which
+            # holds nothing itself; a plain table is its own one-member tree.
+            quoted = connection.ops.quote_name(table)
             cursor.execute(
-                "SELECT pg_total_relation_size(%s), pg_relation_size(%s),"  # noqa: S608
-                " pg_indexes_size(%s), count(*) FROM "
-                + connection.ops.quote_name(table),
-                [table, table, table],
+                "SELECT sum(pg_total_relation_size(relid)), sum(pg_relation_size(relid)),"  # noqa: S608 - a model's table
+                f" sum(pg_indexes_size(relid)), (SELECT count(*) FROM {quoted})"
+                " FROM pg_partition_tree(%s) WHERE isleaf",
+                [table],
             )
-            total, heap, indexes, rows = cursor.fetchone()
+            total, heap, indexes, rows = (int(v or 0) for v in cursor.fetchone())
             sizes[key] = {
                 "total_bytes": total,
                 "heap_bytes": heap,
