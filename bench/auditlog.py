@@ -232,10 +232,12 @@ def _row_versions() -> int:
 
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_stat_force_next_flush()")
+        # A partitioned table's rows are counted under its partitions (the inbox's days).
         cursor.execute(
             "SELECT coalesce(sum(n_tup_upd + n_tup_del), 0) FROM pg_stat_user_tables"
-            " WHERE relname = ANY(%s)",
-            [list(_LEDGER_TABLES)],
+            " WHERE relname = ANY(%s) OR relid IN (SELECT inhrelid FROM pg_inherits"
+            " WHERE inhparent::regclass::text = ANY(%s))",
+            [list(_LEDGER_TABLES), list(_LEDGER_TABLES)],
         )
         return int(cursor.fetchone()[0])
 
@@ -250,11 +252,13 @@ def _marking_floor(rows: int) -> tuple[float, int, int]:
     def counters() -> tuple[int, int]:
         with connection.cursor() as cursor:
             cursor.execute("SELECT pg_stat_force_next_flush()")
+            # Over the inbox's partitions (its days), or the table where it is one.
             cursor.execute(
-                "SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables"
-                " WHERE relname = 'webhooks_inboxevent'"
+                "SELECT coalesce(sum(n_tup_upd), 0), coalesce(sum(n_tup_hot_upd), 0)"
+                " FROM pg_stat_user_tables WHERE relid IN"
+                " (SELECT relid FROM pg_partition_tree('webhooks_inboxevent') WHERE isleaf)"
             )
-            return cursor.fetchone()
+            return tuple(int(v) for v in cursor.fetchone())
 
     before = counters()
     started = time.perf_counter()

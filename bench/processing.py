@@ -155,11 +155,15 @@ def _vacuum_if_autovacuum_off() -> None:
     relay")."""
     if sql("SHOW autovacuum")[0][0] == "on":
         return
+    # A partitioned table (the inbox, its attempts) changed when one of its partitions did;
+    # VACUUM of the table takes every partition.
     changed = [
         name
         for (name,) in sql(
-            "SELECT relname FROM pg_stat_user_tables WHERE relname = ANY(%s)"
-            " AND n_dead_tup + n_mod_since_analyze > 0 ORDER BY relname",
+            "SELECT DISTINCT t.name FROM unnest(%s::text[]) AS t(name)"
+            " JOIN pg_stat_user_tables s"
+            "   ON s.relid IN (SELECT relid FROM pg_partition_tree(t.name) WHERE isleaf)"
+            " WHERE s.n_dead_tup + s.n_mod_since_analyze > 0 ORDER BY t.name",
             [list(VACUUMED)],
         )
     ]
