@@ -35,7 +35,8 @@ def test_record():
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT oid, shobj_description(oid, 'pg_database'),"
-            " pg_relation_filenode('webhooks_inboxevent') FROM pg_database"
+            # The inbox's first partition (the partitioned table has no file of its own).
+            " pg_relation_filenode('webhooks_inboxevent_p0') FROM pg_database"
             " WHERE datname = current_database()"
         )
         oid, mark, inbox_file = cursor.fetchone()

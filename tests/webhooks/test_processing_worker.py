@@ -88,7 +88,12 @@ def test_a_backlog_is_recovered_by_a_worker_alone(workers, broker_url):
         dispatched_at=old,
         received_at=old,
     )
-    InboxAttempt.objects.create(event=orphan, number=1, worker="dead@host")
+    InboxAttempt.objects.create(
+        event=orphan,
+        event_received_at=orphan.received_at,
+        number=1,
+        worker="dead@host",
+    )
 
     env = {**FAST_SWEEP, "CELERY_BROKER_URL": broker_url}
     workers.start(concurrency=2, env=env)
