@@ -274,15 +274,6 @@ def _attach_again(table: PartitionedTable, name: str, bounds: str) -> None:
         )
 
 
-def _bounds(name: str) -> str:
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT pg_get_expr(relpartbound, oid) FROM pg_class WHERE oid = %s::regclass",
-            [name],
-        )
-        return cursor.fetchone()[0]
-
-
 def _partition_drop(*, events: str, attempts: str, start, end, actor) -> None:
     """One day of the inbox, detached already, dropped: in one transaction, the statuses of
     its rows that were not ``processed`` onto their keys, the operator action that names what
@@ -357,9 +348,11 @@ def inbox_partitions_retire(*, now: datetime | None = None, actor=None) -> Retir
                 _attach_again(INBOX, name, _bounds_of_detached(name))
             continue
         attempts = ATTEMPTS.table + _suffix(name, INBOX)
-        bounds = None
-        if partition is not None:
-            bounds = _bounds(name)
+        if partition is None:
+            start, end = _bounds_of_name(name)
+        else:
+            start, end = partition.start, partition.end
+            bounds = _bounds_sql(start, end)
             if _exists(attempts):
                 _detach(ATTEMPTS, attempts)
             _detach(INBOX, name)
@@ -371,7 +364,6 @@ def inbox_partitions_retire(*, now: datetime | None = None, actor=None) -> Retir
                 if _exists(attempts):
                     _attach_again(ATTEMPTS, attempts, bounds)
                 continue
-        start, end = _bounds_parse(bounds) if bounds else _bounds_of_name(name)
         _partition_drop(
             events=name,
             attempts=attempts if _exists(attempts) else "",
@@ -388,14 +380,6 @@ def _exists(name: str) -> bool:
     with connection.cursor() as cursor:
         cursor.execute("SELECT to_regclass(%s) IS NOT NULL", [name])
         return cursor.fetchone()[0]
-
-
-def _bounds_parse(bounds: str) -> tuple[datetime | None, datetime]:
-    match = _BOUND.search(bounds)
-    assert match is not None, bounds
-    end = _instant(match["end"])
-    assert end is not None
-    return _instant(match["start"]), end
 
 
 def _bounds_of_name(name: str) -> tuple[datetime | None, datetime]:
@@ -420,7 +404,11 @@ def _bounds_of_name(name: str) -> tuple[datetime | None, datetime]:
 
 
 def _bounds_of_detached(name: str) -> str:
-    start, end = _bounds_of_name(name)
+    return _bounds_sql(*_bounds_of_name(name))
+
+
+def _bounds_sql(start: datetime | None, end: datetime) -> str:
+    """A partition's bound as ``ATTACH PARTITION`` takes it."""
     low = _sql_instant(start) if start else "MINVALUE"
     return f"FOR VALUES FROM ({low}) TO ({_sql_instant(end)})"
 
