@@ -171,7 +171,12 @@ def _record_execute(*, values: dict[str, Any], on: str) -> tuple | None:
     front) the same steps as three, in one transaction."""
     vendor, given = connection.vendor, tuple(values)
     if vendor == "postgresql":
-        sql = statements.inbox_record_sql(vendor, on=on, given=given)
+        sql = statements.inbox_record_sql(
+            vendor,
+            on=on,
+            given=given,
+            days=statements.recent_days(values["received_at"]),
+        )
         try:
             row = _upsert_execute(sql, statements.inbox_record_params(values))
         except IntegrityError as exc:
@@ -190,13 +195,16 @@ def _record_execute(*, values: dict[str, Any], on: str) -> tuple | None:
     else:
         with transaction.atomic():
             row = _record_execute_in_steps(values=values, on=on)
-    if row is not None and row[3] is None:
+    if row is None:
+        return None
+    if row[3] is None:
         # A duplicate whose row the statement did not see: its first delivery committed
-        # while the ledger made this one wait, or the row has left the inbox.
+        # while the ledger made this one wait, it was received before the days the
+        # statement counts in (``statements.recent_days``), or it has left the inbox.
         with connection.cursor() as cursor:
             cursor.execute(
                 statements.inbox_duplicate_count_sql(vendor),
-                [row[2], values["last_seen_at"], row[0]],
+                [row[2], values["last_seen_at"], row[0], row[4]],
             )
             status = cursor.fetchone()
         if status is None:
@@ -208,8 +216,8 @@ def _record_execute(*, values: dict[str, Any], on: str) -> tuple | None:
                 .first()
             )
             status = (final or ProcessingStatus.PROCESSED,)
-        row = (*row[:3], status[0])
-    return row
+        return (*row[:3], status[0])
+    return row[:4]
 
 
 def _partition_missing(exc: IntegrityError) -> bool:
@@ -235,7 +243,7 @@ def _record_execute_in_steps(*, values: dict[str, Any], on: str) -> tuple | None
         cursor.execute(statements.key_count_sql(vendor, on=on), match)
         counted = cursor.fetchone()
         if counted is not None:
-            return (*counted, None)
+            return (*counted[:3], None, counted[3])
         try:
             with transaction.atomic():
                 cursor.execute(
@@ -251,7 +259,7 @@ def _record_execute_in_steps(*, values: dict[str, Any], on: str) -> tuple | None
             if on == "body":
                 raise  # the event id is taken: the caller records it by its id
             return None  # the event id is taken with another fingerprint: a conflict
-    return (inbox_event_id, values["event_id"], 1, status)
+    return (inbox_event_id, values["event_id"], 1, status, values["received_at"])
 
 
 def _inbox_record_execute(*, values: dict[str, Any], by_body: bool) -> tuple | None:

@@ -12,6 +12,7 @@ transaction's lock timeout).
 from __future__ import annotations
 
 import functools
+from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 
 from django.db import connection, models
@@ -100,15 +101,33 @@ def _cast_type(field: models.Field) -> str:
     return cast(Any, field).cast_db_type(connection)
 
 
-@functools.cache
-def inbox_record_sql(vendor: str, *, on: str, given: tuple[str, ...]) -> str:
+def recent_days(received_at: datetime) -> tuple[datetime, datetime]:
+    """The received times in which ``inbox_record_sql`` counts a duplicate on its row: the
+    UTC day of ``received_at`` and the day before it. Written into the statement as
+    constants, so that PostgreSQL plans it over those days' time partitions alone, however
+    many days the inbox holds (docs/scaling.md, "Time partitions of the inbox"): a statement
+    that names the partitioned table without a constant bound on its key opens and locks
+    every partition at every run."""
+    day = received_at.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+    return day - timedelta(days=1), day + timedelta(days=1)
+
+
+def _instant_literal(instant: datetime) -> str:
+    return f"'{instant.astimezone(UTC).isoformat()}'::timestamptz"
+
+
+# One statement per day and variant: the days a process has run through, at most.
+@functools.lru_cache(maxsize=64)
+def inbox_record_sql(
+    vendor: str, *, on: str, given: tuple[str, ...], days: tuple[datetime, datetime]
+) -> str:
     """The one statement that records a delivery on PostgreSQL: its key in the ledger
     (``InboxKey``) on the unique index ``on`` names, and with it the inbox row of a new
     event, or the count of a duplicate on the stored row. The ledger's columns
     (``KEY_COLUMNS``) are bound first, then the rest of the delivery's (``given``), then
     every other column of a new row's default (``inbox_new_row_fields``), written in when it
     is a constant, and last the duplicate's ``last_seen_at``. Returns ``(id, event_id,
-    delivery_count, processing_status)``.
+    delivery_count, processing_status, received_at)``, the last the key's (its row's).
 
     ``on="event_id"``: new / duplicate / conflict by ``(source, event_id)``. A new key comes
     back with delivery_count 1 and its row inserted; a true duplicate (same fingerprint) is
@@ -121,9 +140,11 @@ def inbox_record_sql(vendor: str, *, on: str, given: tuple[str, ...]) -> str:
     instead and raises ``IntegrityError``.
 
     Either way the ledger's unique index decides races. A duplicate's status is read by the
-    update of its row, in the statement's snapshot: NULL when the row committed after the
-    statement began (a concurrent first delivery, which the ledger waited for) or has left
-    the inbox; the caller then reads it (``inbox_duplicate_count_sql``)."""
+    update of its row, in the statement's snapshot, among the rows received in ``days``
+    (``recent_days``): NULL when the row committed after the statement began (a concurrent
+    first delivery, which the ledger waited for), was received earlier than ``days`` (a
+    redelivery days later) or has left the inbox; the caller then counts it with
+    ``inbox_duplicate_count_sql``."""
     quote = connection.ops.quote_name
     events, keys = quote(_EVENTS), quote(_KEYS)
     column = {f.attname: f.column for f in InboxEvent._meta.concrete_fields}
@@ -144,6 +165,7 @@ def inbox_record_sql(vendor: str, *, on: str, given: tuple[str, ...]) -> str:
         literal = None if callable(field.default) else _literal(field.get_default())
         values.append(literal or f"%s::{_cast_type(field)}")
     target, condition = _key_conflict(on)
+    since, until = (_instant_literal(instant) for instant in days)
     return f"""WITH k AS (
     INSERT INTO {keys} (inbox_event_id, {key_names}, delivery_count)
     VALUES (nextval(pg_get_serial_sequence('{events}', 'id')), {key_values}, 1)
@@ -157,30 +179,33 @@ def inbox_record_sql(vendor: str, *, on: str, given: tuple[str, ...]) -> str:
     UPDATE {events} AS e SET delivery_count = k.delivery_count, last_seen_at = %s
       FROM k WHERE k.delivery_count > 1 AND e.id = k.inbox_event_id
        AND e.received_at = k.received_at
+       AND e.received_at >= {since} AND e.received_at < {until}
     RETURNING e.processing_status
 )
 SELECT k.inbox_event_id, k.event_id, k.delivery_count,
        COALESCE((SELECT processing_status FROM new),
-                (SELECT processing_status FROM counted))
+                (SELECT processing_status FROM counted)),
+       k.received_at
   FROM k
 """  # noqa: S608 - table and column names from the models, values bound
 
 
 def inbox_duplicate_count_sql(vendor: str) -> str:
-    """A duplicate's count and last seen time on its stored row, whose status comes back
-    (none when the row has left the inbox)."""
+    """A duplicate's count and last seen time on its stored row, by its id and received
+    time (which name its time partition), whose status comes back (none when the row has
+    left the inbox)."""
     events = connection.ops.quote_name(_EVENTS)
     return (
         f"UPDATE {events} SET delivery_count = %s, last_seen_at = %s"  # noqa: S608
-        " WHERE id = %s RETURNING processing_status"
+        " WHERE id = %s AND received_at = %s RETURNING processing_status"
     )
 
 
 @functools.cache
 def key_count_sql(vendor: str, *, on: str) -> str:
     """SQLite: a duplicate counted on its key, by the unique index ``on`` names (see
-    ``inbox_record_sql``), returning ``(id, event_id, delivery_count)``; no row when the
-    key is not there or (``on="event_id"``) its fingerprint differs."""
+    ``inbox_record_sql``), returning ``(id, event_id, delivery_count, received_at)``; no row
+    when the key is not there or (``on="event_id"``) its fingerprint differs."""
     keys = connection.ops.quote_name(_KEYS)
     where = (
         "source_id = %s AND event_id = %s AND content_fingerprint = %s"
@@ -189,7 +214,8 @@ def key_count_sql(vendor: str, *, on: str) -> str:
     )
     return (
         f"UPDATE {keys} SET delivery_count = delivery_count + 1"  # noqa: S608
-        f" WHERE {where} RETURNING inbox_event_id, event_id, delivery_count"
+        f" WHERE {where}"
+        " RETURNING inbox_event_id, event_id, delivery_count, received_at"
     )
 
 

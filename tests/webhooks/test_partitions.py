@@ -5,11 +5,13 @@ partition, an event and its attempts in the same day's, deduplication across day
 from __future__ import annotations
 
 import itertools
+import re
 from datetime import timedelta
 
 import pytest
 from django.core.management import call_command
 from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from prometheus_client.core import Metric
 
@@ -20,6 +22,7 @@ from tests.webhooks.factories import (
     InboxEventFactory,
     signed_post,
 )
+from webhooks import statements
 from webhooks.metrics import InboxPartitionsCollector
 from webhooks.models import FingerprintMismatch, InboxEvent, InboxKey
 from webhooks.partitions import (
@@ -148,6 +151,74 @@ def test_a_duplicate_received_a_day_later_counts_on_the_row_in_its_first_days_pa
     conflicting = body | {"data": {"summary": "rewritten"}}
     assert signed_post(http, RESEARCH_SOURCE, conflicting).status_code == 409
     assert FingerprintMismatch.objects.get().event_id == first.pk
+
+
+@pytest.mark.parametrize(
+    ("received", "statements"),
+    [
+        (timedelta(minutes=-5), 1),  # a retry minutes later
+        (-DAY, 1),  # yesterday's: counted by the one statement
+        (-2 * DAY, 2),  # before the days it counts in: one statement more
+        (-40 * DAY, 2),  # weeks ago
+        (DAY + timedelta(hours=1), 2),  # a clock ahead: tomorrow's row
+    ],
+    ids=["minutes", "yesterday", "two-days", "weeks", "tomorrow"],
+)
+def test_a_duplicate_is_counted_on_its_row_whenever_it_was_received(
+    http, source, received, statements
+):
+    """The record statement counts a duplicate on its row among yesterday's and today's
+    rows (``statements.recent_days``: a bound it plans with); a row received before or
+    after those is counted by one statement more, by its id and received time."""
+    body = research_event()
+    first = InboxEventFactory(body=body, received_at=timezone.now() + received)
+    before = timezone.now()
+
+    with CaptureQueriesContext(connection) as queries:
+        answer = signed_post(http, RESEARCH_SOURCE, body)
+
+    assert answer.status_code == 200
+    assert answer.json()["processing_status"] == first.processing_status
+    row = InboxEvent.objects.get()
+    assert (row.pk, row.delivery_count) == (first.pk, 2)
+    assert row.last_seen_at >= before
+    assert InboxKey.objects.get().delivery_count == 2
+    writes = [q["sql"] for q in queries.captured_queries if "inbox" in q["sql"]]
+    assert len(writes) == statements, writes
+
+
+def test_the_record_statement_plans_over_two_days_of_partitions_however_many_exist():
+    """With a month of partitions ahead, the statement that records a delivery still
+    names two days' partitions of the inbox, none other: the time its generic plan takes
+    to start does not grow with the days the inbox holds."""
+    inbox_partitions_ensure(ahead_days=30)
+    now = timezone.now()
+    values = {
+        "source_id": 1,
+        "event_id": "evt-plan",
+        "body_key": None,
+        "content_fingerprint": "f" * 64,
+        "received_at": now,
+        "last_seen_at": now,
+    }
+    text = statements.inbox_record_sql(
+        connection.vendor,
+        on="event_id",
+        given=tuple(values),
+        days=statements.recent_days(now),
+    )
+    params = statements.inbox_record_params(values)
+    with connection.cursor() as cursor:
+        cursor.execute("EXPLAIN (COSTS OFF) " + text, params)
+        plan = "\n".join(line for (line,) in cursor.fetchall())
+    named = set(re.findall(rf"{INBOX.table}_p\w+", plan))
+    current = {
+        p.name
+        for p in partitions(INBOX)
+        if p.end > now - DAY and (p.start is None or p.start <= now)
+    }
+    assert len(partitions(INBOX)) > 30
+    assert named and named <= current, plan
 
 
 @pytest.mark.django_db(transaction=True)
