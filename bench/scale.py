@@ -367,8 +367,45 @@ def generate(rows: int, sources: list[int]) -> dict:
     }
 
 
-def prepare(name: str) -> list[int]:
-    """Migrates ``name``, then its sources (the research one with its secret) and the
+def partitions_daily(days: int) -> None:
+    """The full inbox's partitions as a month of production leaves them: one a day from
+    ``days`` days before today, and the week ahead, instead of the empty first partition a
+    fresh install's migration makes (which holds every earlier time)."""
+    from django.db import connection
+    from django.utils import timezone
+
+    from webhooks.partitions import (
+        DAY,
+        TABLES,
+        day_start,
+        inbox_partitions_ensure,
+        partition_create,
+        partitions,
+    )
+
+    today = day_start(timezone.now())
+    quote = connection.ops.quote_name
+    with connection.cursor() as cursor:
+        for table in TABLES:
+            # The migration's first partition, detached (it keeps its storage settings for
+            # the first day to copy), dropped once the days have replaced it.
+            first = partitions(table)[0]
+            cursor.execute(
+                f"ALTER TABLE {quote(table.table)} DETACH PARTITION {quote(first.name)}"
+            )
+            newest = first
+            day = today - days * DAY
+            while day <= today:
+                partition_create(table, day, day + DAY, like=newest)
+                newest = partitions(table)[-1]
+                day += DAY
+            cursor.execute(f"DROP TABLE {quote(first.name)}")
+    inbox_partitions_ensure()
+
+
+def prepare(name: str, *, days: int | None = None) -> list[int]:
+    """Migrates ``name`` (with a partition a day for ``days`` days back when given: see
+    ``partitions_daily``), then its sources (the research one with its secret) and the
     admin's superuser; returns the sources' ids."""
     from django.contrib.auth import get_user_model
     from django.core.management import call_command
@@ -377,6 +414,8 @@ def prepare(name: str) -> list[int]:
 
     use_database(name)
     call_command("migrate", verbosity=0)
+    if days is not None:
+        partitions_daily(days)
     ids = []
     for slug in SOURCES:
         source = WebhookSource.objects.create(
@@ -614,22 +653,28 @@ def search_rows() -> int:
     return InboxEvent.objects.filter(inbox_event_search_q(term=SEARCH_TERM)).count()
 
 
+def oldest_day():
+    """The day retention is measured on: the full inbox's oldest whole day, the second
+    partition (the first holds the end of a day only: the rows start 30 days before now)."""
+    from webhooks.partitions import INBOX, partitions
+
+    return partitions(INBOX)[1]
+
+
 def day_delete() -> dict:
-    """The inbox rows received on the day 15 days ago and their attempts, deleted in a
+    """The inbox rows received on the oldest day and their attempts, deleted in a
     transaction rolled back, the foreign keys checked at once: seconds (median of
-    ``DELETE_REPEAT``), and the rows."""
+    ``DELETE_REPEAT``), and the rows. What ``day_drop`` then removes by dropping the day."""
     from django.db import connection, transaction
-    from django.utils import timezone
 
     from webhooks.models import InboxAttempt, InboxEvent
 
     quote = connection.ops.quote_name
     events = quote(InboxEvent._meta.db_table)
     attempts = quote(InboxAttempt._meta.db_table)
-    day = (timezone.now() - timedelta(days=15)).replace(
-        hour=0, minute=0, second=0, microsecond=0
-    )
-    bounds = [day, day + timedelta(days=1)]
+    oldest = oldest_day()
+    day = oldest.start
+    bounds = [oldest.start, oldest.end]
 
     class Rollback(Exception):
         pass
@@ -664,6 +709,73 @@ def day_delete() -> dict:
         "rows": counts[0],
         "attempts": counts[1],
     }
+
+
+def day_drop() -> dict:
+    """The oldest day removed by retention, as the periodic work does it
+    (``inbox_partitions_retire`` with ``INBOX_RETENTION_DAYS`` set so that this day alone
+    is past it): what holds it checked, its two partitions detached concurrently, checked
+    again, the operator action and its log entry written, both dropped. Its rows that the
+    generation left unfinished (received, failed: 2%) are first marked processed, untimed:
+    a day a month old holds none in production, and one would hold the day back. Seconds,
+    once (the day is gone after it), and the rows and attempts that left."""
+    from django.conf import settings
+    from django.db import connection
+    from django.utils import timezone
+
+    from webhooks.partitions import (
+        ATTEMPTS,
+        DAY,
+        INBOX,
+        day_start,
+        inbox_partitions_retire,
+        partitions,
+    )
+
+    quote = connection.ops.quote_name
+    oldest = oldest_day()
+    attempts = ATTEMPTS.table + oldest.name.removeprefix(INBOX.table)
+    finished = 0
+    with connection.cursor() as cursor:
+        for partition in partitions(INBOX):
+            if partition.end > oldest.end:
+                break
+            cursor.execute(
+                f"UPDATE {quote(partition.name)}"  # noqa: S608
+                " SET processing_status = 'processed'"
+                " WHERE processing_status IN ('received', 'processing', 'failed')"
+            )
+            finished += cursor.rowcount
+        cursor.execute(f"SELECT count(*) FROM {quote(oldest.name)}")  # noqa: S608
+        rows = cursor.fetchone()[0]
+        cursor.execute(f"SELECT count(*) FROM {quote(attempts)}")  # noqa: S608
+        attempt_rows = cursor.fetchone()[0]
+        cursor.execute(f"VACUUM {quote(oldest.name)}")
+    # The partial day before it first, untimed.
+    settings.INBOX_RETENTION_DAYS = (day_start(timezone.now()) - oldest.start) // DAY
+    earlier = inbox_partitions_retire()
+    settings.INBOX_RETENTION_DAYS = (day_start(timezone.now()) - oldest.end) // DAY
+    started = time.perf_counter()
+    retired = inbox_partitions_retire()
+    seconds = time.perf_counter() - started
+    if retired.dropped != [oldest.name]:
+        raise RuntimeError(f"retention dropped {retired.dropped}, held {retired.held}")
+    return {
+        "seconds": seconds,
+        "day": oldest.start.date().isoformat(),
+        "partition": oldest.name,
+        "rows": rows,
+        "attempts": attempt_rows,
+        "finished_first": finished,
+        "dropped_before": earlier.dropped,
+        "retention_days": settings.INBOX_RETENTION_DAYS,
+    }
+
+
+def partition_counts() -> int:
+    from webhooks.partitions import INBOX, partitions
+
+    return len(partitions(INBOX))
 
 
 def disk() -> dict:
@@ -803,6 +915,21 @@ def figures_build(report: dict) -> list:
             extra={"rows": delete["rows"], "attempts": delete["attempts"]},
         )
     )
+    drop = report["drop"]
+    figures.append(
+        Figure(
+            "scale",
+            f"retention, one day dropped {at}",
+            drop["seconds"],
+            "s",
+            extra={
+                "rows": drop["rows"],
+                "attempts": drop["attempts"],
+                "under_1_s": drop["seconds"] < 1,
+                "delete_of_the_same_rows_s": round(delete["seconds"], 2),
+            },
+        )
+    )
     per_event = report["disk"]["full"]["bytes_per_event"]
     figures.append(
         Figure(
@@ -854,7 +981,7 @@ def main() -> int:
             generation = {"reused": True}
     if not reuse:
         prepare(names["empty"])
-        sources = prepare(names["full"])
+        sources = prepare(names["full"], days=DAYS)
         generation = generate(SCALE_ROWS, sources)
         _marker(SCALE_ROWS)
     report["generation"] = generation
@@ -897,13 +1024,17 @@ def main() -> int:
         rounds.append(measured)
     report["rounds"] = rounds
 
-    use_database(names["full"])
-    report["delete"] = day_delete()
-    print(f"[scale] delete: {report['delete']}", file=sys.stderr, flush=True)
+    report["partitions"] = {}
     report["disk"] = {}
     for label, name in names.items():
         use_database(name)
+        report["partitions"][label] = partition_counts()
         report["disk"][label] = disk()
+    use_database(names["full"])
+    report["delete"] = day_delete()
+    print(f"[scale] delete: {report['delete']}", file=sys.stderr, flush=True)
+    report["drop"] = day_drop()
+    print(f"[scale] drop: {report['drop']}", file=sys.stderr, flush=True)
     use_database(names["empty"])
     from django.db import connection
 
@@ -920,6 +1051,8 @@ def main() -> int:
             "rows": SCALE_ROWS,
             "generation": generation,
             "delete": report["delete"],
+            "drop": report["drop"],
+            "partitions": report["partitions"],
             "disk": report["disk"],
             "rounds": rounds,
             "empty_inbox_rows_before": report["empty_inbox_rows_before"],
