@@ -35,6 +35,7 @@ from django.db.models import (
 )
 from django.utils import timezone
 
+from core.db import set_statement_sql
 from core.relay.outbox import Outbox, Publication, relay_round
 
 from . import statements
@@ -287,7 +288,16 @@ class InboxOutbox(Outbox[int]):
         if connection.vendor == "postgresql":
             with connection.cursor() as cursor:
                 cursor.execute(statements.RELAY_CLAIM_SQL, {"limit": limit, "now": now})
-                rows = [row[1:] for row in sorted(cursor.fetchall())]
+                taken = sorted(cursor.fetchall())
+            if not taken:
+                return 0, []
+            days = statements.received_days([row[4] for row in taken])
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    set_statement_sql(statements.relay_stamp_sql(days)),
+                    {"ids": [row[1] for row in taken], "now": now},
+                )
+            rows = [row[1:4] for row in taken]
             return len(rows), _publications(rows)
         rows = _take(_waiting_new(), limit, now)
         if len(rows) < limit:

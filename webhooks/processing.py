@@ -112,6 +112,8 @@ class _Claim:
     event: InboxEvent  # built from the claim's columns, or loaded one by one
     attempt_pk: int
     handler: str
+    # The row's received time (its time partition's key), for the close to name its day.
+    received_at: datetime
 
 
 def inbox_retry_delay(*, attempt: int) -> float:
@@ -201,7 +203,7 @@ def _batch_claim_fast(*, ids: list[int], worker: str) -> list[_Claim]:
         return []
     now = timezone.now()
     rows = set_statement_execute(
-        statements.BATCH_CLAIM_SQL,
+        statements.batch_claim_sql(_batch_days(ids)),
         {
             "ids": list(ids),
             "now": now,
@@ -212,14 +214,34 @@ def _batch_claim_fast(*, ids: list[int], worker: str) -> list[_Claim]:
     )
     claims = []
     for row in rows:
-        *fields, slug, handler, _received_at, attempt_pk = row
+        *fields, slug, handler, received_at, attempt_pk = row
         for position in _CLAIMED_INSTANTS:
             fields[position] = _instant(fields[position])
         event = _CLAIMED_EVENT.build(*fields, ProcessingStatus.PROCESSING)
         source_id = fields[_CLAIMED_SOURCE_ID]
         event.source = _CLAIMED_SOURCE.build(source_id, slug, handler)
-        claims.append(_Claim(event=event, attempt_pk=attempt_pk, handler=handler))
+        claims.append(
+            _Claim(
+                event=event,
+                attempt_pk=attempt_pk,
+                handler=handler,
+                received_at=received_at,
+            )
+        )
     return claims
+
+
+def _batch_days(ids: list[int]) -> tuple[datetime, datetime] | None:
+    """The days the rows ``ids`` were received on, from their keys in the ledger, for the
+    claim to name (``statements.received_days``): planned over those days' time partitions
+    alone, however many the inbox holds (docs/scaling.md, "Time partitions of the inbox").
+    ``None`` (every partition) when a row has no key: one that is gone, say."""
+    first, last, found = set_statement_execute(
+        statements.BATCH_DAYS_SQL, {"ids": list(ids)}
+    )[0]
+    if found < len(set(ids)):
+        return None
+    return statements.received_days([first, last])
 
 
 def _dead_letter_at_claim(event: InboxEvent, *, error: str) -> None:
@@ -303,7 +325,12 @@ def _inbox_event_claim(
         started_at=now,
         worker=worker[:255],
     )
-    return _Claim(event=event, attempt_pk=attempt.pk, handler=event.source.handler)
+    return _Claim(
+        event=event,
+        attempt_pk=attempt.pk,
+        handler=event.source.handler,
+        received_at=event.received_at,
+    )
 
 
 def _body_load(claim: _Claim) -> None:
@@ -481,7 +508,9 @@ def _batch_close(claims: list[_Claim], closes: list[_Close]) -> None:
     now = timezone.now()
     processed_at = [now if c.status in HANDLER_STATUSES else None for c in closes]
     closed = set_statement_execute(
-        statements.BATCH_CLOSE_SQL,
+        statements.batch_close_sql(
+            statements.received_days([claim.received_at for claim in claims])
+        ),
         {
             "ids": [claim.event.pk for claim in claims],
             "numbers": [claim.event.attempts for claim in claims],

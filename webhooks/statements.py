@@ -107,13 +107,36 @@ def recent_days(received_at: datetime) -> tuple[datetime, datetime]:
     constants, so that PostgreSQL plans it over those days' time partitions alone, however
     many days the inbox holds (docs/scaling.md, "Time partitions of the inbox"): a statement
     that names the partitioned table without a constant bound on its key opens and locks
-    every partition at every run."""
-    day = received_at.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+    every partition, and each of their indexes, at every run."""
+    day = _day_start(received_at)
     return day - timedelta(days=1), day + timedelta(days=1)
 
 
 def _instant_literal(instant: datetime) -> str:
     return f"'{instant.astimezone(UTC).isoformat()}'::timestamptz"
+
+
+def _day_start(instant: datetime) -> datetime:
+    return instant.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+
+
+def received_days(instants: list[datetime]) -> tuple[datetime, datetime] | None:
+    """The UTC days ``[first, last + 1)`` that hold every one of ``instants`` (rows' received
+    times), for a statement on rows known by id to name as constants
+    (``batch_claim_sql``, ``batch_close_sql``); ``None`` for none."""
+    if not instants:
+        return None
+    return _day_start(min(instants)), _day_start(max(instants)) + timedelta(days=1)
+
+
+def _days_condition(column: str, days: tuple[datetime, datetime] | None) -> str:
+    """``column`` within ``days``, written as constants: what lets PostgreSQL plan a
+    statement over those days' time partitions alone (``recent_days``). Nothing for
+    ``None``: every partition."""
+    if days is None:
+        return ""
+    since, until = (_instant_literal(instant) for instant in days)
+    return f"AND {column} >= {since} AND {column} < {until}"
 
 
 # One statement per day and variant: the days a process has run through, at most.
@@ -165,7 +188,6 @@ def inbox_record_sql(
         literal = None if callable(field.default) else _literal(field.get_default())
         values.append(literal or f"%s::{_cast_type(field)}")
     target, condition = _key_conflict(on)
-    since, until = (_instant_literal(instant) for instant in days)
     return f"""WITH k AS (
     INSERT INTO {keys} (inbox_event_id, {key_names}, delivery_count)
     VALUES (nextval(pg_get_serial_sequence('{events}', 'id')), {key_values}, 1)
@@ -179,7 +201,7 @@ def inbox_record_sql(
     UPDATE {events} AS e SET delivery_count = k.delivery_count, last_seen_at = %s
       FROM k WHERE k.delivery_count > 1 AND e.id = k.inbox_event_id
        AND e.received_at = k.received_at
-       AND e.received_at >= {since} AND e.received_at < {until}
+       {_days_condition("e.received_at", days)}
     RETURNING e.processing_status
 )
 SELECT k.inbox_event_id, k.event_id, k.delivery_count,
@@ -377,11 +399,21 @@ def _claimed_columns() -> str:
     return ", ".join(columns)
 
 
+# The days of a batch's rows, read from the ledger (which holds every row's received time,
+# and is one table): ``(first, last, keys found)``, for ``batch_claim_sql``.
+BATCH_DAYS_SQL = f"""
+SELECT min(received_at), max(received_at), count(*) FROM {_KEYS}
+ WHERE inbox_event_id = ANY(%(ids)s::bigint[])
+"""  # noqa: S608 - a table name, values bound
+
+
 # The claim of a batch, in one statement: the rows that can be taken become ``processing``
 # with their lease, their attempts are inserted (with the event's received time), and
 # ``CLAIMED_FIELDS`` come back, then the source's ``CLAIMED_SOURCE_FIELDS``, the event's
-# received time and the attempt's id.
-BATCH_CLAIM_SQL = f"""
+# received time and the attempt's id. Within ``days`` (``received_days``) when given.
+@functools.lru_cache(maxsize=64)
+def batch_claim_sql(days: tuple[datetime, datetime] | None) -> str:
+    return f"""
 WITH claimed AS (
     UPDATE {_EVENTS} AS e
        SET processing_status = 'processing',
@@ -389,6 +421,7 @@ WITH claimed AS (
            lease_expires_at = %(lease)s
       FROM {_SOURCES} AS s
      WHERE e.id = ANY(%(ids)s)
+       {_days_condition("e.received_at", days)}
        AND s.id = e.source_id
        -- The claim's row locks give up after INBOX_LOCK_TIMEOUT_MS: the statement's own
        -- transaction's lock_timeout, set once (an InitPlan) before any row is locked.
@@ -415,11 +448,17 @@ SELECT claimed.*, attempt.id FROM claimed JOIN attempt ON attempt.event_id = cla
 ORDER BY claimed.id
 """  # noqa: S608 - table names from the models, values bound
 
+
+BATCH_CLAIM_SQL = batch_claim_sql(None)
+
+
 # The end of a batch's runs (a batch of one too), in one statement: every row's outcome and
 # its attempt's, each only while its claim still holds. The caller compares the attempts
 # closed with the rows given: one claim lost fails the batch (rolled back, then run per event
-# through the ORM).
-BATCH_CLOSE_SQL = f"""
+# through the ORM). Within ``days`` (``received_days``) when given.
+@functools.lru_cache(maxsize=64)
+def batch_close_sql(days: tuple[datetime, datetime] | None) -> str:
+    return f"""
 WITH v AS (
     SELECT * FROM unnest(%(ids)s::bigint[], %(numbers)s::int[], %(statuses)s::text[],
                          %(processed_at)s::timestamptz[], %(errors)s::text[],
@@ -440,6 +479,7 @@ WITH v AS (
            lease_expires_at = NULL
       FROM v
      WHERE e.id = v.id AND e.processing_status = 'processing' AND e.attempts = v.number
+       {_days_condition("e.received_at", days)}
     RETURNING e.id
 )
 UPDATE {_ATTEMPTS} AS a
@@ -447,8 +487,12 @@ UPDATE {_ATTEMPTS} AS a
        error = v.attempt_error
   FROM v JOIN closed ON closed.id = v.id
  WHERE a.id = v.attempt
+   {_days_condition("a.event_received_at", days)}
 RETURNING a.id
 """  # noqa: S608 - table names from the models, values bound
+
+
+BATCH_CLOSE_SQL = batch_close_sql(None)
 
 
 # --- the relay ------------------------------------------------------------------------------
@@ -472,25 +516,33 @@ RELAY_HAS_WAITING_SQL = f"""
 SELECT EXISTS (SELECT 1 FROM {_EVENTS} WHERE {_NEW})
     OR EXISTS (SELECT 1 FROM {_EVENTS} WHERE {_DUE_RETRY})
 """  # noqa: S608 - table names, values bound
-# New rows first, in id order, then due retries in the room left, in id order (what
-# ``RETURNING`` gives back, in no order, is sorted so); the retries' scan reads nothing when
-# the new rows filled the batch.
+# New rows first, in id order, then due retries in the room left, in id order (the caller
+# sorts what comes back); the retries' scan reads nothing when the new rows filled the
+# batch. The rows are locked, not yet stamped: ``relay_stamp_sql`` stamps them, in the same
+# transaction, naming the days they were received on (``received_days``), so that the
+# update is planned over those days' time partitions alone (docs/scaling.md, "Time
+# partitions of the inbox"). The lock finds its rows wherever they are.
 RELAY_CLAIM_SQL = f"""
 WITH fresh AS (
-    SELECT id FROM {_EVENTS} WHERE {_NEW}
+    SELECT id, event_id, entity_id, received_at FROM {_EVENTS} WHERE {_NEW}
      ORDER BY id LIMIT %(limit)s FOR UPDATE SKIP LOCKED
 ), due AS (
-    SELECT id FROM {_EVENTS} WHERE {_DUE_RETRY}
+    SELECT id, event_id, entity_id, received_at FROM {_EVENTS} WHERE {_DUE_RETRY}
      ORDER BY id LIMIT %(limit)s FOR UPDATE SKIP LOCKED
-), taken AS (
-    SELECT id, 0 AS retry FROM fresh
-    UNION ALL
-    (SELECT id, 1 FROM due LIMIT GREATEST(%(limit)s - (SELECT count(*) FROM fresh), 0))
 )
-UPDATE {_EVENTS} AS e SET dispatched_at = %(now)s, held_at = NULL
-  FROM taken WHERE e.id = taken.id
-RETURNING taken.retry, e.id, e.event_id, e.entity_id
+SELECT 0 AS retry, * FROM fresh
+UNION ALL
+(SELECT 1, * FROM due LIMIT GREATEST(%(limit)s - (SELECT count(*) FROM fresh), 0))
 """  # noqa: S608 - table names, values bound
+
+
+@functools.lru_cache(maxsize=64)
+def relay_stamp_sql(days: tuple[datetime, datetime] | None) -> str:
+    """The rows ``RELAY_CLAIM_SQL`` locked, stamped dispatched (and out of any hold)."""
+    return (
+        f"UPDATE {_EVENTS} SET dispatched_at = %(now)s, held_at = NULL"  # noqa: S608
+        f" WHERE id = ANY(%(ids)s::bigint[]) {_days_condition('received_at', days)}"
+    )
 
 
 RELAY_HELD_SQL = f"SELECT source_id FROM {_HOLDS} ORDER BY source_id"  # noqa: S608 - a table name

@@ -25,6 +25,7 @@ from tests.webhooks.factories import (
 from webhooks import statements
 from webhooks.metrics import InboxPartitionsCollector
 from webhooks.models import FingerprintMismatch, InboxEvent, InboxKey
+from webhooks.outbox import InboxOutbox
 from webhooks.partitions import (
     ATTEMPTS,
     DAY,
@@ -35,6 +36,7 @@ from webhooks.partitions import (
     partition_name,
     partitions,
 )
+from webhooks.processing import inbox_events_process
 
 pytestmark = [
     pytest.mark.django_db,
@@ -219,6 +221,107 @@ def test_the_record_statement_plans_over_two_days_of_partitions_however_many_exi
     }
     assert len(partitions(INBOX)) > 30
     assert named and named <= current, plan
+
+
+def _partitions_named(text: str, params: dict) -> set[str]:
+    with connection.cursor() as cursor:
+        cursor.execute("EXPLAIN (COSTS OFF) " + text, params)
+        plan = "\n".join(line for (line,) in cursor.fetchall())
+    tables = rf"(?:{INBOX.table}|{ATTEMPTS.table})_p(?:0|\d{{8}})\b"
+    return set(re.findall(tables, plan))
+
+
+def test_a_batchs_claim_and_close_plan_over_its_rows_days_alone():
+    """The worker's claim and close name the days their rows were received on
+    (``statements.received_days``, read from the ledger): with a month of partitions
+    ahead they plan over today's partition of each table, none other."""
+    inbox_partitions_ensure(ahead_days=30)
+    now = timezone.now()
+    days = statements.received_days([now])
+    claim = _partitions_named(
+        statements.batch_claim_sql(days),
+        {
+            "ids": [1, 2],
+            "now": now,
+            "lease": now,
+            "worker": "w",
+            "lock_timeout": "1s",
+        },
+    )
+    close = _partitions_named(
+        statements.batch_close_sql(days),
+        {
+            name: []
+            for name in [
+                "ids",
+                "numbers",
+                "statuses",
+                "processed_at",
+                "errors",
+                "causes",
+                "next_attempt_at",
+                "attempts",
+                "outcomes",
+                "attempt_errors",
+            ]
+        }
+        | {"now": now},
+    )
+    today = {
+        p.name
+        for table in TABLES
+        for p in partitions(table)
+        if p.end > now and (p.start is None or p.start <= now)
+    }
+    assert len(partitions(INBOX)) > 30
+    # (The claim's attempts are inserted, routed as they go: no partition in its plan.)
+    assert claim == {name for name in today if name.startswith(INBOX.table)}, claim
+    assert close == today, close
+
+
+def test_the_relays_stamp_plans_over_its_rows_days_alone():
+    inbox_partitions_ensure(ahead_days=30)
+    now = timezone.now()
+    stamp = _partitions_named(
+        statements.relay_stamp_sql(statements.received_days([now - DAY, now])),
+        {"ids": [1, 2], "now": now},
+    )
+    days = {
+        p.name
+        for p in partitions(INBOX)
+        if p.end > now - DAY and (p.start is None or p.start <= now)
+    }
+    assert len(partitions(INBOX)) > 30
+    assert stamp == days, stamp
+
+
+def test_the_relay_publishes_rows_received_weeks_apart_in_one_round():
+    old = InboxEventFactory(received_at=timezone.now() - 20 * DAY)
+    new = InboxEventFactory()
+    taken, publications = InboxOutbox().claim(100)
+    assert taken == 2
+    assert [p.rows for p in publications] == [(old.pk, new.pk)]
+    for row in (old, new):
+        row.refresh_from_db()
+        assert row.dispatched_at is not None
+
+
+def test_a_batch_of_rows_received_weeks_apart_is_processed_whole():
+    """A replayed row of weeks ago in a batch with today's: the claim names every day
+    between; a row whose key is gone makes it name none (every partition)."""
+    old = InboxEventFactory(received_at=timezone.now() - 20 * DAY)
+    new = InboxEventFactory()
+    keyless = InboxEventFactory()
+    InboxKey.objects.filter(pk=keyless.pk).delete()
+
+    outcomes = inbox_events_process(ids=[old.pk, new.pk], worker="w")
+    assert [o.status for o in outcomes] == ["processed", "processed"]
+    outcomes = inbox_events_process(ids=[keyless.pk], worker="w")
+    assert [o.status for o in outcomes] == ["processed"]
+    for row in (old, new, keyless):
+        row.refresh_from_db()
+        assert row.processing_status == "processed"
+        assert row.attempt_log.get().outcome == "succeeded"
 
 
 @pytest.mark.django_db(transaction=True)
