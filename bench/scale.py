@@ -29,9 +29,10 @@ empty one first in even rounds, so that load from other processes falls on both 
   delivery, ``statements.inbox_record_sql``): deliveries per second, and the statement's own
   time per delivery. The same event ids in both databases: the new events are the fresh
   ``received`` rows the claims take, and the rows the admin's search finds.
-- claims: ``statements.RELAY_CLAIM_SQL`` (``RELAY_BATCH_LIMIT`` rows) and
-  ``statements.BATCH_CLAIM_SQL`` (``INBOX_BATCH_SIZE`` of the fresh rows), each in a
-  transaction rolled back, ``CLAIM_REPEAT`` times a round: milliseconds per statement.
+- claims: the relay's (``InboxOutbox.claim``, ``RELAY_BATCH_LIMIT`` rows) and the worker's
+  batch claim (``processing._batch_claim_fast``, ``INBOX_BATCH_SIZE`` of the fresh rows), as
+  they run (each of their statements), in a transaction rolled back, ``CLAIM_REPEAT`` times
+  a round: milliseconds per claim.
 - admin pages, through Django's test client logged in as a superuser (as ``bench.admin``):
   the inbox's changelist, its status filter (``received``: a full page in both databases), a
   search by event id prefix that finds the same rows in both, and the dashboard.
@@ -55,7 +56,7 @@ import random
 import statistics
 import sys
 import time
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from urllib.parse import urlparse, urlunparse
 
@@ -544,11 +545,9 @@ def _event_id_of(raw: bytes) -> str:
     return json.loads(raw)["event_id"]
 
 
-def _timed_rolled_back(statement: str, params: dict) -> tuple[float, int]:
-    """``statement`` in a transaction rolled back: milliseconds, rows returned."""
-    from django.db import connection, transaction
-
-    from core.db import set_statement_execute
+def _timed_rolled_back(run) -> tuple[float, int]:
+    """``run()`` in a transaction rolled back: milliseconds, and the rows it returned."""
+    from django.db import transaction
 
     class Rollback(Exception):
         pass
@@ -557,14 +556,7 @@ def _timed_rolled_back(statement: str, params: dict) -> tuple[float, int]:
     try:
         with transaction.atomic():
             started = time.perf_counter()
-            if "%(ids)s" in statement:
-                rows = len(
-                    set_statement_execute(statement, params, lock_timeout_ms=5000)
-                )
-            else:
-                with connection.cursor() as cursor:
-                    cursor.execute(statement, params)
-                    rows = len(cursor.fetchall())
+            rows = run()
             elapsed = (time.perf_counter() - started) * 1000
             raise Rollback
     except Rollback:
@@ -573,13 +565,16 @@ def _timed_rolled_back(statement: str, params: dict) -> tuple[float, int]:
 
 
 def claims_round() -> dict:
-    """The relay's claim and the worker's batch claim, ``CLAIM_REPEAT`` times each, rolled
-    back: milliseconds per statement (median) and the rows each took."""
+    """The relay's claim (``InboxOutbox.claim``: its rows locked, then stamped) and the
+    worker's batch claim (``processing._batch_claim_fast``: its rows' days read from the
+    ledger, then the claim), as the relay and the worker run them, ``CLAIM_REPEAT`` times
+    each, rolled back: milliseconds per claim (median) and the rows each took."""
     from django.conf import settings
     from django.utils import timezone
 
-    from webhooks import statements
     from webhooks.models import InboxEvent
+    from webhooks.outbox import InboxOutbox
+    from webhooks.processing import _batch_claim_fast
 
     fresh = list(
         InboxEvent.objects.filter(
@@ -590,25 +585,19 @@ def claims_round() -> dict:
         .order_by("id")
         .values_list("id", flat=True)[: settings.INBOX_BATCH_SIZE]
     )
+    outbox = InboxOutbox()
     relay, batch = [], []
     relay_rows = batch_rows = 0
     for _ in range(CLAIM_REPEAT):
         now = timezone.now()
         ms, relay_rows = _timed_rolled_back(
-            statements.RELAY_CLAIM_SQL,
-            {"limit": settings.RELAY_BATCH_LIMIT, "now": now},
+            lambda: outbox.claim(settings.RELAY_BATCH_LIMIT)[0]
         )
         relay.append(ms)
         # The rows the relay published, as the worker's batch finds them.
         InboxEvent.objects.filter(id__in=fresh).update(dispatched_at=now)
         ms, batch_rows = _timed_rolled_back(
-            statements.BATCH_CLAIM_SQL,
-            {
-                "ids": fresh,
-                "now": now,
-                "lease": now + timedelta(seconds=60),
-                "worker": "bench-scale",
-            },
+            lambda: len(_batch_claim_fast(ids=fresh, worker="bench-scale"))
         )
         InboxEvent.objects.filter(id__in=fresh).update(dispatched_at=None)
         batch.append(ms)
