@@ -20,7 +20,7 @@ from tests import processes
 from tests.integrations.research.factories import research_event
 from tests.webhooks.factories import RESEARCH_SOURCE, InboxEventFactory, signed_post
 from webhooks.ledger import inbox_keys_purge
-from webhooks.models import InboxEvent, InboxKey, InboxKeyPurge
+from webhooks.models import FingerprintMismatch, InboxEvent, InboxKey, InboxKeyPurge
 from webhooks.partitions import DAY, day_start
 from webhooks.tasks import inbox_partitions_task
 
@@ -193,6 +193,34 @@ def test_a_redelivery_within_the_horizon_after_its_row_left_is_a_duplicate(
     assert response.status_code == 200
     assert response.json()["status"] == "duplicate"
     assert not InboxEvent.objects.exists()
+
+
+def test_a_conflict_whose_key_is_purged_as_it_is_answered_is_a_new_event(
+    http, source, monkeypatch
+):
+    """The statement finds another body's key; the purge deletes that key before ingest
+    reads it for the evidence: the delivery is recorded again, now a new event, not a 5xx."""
+    from webhooks import ingest
+
+    original = research_event()
+    signed_post(http, RESEARCH_SOURCE, original)
+    rows_leave(InboxEvent.objects.get())
+    record = ingest._inbox_record_execute
+
+    def key_purged_after_the_answer(**kwargs):
+        row = record(**kwargs)
+        if row is None:
+            InboxKey.objects.all().delete()
+        return row
+
+    monkeypatch.setattr(ingest, "_inbox_record_execute", key_purged_after_the_answer)
+    conflicting = original | {"data": {"summary": "rewritten"}}
+
+    response = signed_post(http, RESEARCH_SOURCE, conflicting)
+
+    assert response.status_code == 202
+    assert InboxEvent.objects.get().event_id == original["event_id"]
+    assert not FingerprintMismatch.objects.exists()
 
 
 # --- where it runs --------------------------------------------------------------------------
