@@ -122,3 +122,19 @@ def inbox_keys_purge(
             },
         )
     return KeyPurge(received_before=before, deleted=deleted, batches=batches)
+
+
+def oldest_key_overdue_days(*, now: datetime | None = None) -> float:
+    """How many days past the purge's cutoff the oldest key is kept (0 when none is): a
+    purge that silently does nothing shows here. The oldest key is the first one from where
+    the last run stopped, read through the ledger's primary key."""
+    oldest = (
+        InboxKey.objects.filter(pk__gte=_resume_from())
+        .order_by("pk")
+        .values_list("received_at", flat=True)
+        .first()
+    )
+    if oldest is None:
+        return 0.0
+    cutoff = key_purge_cutoff(now=now)
+    return max((cutoff - oldest).total_seconds() / 86400, 0.0)

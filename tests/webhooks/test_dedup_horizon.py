@@ -19,7 +19,8 @@ from config.settings._helpers import inbox_dedup_days_check
 from tests import processes
 from tests.integrations.research.factories import research_event
 from tests.webhooks.factories import RESEARCH_SOURCE, InboxEventFactory, signed_post
-from webhooks.ledger import inbox_keys_purge
+from webhooks.ledger import inbox_keys_purge, key_purge_cutoff, oldest_key_overdue_days
+from webhooks.metrics import InboxKeysCollector
 from webhooks.models import FingerprintMismatch, InboxEvent, InboxKey, InboxKeyPurge
 from webhooks.partitions import DAY, day_start
 from webhooks.tasks import inbox_partitions_task
@@ -223,7 +224,7 @@ def test_a_conflict_whose_key_is_purged_as_it_is_answered_is_a_new_event(
     assert not FingerprintMismatch.objects.exists()
 
 
-# --- where it runs --------------------------------------------------------------------------
+# --- where it runs, and what shows it --------------------------------------------------------
 
 
 def test_the_command_purges_keys_in_batches_of_the_size_given(settings, capsys):
@@ -260,3 +261,23 @@ def test_the_hourly_periodic_work_purges_the_keys_last(settings):
 
     assert result["keys_purged"] == 2
     assert keys() == set()
+
+
+def test_the_gauge_shows_a_key_kept_past_the_horizon(settings):
+    settings.INBOX_DEDUP_DAYS = 3
+    [event] = aged(10)
+    expected = (key_purge_cutoff() - event.received_at).total_seconds() / 86400
+    assert 6 < expected < 7
+
+    [family] = InboxKeysCollector().collect()
+
+    assert family.name == "webhook_inbox_keys_overdue_days"
+    [sample] = family.samples
+    assert sample.value == pytest.approx(expected, abs=0.01)
+    inbox_keys_purge()
+    assert oldest_key_overdue_days() == 0.0
+
+
+def test_the_gauge_is_zero_when_every_key_is_within_the_horizon(settings):
+    aged(10)
+    assert oldest_key_overdue_days() == 0.0
