@@ -22,6 +22,7 @@ class WebhooksConfig(AppConfig):
 
         from . import ingest, integrations, schemes
         from .metrics import (
+            InboxKeysCollector,
             InboxPartitionsCollector,
             PausedSourcesCollector,
             QueueLagCollector,
@@ -30,6 +31,7 @@ class WebhooksConfig(AppConfig):
         from .outbox import INBOX_OUTBOX
 
         scrape_collector_register(InboxPartitionsCollector())
+        scrape_collector_register(InboxKeysCollector())
         periodic_task_register(
             name="inbox-partitions",
             task="webhooks.inbox_partitions",

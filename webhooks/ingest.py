@@ -278,8 +278,8 @@ def _inbox_record_execute(*, values: dict[str, Any], by_body: bool) -> tuple | N
             return _record_execute(values=values, on="body")
     except IntegrityError:
         # Another body under a stored event id: a conflict, or (for a fingerprint that
-        # ignores some bytes) a true duplicate. Keys are never deleted, so this one
-        # conflicts on the event id and inserts nothing.
+        # ignores some bytes) a true duplicate, decided on the event id (a key purged
+        # past INBOX_DEDUP_DAYS meanwhile: a new event).
         return _record_execute(values=values, on="event_id")
 
 
@@ -416,14 +416,21 @@ def _inbox_upsert(
     # committed, and the answer may say so. Nothing here talks to the broker: the relay of a
     # worker publishes the new row (``webhooks.outbox``).
     row = _inbox_record_execute(values=values, by_body=body_key is not None)
-    if row is None:
+    original = None
+    while row is None and original is None:
         # The evidence names the stored key's row and fingerprint, read from the ledger:
         # there whether or not the row is still in the inbox.
         original = (
             InboxKey.objects.filter(source=source, event_id=envelope.event_id)
             .only("inbox_event_id", "content_fingerprint")
-            .get()
+            .first()
         )
+        if original is None:
+            # The key was purged past INBOX_DEDUP_DAYS since the statement answered: the
+            # delivery is a new event now.
+            row = _inbox_record_execute(values=values, by_body=body_key is not None)
+    if row is None:
+        assert original is not None
         _evidence_record(
             event=original,
             raw_body=raw_body,
@@ -433,13 +440,11 @@ def _inbox_upsert(
             remote_addr=remote_addr,
             now=now,
         )
-    else:
-        inbox_event_id, event_id, delivery_count, processing_status = row
-        created = delivery_count == 1
-    if row is None:
         WEBHOOK_INCONSISTENT_DUPLICATES.inc()
         logger.warning("inbox.inconsistent_duplicate", extra=log_extra)
         raise InconsistentDuplicate(event_id=envelope.event_id)
+    inbox_event_id, event_id, delivery_count, processing_status = row
+    created = delivery_count == 1
     if created:
         logger.info("inbox.accepted", extra=log_extra)
     elif event_id != envelope.event_id:

@@ -117,6 +117,26 @@ class InboxPartitionsCollector:
             yield overdue
 
 
+class InboxKeysCollector:
+    """``webhook_inbox_keys_overdue_days``: how far past the purge's cutoff
+    (INBOX_DEDUP_DAYS, or the oldest inbox row's time when that is earlier) the
+    deduplication ledger's oldest key is kept, read at scrape time through the ledger's
+    primary key (docs/subsystems/inbox.md, "The deduplication ledger"). A purge that does
+    not run shows here (the alert ``InboxKeysPurgeOverdue``). On SQLite too: the ledger is
+    there."""
+
+    def collect(self):
+        from .ledger import oldest_key_overdue_days
+
+        overdue = GaugeMetricFamily(
+            "webhook_inbox_keys_overdue_days",
+            "Days past the deduplication horizon that the oldest key of the ledger has "
+            "been kept (0 when none is).",
+        )
+        overdue.add_metric([], oldest_key_overdue_days())
+        yield overdue
+
+
 class PausedSourcesCollector:
     """``webhook_source_paused_seconds{source}`` and ``webhook_source_held_events{source}``,
     read from the database at scrape time, one series per enabled source and one statement

@@ -468,6 +468,25 @@ class InboxKey(models.Model):
         return f"{self.source_id}/{self.event_id}"
 
 
+class InboxKeyPurge(models.Model):
+    """One run of the ledger's purge that deleted keys (docs/subsystems/inbox.md, "The
+    deduplication ledger"): how many went, received before when, in how many batches, and
+    where in the ledger's ids the next run starts (``resume_from``). Keys below it are gone
+    or were looked at already; starting there, a run never walks again the index entries of
+    keys deleted before, which stay in the ledger's primary key until vacuum removes them.
+    Not evidence: a key is not part of the audit trail."""
+
+    purged_at = models.DateTimeField()
+    received_before = models.DateTimeField()
+    deleted = models.PositiveBigIntegerField()
+    batches = models.PositiveIntegerField()
+    from_key_id = models.BigIntegerField()
+    resume_from = models.BigIntegerField()
+
+    def __str__(self) -> str:
+        return f"{self.deleted} keys received before {self.received_before:%Y-%m-%d}"
+
+
 class InboxAttempt(models.Model):
     """One processing attempt of an inbox event: written when the attempt starts (so that an
     attempt whose worker died stays visible), closed with its outcome when it ends. Rows are

@@ -603,6 +603,30 @@ SELECT EXISTS (SELECT 1 FROM {rows} WHERE processing_status IN ({unfinished})),
 """  # noqa: S608 - table names from the models and the catalog
 
 
+# --- the deduplication ledger's horizon ---------------------------------------------------
+
+
+@functools.cache
+def key_purge_sql(vendor: str) -> str:
+    """One batch of the ledger's purge (``ledger.inbox_keys_purge``): the keys of ids from
+    ``%(first)s`` to ``%(last)s`` (a range scan of the ledger's primary key) received before
+    ``%(before)s`` whose inbox row is gone. The row is looked up by its own primary key: on
+    PostgreSQL ``(id, received_at)``, which its key carries, so that one partition's index is
+    probed per key, and only the partitions before the bound are looked at."""
+    quote = connection.ops.quote_name
+    keys = quote(_KEYS)
+    events = quote(_EVENTS)
+    row = f"e.id = {keys}.inbox_event_id"
+    if vendor == "postgresql":
+        row += f" AND e.received_at = {keys}.received_at AND e.received_at < %(before)s"
+    return f"""
+DELETE FROM {keys}
+ WHERE inbox_event_id >= %(first)s AND inbox_event_id <= %(last)s
+   AND received_at < %(before)s
+   AND NOT EXISTS (SELECT 1 FROM {events} AS e WHERE {row})
+"""  # noqa: S608 - table names from the models
+
+
 # --- reads ----------------------------------------------------------------------------------
 
 # What a delivery's verification reads of its source (``selectors.webhook_source_snapshot``).

@@ -9,6 +9,7 @@ from core.tracing import task_process_span, tracing_enabled
 
 from .bulk_replay import bulk_replay_job_run
 from .dispatch import BULK_REPLAY_TASK, PROCESS_TASK
+from .ledger import inbox_keys_purge
 from .partitions import inbox_partitions_ensure, inbox_partitions_retire
 from .processing import inbox_events_process
 
@@ -63,10 +64,17 @@ def bulk_replay_job_run_task(bulk_replay_job_id: int, run: int, step: int) -> in
 
 @shared_task(name="webhooks.inbox_partitions")
 def inbox_partitions_task() -> dict:
-    """Beat, hourly (PostgreSQL; nothing on SQLite): the inbox's and its attempts' partitions
+    """Beat, hourly: on PostgreSQL, the inbox's and its attempts' partitions
     INBOX_PARTITIONS_AHEAD_DAYS ahead of today, then retention: the days past
-    INBOX_RETENTION_DAYS dropped, unless something holds them. Idempotent; a run that cannot
-    take a lock soon gives up and the next one tries again."""
+    INBOX_RETENTION_DAYS dropped, unless something holds them. Then, on any database, the
+    deduplication ledger's keys past INBOX_DEDUP_DAYS whose rows have left. Idempotent; a
+    run that cannot take a lock soon gives up and the next one tries again."""
     created = inbox_partitions_ensure()
     retired = inbox_partitions_retire()
-    return {"created": created, "dropped": retired.dropped, "held": retired.held}
+    purged = inbox_keys_purge()
+    return {
+        "created": created,
+        "dropped": retired.dropped,
+        "held": retired.held,
+        "keys_purged": purged.deleted,
+    }

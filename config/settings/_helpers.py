@@ -75,6 +75,24 @@ def database_timeouts_apply(database: dict, settings: Mapping[str, Any]) -> None
         options["options"] = f"{options.get('options', '')} {statement}".strip()
 
 
+def inbox_dedup_days_check(days: int, *, retention_days: int | None) -> int:
+    """``INBOX_DEDUP_DAYS``, refused at start unless at least 1 day and, with retention set,
+    at least ``INBOX_RETENTION_DAYS``: a key purged before its row leaves would make a
+    redelivery of a stored event a new one (docs/subsystems/inbox.md, "The deduplication
+    ledger")."""
+    if days < 1:
+        raise ImproperlyConfigured(
+            f"INBOX_DEDUP_DAYS must be at least 1 day, not {days}: there is no unbounded"
+            " ledger; a very long horizon (36500) keeps its keys for good."
+        )
+    if retention_days is not None and days < retention_days:
+        raise ImproperlyConfigured(
+            f"INBOX_DEDUP_DAYS ({days}) must be at least INBOX_RETENTION_DAYS"
+            f" ({retention_days}): deduplication must outlast the rows it answers for."
+        )
+    return days
+
+
 def two_factor_mode_check(mode: str) -> str:
     """``ADMIN_TWO_FACTOR``, refused at start unless one of its four modes."""
     if mode not in ("off", "offered", "superusers", "staff"):

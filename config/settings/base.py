@@ -14,6 +14,7 @@ from ._helpers import (
     database_timeouts_apply,
     env,
     env_renamed,
+    inbox_dedup_days_check,
     otel_disabled_instrumentations_check,
     otel_endpoint_check,
     otel_key_mode_check,
@@ -571,3 +572,13 @@ if INBOX_RETENTION_DAYS is not None and INBOX_RETENTION_DAYS < 1:
     raise ImproperlyConfigured(
         f"INBOX_RETENTION_DAYS must be at least 1 day, or unset, not {INBOX_RETENTION_DAYS}."
     )
+# The deduplication ledger's own horizon: a key (the slim row that answers a redelivery once
+# its inbox row has left) is purged once its day ended this many days ago and its row, and
+# every older one, has left the inbox; a later redelivery of its event is a new event
+# (docs/subsystems/inbox.md, "The deduplication ledger"). 400: a year and a month, longer
+# than producers retry or let an event be sent again by hand (days to weeks), and than a
+# yearly re-send of a year's events. At least 1 and at least INBOX_RETENTION_DAYS; there is
+# no "forever" (a ledger never trimmed grows by about 226 bytes an event for good).
+INBOX_DEDUP_DAYS = inbox_dedup_days_check(
+    env.int("INBOX_DEDUP_DAYS", default=400), retention_days=INBOX_RETENTION_DAYS
+)

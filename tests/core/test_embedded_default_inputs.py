@@ -37,6 +37,7 @@ CASE_MODULES = [
     "tests/core/test_api_bodies.py",
     "tests/webhooks/test_mismatch_evidence.py",
     "tests/webhooks/test_dedup_ledger.py",
+    "tests/webhooks/test_dedup_horizon.py",
     "tests/audit/test_dashboard.py",
     "tests/core/test_date_inputs.py",
 ]

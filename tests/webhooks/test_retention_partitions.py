@@ -1,7 +1,8 @@
 """Retention by dropping a day of the inbox (docs/scaling.md, "Retention by dropping a
 partition"): past INBOX_RETENTION_DAYS a day's partitions (events and their attempts) are
 detached and dropped, never deleted row by row; what holds a day back keeps it; the keys stay
-and answer as before; the log names what left, and ``audit_verify`` accepts it."""
+and answer as before until INBOX_DEDUP_DAYS, then go; the log names what left, and
+``audit_verify`` accepts it."""
 
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ from tests.webhooks.factories import (
     signed_post,
 )
 from trail.models import OperatorAction
+from webhooks.ledger import inbox_keys_purge
 from webhooks.metrics import InboxPartitionsCollector
 from webhooks.models import InboxAttempt, InboxEvent, InboxKey
 from webhooks.partitions import (
@@ -120,6 +122,8 @@ def test_a_day_past_retention_leaves_whole_and_its_keys_answer_as_before(
         processed.pk,
         ignored.pk,
     )
+    # Within the deduplication horizon (400 days by default) the keys are not purged.
+    assert inbox_keys_purge(now=later(5)).deleted == 0
     # A redelivery of each is still a duplicate, answered with how it ended; nothing is
     # stored again.
     answers = [signed_post(http, RESEARCH_SOURCE, body).json() for body in bodies]
@@ -129,6 +133,32 @@ def test_a_day_past_retention_leaves_whole_and_its_keys_answer_as_before(
         "ignored_out_of_order",
     ]
     assert InboxEvent.objects.count() == 0
+
+
+def test_past_the_dedup_horizon_a_dropped_day_s_keys_go_and_a_redelivery_is_new(
+    settings, http, source
+):
+    settings.INBOX_RETENTION_DAYS = 3
+    settings.INBOX_DEDUP_DAYS = 4
+    processed, _ = stored_events(source=source)
+    body = json.loads(bytes(processed.raw_body))
+    retired = inbox_partitions_retire(now=later(6))
+    assert FIRST in retired.dropped
+
+    purged = inbox_keys_purge(now=later(6))
+
+    assert purged.deleted == 2
+    assert not InboxKey.objects.exists()
+    # Today's partitions went with the days past retention: back, for the new row.
+    today = day_start(timezone.now())
+    for table in (INBOX, ATTEMPTS):
+        if not exists(partition_name(table, today)):
+            partition_create(table, today, today + DAY, like=partitions(table)[-1])
+    response = signed_post(http, RESEARCH_SOURCE, body)
+    assert response.status_code == 202
+    again = InboxEvent.objects.get()
+    assert again.event_id == processed.event_id and again.pk != processed.pk
+    assert InboxKey.objects.get().inbox_event_id == again.pk
 
 
 def test_the_log_names_the_dropped_day_and_audit_verify_accepts_what_left(settings):
