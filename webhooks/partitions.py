@@ -580,17 +580,34 @@ def table_partition(table: str, key: str, *, cutover: datetime) -> None:
     (``CONCURRENTLY``) first; then one short transaction renames the table, creates the
     partitioned one with its indexes, keys and checks, and attaches the old table, whose
     indexes match and whose bound is proven: no copy, no scan, no index built under the lock.
-    The ids go on from the same sequence value."""
+    The ids go on from the same sequence value.
+
+    Run again after a run that stopped (its swap's lock not taken in time), it starts over:
+    the bound and the index that run left are made again, with this run's ``cutover``; a
+    table partitioned already is left as it is."""
     quote = connection.ops.quote_name
     legacy = f"{table}_p0"
     bound = f"{legacy}_bound"
     key_index = f"{legacy}_key"
     with connection.cursor() as cursor:
         cursor.execute(
+            "SELECT relkind FROM pg_class WHERE oid = to_regclass(%s)", [table]
+        )
+        if cursor.fetchone()[0] == "p":
+            return
+        cursor.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {quote(key_index)}")
+    # Adding a check takes the table's strongest lock, for an instant: bounded as the swap's.
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(f"SET LOCAL lock_timeout = '{LOCK_TIMEOUT}'")
+        cursor.execute(
+            f"ALTER TABLE {quote(table)} DROP CONSTRAINT IF EXISTS {quote(bound)}"
+        )
+        cursor.execute(
             f"ALTER TABLE {quote(table)} ADD CONSTRAINT {quote(bound)}"
             f" CHECK ({quote(key)} IS NOT NULL AND {quote(key)} < {_sql_instant(cutover)})"
             " NOT VALID"
         )
+    with connection.cursor() as cursor:
         cursor.execute(f"ALTER TABLE {quote(table)} VALIDATE CONSTRAINT {quote(bound)}")
         cursor.execute(
             f"CREATE UNIQUE INDEX CONCURRENTLY {quote(key_index)}"
