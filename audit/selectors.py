@@ -19,6 +19,7 @@ from deployments.models import Build, Deployment, JobStatus, TriggerAttempt
 from idempotency.selectors import idempotency_records_stuck
 from trail.models import OperatorAction
 from webhooks.models import InboxEvent, ProcessingStatus, SignatureFailure
+from webhooks.partitions import days_past_retention
 from webhooks.selectors import webhook_source_held_count, webhook_sources_paused
 
 
@@ -397,6 +398,8 @@ def dashboard_figures(*, now: datetime | None = None) -> dict:
         "dead_letters": min(dead_letters, COUNT_CAP),
         "dead_letters_capped": dead_letters > COUNT_CAP,
         "stuck_keys": stuck_idempotency_keys(now=now),
+        # The inbox's days kept past retention, from the catalog (a link to their page).
+        "days_past_retention": days_past_retention(now=now),
         "paused_sources": paused_sources(now=now),
         "recent_actions": recent_operator_actions(),
         "per_hour": [{"hour": hour, "count": n} for hour, n in series],

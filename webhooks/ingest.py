@@ -222,11 +222,14 @@ def _record_execute(*, values: dict[str, Any], on: str) -> tuple | None:
 
 def _partition_missing(exc: IntegrityError) -> bool:
     """The row's day has no time partition (docs/scaling.md, "Time partitions of the
-    inbox"): PostgreSQL's check violation of a partitioned table, not a unique key's."""
+    inbox"): PostgreSQL's check violation of a partitioned table, or of the bound that
+    migration 0031 checks on the table it partitions, past which a run that stopped before
+    its swap refuses rows ("Partitioning an existing inbox"); not a unique key's."""
     cause = exc.__cause__
-    return getattr(
-        cause, "sqlstate", None
-    ) == "23514" and "no partition of relation" in str(cause)
+    if getattr(cause, "sqlstate", None) != "23514":
+        return False
+    constraint = getattr(getattr(cause, "diag", None), "constraint_name", None) or ""
+    return "no partition of relation" in str(cause) or constraint.endswith("_p0_bound")
 
 
 def _record_execute_in_steps(*, values: dict[str, Any], on: str) -> tuple | None:

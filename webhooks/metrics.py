@@ -86,8 +86,11 @@ class InboxPartitionsCollector:
     inbox"), read from the catalog at scrape time. A delivery whose day has no partition is
     refused: the alert ``InboxPartitionsRunningOut`` fires below 2 days. And
     ``webhook_inbox_retention_overdue_days``: how far past its retention the oldest day is
-    kept (held back, or retention not running; the alert ``InboxRetentionOverdue``). No
-    series when the tables are not partitioned (SQLite)."""
+    kept (held back, or retention not running; the alert ``InboxRetentionOverdue``), and
+    ``webhook_inbox_retention_held_days{reason}``: how many days past retention each hold
+    reason keeps (docs/scaling.md, "Retention by dropping a partition"; a few index probes
+    per such day, and there are none unless something holds one). No series when the
+    tables are not partitioned (SQLite)."""
 
     def collect(self):
         from .partitions import (
@@ -96,6 +99,7 @@ class InboxPartitionsCollector:
             is_partitioned,
             oldest_partition_overdue_days,
             partitions_ahead_days,
+            retention_held_days,
         )
 
         ahead = GaugeMetricFamily(
@@ -115,6 +119,15 @@ class InboxPartitionsCollector:
         if is_partitioned(INBOX):
             overdue.add_metric([], oldest_partition_overdue_days())
             yield overdue
+            held = GaugeMetricFamily(
+                "webhook_inbox_retention_held_days",
+                "Days of the inbox past INBOX_RETENTION_DAYS that the reason holds back "
+                "(a day two reasons hold counts under both).",
+                labels=["reason"],
+            )
+            for reason, days in retention_held_days().items():
+                held.add_metric([reason], days)
+            yield held
 
 
 class InboxKeysCollector:

@@ -25,14 +25,16 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from django.conf import settings
-from django.db import DatabaseError, connection, transaction
+from django.db import DatabaseError, ProgrammingError, connection, transaction
 from django.utils import timezone
 
 from .models import InboxAttempt, InboxEvent
 from .statements import (
     key_final_status_sql,
+    partition_held_sources_sql,
     partition_holds_sql,
     partition_rows_move_sql,
+    partition_sizes_sql,
 )
 
 logger = logging.getLogger(__name__)
@@ -215,6 +217,15 @@ class Retirement:
     held: dict[str, list[str]]  # partition -> reasons
 
 
+def retention_horizon(*, now: datetime | None = None) -> datetime | None:
+    """The instant before which a day of the inbox has ended its retention: today's start
+    less INBOX_RETENTION_DAYS (None when the setting is unset: every day is kept)."""
+    days = settings.INBOX_RETENTION_DAYS
+    if days is None:
+        return None
+    return day_start(now or timezone.now()) - days * DAY
+
+
 def partition_holds(name: str) -> list[str]:
     """What keeps the inbox partition ``name`` (attached or detached) from being dropped:
     a row not finished (received, processing, failed), evidence of a conflict under
@@ -325,13 +336,12 @@ def inbox_partitions_retire(*, now: datetime | None = None, actor=None) -> Retir
     unset or the tables are not partitioned (SQLite)."""
     from core.actors import Actor
 
-    days = settings.INBOX_RETENTION_DAYS
     dropped: list[str] = []
     held: dict[str, list[str]] = {}
-    if days is None or not is_partitioned(INBOX):
+    horizon = retention_horizon(now=now)
+    if horizon is None or not is_partitioned(INBOX):
         return Retirement(dropped, held)
     actor = actor or Actor.system()
-    horizon = day_start(now or timezone.now()) - days * DAY
     # A run that stopped between its detach and its drop left tables behind: finish them.
     waiting = [(name, None) for name in _detached(INBOX)] + [
         (p.name, p) for p in partitions(INBOX) if p.end <= horizon
@@ -416,12 +426,142 @@ def _bounds_sql(start: datetime | None, end: datetime) -> str:
 def oldest_partition_overdue_days(*, now: datetime | None = None) -> float:
     """How many days past its retention the oldest inbox partition is (0 when none is, or
     retention is unset): retention that silently does nothing shows here."""
-    days = settings.INBOX_RETENTION_DAYS
-    found = partitions(INBOX)
-    if days is None or not found:
+    horizon = retention_horizon(now=now)
+    found = partitions(INBOX) if horizon is not None else []
+    if horizon is None or not found:
         return 0.0
-    horizon = day_start(now or timezone.now()) - days * DAY
     return max((horizon - found[0].end).total_seconds() / 86400, 0.0)
+
+
+# --- what retention holds back, for the console and the metrics -----------------------------
+
+
+@dataclass(frozen=True)
+class PartitionRetention:
+    """One day of the inbox as retention sees it (``inbox_partitions_retention``)."""
+
+    name: str
+    attempts: str  # its attempts' partition, "" when there is none
+    start: datetime | None  # None: from MINVALUE (the rows stored before partitioning)
+    end: datetime
+    detached: bool  # left detached by a retention run that stopped before its drop
+    rows: int | None  # estimated from the catalog; None until the table is analysed
+    size: int  # bytes, with its indexes and TOAST
+    attempt_rows: int | None
+    attempt_size: int
+    due: datetime | None  # from when retention drops it; None: retention is unset
+    past_retention: bool
+    holds: tuple[str, ...]  # of HOLD_REASONS, checked only past retention
+
+
+def _holds_now(name: str) -> tuple[str, ...] | None:
+    """``partition_holds``, or None when the partition left meanwhile (a retention run
+    dropped it between the listing and the probe)."""
+    try:
+        with transaction.atomic():
+            return tuple(partition_holds(name))
+    except ProgrammingError:
+        if _exists(name):
+            raise
+        return None
+
+
+def partition_held_sources(name: str) -> list[tuple[int, str]]:
+    """The paused or draining sources (id, slug) with a row in the inbox partition
+    ``name``: who the ``paused_source`` hold is."""
+    with connection.cursor() as cursor:
+        cursor.execute(partition_held_sources_sql(partition=name))
+        return [(pk, slug) for pk, slug in cursor.fetchall()]
+
+
+def _sizes(names: list[str]) -> dict[str, tuple[int | None, int]]:
+    """Of the named tables that exist, each one's estimated rows and size."""
+    with connection.cursor() as cursor:
+        cursor.execute(partition_sizes_sql(), [names])
+        found = cursor.fetchall()
+    return {
+        name: (None if rows < 0 else int(rows), size)
+        for name, rows, size in found
+        if size is not None
+    }
+
+
+def inbox_partitions_retention(
+    *, now: datetime | None = None
+) -> list[PartitionRetention]:
+    """Every day of the inbox in time order, its partitions' estimated rows and sizes read
+    from the catalog (no row is counted), when retention drops it, and for each day past
+    retention what holds it back (``partition_holds``: a few index probes a day). A
+    partition a stopped run left detached is listed too. Empty when the inbox is not
+    partitioned (SQLite)."""
+    if not is_partitioned(INBOX):
+        return []
+    days = settings.INBOX_RETENTION_DAYS
+    horizon = retention_horizon(now=now)
+    found: list[tuple[str, datetime | None, datetime, bool]] = [
+        (p.name, p.start, p.end, False) for p in partitions(INBOX)
+    ]
+    for name in _detached(INBOX):
+        start, end = _bounds_of_name(name)
+        found.append((name, start, end, True))
+    found.sort(key=lambda day: day[2])
+    attempts = {name: ATTEMPTS.table + _suffix(name, INBOX) for name, *_ in found}
+    sizes = _sizes([*attempts, *attempts.values()])
+    listed = []
+    for name, start, end, detached in found:
+        if name not in sizes:
+            continue  # dropped since it was listed
+        past = horizon is not None and (detached or end <= horizon)
+        holds: tuple[str, ...] = ()
+        if past:
+            found_holds = _holds_now(name)
+            if found_holds is None:
+                continue
+            holds = found_holds
+        rows, size = sizes[name]
+        attempt_rows, attempt_size = sizes.get(attempts[name], (None, 0))
+        listed.append(
+            PartitionRetention(
+                name=name,
+                attempts=attempts[name] if attempts[name] in sizes else "",
+                start=start,
+                end=end,
+                detached=detached,
+                rows=rows,
+                size=size,
+                attempt_rows=attempt_rows,
+                attempt_size=attempt_size,
+                due=None if days is None else end + days * DAY,
+                past_retention=past,
+                holds=holds,
+            )
+        )
+    return listed
+
+
+def days_past_retention(*, now: datetime | None = None) -> int | None:
+    """How many days of the inbox are kept past retention (held back, or waiting for the
+    next hourly run), from the catalog alone; None when retention is unset or the inbox is
+    not partitioned (SQLite)."""
+    horizon = retention_horizon(now=now)
+    if horizon is None or not is_partitioned(INBOX):
+        return None
+    past = [p for p in partitions(INBOX) if p.end <= horizon]
+    return len(past) + len(_detached(INBOX))
+
+
+def retention_held_days(*, now: datetime | None = None) -> dict[str, int]:
+    """How many days past retention each reason holds back (a day that two hold counts
+    under both); every reason 0 when retention is unset or the inbox is not partitioned."""
+    held = dict.fromkeys(HOLD_REASONS, 0)
+    horizon = retention_horizon(now=now)
+    if horizon is None or not is_partitioned(INBOX):
+        return held
+    waiting = _detached(INBOX) + [p.name for p in partitions(INBOX) if p.end <= horizon]
+    for name in waiting:
+        for reason in _holds_now(name) or ():
+            held[reason] += 1
+    return held
 
 
 # --- partitioning an existing table (migration 0031) -----------------------------------------
@@ -440,17 +580,34 @@ def table_partition(table: str, key: str, *, cutover: datetime) -> None:
     (``CONCURRENTLY``) first; then one short transaction renames the table, creates the
     partitioned one with its indexes, keys and checks, and attaches the old table, whose
     indexes match and whose bound is proven: no copy, no scan, no index built under the lock.
-    The ids go on from the same sequence value."""
+    The ids go on from the same sequence value.
+
+    Run again after a run that stopped (its swap's lock not taken in time), it starts over:
+    the bound and the index that run left are made again, with this run's ``cutover``; a
+    table partitioned already is left as it is."""
     quote = connection.ops.quote_name
     legacy = f"{table}_p0"
     bound = f"{legacy}_bound"
     key_index = f"{legacy}_key"
     with connection.cursor() as cursor:
         cursor.execute(
+            "SELECT relkind FROM pg_class WHERE oid = to_regclass(%s)", [table]
+        )
+        if cursor.fetchone()[0] == "p":
+            return
+        cursor.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {quote(key_index)}")
+    # Adding a check takes the table's strongest lock, for an instant: bounded as the swap's.
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(f"SET LOCAL lock_timeout = '{LOCK_TIMEOUT}'")
+        cursor.execute(
+            f"ALTER TABLE {quote(table)} DROP CONSTRAINT IF EXISTS {quote(bound)}"
+        )
+        cursor.execute(
             f"ALTER TABLE {quote(table)} ADD CONSTRAINT {quote(bound)}"
             f" CHECK ({quote(key)} IS NOT NULL AND {quote(key)} < {_sql_instant(cutover)})"
             " NOT VALID"
         )
+    with connection.cursor() as cursor:
         cursor.execute(f"ALTER TABLE {quote(table)} VALIDATE CONSTRAINT {quote(bound)}")
         cursor.execute(
             f"CREATE UNIQUE INDEX CONCURRENTLY {quote(key_index)}"

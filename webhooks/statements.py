@@ -585,11 +585,19 @@ def key_final_status_sql(*, partition: str) -> str:
 # What holds an inbox partition back from retention (``partitions.partition_holds``), each
 # a probe that stops at its first row: a row not finished, evidence of a conflict under
 # investigation, a row of a paused or draining source, a row a live bulk replay may take.
+# A bulk replay job that may still take a dead-lettered row: one of these states.
+BULK_REPLAY_LIVE_STATES = (
+    BulkReplayJob.State.QUEUED,
+    BulkReplayJob.State.RUNNING,
+    BulkReplayJob.State.PAUSED,
+)
+
+
 def partition_holds_sql(*, partition: str) -> str:
     quote = connection.ops.quote_name
     rows = quote(partition)
     unfinished = ", ".join(f"'{status}'" for status in RELAY_UNFINISHED_STATUSES)
-    live_jobs = "'queued', 'running', 'paused'"
+    live_jobs = ", ".join(f"'{state}'" for state in BULK_REPLAY_LIVE_STATES)
     return f"""
 SELECT EXISTS (SELECT 1 FROM {rows} WHERE processing_status IN ({unfinished})),
        EXISTS (SELECT 1 FROM {quote(FingerprintMismatch._meta.db_table)} m
@@ -601,6 +609,27 @@ SELECT EXISTS (SELECT 1 FROM {rows} WHERE processing_status IN ({unfinished})),
                 WHERE state IN ({live_jobs}))
        AND EXISTS (SELECT 1 FROM {rows} WHERE processing_status = 'dead_lettered')
 """  # noqa: S608 - table names from the models and the catalog
+
+
+def partition_held_sources_sql(*, partition: str) -> str:
+    """The paused or draining sources with a row in the inbox partition ``partition``, by
+    slug: one probe of the partition's source index per held source."""
+    quote = connection.ops.quote_name
+    return f"""
+SELECT s.id, s.slug FROM {quote(_HOLDS)} h JOIN {quote(_SOURCES)} s ON s.id = h.source_id
+ WHERE EXISTS (SELECT 1 FROM {quote(partition)} e WHERE e.source_id = h.source_id)
+ ORDER BY s.slug
+"""  # noqa: S608 - table names from the models and the catalog
+
+
+def partition_sizes_sql() -> str:
+    """Each named table's estimated rows (``reltuples``: -1 until it is first analysed) and
+    its size with its indexes and TOAST, from the catalog: nothing is counted or read. A
+    name that is no table gives NULLs."""
+    return """
+SELECT n.name, c.reltuples, pg_total_relation_size(c.oid)
+  FROM unnest(%s::text[]) AS n(name) LEFT JOIN pg_class c ON c.oid = to_regclass(n.name)
+"""
 
 
 # --- the deduplication ledger's horizon ---------------------------------------------------

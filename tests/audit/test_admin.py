@@ -148,6 +148,7 @@ def detail_urls(trail):
 def every_page(trail):
     pages = [reverse("admin:index")]
     pages += [reverse(f"admin:{name}_changelist") for name in CHANGELISTS]
+    pages.append(reverse("admin:webhooks_inboxevent_partitions"))
     pages += detail_urls(trail)
     return pages
 

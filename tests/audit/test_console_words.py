@@ -170,10 +170,11 @@ def _problems(html: str) -> list[str]:
 
 def _pages(client: Client) -> list[str]:
     """Every page an operator reaches from the index: each list, the add page it may use,
-    and the pages of (up to 40) rows of each list."""
+    the pages of (up to 40) rows of each list, and the inbox's days."""
     index = client.get(reverse("admin:index"))
     assert index.status_code == 200
-    urls = [reverse("admin:index")]
+    # The index's own links that no list is: the inbox's days.
+    urls = [reverse("admin:index"), reverse("admin:webhooks_inboxevent_partitions")]
     for app in index.context["app_list"]:
         for entry in app["models"]:
             model = entry["model"]

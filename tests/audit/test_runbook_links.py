@@ -23,6 +23,7 @@ def test_the_runbook_names_the_admin_pages_of_each_alert():
         "/admin/webhooks/fingerprintmismatch/",
         "/admin/trail/operatoraction/",
         "/admin/webhooks/bulkreplayjob/",
+        "/admin/webhooks/inboxevent/partitions/",
     ):
         assert any(url.startswith(page) for url in urls), page
     assert any("processing_status__exact=" in url for url in urls)

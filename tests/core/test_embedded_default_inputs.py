@@ -39,6 +39,7 @@ CASE_MODULES = [
     "tests/webhooks/test_dedup_ledger.py",
     "tests/webhooks/test_dedup_horizon.py",
     "tests/audit/test_dashboard.py",
+    "tests/webhooks/test_retention_page.py",
     "tests/core/test_date_inputs.py",
 ]
 

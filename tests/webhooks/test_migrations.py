@@ -4,7 +4,8 @@ were recorded gets one (0014); the inbox tables get their autovacuum settings (0
 inbox room on its pages (0021); the secrets stored before public keys were held stay
 secrets (0023); every stored event gets its key in the deduplication ledger (0029), and
 every stored attempt a time for its event (0030); the stored rows become the first time
-partition, and come back (0031)."""
+partition, and come back, and a run that stopped before its swap refuses deliveries past its
+bound with a 503 until it is run again (0031)."""
 
 from __future__ import annotations
 
@@ -308,3 +309,55 @@ def test_partitioning_keeps_the_stored_rows_as_they_are_and_their_ids_going_on(
         "evt-old",
     ]
     assert event.objects.create(event_id="evt-after", **common).pk > later.pk
+
+
+def stopped_before_its_swap(table: str, key: str, *, cutover) -> None:
+    """What a run of 0031 that stopped before its swap (its lock not taken in time) leaves
+    on ``table``: the bound, checked on every row written since, and the key's index."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"ALTER TABLE {table} ADD CONSTRAINT {table}_p0_bound CHECK ({key} IS"
+            f" NOT NULL AND {key} < '{cutover.isoformat()}'::timestamptz) NOT VALID"
+        )
+        cursor.execute(f"ALTER TABLE {table} VALIDATE CONSTRAINT {table}_p0_bound")
+        cursor.execute(
+            f"CREATE UNIQUE INDEX CONCURRENTLY {table}_p0_key ON {table} (id, {key})"
+        )
+
+
+def test_a_delivery_past_the_bound_of_a_run_that_stopped_is_503_and_run_again_it_goes(
+    migrated_back, http
+):
+    """0031 checks its bound on every row from its first step: a run that stopped before
+    its swap, past the midnight its bound ends at, leaves deliveries refused (503, nothing
+    stored) until it is run again, which makes its bound again from the rows as they are."""
+    from tests.integrations.research.factories import research_event
+    from tests.webhooks.factories import RESEARCH_SOURCE, research_source, signed_post
+    from webhooks.partitions import DAY, INBOX, day_start, partitions, table_partition
+
+    migrated_back("0030_attempts_event_received_at")
+    research_source()
+    midnight = timezone.now() - timedelta(minutes=5)
+    stopped_before_its_swap("webhooks_inboxevent", "received_at", cutover=midnight)
+
+    refused = signed_post(http, RESEARCH_SOURCE, research_event())
+
+    assert refused.status_code == 503
+    assert refused.json()["error"] == "temporarily_unavailable"
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT (SELECT count(*) FROM webhooks_inboxevent),"
+            " (SELECT count(*) FROM webhooks_inboxkey)"
+        )
+        assert cursor.fetchone() == (0, 0)
+
+    migrate([("webhooks", "0031_inbox_time_partitions")])
+
+    accepted = signed_post(http, RESEARCH_SOURCE, research_event())
+    assert accepted.status_code == 202
+    [first, *_] = partitions(INBOX)
+    assert (first.name, first.start) == ("webhooks_inboxevent_p0", None)
+    assert first.end == day_start(timezone.now()) + DAY
+    # Once partitioned, a table is left as it is.
+    table_partition("webhooks_inboxevent", "received_at", cutover=timezone.now())
+    assert partitions(INBOX)[0] == first

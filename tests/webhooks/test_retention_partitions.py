@@ -247,7 +247,7 @@ def test_a_day_that_something_holds_is_kept_and_named(settings, source, hold):
     assert partition_name(INBOX, day_start(timezone.now()) + DAY) in retired.dropped
     # Retention that does nothing shows: the first day kept past its horizon.
     assert oldest_partition_overdue_days(now=later(5)) > 0
-    [_, overdue] = list(InboxPartitionsCollector().collect())
+    [_, overdue, _] = list(InboxPartitionsCollector().collect())
     assert overdue.name == "webhook_inbox_retention_overdue_days"
 
 

@@ -36,6 +36,7 @@ from ..selectors import (
 )
 from ..story import REPLAY_ACTIONS, Round, attempt_round, inbox_event_actions
 from .event_page import EventPageMixin, attempts_words
+from .retention import RetentionPageMixin
 
 
 def repeats_words(count: int) -> str:
@@ -163,6 +164,7 @@ class InboxAttemptInline(LogEntryAdminMixin, ReadOnlyInlineMixin, admin.TabularI
 
 @admin.register(InboxEvent)
 class InboxEventAdmin(
+    RetentionPageMixin,
     EventPageMixin,
     ReadOnlyAdminMixin,
     LogEntryAdminMixin,
@@ -170,6 +172,7 @@ class InboxEventAdmin(
     admin.ModelAdmin,
 ):
     evidence_subject = "inbox_event"
+    change_list_template = "admin/webhooks/inboxevent/change_list.html"
     # What an operator scans a list for; the rest is on the event's page (docs/console.md).
     list_display: tuple[str, ...] = (
         "status",
@@ -351,6 +354,7 @@ class InboxEventAdmin(
 
 @admin.register(DeadLetteredEvent)
 class DeadLetteredEventAdmin(InboxEventAdmin):
+    change_list_template = "admin/bounded_change_list.html"
     list_display = (
         "status",
         "event_id",

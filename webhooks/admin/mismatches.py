@@ -11,6 +11,7 @@ from core.actors import Actor
 from core.admin.actions import confirm_with_reason
 from core.admin.diff import side_by_side_diff
 from core.admin.evidence import LogEntryAdminMixin
+from core.admin.filters import DateRangeFilter
 from core.admin.mixins import ReadOnlyAdminMixin
 from core.admin.render import admin_link, fieldset_fields, json_block, pretty_body
 
@@ -18,6 +19,16 @@ from ..errors import SelectionTooLarge
 from ..investigations import fingerprint_mismatches_mark_investigated
 from ..models import FingerprintMismatch
 from ..selectors import inbox_event_body
+
+
+class EventReceivedFilter(DateRangeFilter):
+    """The day the event a conflict names was received: its day of the inbox, whose
+    retention the evidence holds back while not investigated (docs/console.md, "The
+    inbox's days and retention")."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.title = "event received"
 
 
 @admin.register(FingerprintMismatch)
@@ -35,7 +46,11 @@ class FingerprintMismatchAdmin(
         "investigated_by",
         "log_entry",
     )
-    list_filter = (("investigated_at", admin.EmptyFieldListFilter), "received_at")
+    list_filter = (
+        ("investigated_at", admin.EmptyFieldListFilter),
+        "received_at",
+        ("event__received_at", EventReceivedFilter),
+    )
     list_select_related = ("event", "event__source", "investigated_by")
     search_fields = ("event__event_id",)
     date_hierarchy = "received_at"
