@@ -38,6 +38,7 @@ CASE_MODULES = [
     "tests/webhooks/test_mismatch_evidence.py",
     "tests/webhooks/test_dedup_ledger.py",
     "tests/audit/test_dashboard.py",
+    "tests/audit/test_dashboard_figures.py",
     "tests/core/test_date_inputs.py",
 ]
 
