@@ -37,6 +37,11 @@ class AuditConfig(AppConfig):
             task="audit.seal_inbox",
             every_seconds=settings.AUDIT_SEAL_INTERVAL_SECONDS,
         )
+        periodic_task_register(
+            name="dashboard-figures",
+            task="audit.inbox_figures",
+            every_seconds=settings.DASHBOARD_FIGURES_INTERVAL_SECONDS,
+        )
         post_save.connect(
             _purge_logged,
             sender=OperatorAction,

@@ -208,3 +208,84 @@ class LogCursor(models.Model):
 
     def __str__(self) -> str:
         return f"log cursor of {self.kind}"
+
+
+# --- The dashboard's figures, counted ahead (docs/scaling.md, "The dashboard at scale") -----
+
+
+class LatencyFigure(models.TextChoices):
+    # Received -> processed, less the time a pause held the event.
+    PROCESSING = "processing", "processing time"
+    HELD = "held", "time held by a pause"
+    # Occurred (the producer's clock) -> received.
+    PRODUCER_DELAY = "producer_delay", "producer delay"
+
+
+class InboxHourlyFigures(models.Model):
+    """The inbox's events received in one UTC hour with one processing status, as they stood
+    when the figures were last counted (``audit.figures.inbox_figures_count``): mutable
+    state, not a ledger. The table holds the last count's hours only."""
+
+    hour = models.DateTimeField()
+    processing_status = models.CharField(max_length=32)
+    events = models.PositiveBigIntegerField()
+    deliveries = models.PositiveBigIntegerField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["hour", "processing_status"], name="audit_hourly_status_uniq"
+            )
+        ]
+        verbose_name_plural = "inbox hourly figures"
+
+    def __str__(self) -> str:
+        return f"{self.events} {self.processing_status} received at {self.hour:%H}h"
+
+
+class InboxHourlyLatency(models.Model):
+    """One bucket of a latency's histogram over the events received in one UTC hour: how
+    many of them fell in it, the least and the greatest (``audit.figures``, whose buckets
+    each span 1% of their values). Mutable state, as ``InboxHourlyFigures``."""
+
+    hour = models.DateTimeField()
+    figure = models.CharField(max_length=16, choices=LatencyFigure.choices)
+    bucket = models.IntegerField()
+    count = models.PositiveBigIntegerField()
+    low = models.FloatField()
+    high = models.FloatField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["hour", "figure", "bucket"], name="audit_hourly_latency_uniq"
+            )
+        ]
+        verbose_name_plural = "inbox hourly latencies"
+
+    def __str__(self) -> str:
+        return f"{self.count} {self.figure} in bucket {self.bucket} at {self.hour:%H}h"
+
+
+class InboxFiguresCounted(models.Model):
+    """How far the hourly figures go: one row, written by each count with its figures, read
+    by the dashboard with them. The figures hold the events received from ``counted_from``
+    (the start of an hour) to before ``counted_to``, as they stood at ``counted_at``. None:
+    never counted."""
+
+    id = models.PositiveSmallIntegerField(primary_key=True, default=1)
+    counted_from = models.DateTimeField(null=True)
+    counted_to = models.DateTimeField(null=True)
+    counted_at = models.DateTimeField(null=True)
+    seconds = models.FloatField(default=0, help_text="How long the last count took.")
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(id=1), name="audit_figures_counted_one_row"
+            )
+        ]
+        verbose_name_plural = "inbox figures counted"
+
+    def __str__(self) -> str:
+        return f"inbox figures counted to {self.counted_to}"

@@ -1,6 +1,7 @@
 from celery import shared_task
 
 from .checkpoints import checkpoint_round
+from .figures import inbox_figures_count
 from .sealer import ledger_rows_seal
 
 
@@ -13,3 +14,15 @@ def seal_inbox_task() -> int:
     appended = ledger_rows_seal().leaves
     checkpoint_round()
     return appended
+
+
+@shared_task(name="audit.inbox_figures")
+def inbox_figures_task() -> dict:
+    """Beat (every DASHBOARD_FIGURES_INTERVAL_SECONDS): counts the inbox's figures of the
+    last 25 hours by the hour, for the dashboard (``audit.figures.inbox_figures_count``).
+    Idempotent; two runs at once take turns."""
+    counted = inbox_figures_count()
+    return {
+        "counted_to": counted.counted_to.isoformat() if counted.counted_to else None,
+        "seconds": counted.seconds,
+    }

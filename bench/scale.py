@@ -35,7 +35,10 @@ empty one first in even rounds, so that load from other processes falls on both 
   a round: milliseconds per claim.
 - admin pages, through Django's test client logged in as a superuser (as ``bench.admin``):
   the inbox's changelist, its status filter (``received``: a full page in both databases), a
-  search by event id prefix that finds the same rows in both, and the dashboard.
+  search by event id prefix that finds the same rows in both, and the dashboard. Before the
+  rounds, the dashboard's hourly figures are counted once in each database, as beat would
+  have (``audit.figures.inbox_figures_count``, timed): the page reads that count and, live,
+  the events received since it stopped (the ingested ones, in both databases alike).
 
 Then on the full inbox: the inbox rows of one day (15 days ago) and their attempts removed
 by ``DELETE`` in a transaction rolled back (the foreign keys checked at once, as a commit
@@ -810,6 +813,25 @@ def disk() -> dict:
 # --- the run -------------------------------------------------------------------------------
 
 
+def figures_count(names: dict[str, str]) -> dict[str, float]:
+    """The dashboard's hourly figures counted once in each database, as beat would have
+    (``audit.figures.inbox_figures_count``, every DASHBOARD_FIGURES_INTERVAL_SECONDS in
+    production): the dashboard then reads the count and, live, the events received since
+    it stopped, as it does in production. Seconds each count took."""
+    from audit.figures import inbox_figures_count
+
+    seconds = {}
+    for label, name in names.items():
+        use_database(name)
+        started = time.perf_counter()
+        inbox_figures_count()
+        seconds[label] = round(time.perf_counter() - started, 3)
+    print(
+        f"[scale] dashboard figures counted: {seconds} s", file=sys.stderr, flush=True
+    )
+    return seconds
+
+
 def _median_ratio(full: list[float], empty: list[float]) -> list[float]:
     return [f / max(e, 1e-9) for f, e in zip(full, empty, strict=True)]
 
@@ -894,6 +916,16 @@ def figures_build(report: dict) -> list:
             higher=False,
             extra={"under_300_ms": full < PAGE_MS_MAX},
         )
+    count = report["figures_count"]
+    figures.append(
+        Figure(
+            "scale",
+            f"dashboard figures count {at}",
+            count["full"],
+            "s",
+            extra={"empty_inbox_seconds": count["empty"]},
+        )
+    )
     delete = report["delete"]
     figures.append(
         Figure(
@@ -974,6 +1006,7 @@ def main() -> int:
         generation = generate(SCALE_ROWS, sources)
         _marker(SCALE_ROWS)
     report["generation"] = generation
+    report["figures_count"] = figures_count(names)
 
     clients = {}
     for label, name in names.items():
@@ -1039,6 +1072,7 @@ def main() -> int:
         {
             "rows": SCALE_ROWS,
             "generation": generation,
+            "figures_count": report["figures_count"],
             "delete": report["delete"],
             "drop": report["drop"],
             "partitions": report["partitions"],

@@ -456,6 +456,12 @@ AUDIT_SEAL_INTERVAL_SECONDS = env.float("AUDIT_SEAL_INTERVAL_SECONDS", default=6
 AUDIT_SEAL_HORIZON_SECONDS = env.int("AUDIT_SEAL_HORIZON_SECONDS", default=60)
 AUDIT_SEAL_LOOKBACK_SECONDS = env.int("AUDIT_SEAL_LOOKBACK_SECONDS", default=86400)
 AUDIT_SEAL_BATCH_SIZE = env.int("AUDIT_SEAL_BATCH_SIZE", default=5000)
+# Every INTERVAL, the inbox's figures of the last 25 hours are counted again by the hour, for
+# the dashboard, which reads live only the events received since (docs/scaling.md, "The
+# dashboard at scale"): how old its counted figures may be.
+DASHBOARD_FIGURES_INTERVAL_SECONDS = env.float(
+    "DASHBOARD_FIGURES_INTERVAL_SECONDS", default=300
+)
 # A bulk replay job (webhooks/bulk_replay.py) runs as a chain of tasks: each replays chunks of
 # CHUNK_SIZE rows (one transaction each, with the job's progress) for at most SLICE_SECONDS,
 # well inside the task time limits, then queues the next. A job whose lease (renewed by every

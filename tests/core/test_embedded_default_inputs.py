@@ -40,6 +40,7 @@ CASE_MODULES = [
     "tests/webhooks/test_dedup_horizon.py",
     "tests/audit/test_dashboard.py",
     "tests/webhooks/test_retention_page.py",
+    "tests/audit/test_dashboard_figures.py",
     "tests/core/test_date_inputs.py",
 ]
 

@@ -23,6 +23,7 @@ def test_beat_runs_no_sweep_and_no_sweep_task_is_left():
     app.loader.import_default_modules()
     scheduled = {entry["task"] for entry in app.conf.beat_schedule.values()}
     assert scheduled == {
+        "audit.inbox_figures",
         "audit.seal_inbox",
         "idempotency.cleanup",
         "webhooks.inbox_partitions",
