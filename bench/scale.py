@@ -81,8 +81,9 @@ INGEST_TARGET = 0.9
 CLAIM_TARGET = 1.2
 PAGE_TARGET = 1.5
 PAGE_MS_MAX = 300
-# The admin's search: a prefix of the ingested events' ids (``_event_id``), the same rows in
-# both databases whatever the generated ones are.
+# The admin's search: a prefix of this run's ingested events' ids (``_event_id``: the
+# hundred from ``first + 100``), the same rows in both databases whatever the generated
+# ones are, or the ones an earlier run on kept databases ingested. Set by ``main``.
 SEARCH_TERM = "evt-scale-00001"
 
 
@@ -617,7 +618,7 @@ def claims_round() -> dict:
 PAGES = {
     "changelist": "/admin/webhooks/inboxevent/",
     "status_filter": "/admin/webhooks/inboxevent/?processing_status__exact=received",
-    "search": f"/admin/webhooks/inboxevent/?q={SEARCH_TERM}",
+    "search": "/admin/webhooks/inboxevent/?q={term}",
     "dashboard": "/admin/",
 }
 
@@ -625,7 +626,8 @@ PAGES = {
 def pages_round(client) -> dict:
     """Each admin page, ``PAGE_REPEAT`` times after one warm-up: milliseconds (median)."""
     result = {}
-    for key, url in PAGES.items():
+    for key, page in PAGES.items():
+        url = page.format(term=SEARCH_TERM)
         client.get(url)
         samples = []
         for _ in range(PAGE_REPEAT):
@@ -1000,6 +1002,12 @@ def main() -> int:
         else:
             print(f"[scale] reusing {names['full']}", file=sys.stderr, flush=True)
             generation = {"reused": True}
+            # Migrations added since it was generated (a new table, say).
+            from django.core.management import call_command
+
+            for name in names.values():
+                use_database(name)
+                call_command("migrate", verbosity=0)
     if not reuse:
         prepare(names["empty"])
         sources = prepare(names["full"], days=DAYS)
@@ -1016,10 +1024,23 @@ def main() -> int:
         clients[label] = client
 
     # Events a kept database already holds from an earlier run: this run's are new.
+    from django.db.models import Max
+
     from webhooks.models import InboxEvent
 
+    global SEARCH_TERM
+    stored = [0]
+    for name in names.values():
+        use_database(name)
+        last = InboxEvent.objects.filter(event_id__startswith="evt-scale-").aggregate(
+            last=Max("event_id")
+        )["last"]
+        if last:
+            stored.append(int(last.removeprefix("evt-scale-")) + 1)
+    # Past what either holds, from a round thousand.
+    first = -(-max(stored) // 1000) * 1000
+    SEARCH_TERM = _event_id(first + 100)[:-2]
     use_database(names["empty"])
-    first = InboxEvent.objects.filter(event_id__startswith="evt-scale-").count()
     report["empty_inbox_rows_before"] = first
     rounds = []
     for r in range(SCALE_ROUNDS):
