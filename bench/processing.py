@@ -156,13 +156,15 @@ def _vacuum_if_autovacuum_off() -> None:
     if sql("SHOW autovacuum")[0][0] == "on":
         return
     # A partitioned table (the inbox, its attempts) changed when one of its partitions did;
-    # VACUUM of the table takes every partition.
+    # VACUUM of the table takes every partition. A plain table has no partition tree: it
+    # is its own.
     changed = [
         name
         for (name,) in sql(
             "SELECT DISTINCT t.name FROM unnest(%s::text[]) AS t(name)"
             " JOIN pg_stat_user_tables s"
-            "   ON s.relid IN (SELECT relid FROM pg_partition_tree(t.name) WHERE isleaf)"
+            "   ON s.relid IN (SELECT relid FROM pg_partition_tree(t.name) WHERE isleaf"
+            "                  UNION SELECT t.name::regclass)"
             " WHERE s.n_dead_tup + s.n_mod_since_analyze > 0 ORDER BY t.name",
             [list(VACUUMED)],
         )

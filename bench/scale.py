@@ -787,13 +787,15 @@ def disk() -> dict:
         ):
             table = model._meta.db_table
             # Over every partition of a partitioned table (the inbox's days), which
-            # holds nothing itself; a plain table is its own one-member tree.
+            # holds nothing itself; a plain table (the ledger), which has no partition
+            # tree, by itself.
             quoted = connection.ops.quote_name(table)
             cursor.execute(
                 "SELECT sum(pg_total_relation_size(relid)), sum(pg_relation_size(relid)),"  # noqa: S608 - a model's table
                 f" sum(pg_indexes_size(relid)), (SELECT count(*) FROM {quoted})"
-                " FROM pg_partition_tree(%s) WHERE isleaf",
-                [table],
+                " FROM (SELECT relid FROM pg_partition_tree(%s) WHERE isleaf"
+                "       UNION SELECT %s::regclass) AS t(relid)",
+                [table, table],
             )
             total, heap, indexes, rows = (int(v or 0) for v in cursor.fetchone())
             sizes[key] = {

@@ -40,6 +40,8 @@ from .statements import (
 logger = logging.getLogger(__name__)
 
 DAY = timedelta(days=1)
+# Weeks start on Mondays: 1970-01-05 was one.
+_WEEKS_FROM = datetime(1970, 1, 5, tzinfo=UTC)
 # How long creating or attaching a partition waits for its lock before it gives up (and the
 # next run tries again), so that it never queues ingest behind a long read of the inbox.
 LOCK_TIMEOUT = "5s"
@@ -155,14 +157,27 @@ def partition_create(
             f"ALTER TABLE {quote(table.table)} ATTACH PARTITION {quote(name)}"
             f" FOR VALUES FROM ({_sql_instant(start)}) TO ({_sql_instant(end)})"
         )
+        # Its end, for a retention run that finds it detached by one that stopped
+        # (``_bounds_of_name``): a detached table keeps no bound.
+        cursor.execute(f"COMMENT ON TABLE {quote(name)} IS '{_UNTIL}{end.isoformat()}'")
     return name
 
 
-def _days(start: datetime, end: datetime) -> Iterator[datetime]:
-    day = start
-    while day < end:
-        yield day
-        day += DAY
+def period_start(instant: datetime) -> datetime:
+    """The start of the partition period (INBOX_PARTITION_DAYS: a UTC day, or a week from
+    Monday) that holds ``instant``."""
+    day = day_start(instant)
+    return day - ((day - _WEEKS_FROM).days % settings.INBOX_PARTITION_DAYS) * DAY
+
+
+def _periods(start: datetime, end: datetime) -> Iterator[tuple[datetime, datetime]]:
+    """The partitions' bounds from ``start`` until one reaches ``end``: each to the end of
+    its period, so that the first one after a change of INBOX_PARTITION_DAYS (or after the
+    migration's first partition) is short and the others whole periods."""
+    while start < end:
+        stop = period_start(start) + settings.INBOX_PARTITION_DAYS * DAY
+        yield start, stop
+        start = stop
 
 
 def inbox_partitions_ensure(
@@ -182,12 +197,12 @@ def inbox_partitions_ensure(
             continue
         existing = partitions(table)
         newest = existing[-1] if existing else None
-        start = newest.end if newest else day_start(now)
-        for day in _days(start, goal):
+        start = newest.end if newest else period_start(now)
+        for first, end in _periods(start, goal):
             try:
-                created.append(partition_create(table, day, day + DAY, like=newest))
+                created.append(partition_create(table, first, end, like=newest))
             except DatabaseError:
-                if partition_name(table, day) in {p.name for p in partitions(table)}:
+                if partition_name(table, first) in {p.name for p in partitions(table)}:
                     continue  # another run created it
                 raise
     return created
@@ -392,12 +407,21 @@ def _exists(name: str) -> bool:
         return cursor.fetchone()[0]
 
 
+_UNTIL = "inbox partition until "
+
+
 def _bounds_of_name(name: str) -> tuple[datetime | None, datetime]:
-    """The day a detached partition held, from its name (``..._pYYYYMMDD``); the first
-    partition's (``..._p0``) from its bound check."""
+    """The times a detached partition held: its start from its name (``..._pYYYYMMDD``),
+    its end from the comment it was created with (a day after its start when it has none);
+    the first partition's (``..._p0``) from its bound check."""
     day = name.rsplit("_p", 1)[1]
     if day != "0":
         start = datetime.strptime(day, "%Y%m%d").replace(tzinfo=UTC)
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT obj_description(%s::regclass, 'pg_class')", [name])
+            comment = cursor.fetchone()[0] or ""
+        if comment.startswith(_UNTIL):
+            return start, datetime.fromisoformat(comment.removeprefix(_UNTIL))
         return start, start + DAY
     with connection.cursor() as cursor:
         cursor.execute(

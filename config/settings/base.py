@@ -570,6 +570,17 @@ if INBOX_PARTITIONS_AHEAD_DAYS < 2:
         f"INBOX_PARTITIONS_AHEAD_DAYS must be at least 2, not {INBOX_PARTITIONS_AHEAD_DAYS}:"
         " a day's deliveries are refused when its partition is missing."
     )
+# PostgreSQL: how many UTC days each partition of the inbox and its attempts spans: 1 (a
+# day) or 7 (a week from Monday); a partition is what retention drops whole. Each partition
+# adds to every statement that names no day (the relay's look for waiting rows, the admin's
+# lists): a retention of a few weeks suits days, one of months or a year weeks
+# (docs/scaling.md, "Days or weeks"). Applies to the partitions created from then on.
+INBOX_PARTITION_DAYS = env.int("INBOX_PARTITION_DAYS", default=1)
+if INBOX_PARTITION_DAYS not in (1, 7):
+    raise ImproperlyConfigured(
+        f"INBOX_PARTITION_DAYS must be 1 (a partition a day) or 7 (a week), not"
+        f" {INBOX_PARTITION_DAYS}."
+    )
 # PostgreSQL: a day of the inbox (its events and their attempts) is dropped with its
 # partitions once it ended this many days ago (docs/scaling.md, "Retention by dropping a
 # partition"). Unset: every day is kept.

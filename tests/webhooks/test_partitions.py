@@ -15,6 +15,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from prometheus_client.core import Metric
 
+from tests import processes
 from tests.integrations.research.factories import research_event
 from tests.webhooks.factories import (
     RESEARCH_SOURCE,
@@ -22,17 +23,20 @@ from tests.webhooks.factories import (
     InboxEventFactory,
     signed_post,
 )
+from trail.models import OperatorAction
 from webhooks import statements
 from webhooks.metrics import InboxPartitionsCollector
-from webhooks.models import FingerprintMismatch, InboxEvent, InboxKey
+from webhooks.models import FingerprintMismatch, InboxAttempt, InboxEvent, InboxKey
 from webhooks.outbox import InboxOutbox
 from webhooks.partitions import (
     ATTEMPTS,
     DAY,
     INBOX,
     TABLES,
+    _bounds_of_name,
     day_start,
     inbox_partitions_ensure,
+    inbox_partitions_retire,
     partition_name,
     partitions,
 )
@@ -395,3 +399,78 @@ def test_the_ensure_task_is_in_the_beat_schedule():
     entry = app.conf.beat_schedule["inbox-partitions"]
     assert entry["task"] == "webhooks.inbox_partitions"
     assert float(getattr(entry["schedule"], "seconds", entry["schedule"])) == 3600
+
+
+def test_weekly_partitions_start_on_mondays_after_a_short_one(settings):
+    """INBOX_PARTITION_DAYS=7: the partitions created from then on span a week from
+    Monday; the first one after the last day's runs to the next Monday."""
+    settings.INBOX_PARTITION_DAYS = 7
+    newest = partitions(INBOX)[-1].end
+    created = inbox_partitions_ensure(ahead_days=40)
+
+    found = [p for p in partitions(INBOX) if p.start is not None and p.start >= newest]
+    assert {p.name for p in found} <= set(created)
+    first, *weeks = found
+    assert first.start == newest
+    assert first.end.weekday() == 0 and first.end - first.start <= 7 * DAY
+    assert weeks and all(p.start.weekday() == 0 for p in weeks)
+    assert all(p.end - p.start == 7 * DAY for p in weeks)
+    assert weeks[-1].end >= day_start(timezone.now()) + 41 * DAY
+    # Ensured again: nothing more.
+    assert inbox_partitions_ensure(ahead_days=40) == []
+
+    # An event and its attempt of a day in a week land in that week's partition.
+    week = weeks[1]
+    event = InboxEventFactory(received_at=week.start + 3 * DAY + timedelta(hours=5))
+    InboxAttemptFactory(event=event)
+    assert partition_of(INBOX.table, event.pk) == week.name
+    assert partition_of(ATTEMPTS.table, InboxAttempt.objects.get().pk) == (
+        partition_name(ATTEMPTS, week.start)
+    )
+
+
+def test_a_week_past_retention_is_dropped_whole(settings):
+    settings.INBOX_PARTITION_DAYS = 7
+    inbox_partitions_ensure(ahead_days=40)
+    week = next(
+        p for p in partitions(INBOX) if p.start is not None and p.start.weekday() == 0
+    )
+    early = InboxEventFactory(received_at=week.start + timedelta(hours=1))
+    late = InboxEventFactory(received_at=week.end - timedelta(seconds=1))
+    after = InboxEventFactory(received_at=week.end + timedelta(hours=1))
+    InboxEvent.objects.update(processing_status="processed")
+    settings.INBOX_RETENTION_DAYS = 2
+    # Retention's horizon at the week's end: that week, and what came before it, leave.
+    retired = inbox_partitions_retire(now=week.end + 2 * DAY + timedelta(hours=3))
+
+    assert week.name in retired.dropped
+    assert list(InboxEvent.objects.values_list("pk", flat=True)) == [after.pk]
+    action = OperatorAction.objects.get(details__events_partition=week.name)
+    assert action.details["start"] == week.start.isoformat()
+    assert action.details["end"] == week.end.isoformat()
+    assert action.details["events"] == 2
+    assert {early.pk, late.pk} == {
+        action.details["first_event_id"],
+        action.details["last_event_id"],
+    }
+
+
+def test_a_detached_week_keeps_its_end_for_the_run_that_finishes_it(settings):
+    """A retention run that stopped after its detach left the week's table behind: its
+    bounds come back from its name and the end it was created with."""
+    settings.INBOX_PARTITION_DAYS = 7
+    inbox_partitions_ensure(ahead_days=40)
+    week = next(
+        p for p in partitions(INBOX) if p.start is not None and p.start.weekday() == 0
+    )
+    sql(f"ALTER TABLE {INBOX.table} DETACH PARTITION {week.name}")
+    assert _bounds_of_name(week.name) == (week.start, week.end)
+
+
+@pytest.mark.slow
+def test_a_process_refuses_to_start_with_a_partition_of_other_than_a_day_or_a_week():
+    result = processes.manage(
+        "check", env=processes.child_env(INBOX_PARTITION_DAYS="3"), timeout=60
+    )
+    assert result.returncode != 0
+    assert "INBOX_PARTITION_DAYS must be 1" in result.stderr
