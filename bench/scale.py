@@ -744,7 +744,10 @@ def day_drop() -> dict:
         rows = cursor.fetchone()[0]
         cursor.execute(f"SELECT count(*) FROM {quote(attempts)}")  # noqa: S608
         attempt_rows = cursor.fetchone()[0]
-        cursor.execute(f"VACUUM {quote(oldest.name)}")
+        # The DELETE measured just before (rolled back) left every row and attempt of the
+        # day marked by a transaction that aborted, and their pages out of the visibility
+        # map: vacuumed, as a month-old day is, before the drop reads its counts.
+        cursor.execute(f"VACUUM {quote(oldest.name)}, {quote(attempts)}")
     # The partial day before it first, untimed.
     settings.INBOX_RETENTION_DAYS = (day_start(timezone.now()) - oldest.start) // DAY
     earlier = inbox_partitions_retire()
