@@ -2,10 +2,11 @@
 partitions of the inbox").
 
 Both tables are partitioned by range of the event's received time (``received_at``, and an
-attempt's ``event_received_at``), one partition per UTC day, so that an event and its
-attempts are stored, and leave, together. Partitions are created ahead of time by the
-periodic work (``inbox_partitions_ensure``), never on the request path, and there is no
-DEFAULT partition: a row whose day has no partition is refused, which the
+attempt's ``event_received_at``), one partition per UTC day or week
+(INBOX_PARTITION_DAYS), so that an event and its attempts are stored, and leave, together.
+Partitions are created ahead of time by the periodic work (``inbox_partitions_ensure``),
+never on the request path, and there is no DEFAULT partition: a row whose day has no
+partition is refused, which the
 ``webhook_inbox_partitions_ahead_days`` gauge and its alert make sure never happens. The
 rows an inbox held before it was partitioned stay in one partition of their own (``..._p0``,
 from MINVALUE), attached as it was, without a copy.

@@ -561,8 +561,8 @@ IDEMPOTENCY_CLEANUP_INTERVAL_SECONDS = env.float(
 # before giving up with a transient error (retried with backoff): normal contention lasts
 # milliseconds. Set once per batch by the inbox for every handler.
 INBOX_LOCK_TIMEOUT_MS = env.int("INBOX_LOCK_TIMEOUT_MS", default=2000)
-# PostgreSQL: the inbox and its attempts are partitioned by UTC day of the event's received
-# time; the periodic work keeps partitions this many days ahead of today (docs/scaling.md,
+# PostgreSQL: the inbox and its attempts are partitioned by UTC day (or week) of the event's
+# received time; the periodic work keeps partitions this many days ahead of today (docs/scaling.md,
 # "Time partitions of the inbox"). At least 2: the alert fires below 2 days.
 INBOX_PARTITIONS_AHEAD_DAYS = env.int("INBOX_PARTITIONS_AHEAD_DAYS", default=7)
 if INBOX_PARTITIONS_AHEAD_DAYS < 2:
