@@ -31,6 +31,8 @@ from django.utils import timezone
 
 from .models import InboxAttempt, InboxEvent
 from .statements import (
+    day_start,
+    instant_sql,
     key_final_status_sql,
     partition_held_sources_sql,
     partition_holds_sql,
@@ -68,15 +70,6 @@ class Partition:
 
 def partition_name(table: PartitionedTable, start: datetime) -> str:
     return f"{table.table}_p{start:%Y%m%d}"
-
-
-def _sql_instant(instant: datetime) -> str:
-    """An instant written into DDL, which takes no bound parameters."""
-    return f"'{instant.astimezone(UTC).isoformat()}'::timestamptz"
-
-
-def day_start(instant: datetime) -> datetime:
-    return instant.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
 
 
 def is_partitioned(table: PartitionedTable) -> bool:
@@ -156,7 +149,7 @@ def partition_create(
         )
         cursor.execute(
             f"ALTER TABLE {quote(table.table)} ATTACH PARTITION {quote(name)}"
-            f" FOR VALUES FROM ({_sql_instant(start)}) TO ({_sql_instant(end)})"
+            f" {_bounds_sql(start, end)}"
         )
         # Its end, for a retention run that finds it detached by one that stopped
         # (``_bounds_of_name``): a detached table keeps no bound.
@@ -240,6 +233,14 @@ def retention_horizon(*, now: datetime | None = None) -> datetime | None:
     if days is None:
         return None
     return day_start(now or timezone.now()) - days * DAY
+
+
+def _past_retention(horizon: datetime) -> list[tuple[str, Partition | None]]:
+    """The days retention is to drop: those a run that stopped left detached (no
+    ``Partition``: attached nowhere), then the attached ones that ended by ``horizon``."""
+    return [(name, None) for name in _detached(INBOX)] + [
+        (p.name, p) for p in partitions(INBOX) if p.end <= horizon
+    ]
 
 
 def partition_holds(name: str) -> list[str]:
@@ -359,9 +360,7 @@ def inbox_partitions_retire(*, now: datetime | None = None, actor=None) -> Retir
         return Retirement(dropped, held)
     actor = actor or Actor.system()
     # A run that stopped between its detach and its drop left tables behind: finish them.
-    waiting = [(name, None) for name in _detached(INBOX)] + [
-        (p.name, p) for p in partitions(INBOX) if p.end <= horizon
-    ]
+    waiting = _past_retention(horizon)
     for name, partition in waiting:
         reasons = partition_holds(name)
         if reasons:
@@ -444,8 +443,8 @@ def _bounds_of_detached(name: str) -> str:
 
 def _bounds_sql(start: datetime | None, end: datetime) -> str:
     """A partition's bound as ``ATTACH PARTITION`` takes it."""
-    low = _sql_instant(start) if start else "MINVALUE"
-    return f"FOR VALUES FROM ({low}) TO ({_sql_instant(end)})"
+    low = instant_sql(start) if start else "MINVALUE"
+    return f"FOR VALUES FROM ({low}) TO ({instant_sql(end)})"
 
 
 def oldest_partition_overdue_days(*, now: datetime | None = None) -> float:
@@ -571,8 +570,7 @@ def days_past_retention(*, now: datetime | None = None) -> int | None:
     horizon = retention_horizon(now=now)
     if horizon is None or not is_partitioned(INBOX):
         return None
-    past = [p for p in partitions(INBOX) if p.end <= horizon]
-    return len(past) + len(_detached(INBOX))
+    return len(_past_retention(horizon))
 
 
 def retention_held_days(*, now: datetime | None = None) -> dict[str, int]:
@@ -582,8 +580,7 @@ def retention_held_days(*, now: datetime | None = None) -> dict[str, int]:
     horizon = retention_horizon(now=now)
     if horizon is None or not is_partitioned(INBOX):
         return held
-    waiting = _detached(INBOX) + [p.name for p in partitions(INBOX) if p.end <= horizon]
-    for name in waiting:
+    for name, _ in _past_retention(horizon):
         for reason in _holds_now(name) or ():
             held[reason] += 1
     return held
@@ -629,7 +626,7 @@ def table_partition(table: str, key: str, *, cutover: datetime) -> None:
         )
         cursor.execute(
             f"ALTER TABLE {quote(table)} ADD CONSTRAINT {quote(bound)}"
-            f" CHECK ({quote(key)} IS NOT NULL AND {quote(key)} < {_sql_instant(cutover)})"
+            f" CHECK ({quote(key)} IS NOT NULL AND {quote(key)} < {instant_sql(cutover)})"
             " NOT VALID"
         )
     with connection.cursor() as cursor:
@@ -709,7 +706,7 @@ def table_partition(table: str, key: str, *, cutover: datetime) -> None:
             )
         cursor.execute(
             f"ALTER TABLE {quote(table)} ATTACH PARTITION {quote(legacy)}"
-            f" FOR VALUES FROM (MINVALUE) TO ({_sql_instant(cutover)})"
+            f" FOR VALUES FROM (MINVALUE) TO ({instant_sql(cutover)})"
         )
 
 

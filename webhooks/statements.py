@@ -108,15 +108,18 @@ def recent_days(received_at: datetime) -> tuple[datetime, datetime]:
     many days the inbox holds (docs/scaling.md, "Time partitions of the inbox"): a statement
     that names the partitioned table without a constant bound on its key opens and locks
     every partition, and each of their indexes, at every run."""
-    day = _day_start(received_at)
+    day = day_start(received_at)
     return day - timedelta(days=1), day + timedelta(days=1)
 
 
-def _instant_literal(instant: datetime) -> str:
+def instant_sql(instant: datetime) -> str:
+    """An instant written into a statement as a constant: DDL takes no bound parameters, and
+    a constant bound on the partition key is what the planner prunes partitions by."""
     return f"'{instant.astimezone(UTC).isoformat()}'::timestamptz"
 
 
-def _day_start(instant: datetime) -> datetime:
+def day_start(instant: datetime) -> datetime:
+    """The start of the UTC day of ``instant``."""
     return instant.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
 
 
@@ -126,7 +129,7 @@ def received_days(instants: list[datetime]) -> tuple[datetime, datetime] | None:
     (``batch_claim_sql``, ``batch_close_sql``); ``None`` for none."""
     if not instants:
         return None
-    return _day_start(min(instants)), _day_start(max(instants)) + timedelta(days=1)
+    return day_start(min(instants)), day_start(max(instants)) + timedelta(days=1)
 
 
 def _days_condition(column: str, days: tuple[datetime, datetime] | None) -> str:
@@ -135,7 +138,7 @@ def _days_condition(column: str, days: tuple[datetime, datetime] | None) -> str:
     ``None``: every partition."""
     if days is None:
         return ""
-    since, until = (_instant_literal(instant) for instant in days)
+    since, until = (instant_sql(instant) for instant in days)
     return f"AND {column} >= {since} AND {column} < {until}"
 
 
