@@ -29,7 +29,8 @@ empty one first in even rounds, so that load from other processes falls on both 
   delivery, ``statements.inbox_record_sql``): deliveries per second, and the statement's own
   time per delivery. The same event ids in both databases: the new events are the fresh
   ``received`` rows the claims take, and the rows the admin's search finds.
-- claims: the relay's (``InboxOutbox.claim``, ``RELAY_BATCH_LIMIT`` rows) and the worker's
+- claims: the relay's (``InboxOutbox.claim``, ``RELAY_BATCH_LIMIT`` rows, after its look for
+  rows waiting since before yesterday, timed apart: ``InboxOutbox.since``) and the worker's
   batch claim (``processing._batch_claim_fast``, ``INBOX_BATCH_SIZE`` of the fresh rows), as
   they run (each of their statements), in a transaction rolled back, ``CLAIM_REPEAT`` times
   a round: milliseconds per claim.
@@ -590,9 +591,15 @@ def claims_round() -> dict:
         .values_list("id", flat=True)[: settings.INBOX_BATCH_SIZE]
     )
     outbox = InboxOutbox()
-    relay, batch = [], []
+    relay, batch, look = [], [], []
     relay_rows = batch_rows = 0
     for _ in range(CLAIM_REPEAT):
+        # The relay's look for rows waiting since before yesterday, as it runs at most once
+        # a second (``InboxOutbox.since``); the claims then read what it found, as between
+        # two looks.
+        outbox.look_everywhere()
+        ms, _since = _timed_rolled_back(outbox.since)
+        look.append(ms)
         now = timezone.now()
         ms, relay_rows = _timed_rolled_back(
             lambda: outbox.claim(settings.RELAY_BATCH_LIMIT)[0]
@@ -610,6 +617,7 @@ def claims_round() -> dict:
     return {
         "relay_ms": statistics.median(relay),
         "relay_rows": relay_rows,
+        "look_back_ms": statistics.median(look),
         "batch_ms": statistics.median(batch),
         "batch_rows": batch_rows,
     }
@@ -906,6 +914,13 @@ def figures_build(report: dict) -> list:
         higher=False,
     )
     pair("relay claim", "ms", ("claims", "relay_ms"), target=CLAIM_TARGET, higher=False)
+    pair(
+        "relay look back (once a second)",
+        "ms",
+        ("claims", "look_back_ms"),
+        target=None,
+        higher=False,
+    )
     pair(
         "worker batch claim",
         "ms",

@@ -15,11 +15,18 @@ source's waiting rows aside (``held_at``: out of the two partial indexes, so tha
 never makes a claim walk past its rows), and once the source is resumed it releases them in id
 order, at the source's drain rate (every event one token), a document's next event only once
 the one before it is finished (``_drain_release``), until none is left.
+
+On PostgreSQL the inbox is partitioned by day (docs/scaling.md, "Time partitions of the
+inbox"), and a statement that may find its rows on any day reads every partition's index. The
+relay's look and claim read the partitions from yesterday on, and the others only while a row
+received before yesterday waits (a replayed or retried event of an older day), which one
+statement looks for at most every ``RELAY_LOOK_BACK_SECONDS`` (``InboxOutbox.since``).
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -283,11 +290,44 @@ class InboxOutbox(Outbox[int]):
     name = "inbox"
     flow_control = True
 
+    def __init__(self) -> None:
+        # What ``since`` found and when (``time.monotonic()``); None: look again.
+        self._since: datetime | None = None
+        self._looked_back_at: float | None = None
+
+    def since(self) -> datetime | None:
+        """PostgreSQL: the received time from which the relay's look and claim read the
+        inbox: yesterday's start (UTC) while no row received before it waits, else ``None``
+        (every partition). Whether one does is looked for by one statement over the older
+        partitions, at most every ``RELAY_LOOK_BACK_SECONDS`` (and in a relay's first round:
+        ``look_everywhere``), so that such a row waits at most that long before a claim
+        reads its partition; a claim of recent rows reads two days' partitions and those
+        created ahead, however many days the inbox keeps."""
+        now = time.monotonic()
+        if (
+            self._looked_back_at is not None
+            and now - self._looked_back_at < settings.RELAY_LOOK_BACK_SECONDS
+        ):
+            return self._since
+        recent = statements.day_start(timezone.now()) - timedelta(days=1)
+        with connection.cursor() as cursor:
+            cursor.execute(
+                statements.relay_older_waiting_sql(recent), {"now": timezone.now()}
+            )
+            older = bool(cursor.fetchone()[0])
+        self._since = None if older else recent
+        self._looked_back_at = now
+        return self._since
+
+    def look_everywhere(self) -> None:
+        self._looked_back_at = None
+
     def claim(self, limit: int) -> tuple[int, list[Publication]]:
         now = timezone.now()
         if connection.vendor == "postgresql":
+            claim_sql = statements.relay_claim_sql(self.since())
             with connection.cursor() as cursor:
-                cursor.execute(statements.RELAY_CLAIM_SQL, {"limit": limit, "now": now})
+                cursor.execute(claim_sql, {"limit": limit, "now": now})
                 taken = sorted(cursor.fetchall())
             if not taken:
                 return 0, []
@@ -323,7 +363,8 @@ class InboxOutbox(Outbox[int]):
         if connection.vendor == "postgresql":
             with connection.cursor() as cursor:
                 cursor.execute(
-                    statements.RELAY_HAS_WAITING_SQL, {"now": timezone.now()}
+                    statements.relay_has_waiting_sql(self.since()),
+                    {"now": timezone.now()},
                 )
                 return bool(cursor.fetchone()[0])
         new_sql, new_params = _waiting_new().values("id")[:1].query.sql_with_params()

@@ -132,14 +132,20 @@ def received_days(instants: list[datetime]) -> tuple[datetime, datetime] | None:
     return day_start(min(instants)), day_start(max(instants)) + timedelta(days=1)
 
 
+def _since_condition(column: str, since: datetime | None) -> str:
+    """``column`` from ``since`` on, written as a constant (see ``_days_condition``);
+    nothing for ``None``: every partition."""
+    return "" if since is None else f"AND {column} >= {instant_sql(since)}"
+
+
 def _days_condition(column: str, days: tuple[datetime, datetime] | None) -> str:
     """``column`` within ``days``, written as constants: what lets PostgreSQL plan a
     statement over those days' time partitions alone (``recent_days``). Nothing for
     ``None``: every partition."""
     if days is None:
         return ""
-    since, until = (instant_sql(instant) for instant in days)
-    return f"AND {column} >= {since} AND {column} < {until}"
+    since, until = days
+    return f"{_since_condition(column, since)} AND {column} < {instant_sql(until)}"
 
 
 # One statement per day and variant: the days a process has run through, at most.
@@ -515,33 +521,63 @@ _NEW = f"processing_status = 'received' AND {_WAITING}"
 _DUE_RETRY = (
     f"processing_status = 'failed' AND next_attempt_at <= %(now)s AND {_WAITING}"
 )
-RELAY_HAS_WAITING_SQL = f"""
-SELECT EXISTS (SELECT 1 FROM {_EVENTS} WHERE {_NEW})
-    OR EXISTS (SELECT 1 FROM {_EVENTS} WHERE {_DUE_RETRY})
-"""  # noqa: S608 - table names, values bound
+
+
+# The relay's look for waiting rows, received from ``since`` on (``None``: wherever they are):
+# one probe of each partial index of the partitions it names.
+@functools.lru_cache(maxsize=64)
+def relay_has_waiting_sql(since: datetime | None) -> str:
+    return f"""
+SELECT EXISTS (SELECT 1 FROM {_EVENTS} WHERE {_NEW} {_since_condition("received_at", since)})
+    OR EXISTS (SELECT 1 FROM {_EVENTS} WHERE {_DUE_RETRY}
+                  {_since_condition("received_at", since)})
+"""  # noqa: S608 - table names, constants written by instant_sql, values bound
+
+
+# Whether any row received before ``before`` waits (a replayed or retried event of an older
+# day, a row set aside and released): what tells the relay whether its claims may name
+# recent days alone (``outbox.InboxOutbox``, docs/scaling.md, "Time partitions of the
+# inbox"). Reads the partitions before ``before`` only.
+@functools.lru_cache(maxsize=64)
+def relay_older_waiting_sql(before: datetime) -> str:
+    until = f"AND received_at < {instant_sql(before)}"
+    return f"""
+SELECT EXISTS (SELECT 1 FROM {_EVENTS} WHERE {_NEW} {until})
+    OR EXISTS (SELECT 1 FROM {_EVENTS} WHERE {_DUE_RETRY} {until})
+"""  # noqa: S608 - table names, constants written by instant_sql, values bound
+
+
 # New rows first, in id order, then due retries in the room left, in id order (the caller
 # sorts what comes back); the retries' scan reads nothing when the new rows filled the
 # batch. The rows are locked, not yet stamped: ``relay_stamp_sql`` stamps them, in the same
 # transaction, naming the days they were received on (``received_days``), so that the
 # update is planned over those days' time partitions alone (docs/scaling.md, "Time
-# partitions of the inbox"). The lock finds its rows wherever they are.
-RELAY_CLAIM_SQL = f"""
+# partitions of the inbox"). Received from ``since`` on (the relay's recent days, when no
+# older row waits), or wherever they are (``None``).
+@functools.lru_cache(maxsize=64)
+def relay_claim_sql(since: datetime | None) -> str:
+    received = _since_condition("received_at", since)
+    return f"""
 WITH fresh AS (
-    SELECT id, event_id, entity_id, received_at FROM {_EVENTS} WHERE {_NEW}
+    SELECT id, event_id, entity_id, received_at FROM {_EVENTS} WHERE {_NEW} {received}
      ORDER BY id LIMIT %(limit)s FOR UPDATE SKIP LOCKED
 ), due AS (
-    SELECT id, event_id, entity_id, received_at FROM {_EVENTS} WHERE {_DUE_RETRY}
+    SELECT id, event_id, entity_id, received_at FROM {_EVENTS} WHERE {_DUE_RETRY} {received}
      ORDER BY id LIMIT %(limit)s FOR UPDATE SKIP LOCKED
 )
 SELECT 0 AS retry, * FROM fresh
 UNION ALL
 (SELECT 1, * FROM due LIMIT GREATEST(%(limit)s - (SELECT count(*) FROM fresh), 0))
-"""  # noqa: S608 - table names, values bound
+"""  # noqa: S608 - table names, constants written by instant_sql, values bound
+
+
+RELAY_HAS_WAITING_SQL = relay_has_waiting_sql(None)
+RELAY_CLAIM_SQL = relay_claim_sql(None)
 
 
 @functools.lru_cache(maxsize=64)
 def relay_stamp_sql(days: tuple[datetime, datetime] | None) -> str:
-    """The rows ``RELAY_CLAIM_SQL`` locked, stamped dispatched (and out of any hold)."""
+    """The rows ``relay_claim_sql`` locked, stamped dispatched (and out of any hold)."""
     return (
         f"UPDATE {_EVENTS} SET dispatched_at = %(now)s, held_at = NULL"  # noqa: S608
         f" WHERE id = ANY(%(ids)s::bigint[]) {_days_condition('received_at', days)}"

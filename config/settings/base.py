@@ -353,6 +353,10 @@ RELAY_SWEEP_INTERVAL_SECONDS = env_renamed(
     default=30,
 )
 RELAY_BATCH_LIMIT = env.int("RELAY_BATCH_LIMIT", default=500)  # rows per claim
+# PostgreSQL: how often the relay looks for inbox rows waiting since before yesterday (a
+# replayed or retried event of an older day); between looks, its claims read the time
+# partitions from yesterday on (docs/scaling.md, "Time partitions of the inbox").
+RELAY_LOOK_BACK_SECONDS = env.float("RELAY_LOOK_BACK_SECONDS", default=1.0)
 RELAY_IDLE_POLL_SECONDS = env.float("RELAY_IDLE_POLL_SECONDS", default=0.025)
 # The pause after a round that took rows but not a full batch: rows arriving meanwhile go out
 # together, in fewer rounds and fuller messages (docs/subsystems/relay.md, "How fast it wakes").

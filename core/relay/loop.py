@@ -117,6 +117,8 @@ class Relay:
             )
         taken, full = 0, False
         for outbox in outboxes():
+            if due or self.stats.rounds == 0:
+                outbox.look_everywhere()
             if outbox.has_waiting():
                 limit = self._claim_limit(outbox)
                 if limit:

@@ -48,6 +48,8 @@ class Outbox(Generic[Group]):
 
     - ``has_waiting()``: a cheap probe outside any transaction, so that an idle relay takes no
       lock (by default the claim always runs);
+    - ``look_everywhere()``: an outbox whose look and claim read only where its new rows are,
+      and elsewhere only between looks of its own, looks again at once (nothing by default);
     - held groups: rows may be held back in groups. ``held()`` names the groups held now (one
       cheap read per round; none by default), which ``claim``, ``sweep`` and
       ``oldest_waiting`` leave alone, and ``held_claim(group, limit)`` serves one of them in a
@@ -76,6 +78,11 @@ class Outbox(Generic[Group]):
 
     def has_waiting(self) -> bool:
         return True
+
+    def look_everywhere(self) -> None:
+        """The next look and claim find rows wherever they wait: an outbox that reads only
+        where its new rows are between looks elsewhere (``webhooks.outbox.InboxOutbox``)
+        looks again. A relay calls it in its first round and before every sweep."""
 
     def held(self) -> list[Group]:
         return []

@@ -15,7 +15,9 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from prometheus_client.core import Metric
 
+from core.relay.loop import Relay
 from tests import processes
+from tests.broker import broker_reset, queued_inbox_event_ids
 from tests.integrations.research.factories import research_event
 from tests.webhooks.factories import (
     RESEARCH_SOURCE,
@@ -27,7 +29,7 @@ from trail.models import OperatorAction
 from webhooks import statements
 from webhooks.metrics import InboxPartitionsCollector
 from webhooks.models import FingerprintMismatch, InboxAttempt, InboxEvent, InboxKey
-from webhooks.outbox import InboxOutbox
+from webhooks.outbox import INBOX_OUTBOX, InboxOutbox
 from webhooks.partitions import (
     ATTEMPTS,
     DAY,
@@ -309,6 +311,92 @@ def test_the_relay_publishes_rows_received_weeks_apart_in_one_round():
     for row in (old, new):
         row.refresh_from_db()
         assert row.dispatched_at is not None
+
+
+def test_the_relays_look_and_claim_read_from_yesterday_while_nothing_older_waits(
+    settings,
+):
+    """Between its looks for older rows, the relay's look and claim read the partitions from
+    yesterday's start on (those created ahead included), however many days the inbox keeps;
+    while an older row waits, every partition."""
+    settings.RELAY_LOOK_BACK_SECONDS = 3600
+    inbox_partitions_ensure(ahead_days=40)
+    now = timezone.now()
+    assert InboxOutbox().since() == day_start(now) - DAY
+    # The test database's older days share one partition: the bound is shown on days ahead.
+    since = day_start(now) + 20 * DAY
+    claim = _partitions_named(
+        statements.relay_claim_sql(since), {"limit": 500, "now": now}
+    )
+    look = _partitions_named(statements.relay_has_waiting_sql(since), {"now": now})
+    everywhere = {p.name for p in partitions(INBOX)}
+    expected = {p.name for p in partitions(INBOX) if p.end > since}
+    assert len(everywhere - expected) >= 20 and len(expected) >= 20
+    assert claim == expected, claim
+    assert look == expected, look
+    assert (
+        _partitions_named(statements.relay_claim_sql(None), {"limit": 500, "now": now})
+        == everywhere
+    )
+
+
+def test_a_row_waiting_on_an_older_day_is_claimed_once_the_relay_looks_back(settings):
+    """A row of weeks ago that starts waiting (a replay) between the relay's looks waits
+    for the next one (at most ``RELAY_LOOK_BACK_SECONDS``); the claims then read every
+    partition until it is taken, and the next look narrows them again. A retry of an older
+    day that came due turns them likewise."""
+    settings.RELAY_LOOK_BACK_SECONDS = 3600
+    recent = day_start(timezone.now()) - DAY
+    outbox = InboxOutbox()
+    new = InboxEventFactory()
+    assert outbox.since() == recent
+    old = InboxEventFactory(received_at=timezone.now() - 20 * DAY)
+
+    assert [p.rows for p in outbox.claim(100)[1]] == [(new.pk,)]
+    old.refresh_from_db()
+    assert old.dispatched_at is None
+
+    outbox.look_everywhere()
+    assert outbox.has_waiting()
+    assert outbox.since() is None
+    assert [p.rows for p in outbox.claim(100)[1]] == [(old.pk,)]
+    assert not outbox.has_waiting()
+    outbox.look_everywhere()
+    assert outbox.since() == recent
+
+    retry = InboxEventFactory(
+        received_at=timezone.now() - 3 * DAY,
+        processing_status="failed",
+        next_attempt_at=timezone.now() + timedelta(minutes=5),
+    )
+    outbox.look_everywhere()
+    assert outbox.since() == recent  # not due yet
+    InboxEvent.objects.filter(pk=retry.pk).update(next_attempt_at=timezone.now())
+    outbox.look_everywhere()
+    assert outbox.since() is None
+    assert [p.rows for p in outbox.claim(100)[1]] == [(retry.pk,)]
+
+
+def test_the_relay_looks_back_at_every_claim_with_no_interval(settings):
+    settings.RELAY_LOOK_BACK_SECONDS = 0
+    outbox = InboxOutbox()
+    assert outbox.since() is not None
+    old = InboxEventFactory(received_at=timezone.now() - 20 * DAY)
+    assert [p.rows for p in outbox.claim(100)[1]] == [(old.pk,)]
+
+
+def test_a_relays_first_round_looks_everywhere(settings):
+    """A relay's first round reads every day's waiting rows, whatever the registered
+    outbox last found (another relay of the process, a moment ago)."""
+    settings.RELAY_LOOK_BACK_SECONDS = 3600
+    assert INBOX_OUTBOX.since() is not None
+    old = InboxEventFactory(received_at=timezone.now() - 20 * DAY)
+    broker_reset()
+    try:
+        assert Relay().run_once(sweep=False) == (1, False)
+        assert queued_inbox_event_ids() == [old.pk]
+    finally:
+        broker_reset()
 
 
 def test_a_batch_of_rows_received_weeks_apart_is_processed_whole():
