@@ -231,3 +231,34 @@ def test_poison_event_dead_letters_after_exactly_max_attempts(workers, broker_ur
     ]
     doc = ResearchDocument.objects.get(entity_id="doc_poison")
     assert doc.current_source_version == 1
+
+
+def test_a_row_of_weeks_ago_waiting_again_is_processed_by_a_running_worker(workers):
+    """The relay's claims read the days from yesterday on while nothing older waits; a row of
+    weeks ago that starts waiting again while a worker runs (an event replayed by an
+    operator) is found by its look back within ``RELAY_LOOK_BACK_SECONDS``, not left to the
+    sweep (an hour away here). PostgreSQL's partitions; on SQLite the same rows are read."""
+    fresh = InboxEventFactory(body=research_event(entity_id="doc_look_back_fresh"))
+    workers.start(
+        concurrency=1,
+        env={"RELAY_SWEEP_INTERVAL_SECONDS": "3600", "RELAY_LOOK_BACK_SECONDS": "1"},
+    )
+    workers.wait_until(
+        lambda: InboxEvent.objects.get(pk=fresh.pk).processing_status == "processed",
+        timeout=30,
+        interval=0.1,
+        what="the fresh event processed",
+    )
+    old = InboxEventFactory(
+        body=research_event(entity_id="doc_look_back_old"),
+        received_at=timezone.now() - timedelta(days=20),
+    )
+    started = time.monotonic()
+    workers.wait_until(
+        lambda: InboxEvent.objects.get(pk=old.pk).processing_status == "processed",
+        timeout=30,
+        interval=0.1,
+        what="the row of weeks ago processed",
+    )
+    print(f"\nprocessed {time.monotonic() - started:.2f} s after it started waiting")
+    assert ResearchDocument.objects.filter(entity_id="doc_look_back_old").exists()
