@@ -60,6 +60,7 @@ import os
 import random
 import statistics
 import sys
+import threading
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -708,9 +709,18 @@ def oldest_day():
     """The partition retention is measured on: the full inbox's oldest whole day (or week,
     ``INBOX_PARTITION_DAYS``), the second partition (the first holds the end of one only: the
     rows start 30 days before now)."""
-    from webhooks.partitions import INBOX, partitions
+    from django.utils import timezone
 
-    return partitions(INBOX)[1]
+    from webhooks.partitions import DAY, INBOX, day_start, partitions
+
+    oldest = partitions(INBOX)[1]
+    if oldest.end > day_start(timezone.now()) - DAY:
+        # A kept inbox whose older days earlier runs have dropped, one by one.
+        raise RuntimeError(
+            f"the full inbox has no whole past day or week left to drop ({oldest.name}):"
+            " run without SCALE_KEEP to generate it again"
+        )
+    return oldest
 
 
 def day_delete() -> dict:
@@ -763,14 +773,63 @@ def day_delete() -> dict:
     }
 
 
-def day_drop() -> dict:
+class _IngestBeside(threading.Thread):
+    """Deliveries recorded one after another on a connection of their own while retention
+    drops a day (``day_drop``): how long each took, so that what the drop holds up of
+    ingest is seen (the detach is concurrent; the drop's locks are on detached tables)."""
+
+    def __init__(self, deliveries: list[tuple[bytes, dict[str, str]]]) -> None:
+        super().__init__(daemon=True)
+        self.deliveries = deliveries
+        self.halt = threading.Event()
+        self.seconds: list[float] = []
+
+    def run(self) -> None:
+        from django.db import connection
+
+        from webhooks.ingest import inbox_event_record
+        from webhooks.models import WebhookSource
+
+        try:
+            source = WebhookSource.objects.get(slug=SOURCES[0])
+            for raw, headers in self.deliveries:
+                if self.halt.is_set():
+                    break
+                started = time.perf_counter()
+                inbox_event_record(
+                    source=source,
+                    raw_body=raw,
+                    headers=headers,
+                    remote_addr="127.0.0.1",
+                    secrets=[SECRET],
+                )
+                self.seconds.append(time.perf_counter() - started)
+        finally:
+            connection.close()
+
+    def stop(self) -> dict:
+        self.halt.set()
+        self.join()
+        if not self.seconds:
+            raise RuntimeError("no delivery was recorded while the day was dropped")
+        ordered = sorted(self.seconds)
+        return {
+            "deliveries": len(ordered),
+            "p50_ms": ordered[len(ordered) // 2] * 1000,
+            "max_ms": ordered[-1] * 1000,
+        }
+
+
+def day_drop(deliveries: list[tuple[bytes, dict[str, str]]]) -> dict:
     """The oldest day removed by retention, as the periodic work does it
     (``inbox_partitions_retire`` with ``INBOX_RETENTION_DAYS`` set so that this day alone
     is past it): what holds it checked, its two partitions detached concurrently, checked
     again, the operator action and its log entry written, both dropped. Its rows that the
     generation left unfinished (received, failed: 2%) are first marked processed, untimed:
     a day a month old holds none in production, and one would hold the day back. Seconds,
-    once (the day is gone after it), and the rows and attempts that left."""
+    once (the day is gone after it), and the rows and attempts that left; and the
+    ``deliveries`` (new events) recorded meanwhile on another connection, one after
+    another: how many, their median and longest time."""
     from django.conf import settings
     from django.db import connection
     from django.utils import timezone
@@ -810,13 +869,17 @@ def day_drop() -> dict:
     settings.INBOX_RETENTION_DAYS = (day_start(timezone.now()) - oldest.start) // DAY
     earlier = inbox_partitions_retire()
     settings.INBOX_RETENTION_DAYS = (day_start(timezone.now()) - oldest.end) // DAY
+    beside = _IngestBeside(deliveries)
+    beside.start()
     started = time.perf_counter()
     retired = inbox_partitions_retire()
     seconds = time.perf_counter() - started
+    ingest = beside.stop()
     if retired.dropped != [oldest.name]:
         raise RuntimeError(f"retention dropped {retired.dropped}, held {retired.held}")
     return {
         "seconds": seconds,
+        "ingest_beside": ingest,
         "day": oldest.start.date().isoformat(),
         "partition": oldest.name,
         "rows": rows,
@@ -1028,6 +1091,7 @@ def figures_build(report: dict) -> list:
                 "rows": drop["rows"],
                 "attempts": drop["attempts"],
                 "under_1_s": drop["seconds"] < 1,
+                "ingest_beside": drop["ingest_beside"],
                 "delete_of_the_same_rows_s": round(delete["seconds"], 2),
             },
         )
@@ -1162,7 +1226,11 @@ def main() -> int:
     use_database(names["full"])
     report["delete"] = day_delete()
     print(f"[scale] delete: {report['delete']}", file=sys.stderr, flush=True)
-    report["drop"] = day_drop()
+    # Enough for the drop of a week, one after another.
+    beside = range(
+        first + SCALE_ROUNDS * SCALE_INGEST, first + (SCALE_ROUNDS + 5) * SCALE_INGEST
+    )
+    report["drop"] = day_drop(_deliveries(beside))
     print(f"[scale] drop: {report['drop']}", file=sys.stderr, flush=True)
     use_database(names["empty"])
     from django.db import connection
