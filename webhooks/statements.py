@@ -523,15 +523,19 @@ _DUE_RETRY = (
 )
 
 
-# The relay's look for waiting rows, received from ``since`` on (``None``: wherever they are):
-# one probe of each partial index of the partitions it names.
+def _waiting_exists_sql(received: str) -> str:
+    """Whether a new row or a due retry waits among the rows ``received`` bounds: one probe
+    of each partial index of the partitions it names."""
+    return f"""
+SELECT EXISTS (SELECT 1 FROM {_EVENTS} WHERE {_NEW} {received})
+    OR EXISTS (SELECT 1 FROM {_EVENTS} WHERE {_DUE_RETRY} {received})
+"""  # noqa: S608 - table names, constants written by instant_sql, values bound
+
+
+# The relay's look for waiting rows, received from ``since`` on (``None``: wherever they are).
 @functools.lru_cache(maxsize=64)
 def relay_has_waiting_sql(since: datetime | None) -> str:
-    return f"""
-SELECT EXISTS (SELECT 1 FROM {_EVENTS} WHERE {_NEW} {_since_condition("received_at", since)})
-    OR EXISTS (SELECT 1 FROM {_EVENTS} WHERE {_DUE_RETRY}
-                  {_since_condition("received_at", since)})
-"""  # noqa: S608 - table names, constants written by instant_sql, values bound
+    return _waiting_exists_sql(_since_condition("received_at", since))
 
 
 # Whether any row received before ``before`` waits (a replayed or retried event of an older
@@ -540,11 +544,7 @@ SELECT EXISTS (SELECT 1 FROM {_EVENTS} WHERE {_NEW} {_since_condition("received_
 # inbox"). Reads the partitions before ``before`` only.
 @functools.lru_cache(maxsize=64)
 def relay_older_waiting_sql(before: datetime) -> str:
-    until = f"AND received_at < {instant_sql(before)}"
-    return f"""
-SELECT EXISTS (SELECT 1 FROM {_EVENTS} WHERE {_NEW} {until})
-    OR EXISTS (SELECT 1 FROM {_EVENTS} WHERE {_DUE_RETRY} {until})
-"""  # noqa: S608 - table names, constants written by instant_sql, values bound
+    return _waiting_exists_sql(f"AND received_at < {instant_sql(before)}")
 
 
 # New rows first, in id order, then due retries in the room left, in id order (the caller
