@@ -520,9 +520,21 @@ class StatementClock:
         webhooks.ingest._upsert_execute = self._original
 
 
+def _delivery_record(source, raw: bytes, headers: dict[str, str]) -> None:
+    """One signed delivery recorded as the webhook view records it."""
+    from webhooks.ingest import inbox_event_record
+
+    inbox_event_record(
+        source=source,
+        raw_body=raw,
+        headers=headers,
+        remote_addr="127.0.0.1",
+        secrets=[SECRET],
+    )
+
+
 def ingest_round(deliveries: list[tuple[bytes, dict[str, str]]]) -> dict:
     """The deliveries as new events, then again as duplicates: rates and statement times."""
-    from webhooks.ingest import inbox_event_record
     from webhooks.models import InboxEvent, WebhookSource
 
     source = WebhookSource.objects.get(slug=SOURCES[0])
@@ -531,13 +543,7 @@ def ingest_round(deliveries: list[tuple[bytes, dict[str, str]]]) -> dict:
         with StatementClock() as clock:
             started = time.perf_counter()
             for raw, headers in deliveries:
-                inbox_event_record(
-                    source=source,
-                    raw_body=raw,
-                    headers=headers,
-                    remote_addr="127.0.0.1",
-                    secrets=[SECRET],
-                )
+                _delivery_record(source, raw, headers)
             elapsed = time.perf_counter() - started
         if clock.calls != len(deliveries):
             raise RuntimeError(f"{clock.calls} statements for {len(deliveries)} {kind}")
@@ -787,7 +793,6 @@ class _IngestBeside(threading.Thread):
     def run(self) -> None:
         from django.db import connection
 
-        from webhooks.ingest import inbox_event_record
         from webhooks.models import WebhookSource
 
         try:
@@ -796,13 +801,7 @@ class _IngestBeside(threading.Thread):
                 if self.halt.is_set():
                     break
                 started = time.perf_counter()
-                inbox_event_record(
-                    source=source,
-                    raw_body=raw,
-                    headers=headers,
-                    remote_addr="127.0.0.1",
-                    secrets=[SECRET],
-                )
+                _delivery_record(source, raw, headers)
                 self.seconds.append(time.perf_counter() - started)
         finally:
             connection.close()
