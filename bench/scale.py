@@ -381,13 +381,13 @@ def partitions_by_period(days: int) -> None:
     (``INBOX_PARTITION_DAYS``: a day, or a week from Monday) from the one holding ``days``
     days before today, and those ahead, instead of the empty first partition a fresh
     install's migration makes (which holds every earlier time)."""
-    from django.conf import settings
     from django.db import connection
     from django.utils import timezone
 
     from webhooks.partitions import (
         DAY,
         TABLES,
+        _periods,
         day_start,
         inbox_partitions_ensure,
         partition_create,
@@ -406,12 +406,9 @@ def partitions_by_period(days: int) -> None:
                 f"ALTER TABLE {quote(table.table)} DETACH PARTITION {quote(first.name)}"
             )
             newest = first
-            start = period_start(today - days * DAY)
-            while start <= today:
-                end = start + settings.INBOX_PARTITION_DAYS * DAY
+            for start, end in _periods(period_start(today - days * DAY), today + DAY):
                 partition_create(table, start, end, like=newest)
                 newest = partitions(table)[-1]
-                start = end
             cursor.execute(f"DROP TABLE {quote(first.name)}")
     inbox_partitions_ensure()
 
@@ -832,8 +829,8 @@ def day_drop(deliveries: list[tuple[bytes, dict[str, str]]]) -> dict:
     generation left unfinished (received, failed: 2%) are first marked processed, untimed:
     a day a month old holds none in production, and one would hold the day back. Seconds,
     once (the day is gone after it), and the rows and attempts that left; and the
-    ``deliveries`` (new events) recorded meanwhile on another connection, one after
-    another: how many, their median and longest time."""
+    ``deliveries`` (new events) recorded meanwhile on another connection
+    (``_IngestBeside``): how many, their median and longest time."""
     from django.conf import settings
     from django.db import connection
     from django.utils import timezone
@@ -1230,7 +1227,7 @@ def main() -> int:
     use_database(names["full"])
     report["delete"] = day_delete()
     print(f"[scale] delete: {report['delete']}", file=sys.stderr, flush=True)
-    # Enough for the drop of a week, one after another.
+    # More than a week's drop takes at the pace they go (``BESIDE_PAUSE``).
     beside = range(
         first + SCALE_ROUNDS * SCALE_INGEST, first + (SCALE_ROUNDS + 5) * SCALE_INGEST
     )

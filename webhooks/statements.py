@@ -571,10 +571,6 @@ UNION ALL
 """  # noqa: S608 - table names, constants written by instant_sql, values bound
 
 
-RELAY_HAS_WAITING_SQL = relay_has_waiting_sql(None)
-RELAY_CLAIM_SQL = relay_claim_sql(None)
-
-
 @functools.lru_cache(maxsize=64)
 def relay_stamp_sql(days: tuple[datetime, datetime] | None) -> str:
     """The rows ``relay_claim_sql`` locked, stamped dispatched (and out of any hold)."""

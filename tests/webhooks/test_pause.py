@@ -306,7 +306,7 @@ def _history(source, n: int) -> None:
 @pytest.mark.slow  # tens of thousands of rows: make test only (docs/development.md)
 def test_the_claims_keep_their_partial_indexes_with_a_source_paused(paused, normal):
     """EXPLAIN on PostgreSQL, over an inbox with a past: with a source paused and its rows
-    set aside, the relay's claim (``statements.RELAY_CLAIM_SQL``) and its look before it walk
+    set aside, the relay's claim (``statements.relay_claim_sql``) and its look before it walk
     ``webhooks_inbox_outbox_idx`` (each partition's copy) for new rows (the paused sources
     are a hashed subplan over the holds) and one of the indexes on the status for retries,
     and a drain reads the set-aside rows through ``webhooks_inbox_held_idx``."""
@@ -325,8 +325,8 @@ def test_the_claims_keep_their_partial_indexes_with_a_source_paused(paused, norm
 
     now = timezone.now()
     status_indexes = ("retry_idx", "sweep_idx", "status_idx")  # the planner's pick
-    claim = explain(statements.RELAY_CLAIM_SQL, {"limit": 500, "now": now})
-    looks = explain(statements.RELAY_HAS_WAITING_SQL, {"now": now})
+    claim = explain(statements.relay_claim_sql(None), {"limit": 500, "now": now})
+    looks = explain(statements.relay_has_waiting_sql(None), {"now": now})
     for text in (claim, looks):
         assert "webhooks_inbox_outbox_idx" in text, text
         assert "hashed SubPlan" in text, text
