@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import logging
 import re
+import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from django.conf import settings
@@ -224,6 +225,28 @@ HOLD_REASONS = ("unfinished", "open_evidence", "paused_source", "bulk_replay")
 class Retirement:
     dropped: list[str]
     held: dict[str, list[str]]  # partition -> reasons
+    # Each dropped partition's steps, in seconds (``DropTimes``).
+    times: dict[str, DropTimes] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class DropTimes:
+    """How long each step of one partition's retention took: ``detach`` (both partitions
+    detached concurrently and checked again: the steps that touch the live inbox),
+    ``evidence`` (counted, the statuses of the rows not ``processed`` onto their keys, the
+    operator action), ``drop`` (both tables dropped and the transaction committed: the
+    files removed). ``detach`` is 0 for a partition a stopped run had detached already."""
+
+    detach: float
+    evidence: float
+    drop: float
+
+    def as_log(self) -> dict[str, float]:
+        return {
+            "detach_seconds": round(self.detach, 3),
+            "evidence_seconds": round(self.evidence, 3),
+            "drop_seconds": round(self.drop, 3),
+        }
 
 
 def retention_horizon(*, now: datetime | None = None) -> datetime | None:
@@ -302,14 +325,18 @@ def _attach_again(table: PartitionedTable, name: str, bounds: str) -> None:
         )
 
 
-def _partition_drop(*, events: str, attempts: str, start, end, actor) -> None:
+def _partition_drop(
+    *, events: str, attempts: str, start, end, actor
+) -> tuple[float, float]:
     """One day of the inbox, detached already, dropped: in one transaction, the statuses of
     its rows that were not ``processed`` onto their keys, the operator action that names what
-    left (the audit app logs it, in this transaction), and both tables dropped."""
+    left (the audit app logs it, in this transaction), and both tables dropped. Returns the
+    seconds of the evidence and of the drop with the commit (``DropTimes``)."""
     from trail.models import OperatorAction
     from trail.services import operator_action_record
 
     quote = connection.ops.quote_name
+    started = time.perf_counter()
     with transaction.atomic(), connection.cursor() as cursor:
         # Checks still deferred in an enclosing transaction would refuse the drops.
         cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
@@ -338,9 +365,11 @@ def _partition_drop(*, events: str, attempts: str, start, end, actor) -> None:
                 "last_event_id": last_id,
             },
         )
+        evidence = time.perf_counter()
         cursor.execute(f"DROP TABLE {quote(events)}")
         if attempts:
             cursor.execute(f"DROP TABLE {quote(attempts)}")
+    return evidence - started, time.perf_counter() - evidence
 
 
 def inbox_partitions_retire(*, now: datetime | None = None, actor=None) -> Retirement:
@@ -355,6 +384,7 @@ def inbox_partitions_retire(*, now: datetime | None = None, actor=None) -> Retir
 
     dropped: list[str] = []
     held: dict[str, list[str]] = {}
+    times: dict[str, DropTimes] = {}
     horizon = retention_horizon(now=now)
     if horizon is None or not is_partitioned(INBOX):
         return Retirement(dropped, held)
@@ -373,6 +403,7 @@ def inbox_partitions_retire(*, now: datetime | None = None, actor=None) -> Retir
                 _attach_again(INBOX, name, _bounds_of_detached(name))
             continue
         attempts = ATTEMPTS.table + _suffix(name, INBOX)
+        detach_started = time.perf_counter()
         if partition is None:
             start, end = _bounds_of_name(name)
         else:
@@ -389,7 +420,8 @@ def inbox_partitions_retire(*, now: datetime | None = None, actor=None) -> Retir
                 if _exists(attempts):
                     _attach_again(ATTEMPTS, attempts, bounds)
                 continue
-        _partition_drop(
+        detach = 0.0 if partition is None else time.perf_counter() - detach_started
+        evidence, drop = _partition_drop(
             events=name,
             attempts=attempts if _exists(attempts) else "",
             start=start,
@@ -397,8 +429,12 @@ def inbox_partitions_retire(*, now: datetime | None = None, actor=None) -> Retir
             actor=actor,
         )
         dropped.append(name)
-        logger.info("inbox.partition_dropped", extra={"partition": name})
-    return Retirement(dropped, held)
+        times[name] = DropTimes(detach=detach, evidence=evidence, drop=drop)
+        logger.info(
+            "inbox.partition_dropped",
+            extra={"partition": name, **times[name].as_log()},
+        )
+    return Retirement(dropped, held, times)
 
 
 def _exists(name: str) -> bool:

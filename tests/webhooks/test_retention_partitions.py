@@ -94,13 +94,14 @@ def test_unset_retention_drops_nothing(settings):
 
 
 def test_a_day_past_retention_leaves_whole_and_its_keys_answer_as_before(
-    settings, http, source
+    settings, http, source, caplog
 ):
     settings.INBOX_RETENTION_DAYS = 3
     processed, ignored = stored_events(source=source)
     bodies = [json.loads(bytes(e.raw_body)) for e in (processed, ignored)]
     # The later days have partitions of their own, empty: tomorrow's up to the horizon.
-    retired = inbox_partitions_retire(now=later(5))
+    with caplog.at_level("INFO", logger="webhooks.partitions"):
+        retired = inbox_partitions_retire(now=later(5))
 
     assert FIRST in retired.dropped
     assert partition_name(INBOX, day_start(timezone.now()) + DAY) in retired.dropped
@@ -108,6 +109,18 @@ def test_a_day_past_retention_leaves_whole_and_its_keys_answer_as_before(
     assert not exists(FIRST) and not exists(f"{ATTEMPTS.table}_p0")
     assert InboxEvent.objects.count() == 0
     assert InboxAttempt.objects.count() == 0
+    # The log line of each drop names it with its steps' times.
+    (logged,) = [
+        r
+        for r in caplog.records
+        if r.getMessage() == "inbox.partition_dropped" and r.partition == FIRST
+    ]
+    times = retired.times[FIRST]
+    assert times.evidence > 0 and times.drop > 0
+    assert (logged.evidence_seconds, logged.drop_seconds) == (
+        round(times.evidence, 3),
+        round(times.drop, 3),
+    )
     # The keys stay, with how each row ended.
     finals = dict(InboxKey.objects.values_list("event_id", "final_status"))
     assert finals == {processed.event_id: "", ignored.event_id: "ignored_out_of_order"}
@@ -280,6 +293,11 @@ def test_later_days_are_detached_concurrently_while_the_first_is_held(settings):
         dropped = retired.dropped
         assert retired.held == {FIRST: ["unfinished"]}
         assert partition_name(INBOX, day) in dropped
+        # Each drop says how long its steps took: the detach that touched the live inbox,
+        # the evidence, the files removed.
+        assert set(retired.times) == set(dropped)
+        times = retired.times[partition_name(INBOX, day)]
+        assert times.detach > 0 and times.evidence > 0 and times.drop > 0
         assert not InboxEvent.objects.filter(pk=gone.pk).exists()
         assert InboxKey.objects.filter(pk=gone.pk).exists()
     finally:
