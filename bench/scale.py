@@ -654,7 +654,7 @@ def claims_round() -> dict:
         ms, _rows = _timed_rolled_back(
             functools.partial(
                 _executed,
-                statements.relay_claim_sql(outbox.since()),
+                statements.relay_claim_sql(outbox.claim_starts()),
                 {"limit": settings.RELAY_BATCH_LIMIT, "now": now},
             )
         )

@@ -48,6 +48,7 @@ from core.relay.outbox import Outbox, Publication, relay_round
 from . import statements
 from .dispatch import PROCESS_TASK
 from .models import InboxEvent, ProcessingStatus, SourceHold
+from .partitions import INBOX, partitions
 from .pausing import drain_budget, drain_end
 from .selectors import UnfinishedEvent, inbox_entities_first_unfinished
 
@@ -294,6 +295,8 @@ class InboxOutbox(Outbox[int]):
         # What ``since`` found and when (``time.monotonic()``); None: look again.
         self._since: datetime | None = None
         self._looked_back_at: float | None = None
+        # The inbox's partitions' starts, read with each look back (``claim_starts``).
+        self._partition_starts: tuple[datetime, ...] = ()
 
     def since(self) -> datetime | None:
         """PostgreSQL: the received time from which the relay's look and claim read the
@@ -316,8 +319,24 @@ class InboxOutbox(Outbox[int]):
             )
             older = bool(cursor.fetchone()[0])
         self._since = None if older else recent
+        self._partition_starts = tuple(
+            p.start for p in partitions(INBOX) if p.start is not None
+        )
         self._looked_back_at = now
         return self._since
+
+    def claim_starts(self) -> tuple[datetime | None, ...]:
+        """PostgreSQL: where each range of received times the claim reads in turn starts
+        (``statements.relay_claim_sql``): ``since`` (``None``: from the oldest row), then
+        each later partition's start up to now, then the first partition ahead's, whose
+        range runs on over every partition ahead (empty unless a clock runs ahead). A
+        partition made or dropped since the last look back only moves where a range ends:
+        the ranges still cover every row from ``since`` on."""
+        since = self.since()
+        now = timezone.now()
+        later = [s for s in self._partition_starts if since is None or s > since]
+        ahead = [s for s in later if s > now]
+        return (since, *(s for s in later if s <= now), *ahead[:1])
 
     def look_everywhere(self) -> None:
         self._looked_back_at = None
@@ -325,7 +344,7 @@ class InboxOutbox(Outbox[int]):
     def claim(self, limit: int) -> tuple[int, list[Publication]]:
         now = timezone.now()
         if connection.vendor == "postgresql":
-            claim_sql = statements.relay_claim_sql(self.since())
+            claim_sql = statements.relay_claim_sql(self.claim_starts())
             with connection.cursor() as cursor:
                 cursor.execute(claim_sql, {"limit": limit, "now": now})
                 taken = sorted(cursor.fetchall())

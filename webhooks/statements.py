@@ -138,14 +138,22 @@ def _since_condition(column: str, since: datetime | None) -> str:
     return "" if since is None else f"AND {column} >= {instant_sql(since)}"
 
 
+def _range_condition(
+    column: str, since: datetime | None, until: datetime | None
+) -> str:
+    """``column`` from ``since`` and before ``until``, each written as a constant when given
+    (``None``: no bound on that side)."""
+    before = "" if until is None else f" AND {column} < {instant_sql(until)}"
+    return f"{_since_condition(column, since)}{before}"
+
+
 def _days_condition(column: str, days: tuple[datetime, datetime] | None) -> str:
     """``column`` within ``days``, written as constants: what lets PostgreSQL plan a
     statement over those days' time partitions alone (``recent_days``). Nothing for
     ``None``: every partition."""
     if days is None:
         return ""
-    since, until = days
-    return f"{_since_condition(column, since)} AND {column} < {instant_sql(until)}"
+    return _range_condition(column, *days)
 
 
 # One statement per day and variant: the days a process has run through, at most.
@@ -548,26 +556,48 @@ def relay_older_waiting_sql(before: datetime) -> str:
 
 
 # New rows first, in id order, then due retries in the room left, in id order (the caller
-# sorts what comes back); the retries' scan reads nothing when the new rows filled the
-# batch. The rows are locked, not yet stamped: ``relay_stamp_sql`` stamps them, in the same
-# transaction, naming the days they were received on (``received_days``), so that the
-# update is planned over those days' time partitions alone (docs/scaling.md, "Time
-# partitions of the inbox"). Received from ``since`` on (the relay's recent days, when no
-# older row waits), or wherever they are (``None``).
+# sorts what comes back). The new rows are read a range of received times at a time, oldest
+# first, each range only for the room the earlier ones left (none: it reads nothing): the
+# ranges start at ``starts`` (the first may be ``None``: from the oldest row; the last runs
+# on without end), one per time partition, so that each is one partition's partial index
+# read in id order, which stops at the rows wanted. Over several partitions at once the
+# planner would read every waiting row of all of them and sort them first whenever it
+# counts fewer than the limit (docs/bench-log/2026-12-06.md, "The relay's claim read every
+# waiting row"). The retries' scan, from the first range's start, reads nothing when the
+# new rows filled the batch. The rows are locked, not yet stamped: ``relay_stamp_sql``
+# stamps them, in the same transaction, naming the days they were received on
+# (``received_days``), so that the update is planned over those days' time partitions
+# alone (docs/scaling.md, "Time partitions of the inbox").
 @functools.lru_cache(maxsize=64)
-def relay_claim_sql(since: datetime | None) -> str:
-    received = _since_condition("received_at", since)
-    return f"""
-WITH fresh AS (
+def relay_claim_sql(starts: tuple[datetime | None, ...]) -> str:
+    ranges = list(zip(starts, (*starts[1:], None), strict=True))
+    parts = []
+    for n, (since, until) in enumerate(ranges):
+        received = _range_condition("received_at", since, until)
+        # The rows the ranges before it took (taken<n>), and the room they left.
+        taken = f"(SELECT n FROM taken{n - 1})"  # noqa: S608 - its own names
+        room = "%(limit)s" if n == 0 else f"GREATEST(%(limit)s - {taken}, 0)"
+        before = "" if n == 0 else f"{taken} + "
+        parts.append(
+            f"""fresh{n} AS (
     SELECT id, event_id, entity_id, received_at FROM {_EVENTS} WHERE {_NEW} {received}
-     ORDER BY id LIMIT %(limit)s FOR UPDATE SKIP LOCKED
-), due AS (
-    SELECT id, event_id, entity_id, received_at FROM {_EVENTS} WHERE {_DUE_RETRY} {received}
+     ORDER BY id LIMIT {room} FOR UPDATE SKIP LOCKED
+), taken{n} AS (SELECT {before}count(*) AS n FROM fresh{n})"""  # noqa: S608 - as below
+        )
+    last = len(ranges) - 1
+    fresh = "\nUNION ALL\n".join(
+        f"SELECT 0 AS retry, * FROM fresh{n}"  # noqa: S608 - the statement's own names
+        for n in range(len(ranges))
+    )
+    return f"""
+WITH {", ".join(parts)}, due AS (
+    SELECT id, event_id, entity_id, received_at FROM {_EVENTS}
+     WHERE {_DUE_RETRY} {_since_condition("received_at", starts[0])}
      ORDER BY id LIMIT %(limit)s FOR UPDATE SKIP LOCKED
 )
-SELECT 0 AS retry, * FROM fresh
+{fresh}
 UNION ALL
-(SELECT 1, * FROM due LIMIT GREATEST(%(limit)s - (SELECT count(*) FROM fresh), 0))
+(SELECT 1, * FROM due LIMIT GREATEST(%(limit)s - (SELECT n FROM taken{last}), 0))
 """  # noqa: S608 - table names, constants written by instant_sql, values bound
 
 

@@ -10,7 +10,7 @@ from datetime import timedelta
 
 import pytest
 from django.core.management import call_command
-from django.db import connection
+from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from prometheus_client.core import Metric
@@ -23,6 +23,7 @@ from tests.webhooks.factories import (
     RESEARCH_SOURCE,
     InboxAttemptFactory,
     InboxEventFactory,
+    inbox_events_bulk_create,
     signed_post,
 )
 from trail.models import OperatorAction
@@ -326,7 +327,8 @@ def test_the_relays_look_and_claim_read_from_yesterday_while_nothing_older_waits
     # The test database's older days share one partition: the bound is shown on days ahead.
     since = day_start(now) + 20 * DAY
     claim = _partitions_named(
-        statements.relay_claim_sql(since), {"limit": 500, "now": now}
+        statements.relay_claim_sql((since, since + DAY, since + 2 * DAY)),
+        {"limit": 500, "now": now},
     )
     look = _partitions_named(statements.relay_has_waiting_sql(since), {"now": now})
     everywhere = {p.name for p in partitions(INBOX)}
@@ -335,9 +337,86 @@ def test_the_relays_look_and_claim_read_from_yesterday_while_nothing_older_waits
     assert claim == expected, claim
     assert look == expected, look
     assert (
-        _partitions_named(statements.relay_claim_sql(None), {"limit": 500, "now": now})
+        _partitions_named(
+            statements.relay_claim_sql((None,)), {"limit": 500, "now": now}
+        )
         == everywhere
     )
+    # Its ranges: from yesterday's start, one a partition up to now, then every one ahead.
+    outbox = InboxOutbox()
+    starts = outbox.claim_starts()
+    later = [
+        p.start for p in partitions(INBOX) if p.start and p.start > day_start(now) - DAY
+    ]
+    assert starts == (
+        day_start(now) - DAY,
+        *(start for start in later if start <= now),
+        min(start for start in later if start > now),
+    )
+
+
+def _rows_read(statement: str, params: dict) -> int:
+    """The inbox rows the statement's scans of the inbox's partitions returned, run (in the
+    test's transaction)."""
+    with connection.cursor() as cursor:
+        cursor.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + statement, params)
+        plan = cursor.fetchone()[0][0]["Plan"]
+    read = 0
+
+    def walk(node):
+        nonlocal read
+        if (node.get("Relation Name") or "").startswith(INBOX.table):
+            read += node["Actual Rows"] * node["Actual Loops"]
+        for child in node.get("Plans", []):
+            walk(child)
+
+    walk(plan)
+    return read
+
+
+def test_a_claim_reads_the_rows_it_takes_not_every_waiting_row(settings):
+    """A backlog (the workers behind): thousands of rows waiting, the inbox analysed before
+    they came (so the planner counts few). The relay's claim reads one partition's range at
+    a time in id order and stops at the rows it takes, and reads nothing of a range once it
+    has them; one read over several partitions at once had read every waiting row of all of
+    them and sorted them first (docs/bench-log/2026-12-06.md, "The relay's claim read every
+    waiting row"). Then, with a row of three weeks ago waiting, likewise over every
+    partition."""
+    settings.RELAY_LOOK_BACK_SECONDS = 3600
+    inbox_partitions_ensure(ahead_days=10)
+    sql(f"ANALYZE {INBOX.table}")
+    now = timezone.now()
+    backlog = inbox_events_bulk_create(
+        [research_event() for _ in range(2000)], received_at=now
+    )
+    # Rows a clock ahead wrote, into a partition ahead: read only for the room left.
+    ahead = inbox_events_bulk_create(
+        [research_event() for _ in range(300)], received_at=now + 3 * DAY
+    )
+    outbox = InboxOutbox()
+    claim = statements.relay_claim_sql(outbox.claim_starts())
+    assert _rows_read(claim, {"limit": 100, "now": now}) <= 110
+    taken, _ = outbox.claim(100)
+    assert taken == 100
+    # Every waiting row, in id order, the rows ahead last: all of them when the limit
+    # leaves room.
+    with transaction.atomic():
+        taken, publications = outbox.claim(5000)
+        transaction.set_rollback(True)
+    rows = [row for p in publications for row in p.rows]
+    assert taken == 2200 and sorted(rows) == sorted(
+        [r.pk for r in backlog[100:]] + [r.pk for r in ahead]
+    )
+
+    old = InboxEventFactory(received_at=now - 21 * DAY)
+    outbox.look_everywhere()
+    starts = outbox.claim_starts()
+    # From the oldest row: the test database's older days share its first partition.
+    assert starts[0] is None
+    claim = statements.relay_claim_sql(starts)
+    assert _rows_read(claim, {"limit": 100, "now": now}) <= 110
+    taken, publications = outbox.claim(5000)
+    assert taken == 2201 and old.pk in {row for p in publications for row in p.rows}
 
 
 def test_a_row_waiting_on_an_older_day_is_claimed_once_the_relay_looks_back(settings):

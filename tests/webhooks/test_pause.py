@@ -325,7 +325,7 @@ def test_the_claims_keep_their_partial_indexes_with_a_source_paused(paused, norm
 
     now = timezone.now()
     status_indexes = ("retry_idx", "sweep_idx", "status_idx")  # the planner's pick
-    claim = explain(statements.relay_claim_sql(None), {"limit": 500, "now": now})
+    claim = explain(statements.relay_claim_sql((None,)), {"limit": 500, "now": now})
     looks = explain(statements.relay_has_waiting_sql(None), {"now": now})
     for text in (claim, looks):
         assert "webhooks_inbox_outbox_idx" in text, text
