@@ -31,6 +31,7 @@ from tests.webhooks.factories import (
 from webhooks.models import (
     FingerprintMismatch,
     InboxEvent,
+    InboxKey,
     SignatureFailure,
     WebhookSecret,
 )
@@ -166,18 +167,33 @@ def hot_updates_in_this_transaction() -> int:
         return cursor.fetchone()[0]
 
 
+def key_updates_in_this_transaction() -> tuple[int, int]:
+    """The ledger's updates in this transaction, and how many of them were HOT."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pg_stat_get_xact_tuples_updated(%s::regclass),"
+            " pg_stat_get_xact_tuples_hot_updated(%s::regclass)",
+            [InboxKey._meta.db_table] * 2,
+        )
+        return cursor.fetchone()
+
+
 def test_a_duplicate_counts_itself_on_its_row_without_touching_an_index(http, source):
     """The count and the last-seen time are read by no index, and the inbox's pages keep
     room (fillfactor 85, ``webhooks.0021``): the update of a duplicate is a HOT update even
-    on a page that inserts filled, with no entry written in the inbox's indexes."""
-    events = [research_event() for _ in range(20)]  # the first pages filled
+    on a page that inserts filled, with no entry written in the inbox's indexes. Its key in
+    the ledger likewise (fillfactor 95, ``webhooks.0034``), on a page of keys filled."""
+    events = [research_event() for _ in range(120)]  # the first pages filled
     for event in events:
         assert post_signed(http, event).status_code == 202
     before = hot_updates_in_this_transaction()
+    keys_before = key_updates_in_this_transaction()
 
     assert post_signed(http, events[0]).status_code == 200
 
     assert hot_updates_in_this_transaction() == before + 1
+    updated, hot = key_updates_in_this_transaction()
+    assert (updated - keys_before[0], hot - keys_before[1]) == (1, 1)
     assert InboxEvent.objects.get(event_id=events[0]["event_id"]).delivery_count == 2
 
 

@@ -155,6 +155,15 @@ def test_the_inbox_keeps_room_on_its_pages_and_loses_it_back(migrated_back):
     assert "autovacuum_vacuum_scale_factor=0.01" in reloptions(events)
 
 
+def test_the_ledger_keeps_room_on_its_pages_and_loses_it_back(migrated_back):
+    keys = "webhooks_inboxkey"
+    assert "fillfactor=95" in reloptions(keys)
+
+    migrated_back("0033_inbox_key_purges")
+
+    assert "fillfactor=95" not in reloptions(keys)
+
+
 def test_secrets_stored_before_public_keys_were_held_are_secrets(migrated_back):
     """0023: every secret already stored is of kind ``secret``; a row of kind
     ``public_key`` must hold a 32-byte ``whpk_`` key, which the database enforces."""
