@@ -8,9 +8,10 @@ with room on the key's page that update is a HOT update, with no entry written i
 ledger's indexes (its unique index on the source and the event id is large and read at
 random); on a full page it writes one in each. Measured on a ledger of ten million keys, a
 day's 3,333 final statuses written with the caches dropped: 0.25 s with full pages, 0.12 s
-with this room, every update HOT (docs/bench-log/2026-12-06.md, "The ledger's room for a
-key's second version"). Pages written from now on keep 5% of their space free (about eight
-bytes a key); pages already written keep their layout until they are rewritten."""
+with this room, every update HOT (docs/bench-log/2026-12-06.md, "A drop's steps, the
+filesystem's floor, and the ledger's room for a key's second version"). Pages written from
+now on keep 5% of their space free (about eight bytes a key); pages already written keep
+their layout until they are rewritten."""
 
 from django.db import migrations
 
