@@ -295,8 +295,9 @@ class InboxOutbox(Outbox[int]):
         # What ``since`` found and when (``time.monotonic()``); None: look again.
         self._since: datetime | None = None
         self._looked_back_at: float | None = None
-        # The inbox's partitions' starts, read with each look back (``claim_starts``).
-        self._partition_starts: tuple[datetime, ...] = ()
+        # The inbox's partitions' starts, read by the first claim after each look back
+        # (``claim_starts``); None: read them again. An idle relay never reads them.
+        self._partition_starts: tuple[datetime, ...] | None = None
 
     def since(self) -> datetime | None:
         """PostgreSQL: the received time from which the relay's look and claim read the
@@ -319,9 +320,7 @@ class InboxOutbox(Outbox[int]):
             )
             older = bool(cursor.fetchone()[0])
         self._since = None if older else recent
-        self._partition_starts = tuple(
-            p.start for p in partitions(INBOX) if p.start is not None
-        )
+        self._partition_starts = None
         self._looked_back_at = now
         return self._since
 
@@ -333,6 +332,10 @@ class InboxOutbox(Outbox[int]):
         partition made or dropped since the last look back only moves where a range ends:
         the ranges still cover every row from ``since`` on."""
         since = self.since()
+        if self._partition_starts is None:
+            self._partition_starts = tuple(
+                p.start for p in partitions(INBOX) if p.start is not None
+            )
         now = timezone.now()
         later = [s for s in self._partition_starts if since is None or s > since]
         ahead = [s for s in later if s > now]
