@@ -164,12 +164,14 @@ def _publications(rows: list[tuple[int, str, str]]) -> list[Publication]:
     return publications
 
 
-def _take(queryset: QuerySet[InboxEvent], limit: int, now: datetime) -> list[tuple]:
-    """Locks up to ``limit`` rows of ``queryset`` that no other relay holds, in id order, and
-    stamps them dispatched. Runs inside the relay's transaction."""
+def _take(
+    queryset: QuerySet[InboxEvent], limit: int, now: datetime, *, order: str = "id"
+) -> list[tuple]:
+    """Locks up to ``limit`` rows of ``queryset`` that no other relay holds, in ``order``,
+    and stamps them dispatched. Runs inside the relay's transaction."""
     rows = list(
         queryset.select_for_update(skip_locked=True)
-        .order_by("id")
+        .order_by(order)
         .values_list("id", "event_id", "entity_id")[:limit]
     )
     if rows:
@@ -363,7 +365,9 @@ class InboxOutbox(Outbox[int]):
             return len(rows), _publications(rows)
         rows = _take(_waiting_new(), limit, now)
         if len(rows) < limit:
-            rows += _take(_waiting_retries(now), limit - len(rows), now)
+            rows += _take(
+                _waiting_retries(now), limit - len(rows), now, order="next_attempt_at"
+            )
         return len(rows), _publications(rows)
 
     def sweep(self, limit: int) -> tuple[int, list[Publication]]:

@@ -555,50 +555,49 @@ def relay_older_waiting_sql(before: datetime) -> str:
     return _waiting_exists_sql(f"AND received_at < {instant_sql(before)}")
 
 
-# New rows first, in id order, then due retries in the room left, in id order (the caller
-# sorts what comes back). The new rows are read a range of received times at a time, oldest
-# first, each range only for the room the earlier ones left (none: it reads nothing): the
-# ranges start at ``starts`` (the first may be ``None``: from the oldest row; the last runs
-# on without end), one per time partition, so that each is one partition's partial index
-# read in id order, which stops at the rows wanted. Over several partitions at once the
-# planner would read every waiting row of all of them and sort them first whenever it
-# counts fewer than the limit (docs/bench-log/2026-12-06.md, "The relay's claim read every
-# waiting row"). The retries' scan, from the first range's start, reads nothing when the
-# new rows filled the batch. The rows are locked, not yet stamped: ``relay_stamp_sql``
-# stamps them, in the same transaction, naming the days they were received on
-# (``received_days``), so that the update is planned over those days' time partitions
-# alone (docs/scaling.md, "Time partitions of the inbox").
+# New rows first, in id order, then due retries in the room left, soonest due first (the
+# caller sorts what comes back). Each kind is read a range of received times at a time,
+# oldest first, each range only for the room the scans before it left (none: it reads
+# nothing): the ranges start at ``starts`` (the first may be ``None``: from the oldest row;
+# the last runs on without end), one per time partition, so that each scan is one
+# partition's partial index read in its order (new rows by id, retries by
+# ``next_attempt_at``), which stops at the rows wanted. Over several partitions at once the
+# planner reads every waiting row of all of them and sorts them first whenever it counts
+# fewer than the limit (docs/bench-log/2026-12-06.md, "The relay's claim read every
+# waiting row"): thousands of due retries after a downstream outage, at every claim. The
+# rows are locked, not yet stamped: ``relay_stamp_sql`` stamps them, in the same
+# transaction, naming the days they were received on (``received_days``), so that the
+# update is planned over those days' time partitions alone (docs/scaling.md, "Time
+# partitions of the inbox").
 @functools.lru_cache(maxsize=64)
 def relay_claim_sql(starts: tuple[datetime | None, ...]) -> str:
     ranges = list(zip(starts, (*starts[1:], None), strict=True))
+    scans = [(0, _NEW, "id", r) for r in ranges] + [
+        (1, _DUE_RETRY, "next_attempt_at", r) for r in ranges
+    ]
     parts = []
-    for n, (since, until) in enumerate(ranges):
+    for n, (retry, waiting, order, (since, until)) in enumerate(scans):
         received = _range_condition("received_at", since, until)
-        # The rows the ranges before it took (taken<n>), and the room they left.
+        # The rows the scans before it took (taken<n>), and the room they left.
         taken = f"(SELECT n FROM taken{n - 1})"  # noqa: S608 - its own names
         room = "%(limit)s" if n == 0 else f"GREATEST(%(limit)s - {taken}, 0)"
         before = "" if n == 0 else f"{taken} + "
         parts.append(
-            f"""fresh{n} AS (
-    SELECT id, event_id, entity_id, received_at FROM {_EVENTS} WHERE {_NEW} {received}
-     ORDER BY id LIMIT {room} FOR UPDATE SKIP LOCKED
-), taken{n} AS (SELECT {before}count(*) AS n FROM fresh{n})"""  # noqa: S608 - as below
+            f"""scan{n} AS (
+    SELECT {retry} AS retry, id, event_id, entity_id, received_at FROM {_EVENTS}
+     WHERE {waiting} {received}
+     ORDER BY {order} LIMIT {room} FOR UPDATE SKIP LOCKED
+), taken{n} AS (SELECT {before}count(*) AS n FROM scan{n})"""  # noqa: S608
+            # table names, constants written by instant_sql, values bound
         )
-    last = len(ranges) - 1
-    fresh = "\nUNION ALL\n".join(
-        f"SELECT 0 AS retry, * FROM fresh{n}"  # noqa: S608 - the statement's own names
-        for n in range(len(ranges))
+    union = "\nUNION ALL\n".join(
+        f"SELECT * FROM scan{n}"  # noqa: S608 - the statement's own names
+        for n in range(len(scans))
     )
     return f"""
-WITH {", ".join(parts)}, due AS (
-    SELECT id, event_id, entity_id, received_at FROM {_EVENTS}
-     WHERE {_DUE_RETRY} {_since_condition("received_at", starts[0])}
-     ORDER BY id LIMIT %(limit)s FOR UPDATE SKIP LOCKED
-)
-{fresh}
-UNION ALL
-(SELECT 1, * FROM due LIMIT GREATEST(%(limit)s - (SELECT n FROM taken{last}), 0))
-"""  # noqa: S608 - table names, constants written by instant_sql, values bound
+WITH {", ".join(parts)}
+{union}
+"""
 
 
 @functools.lru_cache(maxsize=64)

@@ -419,6 +419,49 @@ def test_a_claim_reads_the_rows_it_takes_not_every_waiting_row(settings):
     assert taken == 2201 and old.pk in {row for p in publications for row in p.rows}
 
 
+def test_a_claim_reads_the_due_retries_it_takes_soonest_due_first(settings):
+    """After a downstream outage thousands of retries come due at once. A claim reads them
+    in the order they came due, through the partial index ordered by ``next_attempt_at``,
+    and stops at the ones it takes; in id order it had read every due retry and sorted
+    them, at every claim until they were all published. Retries not due are never read."""
+    settings.RELAY_LOOK_BACK_SECONDS = 3600
+    sql(f"ANALYZE {INBOX.table}")
+    now = timezone.now()
+    due = inbox_events_bulk_create(
+        [research_event() for _ in range(2000)],
+        received_at=now - timedelta(hours=1),
+        processing_status="failed",
+        attempts=1,
+        next_attempt_at=now - timedelta(minutes=1),
+    )
+    # The soonest due, received last (the highest ids): claimed first all the same.
+    soonest = inbox_events_bulk_create(
+        [research_event() for _ in range(30)],
+        received_at=now - timedelta(minutes=30),
+        processing_status="failed",
+        attempts=1,
+        next_attempt_at=now - timedelta(minutes=10),
+    )
+    inbox_events_bulk_create(
+        [research_event() for _ in range(500)],
+        received_at=now - timedelta(hours=1),
+        processing_status="failed",
+        attempts=1,
+        next_attempt_at=now + timedelta(minutes=5),
+    )
+    outbox = InboxOutbox()
+    claim = statements.relay_claim_sql(outbox.claim_starts())
+    assert _rows_read(claim, {"limit": 100, "now": now}) <= 110
+    taken, publications = outbox.claim(100)
+    rows = {row for p in publications for row in p.rows}
+    assert taken == 100 and {r.pk for r in soonest} <= rows
+    taken, publications = outbox.claim(5000)
+    assert taken == 1930
+    assert {row for p in publications for row in p.rows} | rows == {
+        r.pk for r in due + soonest
+    }
+
+
 def test_a_row_waiting_on_an_older_day_is_claimed_once_the_relay_looks_back(settings):
     """A row of weeks ago that starts waiting (a replay) between the relay's looks waits
     for the next one (at most ``RELAY_LOOK_BACK_SECONDS``); the claims then read every
