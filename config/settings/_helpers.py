@@ -41,7 +41,8 @@ def database_binding_apply(database: dict) -> None:
 
 def database_timeouts_apply(database: dict, settings: Mapping[str, Any]) -> None:
     """The bounded waits of ``settings`` (base.py's ``DATABASE_*_SECONDS``,
-    ``DATABASE_KEEPALIVES_*``, ``APP_PROCESS`` and ``WEB_STATEMENT_TIMEOUT_*``; see
+    ``DATABASE_KEEPALIVES_*``, ``DATABASE_JIT_OFF``, ``APP_PROCESS`` and
+    ``WEB_STATEMENT_TIMEOUT_*``; see
     docs/scaling.md, "Database timeouts") on a PostgreSQL database's settings, after
     ``database_binding_apply``."""
     if database["ENGINE"] != "django.db.backends.postgresql":
@@ -65,6 +66,11 @@ def database_timeouts_apply(database: dict, settings: Mapping[str, Any]) -> None
             f"-c tcp_user_timeout={user_timeout}"
         )
         options["options"] = f"{options.get('options', '')} {server}".strip()
+    if settings["DATABASE_JIT_OFF"]:
+        # A compile of seconds before a statement that runs in milliseconds: PostgreSQL
+        # compiles whatever its estimate calls expensive, and a search of the partitioned
+        # inbox for an older event is estimated so (docs/scaling.md, "Database timeouts").
+        options["options"] = f"{options.get('options', '')} -c jit=off".strip()
     timeout = settings["WEB_STATEMENT_TIMEOUT_SECONDS"]
     if settings["APP_PROCESS"] != "web" or timeout <= 0:
         return

@@ -60,6 +60,8 @@ MIDDLEWARE = [
     # Bodies declared over the limit, and multipart bodies outside the admin's forms (no view
     # takes uploads), are refused here, before the sessions, CSRF or a view read them.
     "core.middleware.RequestBodyBoundMiddleware",
+    # The admin's statements planned for their values, never prepared (core/plans.py).
+    "core.plans.ConsolePlansMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -124,6 +126,12 @@ DATABASE_KEEPALIVES_COUNT = env.int("DATABASE_KEEPALIVES_COUNT", default=3)
 # keepalives of two hours (docs/scaling.md, "Database timeouts"). false behind a pooler that
 # refuses startup options (PgBouncer: its idle_transaction_timeout plays that part).
 DATABASE_SERVER_KEEPALIVES = env.bool("DATABASE_SERVER_KEEPALIVES", default=True)
+# Every connection turns PostgreSQL's JIT compilation off (a startup option): the product's
+# statements run in milliseconds, and one the planner estimates expensive (an admin search
+# for an older event over a month of partitions) spent 4.4 s compiling before 19 ms of work,
+# near the web's statement timeout (docs/scaling.md, "Database timeouts"). false behind a
+# pooler that refuses startup options: then ALTER ROLE ... SET jit = off.
+DATABASE_JIT_OFF = env.bool("DATABASE_JIT_OFF", default=True)
 # Web processes only (config/wsgi.py says a process is one: APP_PROCESS=web): a statement
 # is ended by the server after WEB_STATEMENT_TIMEOUT_SECONDS, and any wait for an answer by
 # the client one second later (core/pgbackend/), so that a request never waits for a

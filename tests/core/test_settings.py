@@ -237,11 +237,13 @@ def database_settings(prelude: str, **env: str) -> tuple[str, dict]:
     return engine, options
 
 
-# What every connection asks of the server's side (DATABASE_SERVER_KEEPALIVES).
+# What every connection asks of the server's side (DATABASE_SERVER_KEEPALIVES, then
+# DATABASE_JIT_OFF).
 SERVER_KEEPALIVES = (
     "-c tcp_keepalives_idle=10 -c tcp_keepalives_interval=3 "
     "-c tcp_keepalives_count=3 -c tcp_user_timeout=19000"
 )
+SERVER_OPTIONS = f"{SERVER_KEEPALIVES} -c jit=off"
 
 
 def test_every_process_bounds_its_connect_and_finds_a_dead_link():
@@ -252,7 +254,7 @@ def test_every_process_bounds_its_connect_and_finds_a_dead_link():
         assert options["keepalives_idle"] == 10
         assert options["tcp_user_timeout"] == 19000
         # and so does the server on its side (tests/core/test_database_partition_sessions.py).
-        assert options["options"].startswith(SERVER_KEEPALIVES)
+        assert options["options"].startswith(SERVER_OPTIONS)
 
 
 def test_behind_a_pooler_no_process_sends_startup_options():
@@ -261,6 +263,7 @@ def test_behind_a_pooler_no_process_sends_startup_options():
             prelude,
             DATABASE_SERVER_KEEPALIVES="false",
             WEB_STATEMENT_TIMEOUT_ON_SERVER="false",
+            DATABASE_JIT_OFF="false",
         )
         assert "options" not in options
         assert options["tcp_user_timeout"] == 19000
@@ -271,31 +274,31 @@ def test_only_web_processes_get_the_statement_timeout_and_bounded_waits():
     or manage.py, which load the Celery app or the settings alone)."""
     engine, options = database_settings("import config.wsgi")
     assert engine == "core.pgbackend"
-    assert options["options"] == f"{SERVER_KEEPALIVES} -c statement_timeout=5000"
+    assert options["options"] == f"{SERVER_OPTIONS} -c statement_timeout=5000"
     assert options["answer_timeout"] == 6
     for prelude in ("import config.celery_app", "import django; django.setup()"):
         engine, options = database_settings(prelude)
         assert engine == "django.db.backends.postgresql"
-        assert options["options"] == SERVER_KEEPALIVES
+        assert options["options"] == SERVER_OPTIONS
         assert "answer_timeout" not in options
     # Tunable, and off with 0; behind PgBouncer the server's part is the pooler's.
     _, options = database_settings(
         "import config.wsgi", WEB_STATEMENT_TIMEOUT_SECONDS="2.5"
     )
     assert (options["options"], options["answer_timeout"]) == (
-        f"{SERVER_KEEPALIVES} -c statement_timeout=2500",
+        f"{SERVER_OPTIONS} -c statement_timeout=2500",
         3.5,
     )
     engine, options = database_settings(
         "import config.wsgi", WEB_STATEMENT_TIMEOUT_ON_SERVER="false"
     )
     assert engine == "core.pgbackend"
-    assert options["options"] == SERVER_KEEPALIVES
+    assert options["options"] == SERVER_OPTIONS
     engine, options = database_settings(
         "import config.wsgi", WEB_STATEMENT_TIMEOUT_SECONDS="0"
     )
     assert engine == "django.db.backends.postgresql"
-    assert options["options"] == SERVER_KEEPALIVES
+    assert options["options"] == SERVER_OPTIONS
 
 
 BARE_FLOOR = (
@@ -412,3 +415,29 @@ def test_gunicorn_refuses_to_serve_with_a_secret_that_ends_in_a_space(tmp_path):
     refused_start(
         server.log(), variable="DEPLOY_HTTP_SECRET", value=HTTP_SECRET, name="space"
     )
+
+
+# A statement PostgreSQL estimates far above jit_above_cost (100,000), run nowhere.
+EXPENSIVE_ESTIMATE = "EXPLAIN SELECT count(*) FROM generate_series(1, 100000000) a"
+
+
+@pytest.mark.django_db
+def test_the_product_s_sessions_never_compile_a_statement(django_db_blocker):
+    """DATABASE_JIT_OFF: a connection of the product's plans even a statement estimated as
+    expensive as this one without JIT compilation (the server compiles it for a session of
+    its own: checked), which cost an admin search of the partitioned inbox 4.4 s before
+    19 ms of work (docs/scaling.md, "Database timeouts")."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(EXPENSIVE_ESTIMATE)
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+    assert "JIT" not in plan
+    params = connection.get_connection_params()
+    params.pop("options")
+    params.pop("server_side_binding", None)
+    params.pop("prepare_threshold", None)
+    params.pop("answer_timeout", None)
+    with connection.Database.connect(**params) as plain:
+        plan = "\n".join(row[0] for row in plain.execute(EXPENSIVE_ESTIMATE))
+    assert "JIT:" in plan

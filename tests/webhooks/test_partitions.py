@@ -44,6 +44,7 @@ from webhooks.partitions import (
     partitions,
 )
 from webhooks.processing import inbox_events_process
+from webhooks.selectors import inbox_events_attempts_annotate
 
 pytestmark = [
     pytest.mark.django_db,
@@ -460,6 +461,39 @@ def test_a_claim_reads_the_due_retries_it_takes_soonest_due_first(settings):
     assert {row for p in publications for row in p.rows} | rows == {
         r.pk for r in due + soonest
     }
+
+
+def test_a_pages_attempt_counts_read_each_rows_own_partition():
+    """The console's list counts each row's attempts (``inbox_events_attempts_annotate``)
+    by its id and its received time, the attempts' partition key: each count reads the
+    partition of the row's day only (checked: without the received time each count read
+    every partition's index)."""
+    inbox_partitions_ensure(ahead_days=5)
+    now = timezone.now()
+    events = [InboxEventFactory(received_at=now - n * DAY) for n in range(3)]
+    for event in events:
+        InboxAttemptFactory(event=event)
+        InboxAttemptFactory(event=event, number=2)
+    attempts_partitions = list(partitions(ATTEMPTS))
+    assert len(attempts_partitions) >= 8
+    rows = inbox_events_attempts_annotate(InboxEvent.objects.order_by("-received_at"))
+    assert [(r.attempts_total, r.attempt_rounds) for r in rows] == [(2, 1)] * 3
+    statement, params = rows.query.sql_with_params()
+    with connection.cursor() as cursor:
+        cursor.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + statement, params)
+        plan = cursor.fetchone()[0][0]["Plan"]
+    scans = 0
+
+    def walk(node):
+        nonlocal scans
+        if (node.get("Relation Name") or "").startswith(ATTEMPTS.table):
+            scans += node["Actual Loops"]
+        for child in node.get("Plans", []):
+            walk(child)
+
+    walk(plan)
+    # Two counts a row, each one partition's index.
+    assert scans == 2 * len(events)
 
 
 def test_a_row_waiting_on_an_older_day_is_claimed_once_the_relay_looks_back(settings):

@@ -1,0 +1,55 @@
+"""The console's statements are planned for their values, every time (docs/scaling.md,
+"Database timeouts").
+
+On PostgreSQL the product's connections prepare a statement they run often
+(``config.settings._helpers.database_binding_apply``): ingest's few statements are then
+parsed and planned once per connection. After five runs of a prepared statement PostgreSQL
+may switch to a generic plan, made without the values, and keep it while it looks as cheap
+as the plans made with them. For the console's pages that is the wrong bet: a search is
+``event_id LIKE $1``, which a generic plan cannot read through the prefix index, and a
+filter's status may name a tenth of the rows or a handful. Measured on the inbox at ten
+million rows: the changelist's date bounds for a search (``MIN``/``MAX`` of ``received_at``)
+took 10 ms while planned for the term, then 9 to 34 s from the sixth run of the page on the
+same connection, the generic plan walking the whole received-time index for rows that sit at
+its far end (docs/bench-log/2026-12-06.md, "The console's search, planned without its term").
+
+So a request to the admin runs its statements unprepared: psycopg sends each one unnamed,
+and PostgreSQL plans it with its values. Only the client's side changes (psycopg's
+``prepare_threshold``, for the request's duration): nothing stays on the server's session,
+which a pooler in transaction mode could hand to another client. Everything else keeps its
+prepared statements.
+"""
+
+from __future__ import annotations
+
+from django.db import connection
+from django.http import HttpRequest, HttpResponse
+from django.urls import reverse
+
+
+def _unprepared(execute, sql, params, many, context):
+    """An execute wrapper: the statement sent unnamed, planned for its values."""
+    raw = context["connection"].connection
+    threshold = raw.prepare_threshold
+    raw.prepare_threshold = None
+    try:
+        return execute(sql, params, many, context)
+    finally:
+        raw.prepare_threshold = threshold
+
+
+class ConsolePlansMiddleware:
+    """Every statement of a request under the admin's prefix unprepared (module
+    docstring). On the embedded SQLite default there is nothing to do."""
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+        self.admin_prefix = reverse("admin:index")
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        if connection.vendor != "postgresql" or not request.path.startswith(
+            self.admin_prefix
+        ):
+            return self.get_response(request)
+        with connection.execute_wrapper(_unprepared):
+            return self.get_response(request)
