@@ -11,7 +11,7 @@ filter's status may name a tenth of the rows or a handful. Measured on the inbox
 million rows: the changelist's date bounds for a search (``MIN``/``MAX`` of ``received_at``)
 took 10 ms while planned for the term, then 9 to 34 s from the sixth run of the page on the
 same connection, the generic plan walking the whole received-time index for rows that sit at
-its far end (docs/bench-log/2026-12-06.md, "The console's search, planned without its term").
+its far end (docs/bench-log/2026-12-06.md, "The console at ten million rows").
 
 So a request to the admin runs its statements unprepared: psycopg sends each one unnamed,
 and PostgreSQL plans it with its values. Only the client's side changes (psycopg's

@@ -31,7 +31,7 @@ def test_the_console_s_search_is_never_prepared_however_often_it_is_shown(
 ):
     """Prepared, a search would be planned without its term from its sixth run on: at ten
     million rows its date bounds took 9-34 s that way, against 10 ms planned for the term
-    (docs/bench-log/2026-12-06.md, "The console's search, planned without its term")."""
+    (docs/bench-log/2026-12-06.md, "The console at ten million rows")."""
     InboxEventFactory(event_id="evt_plan_1")
     for _ in range(8):
         response = operator_client.get(SEARCH)
