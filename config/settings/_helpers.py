@@ -41,8 +41,8 @@ def database_binding_apply(database: dict) -> None:
 
 def database_timeouts_apply(database: dict, settings: Mapping[str, Any]) -> None:
     """The bounded waits of ``settings`` (base.py's ``DATABASE_*_SECONDS``,
-    ``DATABASE_KEEPALIVES_*``, ``DATABASE_JIT_OFF``, ``APP_PROCESS`` and
-    ``WEB_STATEMENT_TIMEOUT_*``; see
+    ``DATABASE_KEEPALIVES_*``, ``DATABASE_JIT_OFF``, ``DATABASE_PARALLEL_QUERY_OFF``,
+    ``APP_PROCESS`` and ``WEB_STATEMENT_TIMEOUT_*``; see
     docs/scaling.md, "Database timeouts") on a PostgreSQL database's settings, after
     ``database_binding_apply``."""
     if database["ENGINE"] != "django.db.backends.postgresql":
@@ -71,6 +71,11 @@ def database_timeouts_apply(database: dict, settings: Mapping[str, Any]) -> None
         # compiles whatever its estimate calls expensive, and a search of the partitioned
         # inbox for an older event is estimated so (docs/scaling.md, "Database timeouts").
         options["options"] = f"{options.get('options', '')} -c jit=off".strip()
+    if settings["DATABASE_PARALLEL_QUERY_OFF"]:
+        # Likewise parallel workers: 10-15 ms to start two for a statement that reads ten
+        # rows, which the same estimate asks for (docs/scaling.md, "Database timeouts").
+        parallel = "-c max_parallel_workers_per_gather=0"
+        options["options"] = f"{options.get('options', '')} {parallel}".strip()
     timeout = settings["WEB_STATEMENT_TIMEOUT_SECONDS"]
     if settings["APP_PROCESS"] != "web" or timeout <= 0:
         return

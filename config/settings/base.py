@@ -132,6 +132,11 @@ DATABASE_SERVER_KEEPALIVES = env.bool("DATABASE_SERVER_KEEPALIVES", default=True
 # near the web's statement timeout (docs/scaling.md, "Database timeouts"). false behind a
 # pooler that refuses startup options: then ALTER ROLE ... SET jit = off.
 DATABASE_JIT_OFF = env.bool("DATABASE_JIT_OFF", default=True)
+# And no parallel workers (max_parallel_workers_per_gather=0, a startup option): the same
+# search started two, 14 of its 15 ms, for ten rows; the product's largest periodic
+# statement (the dashboard's hourly count over ten million rows) took 1.31 s with or
+# without them. false behind a pooler that refuses startup options, as above.
+DATABASE_PARALLEL_QUERY_OFF = env.bool("DATABASE_PARALLEL_QUERY_OFF", default=True)
 # Web processes only (config/wsgi.py says a process is one: APP_PROCESS=web): a statement
 # is ended by the server after WEB_STATEMENT_TIMEOUT_SECONDS, and any wait for an answer by
 # the client one second later (core/pgbackend/), so that a request never waits for a

@@ -238,12 +238,12 @@ def database_settings(prelude: str, **env: str) -> tuple[str, dict]:
 
 
 # What every connection asks of the server's side (DATABASE_SERVER_KEEPALIVES, then
-# DATABASE_JIT_OFF).
+# DATABASE_JIT_OFF and DATABASE_PARALLEL_QUERY_OFF).
 SERVER_KEEPALIVES = (
     "-c tcp_keepalives_idle=10 -c tcp_keepalives_interval=3 "
     "-c tcp_keepalives_count=3 -c tcp_user_timeout=19000"
 )
-SERVER_OPTIONS = f"{SERVER_KEEPALIVES} -c jit=off"
+SERVER_OPTIONS = f"{SERVER_KEEPALIVES} -c jit=off -c max_parallel_workers_per_gather=0"
 
 
 def test_every_process_bounds_its_connect_and_finds_a_dead_link():
@@ -264,6 +264,7 @@ def test_behind_a_pooler_no_process_sends_startup_options():
             DATABASE_SERVER_KEEPALIVES="false",
             WEB_STATEMENT_TIMEOUT_ON_SERVER="false",
             DATABASE_JIT_OFF="false",
+            DATABASE_PARALLEL_QUERY_OFF="false",
         )
         assert "options" not in options
         assert options["tcp_user_timeout"] == 19000
@@ -422,16 +423,19 @@ EXPENSIVE_ESTIMATE = "EXPLAIN SELECT count(*) FROM generate_series(1, 100000000)
 
 
 @pytest.mark.django_db
-def test_the_product_s_sessions_never_compile_a_statement(django_db_blocker):
+def test_the_product_s_sessions_never_compile_a_statement_nor_start_workers():
     """DATABASE_JIT_OFF: a connection of the product's plans even a statement estimated as
     expensive as this one without JIT compilation (the server compiles it for a session of
     its own: checked), which cost an admin search of the partitioned inbox 4.4 s before
-    19 ms of work (docs/scaling.md, "Database timeouts")."""
+    19 ms of work; DATABASE_PARALLEL_QUERY_OFF: nor does it start parallel workers, which
+    the same search's estimate asked for (docs/scaling.md, "Database timeouts")."""
     from django.db import connection
 
     with connection.cursor() as cursor:
         cursor.execute(EXPENSIVE_ESTIMATE)
         plan = "\n".join(row[0] for row in cursor.fetchall())
+        cursor.execute("SHOW max_parallel_workers_per_gather")
+        assert cursor.fetchone() == ("0",)
     assert "JIT" not in plan
     params = connection.get_connection_params()
     params.pop("options")
@@ -440,4 +444,6 @@ def test_the_product_s_sessions_never_compile_a_statement(django_db_blocker):
     params.pop("answer_timeout", None)
     with connection.Database.connect(**params) as plain:
         plan = "\n".join(row[0] for row in plain.execute(EXPENSIVE_ESTIMATE))
+        workers = plain.execute("SHOW max_parallel_workers_per_gather").fetchone()
     assert "JIT:" in plan
+    assert workers != ("0",)
