@@ -356,23 +356,30 @@ def test_the_relays_look_and_claim_read_from_yesterday_while_nothing_older_waits
     )
 
 
-def _rows_read(statement: str, params: dict) -> int:
-    """The inbox rows the statement's scans of the inbox's partitions returned, run (in the
-    test's transaction)."""
+def _scans(statement: str, params, table: str) -> list[dict]:
+    """The plan nodes of the statement's scans of ``table``'s partitions, run (in the test's
+    transaction) with ``EXPLAIN ANALYZE``: their actual rows and loops."""
     with connection.cursor() as cursor:
         cursor.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + statement, params)
         plan = cursor.fetchone()[0][0]["Plan"]
-    read = 0
+    found = []
 
     def walk(node):
-        nonlocal read
-        if (node.get("Relation Name") or "").startswith(INBOX.table):
-            read += node["Actual Rows"] * node["Actual Loops"]
+        if (node.get("Relation Name") or "").startswith(table):
+            found.append(node)
         for child in node.get("Plans", []):
             walk(child)
 
     walk(plan)
-    return read
+    return found
+
+
+def _rows_read(statement: str, params: dict) -> int:
+    """The inbox rows the statement's scans of the inbox's partitions returned."""
+    return sum(
+        node["Actual Rows"] * node["Actual Loops"]
+        for node in _scans(statement, params, INBOX.table)
+    )
 
 
 def test_a_claim_reads_the_rows_it_takes_not_every_waiting_row(settings):
@@ -428,28 +435,22 @@ def test_a_claim_reads_the_due_retries_it_takes_soonest_due_first(settings):
     settings.RELAY_LOOK_BACK_SECONDS = 3600
     sql(f"ANALYZE {INBOX.table}")
     now = timezone.now()
-    due = inbox_events_bulk_create(
-        [research_event() for _ in range(2000)],
-        received_at=now - timedelta(hours=1),
-        processing_status="failed",
-        attempts=1,
-        next_attempt_at=now - timedelta(minutes=1),
-    )
+
+    def retries(count: int, *, received_ago: timedelta, due_in: timedelta):
+        return inbox_events_bulk_create(
+            [research_event() for _ in range(count)],
+            received_at=now - received_ago,
+            processing_status="failed",
+            attempts=1,
+            next_attempt_at=now + due_in,
+        )
+
+    due = retries(2000, received_ago=timedelta(hours=1), due_in=-timedelta(minutes=1))
     # The soonest due, received last (the highest ids): claimed first all the same.
-    soonest = inbox_events_bulk_create(
-        [research_event() for _ in range(30)],
-        received_at=now - timedelta(minutes=30),
-        processing_status="failed",
-        attempts=1,
-        next_attempt_at=now - timedelta(minutes=10),
+    soonest = retries(
+        30, received_ago=timedelta(minutes=30), due_in=-timedelta(minutes=10)
     )
-    inbox_events_bulk_create(
-        [research_event() for _ in range(500)],
-        received_at=now - timedelta(hours=1),
-        processing_status="failed",
-        attempts=1,
-        next_attempt_at=now + timedelta(minutes=5),
-    )
+    retries(500, received_ago=timedelta(hours=1), due_in=timedelta(minutes=5))
     outbox = InboxOutbox()
     claim = statements.relay_claim_sql(outbox.claim_starts())
     assert _rows_read(claim, {"limit": 100, "now": now}) <= 110
@@ -479,21 +480,9 @@ def test_a_pages_attempt_counts_read_each_rows_own_partition():
     rows = inbox_events_attempts_annotate(InboxEvent.objects.order_by("-received_at"))
     assert [(r.attempts_total, r.attempt_rounds) for r in rows] == [(2, 1)] * 3
     statement, params = rows.query.sql_with_params()
-    with connection.cursor() as cursor:
-        cursor.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + statement, params)
-        plan = cursor.fetchone()[0][0]["Plan"]
-    scans = 0
-
-    def walk(node):
-        nonlocal scans
-        if (node.get("Relation Name") or "").startswith(ATTEMPTS.table):
-            scans += node["Actual Loops"]
-        for child in node.get("Plans", []):
-            walk(child)
-
-    walk(plan)
+    scans = _scans(statement, params, ATTEMPTS.table)
     # Two counts a row, each one partition's index.
-    assert scans == 2 * len(events)
+    assert sum(node["Actual Loops"] for node in scans) == 2 * len(events)
 
 
 def test_a_row_waiting_on_an_older_day_is_claimed_once_the_relay_looks_back(settings):
