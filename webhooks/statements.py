@@ -232,10 +232,15 @@ SELECT k.inbox_event_id, k.event_id, k.delivery_count,
 def inbox_duplicate_count_sql(vendor: str) -> str:
     """A duplicate's count and last seen time on its stored row, by its id and received
     time (which name its time partition), whose status comes back (none when the row has
-    left the inbox)."""
+    left the inbox). Never lowered: the ledger's key counted the copy and committed before
+    this runs, so two copies counted 10 and 11 on the key may reach the row 11 first, and
+    the row must keep 11 (a copy lost from the row's count was seen in the suite's race of
+    ten copies across a midnight)."""
     events = connection.ops.quote_name(_EVENTS)
+    greatest = "MAX" if vendor == "sqlite" else "GREATEST"
     return (
-        f"UPDATE {events} SET delivery_count = %s, last_seen_at = %s"  # noqa: S608
+        f"UPDATE {events} SET delivery_count = {greatest}(delivery_count, %s),"  # noqa: S608
+        f" last_seen_at = {greatest}(last_seen_at, %s)"
         " WHERE id = %s AND received_at = %s RETURNING processing_status"
     )
 

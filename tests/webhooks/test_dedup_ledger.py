@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import hashlib
 import threading
+from datetime import timedelta
 
 import pytest
 from django.db import connection, connections, transaction
+from django.utils import timezone
 
 from tests.integrations.github.factories import github_headers
 from tests.integrations.research.factories import research_event
@@ -19,6 +21,7 @@ from tests.webhooks.factories import (
     signed_post,
     webhook_post,
 )
+from webhooks import statements
 from webhooks.models import FingerprintMismatch, InboxEvent, InboxKey
 
 pytestmark = pytest.mark.django_db
@@ -165,3 +168,22 @@ def test_a_duplicate_waiting_on_its_first_delivery_counts_on_the_row_it_committe
     assert answer.json()["processing_status"] == "received"
     assert InboxEvent.objects.get().delivery_count == 2
     assert InboxKey.objects.get().delivery_count == 2
+
+
+def test_two_copies_counted_on_another_day_s_row_in_either_order_keep_the_higher_count(
+    http, source
+):
+    """A copy of an event whose row is on a day the recording statement does not read is
+    counted on its key, committed, then on its row by a second statement. Two such copies,
+    counted 2 and 3 on the key, may reach the row in either order: the row keeps 3 and the
+    later of their times (seen lost in the live race of ten copies across a midnight)."""
+    body = research_event()
+    assert signed_post(http, RESEARCH_SOURCE, body).status_code == 202
+    row = InboxEvent.objects.get()
+    earlier, later = timezone.now(), timezone.now() + timedelta(seconds=1)
+    count = statements.inbox_duplicate_count_sql(connection.vendor)
+    with connection.cursor() as cursor:
+        cursor.execute(count, [3, later, row.pk, row.received_at])
+        cursor.execute(count, [2, earlier, row.pk, row.received_at])
+    row.refresh_from_db()
+    assert (row.delivery_count, row.last_seen_at) == (3, later)
