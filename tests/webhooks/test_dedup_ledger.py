@@ -182,8 +182,9 @@ def test_two_copies_counted_on_another_day_s_row_in_either_order_keep_the_higher
     row = InboxEvent.objects.get()
     earlier, later = timezone.now(), timezone.now() + timedelta(seconds=1)
     count = statements.inbox_duplicate_count_sql(connection.vendor)
+    instant = connection.ops.adapt_datetimefield_value  # as ingest passes them
     with connection.cursor() as cursor:
-        cursor.execute(count, [3, later, row.pk, row.received_at])
-        cursor.execute(count, [2, earlier, row.pk, row.received_at])
+        cursor.execute(count, [3, instant(later), row.pk, instant(row.received_at)])
+        cursor.execute(count, [2, instant(earlier), row.pk, instant(row.received_at)])
     row.refresh_from_db()
     assert (row.delivery_count, row.last_seen_at) == (3, later)
