@@ -63,9 +63,12 @@ def _triggers_lost(model: type[Job], *, now: datetime, cutoff: datetime) -> Quer
     )
 
 
-def _take(querysets: dict[str, QuerySet], limit: int) -> list[Publication]:
-    """Locks up to ``limit`` jobs that no other relay holds, stamps them dispatched and
-    returns their run messages, each with its idempotency key as correlation id."""
+def _take(
+    querysets: dict[str, QuerySet], limit: int, *, order: str = "pk"
+) -> list[Publication]:
+    """Locks up to ``limit`` jobs that no other relay holds, in ``order``, stamps them
+    dispatched and returns their run messages, each with its idempotency key as
+    correlation id."""
     now = timezone.now()
     publications: list[Publication] = []
     for kind, queryset in querysets.items():
@@ -73,7 +76,7 @@ def _take(querysets: dict[str, QuerySet], limit: int) -> list[Publication]:
             break
         jobs = list(
             queryset.select_for_update(skip_locked=True)
-            .order_by("pk")
+            .order_by(order)
             .values_list("pk", "public_id", "idempotency_key")[
                 : limit - len(publications)
             ]
@@ -124,9 +127,13 @@ class JobOutbox(Outbox[None]):
             {kind: _waiting(model) for kind, model in JOB_MODELS.items()}, limit
         )
         if len(publications) < limit:
+            # Soonest due first, along their index (``*_retry_idx``, ordered by
+            # ``next_attempt_at``): in id order a claim read and sorted every due retry,
+            # as the inbox's did (docs/subsystems/relay.md, "A round").
             publications += _take(
                 {kind: _retries_due(model, now) for kind, model in JOB_MODELS.items()},
                 limit - len(publications),
+                order="next_attempt_at",
             )
         return len(publications), publications
 

@@ -122,6 +122,28 @@ def test_the_claim_leaves_jobs_that_wait_for_nothing():
     assert [args for args, _ in job_messages()] == [["deployment", waiting.public_id]]
 
 
+def test_due_trigger_retries_are_claimed_soonest_due_first():
+    """After new jobs, due retries in the order they came due, whatever their ids: the one
+    due longest, created last, goes first; one not yet due waits."""
+    now = timezone.now()
+    started = {"executor_started_at": now, "claimed_by": "w1"}
+    later = [
+        DeploymentFactory(next_attempt_at=now - timedelta(seconds=5), **started)
+        for _ in range(3)
+    ]
+    soonest = DeploymentFactory(next_attempt_at=now - timedelta(minutes=5), **started)
+    DeploymentFactory(next_attempt_at=now + timedelta(minutes=5), **started)
+    new = DeploymentFactory()
+
+    assert claim(2) == 2
+    assert [args[1] for args, _ in job_messages()] == [
+        new.public_id,
+        soonest.public_id,
+    ]
+    assert claim(10) == 3
+    assert {args[1] for args, _ in job_messages()[2:]} == {j.public_id for j in later}
+
+
 def test_a_round_takes_at_most_its_limit_across_deployments_and_builds():
     deployments = [DeploymentFactory() for _ in range(3)]
     builds = [BuildFactory() for _ in range(3)]
