@@ -39,6 +39,11 @@ def database_binding_apply(database: dict) -> None:
         )
 
 
+def _server_options_add(options: dict, text: str) -> None:
+    """``text`` (``-c name=value`` settings) appended to the connection's startup options."""
+    options["options"] = f"{options.get('options', '')} {text}".strip()
+
+
 def database_timeouts_apply(database: dict, settings: Mapping[str, Any]) -> None:
     """The bounded waits of ``settings`` (base.py's ``DATABASE_*_SECONDS``,
     ``DATABASE_KEEPALIVES_*``, ``DATABASE_JIT_OFF``, ``DATABASE_PARALLEL_QUERY_OFF``,
@@ -65,25 +70,23 @@ def database_timeouts_apply(database: dict, settings: Mapping[str, Any]) -> None
             f"-c tcp_keepalives_count={count} "
             f"-c tcp_user_timeout={user_timeout}"
         )
-        options["options"] = f"{options.get('options', '')} {server}".strip()
+        _server_options_add(options, server)
     if settings["DATABASE_JIT_OFF"]:
         # A compile of seconds before a statement that runs in milliseconds: PostgreSQL
         # compiles whatever its estimate calls expensive, and a search of the partitioned
         # inbox for an older event is estimated so (docs/scaling.md, "Database timeouts").
-        options["options"] = f"{options.get('options', '')} -c jit=off".strip()
+        _server_options_add(options, "-c jit=off")
     if settings["DATABASE_PARALLEL_QUERY_OFF"]:
         # Likewise parallel workers: 10-15 ms to start two for a statement that reads ten
         # rows, which the same estimate asks for (docs/scaling.md, "Database timeouts").
-        parallel = "-c max_parallel_workers_per_gather=0"
-        options["options"] = f"{options.get('options', '')} {parallel}".strip()
+        _server_options_add(options, "-c max_parallel_workers_per_gather=0")
     timeout = settings["WEB_STATEMENT_TIMEOUT_SECONDS"]
     if settings["APP_PROCESS"] != "web" or timeout <= 0:
         return
     database["ENGINE"] = "core.pgbackend"
     options["answer_timeout"] = timeout + settings["WEB_ANSWER_MARGIN_SECONDS"]
     if settings["WEB_STATEMENT_TIMEOUT_ON_SERVER"]:
-        statement = f"-c statement_timeout={int(timeout * 1000)}"
-        options["options"] = f"{options.get('options', '')} {statement}".strip()
+        _server_options_add(options, f"-c statement_timeout={int(timeout * 1000)}")
 
 
 def inbox_dedup_days_check(days: int, *, retention_days: int | None) -> int:
