@@ -13,8 +13,8 @@ took 10 ms while planned for the term, then 9 to 34 s from the sixth run of the 
 same connection, the generic plan walking the whole received-time index for rows that sit at
 its far end (docs/bench-log/2026-12-06.md, "The console at ten million rows").
 
-So a request to the admin runs its statements unprepared: psycopg sends each one unnamed,
-and PostgreSQL plans it with its values. Only the client's side changes (psycopg's
+So a request to the admin runs its statements with values unprepared: psycopg sends each
+one unnamed, and PostgreSQL plans it with its values. Only the client's side changes (psycopg's
 ``prepare_threshold``, for the request's duration): nothing stays on the server's session,
 which a pooler in transaction mode could hand to another client. Everything else keeps its
 prepared statements.
@@ -28,7 +28,12 @@ from django.urls import reverse
 
 
 def _unprepared(execute, sql, params, many, context):
-    """An execute wrapper: the statement sent unnamed, planned for its values."""
+    """An execute wrapper: the statement sent unnamed, planned for its values. A statement
+    without values is left to the connection: its generic plan is the plan made for it, and
+    prepared it is planned once (the type filter's choices: a plan over every partition of
+    the inbox, 5 ms at 36 of them against 2 ms to run it)."""
+    if not params:
+        return execute(sql, params, many, context)
     raw = context["connection"].connection
     threshold = raw.prepare_threshold
     raw.prepare_threshold = None
@@ -39,7 +44,7 @@ def _unprepared(execute, sql, params, many, context):
 
 
 class ConsolePlansMiddleware:
-    """Every statement of a request under the admin's prefix unprepared (module
+    """Every statement with values of a request under the admin's prefix unprepared (module
     docstring). On the embedded SQLite default there is nothing to do."""
 
     def __init__(self, get_response):

@@ -453,7 +453,7 @@ def inbox_event_types(*, limit: int = MAX_EVENT_TYPES) -> list[str]:
     ``(event_type, received_at)`` (one index probe per type) instead of ``SELECT DISTINCT``
     over the table."""
     with connection.cursor() as cursor:
-        cursor.execute(statements.event_types_sql(connection.vendor), [limit])
+        cursor.execute(statements.event_types_sql(connection.vendor, limit=limit))
         return [row[0] for row in cursor.fetchall()]
 
 
@@ -524,6 +524,34 @@ def inbox_event_search_q(*, term: str) -> Q:
     """Inbox rows whose event id or entity id starts with ``term`` (an index range scan on
     each: the two id indexes use the pattern operator class)."""
     return Q(event_id__startswith=term) | Q(entity_id__startswith=term)
+
+
+# The most rows a search reads the received times of, to bound its page's statements by
+# them; a search finding more (a prefix as short as ``evt``) is not bounded.
+SEARCH_BOUNDS_ROWS = 1000
+
+
+def inbox_events_search(
+    queryset: QuerySet[InboxEvent], *, term: str
+) -> QuerySet[InboxEvent]:
+    """The rows of ``queryset`` that ``term`` finds (``inbox_event_search_q``), bounded by
+    the first and last received time of the rows it finds, read first (up to
+    ``SEARCH_BOUNDS_ROWS`` of them, a probe of the two prefix indexes a partition). On
+    partitions, every statement of a page then reads the days those rows lie in, not every
+    day kept (docs/scaling.md, "Time partitions of the inbox"); no row found, no other
+    statement reads the inbox's rows. A row received after that first statement is in the
+    next page shown."""
+    found = list(
+        InboxEvent.objects.filter(inbox_event_search_q(term=term))
+        .order_by()
+        .values_list("received_at", flat=True)[: SEARCH_BOUNDS_ROWS + 1]
+    )
+    if not found:
+        return queryset.none()
+    queryset = queryset.filter(inbox_event_search_q(term=term))
+    if len(found) > SEARCH_BOUNDS_ROWS:
+        return queryset
+    return queryset.filter(received_at__gte=min(found), received_at__lte=max(found))
 
 
 def operator_actions_on_events_q(*, term: str) -> Q | None:

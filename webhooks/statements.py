@@ -781,10 +781,13 @@ def paused_sources_held_sql(vendor: str) -> str:
 
 
 @functools.cache
-def event_types_sql(vendor: str) -> str:
-    """The inbox's distinct event types, up to the bound limit, by a loose index scan of
-    ``(event_type, received_at)``: one index probe per type."""
+def event_types_sql(vendor: str, *, limit: int) -> str:
+    """The inbox's distinct event types, up to ``limit``, by a loose index scan of
+    ``(event_type, received_at)``: one index probe per type (a partition). No parameter: a
+    connection prepares it and plans it once, where planning it over every partition costs
+    more than running it (core/plans.py)."""
     table = connection.ops.quote_name(_EVENTS)
+    limit = int(limit)
     return f"""
         WITH RECURSIVE types(event_type) AS (
             SELECT MIN(event_type) FROM {table}
@@ -794,5 +797,5 @@ def event_types_sql(vendor: str) -> str:
                     ORDER BY e.event_type LIMIT 1)
             FROM types WHERE types.event_type IS NOT NULL
         )
-        SELECT event_type FROM types WHERE event_type IS NOT NULL LIMIT %s
-    """  # noqa: S608 - the table name is the model's, not input
+        SELECT event_type FROM types WHERE event_type IS NOT NULL LIMIT {limit}
+    """  # noqa: S608 - the table name is the model's, the limit a whole number

@@ -16,13 +16,18 @@ pytestmark = pytest.mark.django_db
 SEARCH = "/admin/webhooks/inboxevent/?q=evt_plan"
 
 
-def _prepared_inbox_statements() -> list[str]:
+def _prepared_inbox_statements(*, with_values: bool = True) -> list[str]:
+    """The inbox statements this connection has prepared, those with values (or those
+    without)."""
     with connection.cursor() as cursor:
-        cursor.execute("SELECT statement FROM pg_prepared_statements")
+        cursor.execute(
+            "SELECT statement, cardinality(parameter_types) > 0"
+            "  FROM pg_prepared_statements"
+        )
         return [
             statement
-            for (statement,) in cursor.fetchall()
-            if "webhooks_inboxevent" in statement
+            for statement, has_values in cursor.fetchall()
+            if "webhooks_inboxevent" in statement and has_values == with_values
         ]
 
 
@@ -44,3 +49,28 @@ def test_the_console_s_search_is_never_prepared_however_often_it_is_shown(
     for _ in range(8):
         list(InboxEvent.objects.filter(inbox_event_search_q(term="evt_plan")))
     assert len(_prepared_inbox_statements()) == 1
+
+
+def test_a_console_statement_without_values_is_planned_once_per_connection(
+    operator_client,
+):
+    """The type filter's choices (no value: the same plan whatever the page) are prepared
+    at their fifth run and never planned again on that connection: planning them over
+    every partition of the inbox cost 5 ms at 36 of them, running them 2 ms."""
+    InboxEventFactory(event_id="evt_plan_1")
+    for _ in range(8):
+        assert operator_client.get("/admin/webhooks/inboxevent/").status_code == 200
+    (statement,) = [
+        statement
+        for statement in _prepared_inbox_statements(with_values=False)
+        if "WITH RECURSIVE types" in statement
+    ]
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT generic_plans, custom_plans FROM pg_prepared_statements"
+            " WHERE statement = %s",
+            [statement],
+        )
+        generic, custom = cursor.fetchone()
+    assert generic >= 3
+    assert custom == 0

@@ -11,6 +11,7 @@ from django.utils import timezone
 from core.actors import Actor
 from tests.integrations.research.factories import research_event
 from tests.webhooks.factories import DeadLetteredEventFactory, InboxEventFactory
+from webhooks import selectors
 from webhooks.models import InboxEvent
 from webhooks.replay import inbox_events_replay
 from webhooks.selectors import inbox_event_search_q
@@ -41,6 +42,38 @@ def test_an_event_or_entity_id_is_found_by_its_start(auditor_client):
     assert listed(auditor_client, INBOX, q="doc42") == set()  # a start, not a substring
     # LIKE's wildcards in the term are plain characters.
     assert listed(auditor_client, INBOX, q="evt_%") == set()
+
+
+def test_a_search_finds_its_rows_on_every_day_with_or_without_their_bounds(
+    auditor_client, monkeypatch
+):
+    """A search is bounded by the received times of the rows it finds (read first), or not
+    at all when it finds more than ``SEARCH_BOUNDS_ROWS``: the same rows either way, those
+    of the first and the last day included; a filter still applies within them."""
+    now = timezone.now()
+    rows = [
+        InboxEventFactory(
+            body=research_event(event_id=f"evt_span_{n}"),
+            received_at=now - timedelta(days=days),
+        )
+        for n, days in enumerate((20, 7, 0))
+    ]
+    InboxEventFactory(body=research_event(event_id="evt_other"), received_at=now)
+    found = {row.pk for row in rows}
+    assert listed(auditor_client, INBOX, q="evt_span") == found
+    assert (
+        listed(auditor_client, INBOX, q="evt_span", processing_status__exact="received")
+        == found
+    )
+    assert (
+        listed(
+            auditor_client, INBOX, q="evt_span", processing_status__exact="processed"
+        )
+        == set()
+    )
+    monkeypatch.setattr(selectors, "SEARCH_BOUNDS_ROWS", 2)
+    assert listed(auditor_client, INBOX, q="evt_span") == found
+    assert listed(auditor_client, INBOX, q="evt_nothing") == set()
 
 
 def test_the_prefix_search_is_an_index_scan():

@@ -485,6 +485,89 @@ def test_a_pages_attempt_counts_read_each_rows_own_partition():
     assert sum(node["Actual Loops"] for node in scans) == 2 * len(events)
 
 
+def _inbox_partitions_planned(statement: str) -> set[str]:
+    """The inbox partitions a statement's plan reads (those left once the planner has
+    pruned the partitions its values exclude)."""
+    with connection.cursor() as cursor:
+        cursor.execute("EXPLAIN (FORMAT JSON) " + statement)
+        plan = cursor.fetchone()[0][0]["Plan"]
+    found = set()
+
+    def walk(node):
+        if (node.get("Relation Name") or "").startswith(f"{INBOX.table}_p"):
+            found.add(node["Relation Name"])
+        for child in node.get("Plans", []):
+            walk(child)
+
+    walk(plan)
+    return found
+
+
+def test_a_console_search_reads_the_days_of_the_rows_it_finds(operator_client):
+    """A search in the console first reads the received times of the rows it finds (one
+    statement over every partition), then every other statement of its page (the list, the
+    date bounds, the filters' choices, the count) reads only the days they lie in: at ten
+    million rows over 36 days, 44 ms a page against 20 on an empty inbox before (checked:
+    without the bounds, five statements read every partition)."""
+    inbox_partitions_ensure(ahead_days=5)
+    now = timezone.now()
+    older = [
+        InboxEventFactory(event_id=f"evt_weeks_ago_{n}", received_at=now - 20 * DAY)
+        for n in range(3)
+    ]
+    for n in range(4):
+        InboxEventFactory(event_id=f"evt_recent_{n}", received_at=now - n * DAY)
+    kept = {p.name for p in partitions(INBOX)}
+    assert len(kept) >= 7
+    received = older[0].received_at
+    (day,) = (
+        p.name
+        for p in partitions(INBOX)
+        if (p.start is None or p.start <= received) and received < p.end
+    )
+
+    with CaptureQueriesContext(connection) as queries:
+        response = operator_client.get("/admin/webhooks/inboxevent/?q=evt_weeks_ago")
+    assert response.status_code == 200
+    assert {row.pk for row in response.context["cl"].result_list} == {
+        row.pk for row in older
+    }
+    read = _inbox_statements_partitions(queries)
+    # Every partition: the search's own bounds, and the type filter's choices (the types
+    # of the whole inbox, whatever the page shows).
+    assert sorted(types for partitions, types in read if partitions == kept) == [
+        False,
+        True,
+    ]
+    assert [partitions for partitions, _ in read if partitions != kept] == [{day}] * (
+        len(read) - 2
+    )
+    assert len(read) >= 5
+
+    # Nothing found: no other statement reads the inbox's rows.
+    with CaptureQueriesContext(connection) as queries:
+        response = operator_client.get("/admin/webhooks/inboxevent/?q=evt_nowhere")
+    assert response.status_code == 200
+    assert response.context["cl"].result_count == 0
+    assert sorted(types for _, types in _inbox_statements_partitions(queries)) == [
+        False,
+        True,
+    ]
+
+
+def _inbox_statements_partitions(queries) -> list[tuple[set[str], bool]]:
+    """The inbox partitions each captured statement reads, and whether it is the type
+    filter's loose scan."""
+    return [
+        (
+            _inbox_partitions_planned(query["sql"]),
+            "WITH RECURSIVE types" in query["sql"],
+        )
+        for query in queries.captured_queries
+        if INBOX.table in query["sql"]
+    ]
+
+
 def test_a_row_waiting_on_an_older_day_is_claimed_once_the_relay_looks_back(settings):
     """A row of weeks ago that starts waiting (a replay) between the relay's looks waits
     for the next one (at most ``RELAY_LOOK_BACK_SECONDS``); the claims then read every
