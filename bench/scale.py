@@ -36,7 +36,9 @@ empty one first in even rounds, so that load from other processes falls on both 
   a round: milliseconds per claim.
 - admin pages, through Django's test client logged in as a superuser (as ``bench.admin``):
   the inbox's changelist, its status filter (``received``: a full page in both databases), a
-  search by event id prefix that finds the same rows in both, and the dashboard. Before the
+  search by event id prefix that finds the same rows in both, a search for ten events of
+  some twenty days back (copied into the empty inbox first: ``older_rows_copy``), and the
+  dashboard. Before the
   rounds, the dashboard's hourly figures are counted once in each database, as beat would
   have (``audit.figures.inbox_figures_count``, timed): the page reads that count and, live,
   the events received since it stopped (the ingested ones, in both databases alike).
@@ -682,8 +684,8 @@ PAGES = {
     "changelist": "/admin/webhooks/inboxevent/",
     "status_filter": "/admin/webhooks/inboxevent/?processing_status__exact=received",
     "search": "/admin/webhooks/inboxevent/?q={term}",
-    # An operator's usual search: an event of weeks ago, ten generated rows (none in the
-    # empty inbox, whose page is then the same search finding nothing).
+    # An operator's usual search: an event of weeks ago, ten generated rows (copied into
+    # the empty inbox by ``older_rows_copy``: both pages show the same ten rows).
     "search_older": "/admin/webhooks/inboxevent/?q={older}",
     "dashboard": "/admin/",
 }
@@ -714,6 +716,52 @@ def older_term(rows: int) -> str:
     and the row's number in ten digits, as ``_generate_sql`` writes them): received some
     twenty days before the newest, on a day retention keeps."""
     return f"evt-{rows // 3:010d}"[:-1]
+
+
+def older_rows_copy(names: dict[str, str]) -> int:
+    """The rows the older search finds, with their keys and attempts, copied from the full
+    inbox into the empty one (the same ids, times and bodies; once, a kept database has
+    them): both pages then render the same ten rows, and their ratio is what the ten
+    million rows and the partitions around them cost. Returns the rows copied."""
+    from django.db import connection
+
+    from webhooks.models import InboxAttempt, InboxEvent, InboxKey
+
+    prefix = older_term(SCALE_ROWS) + "%"
+    tables = [
+        (InboxEvent, "event_id LIKE %s"),
+        (InboxKey, "event_id LIKE %s"),
+        (
+            InboxAttempt,
+            f"event_id IN (SELECT id FROM {InboxEvent._meta.db_table}"  # noqa: S608 - our names
+            " WHERE event_id LIKE %s)",
+        ),
+    ]
+    use_database(names["empty"])
+    if InboxEvent.objects.filter(event_id__startswith=older_term(SCALE_ROWS)).exists():
+        return 0
+    copied = []
+    use_database(names["full"])
+    for model, where in tables:
+        columns = ", ".join(f.column for f in model._meta.concrete_fields)
+        table = model._meta.db_table
+        statement = f"COPY (SELECT {columns} FROM {table} WHERE {where})"  # noqa: S608
+        with connection.cursor() as cursor:
+            query = connection.ops.compose_sql(statement, [prefix])
+            with cursor.copy(query + " TO STDOUT") as copy:
+                copied.append(
+                    (model, columns, b"".join(bytes(block) for block in copy))
+                )
+    use_database(names["empty"])
+    with connection.cursor() as cursor:
+        for model, columns, data in copied:
+            with cursor.copy(
+                f"COPY {model._meta.db_table} ({columns}) FROM STDIN"
+            ) as copy:
+                copy.write(data)
+    return InboxEvent.objects.filter(
+        event_id__startswith=older_term(SCALE_ROWS)
+    ).count()
 
 
 def search_rows() -> int:
@@ -1289,6 +1337,7 @@ def main() -> int:
         generation = generate(SCALE_ROWS, sources)
         _marker(SCALE_ROWS)
     report["generation"] = generation
+    report["older_rows_copied"] = older_rows_copy(names)
     report["figures_count"] = figures_count(names)
 
     clients = {}
