@@ -6,7 +6,7 @@ from typing import Any
 from django.conf import settings
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
-from django.db.models import F, Q
+from django.db.models import Q
 from django.db.models.functions import Length
 from django.db.models.lookups import Exact
 from django.utils import timezone
@@ -382,15 +382,6 @@ class InboxEvent(models.Model):
             ),
             models.Index(
                 fields=["source", "-received_at"], name="webhooks_inbox_source_idx"
-            ),
-            # The latest delivery of each source, read at every metrics scrape: one probe
-            # per source. NULLS LAST (received_at is never NULL) is what no other index
-            # offers: without it the planner may walk webhooks_inbox_received_idx back
-            # past every other source's rows until it meets one of a silent source's.
-            models.Index(
-                F("source"),
-                F("received_at").desc(nulls_last=True),
-                name="webhooks_inbox_source_last_idx",
             ),
             models.Index(
                 fields=["event_type", "-received_at"], name="webhooks_inbox_type_idx"

@@ -142,7 +142,7 @@ def test_a_silent_source_costs_one_index_probe_in_a_large_inbox():
     inbox_scans = [s for s in scans if s["Relation Name"] in populated]
     assert inbox_scans
     assert all(
-        (s.get("Index Name") or "").startswith("webhooks_inbox_source_last_idx")
+        (s.get("Index Name") or "").startswith("webhooks_inbox_source_idx")
         for s in inbox_scans
     ), [(s.get("Index Name"), s.get("Rows Removed by Filter")) for s in inbox_scans]
     # One row per source (11 loops), not the inbox walked back.
