@@ -50,7 +50,10 @@ WORKERS = int(os.environ.get("BENCH_E2E_WORKERS", "2"))
 # Enough connections that a request waits for its slot, not for a free connection.
 CONNECTIONS = int(os.environ.get("BENCH_E2E_CONNECTIONS", "32"))
 LAG_LIMIT_SECONDS = 5.0
-MAX_PROBES = 6
+# A bound, not a plan: the probes go up until a rate does not hold. Six had stopped below
+# it when the first ingest-only floor was read low (443 req/s against 1,153 right before
+# the 300 s run, 2026-12-06), all six holding.
+MAX_PROBES = 16
 # Long runs at a rate the short probes held: each one that does not hold is followed by one
 # at a lower rate (``_find_rate``).
 CONFIRMATIONS = 3
