@@ -727,7 +727,8 @@ def older_rows_copy(names: dict[str, str]) -> int:
 
     from webhooks.models import InboxAttempt, InboxEvent, InboxKey
 
-    prefix = older_term(SCALE_ROWS) + "%"
+    term = older_term(SCALE_ROWS)
+    prefix = term + "%"
     tables = [
         (InboxEvent, "event_id LIKE %s"),
         (InboxKey, "event_id LIKE %s"),
@@ -738,7 +739,7 @@ def older_rows_copy(names: dict[str, str]) -> int:
         ),
     ]
     use_database(names["empty"])
-    if InboxEvent.objects.filter(event_id__startswith=older_term(SCALE_ROWS)).exists():
+    if InboxEvent.objects.filter(event_id__startswith=term).exists():
         return 0
     copied = []
     use_database(names["full"])
@@ -759,9 +760,7 @@ def older_rows_copy(names: dict[str, str]) -> int:
                 f"COPY {model._meta.db_table} ({columns}) FROM STDIN"
             ) as copy:
                 copy.write(data)
-    return InboxEvent.objects.filter(
-        event_id__startswith=older_term(SCALE_ROWS)
-    ).count()
+    return InboxEvent.objects.filter(event_id__startswith=term).count()
 
 
 def search_rows() -> int:

@@ -549,14 +549,15 @@ def inbox_events_search(
     day kept (docs/scaling.md, "Time partitions of the inbox"); no row found, no other
     statement reads the inbox's rows. A row received after that first statement is in the
     next page shown."""
+    matches = inbox_event_search_q(term=term)
     found = list(
-        InboxEvent.objects.filter(inbox_event_search_q(term=term))
+        InboxEvent.objects.filter(matches)
         .order_by()
         .values_list("received_at", flat=True)[: SEARCH_BOUNDS_ROWS + 1]
     )
     if not found:
         return queryset.none()
-    queryset = queryset.filter(inbox_event_search_q(term=term))
+    queryset = queryset.filter(matches)
     if len(found) > SEARCH_BOUNDS_ROWS:
         return queryset
     return queryset.filter(received_at__gte=min(found), received_at__lte=max(found))

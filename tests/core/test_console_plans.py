@@ -1,6 +1,7 @@
 """The console's statements are planned for their values (core/plans.py): a request to the
-admin runs every statement unprepared, however often its page is shown on one connection,
-while the rest of the product keeps preparing what it runs often."""
+admin runs every statement with values unprepared, however often its page is shown on one
+connection, while a statement without values, and the rest of the product, keep preparing
+what they run often."""
 
 from __future__ import annotations
 
