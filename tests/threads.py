@@ -8,7 +8,7 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from django.db import connections, transaction
+from django.db import connection, connections, transaction
 
 from research.models import ResearchDocument
 
@@ -80,3 +80,14 @@ def row_locked(lock: Callable[[], Any], *, at_most: float = 120) -> Iterator[Non
     finally:
         release.set()
         holder.join(timeout=10)
+
+
+def row_lock_waited_for() -> bool:
+    """Whether a session waits for a row lock it asked for with ``FOR UPDATE`` (a worker's
+    run blocked by ``document_locked``, say)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_stat_activity"
+            " WHERE wait_event_type = 'Lock' AND query ILIKE '%%FOR UPDATE%%'"
+        )
+        return cursor.fetchone()[0] > 0

@@ -3,19 +3,21 @@
 
 A worker takes a batch of rows (one message carries up to ``INBOX_BATCH_SIZE`` ids):
 
-1. **Claim** the batch in one statement and commit (``statements.BATCH_CLAIM_SQL``): every
-   ``received`` row and every ``failed`` row whose retry is due becomes ``processing`` with
-   its lease and an ``InboxAttempt``. Rows in any other state are sorted out one by one under
-   their row lock (terminal, leased, not due, held by a paused source, or left by a worker
-   that died).
-2. **Run** the claims. An integration's claims go as a set (``handle_batch`` and one close of
-   every row, in one transaction) on PostgreSQL; otherwise, and when a set does not commit,
-   each event runs in a transaction of its own through the ORM: its domain change, then its
-   status and its attempt, closed only while the claim still holds. A failure rolls that back
-   and is recorded in a second transaction; retries back off per event and poison events
-   dead-letter per event.
+1. **Sets** (PostgreSQL, a message's first delivery): the rows that can be taken are read in
+   one statement, without a lock or a write (``statements.batch_read_sql``); an
+   integration's rows go as a set: ``handle_batch`` and one close of every row with its
+   attempt (``statements.BATCH_FINISH_SQL``), in one transaction, the close taking each row
+   only if nothing claimed it since the read. A set that does not commit leaves nothing.
+2. **Claims** of the other rows, in one statement, committed (``statements.BATCH_CLAIM_SQL``):
+   every ``received`` row and every ``failed`` row whose retry is due becomes ``processing``
+   with its lease and an ``InboxAttempt``. Rows in any other state are sorted out one by one
+   under their row lock (terminal, leased, not due, held by a paused source, or left by a
+   worker that died). Each claimed event runs in a transaction of its own through the ORM:
+   its domain change, then its status and its attempt, closed only while the claim still
+   holds. A failure rolls that back and is recorded in a second transaction; retries back off
+   per event and poison events dead-letter per event.
 
-Rows of a paused source are never claimed (docs/subsystems/relay.md, "Pausing a source").
+Rows of a paused source are never taken (docs/subsystems/relay.md, "Pausing a source").
 """
 
 from __future__ import annotations
@@ -195,10 +197,11 @@ _CLAIMED_SOURCE_ID = statements.CLAIMED_FIELDS.index("source_id")
 
 
 def _batch_claim_fast(*, ids: list[int], worker: str) -> list[_Claim]:
-    """The common case in one statement (PostgreSQL): see ``statements.BATCH_CLAIM_SQL``.
-    The UPDATE takes the rows' locks and PostgreSQL re-checks its condition on each row's
-    latest version after any wait, so two claims can never both take a row. On the embedded
-    SQLite default every row is claimed one by one (one writer at a time anyway)."""
+    """The common case of the claims taken before their runs in one statement (PostgreSQL):
+    see ``statements.BATCH_CLAIM_SQL``. The UPDATE takes the rows' locks and PostgreSQL
+    re-checks its condition on each row's latest version after any wait, so two claims can
+    never both take a row. On the embedded SQLite default every row is claimed one by one
+    (one writer at a time anyway)."""
     if connection.vendor != "postgresql" or not ids:
         return []
     now = timezone.now()
@@ -212,6 +215,22 @@ def _batch_claim_fast(*, ids: list[int], worker: str) -> list[_Claim]:
         },
         lock_timeout_ms=settings.INBOX_LOCK_TIMEOUT_MS,
     )
+    return _claims_built(rows)
+
+
+def _batch_read(*, ids: list[int], now: datetime) -> list[_Claim]:
+    """The rows of ``ids`` a set can take (PostgreSQL), read without a lock or a write:
+    ``statements.batch_read_sql``. Each claim's ``attempt_pk`` is 0 (its attempt is written
+    by the set's close, ``statements.batch_finish_sql``)."""
+    rows = set_statement_execute(
+        statements.batch_read_sql(_batch_days(ids)), {"ids": list(ids), "now": now}
+    )
+    return _claims_built(rows)
+
+
+def _claims_built(rows: list[tuple]) -> list[_Claim]:
+    """The claims of the rows a claim or a read returned (``statements.CLAIMED_FIELDS``, the
+    source's, the received time, the attempt's id)."""
     claims = []
     for row in rows:
         *fields, slug, handler, received_at, attempt_pk = row
@@ -369,7 +388,7 @@ def _close(
     """The row's outcome and its attempt's, while the claim holds; ``_LeaseLost`` otherwise.
     The per-event path (the embedded SQLite default, an integration without ``handle_batch``,
     a set that did not commit) through the ORM: a conditional update of the row, then of its
-    attempt; a set of claims closes with ``statements.BATCH_CLOSE_SQL``."""
+    attempt; a set closes with ``statements.BATCH_FINISH_SQL``."""
     now = timezone.now()
     event = claim.event
     terminal_ok = status in HANDLER_STATUSES
@@ -502,13 +521,16 @@ def _result_close(result: HandlerResult | PermanentProcessingError) -> _Close:
     )
 
 
-def _batch_close(claims: list[_Claim], closes: list[_Close]) -> None:
-    """Every claim's outcome in one statement (``statements.BATCH_CLOSE_SQL``);
-    ``_LeaseLost`` when one of the claims no longer holds."""
+def _batch_finish(
+    claims: list[_Claim], closes: list[_Close], *, worker: str, started: datetime
+) -> None:
+    """Every read row's outcome and its attempt in one statement
+    (``statements.BATCH_FINISH_SQL``); ``_LeaseLost`` when one of the rows was taken since
+    the read."""
     now = timezone.now()
     processed_at = [now if c.status in HANDLER_STATUSES else None for c in closes]
     closed = set_statement_execute(
-        statements.batch_close_sql(
+        statements.batch_finish_sql(
             statements.received_days([claim.received_at for claim in claims])
         ),
         {
@@ -518,13 +540,13 @@ def _batch_close(claims: list[_Claim], closes: list[_Close]) -> None:
             "processed_at": processed_at,
             "errors": [c.error for c in closes],
             "causes": [c.cause for c in closes],
-            "next_attempt_at": [None] * len(closes),
-            "attempts": [claim.attempt_pk for claim in claims],
             "outcomes": [c.outcome for c in closes],
             "attempt_errors": [
                 "" if c.status in HANDLER_STATUSES else c.error for c in closes
             ],
+            "started": started,
             "now": now,
+            "worker": worker[:255],
         },
     )
     if len(closed) != len(claims):
@@ -538,13 +560,17 @@ def _batch_close(claims: list[_Claim], closes: list[_Close]) -> None:
 
 
 def _claims_batch_run(
-    claims: list[_Claim], integration: BatchIntegration
+    claims: list[_Claim],
+    integration: BatchIntegration,
+    *,
+    worker: str,
+    started: datetime,
 ) -> list[ProcessingOutcome] | None:
-    """The claims of one integration as a set: ``handle_batch`` and one close of every row,
-    in one transaction. ``None`` when the batch did not commit (a value the database refused,
-    a lock waited for too long, a claim lost, anything raised): nothing of it is left, and the
-    caller runs the claims per event, which gives each its own outcome, retry or dead
-    letter."""
+    """The rows of one integration, as read by ``_batch_read``, as a set: ``handle_batch``
+    and one close of every row with its attempt, in one transaction. ``None`` when the set
+    did not commit (a value the database refused, a lock waited for too long, a row taken
+    since the read, anything raised): nothing of it is left, and the caller claims the rows
+    and runs them per event, which gives each its own outcome, retry or dead letter."""
     try:
         with transaction.atomic():
             results = integration.handle_batch([claim.event for claim in claims])
@@ -553,7 +579,7 @@ def _claims_batch_run(
                 raise ValueError(
                     "handle_batch returned a result count unlike the batch's"
                 )
-            _batch_close(claims, closes)
+            _batch_finish(claims, closes, worker=worker, started=started)
     except Exception as exc:  # the per-event path sorts each event out
         logger.warning(
             "inbox.batch_fallback",
@@ -565,6 +591,43 @@ def _claims_batch_run(
         )
         return None
     return [ProcessingOutcome(status=close.status) for close in closes]
+
+
+def _sets_run(
+    ids: list[int], *, worker: str
+) -> Iterator[tuple[_Claim, ProcessingOutcome]]:
+    """The rows of ``ids`` whose integration offers ``handle_batch``, as sets (PostgreSQL):
+    read, then each integration's in one transaction with its domain change
+    (docs/subsystems/processing.md, "A set in one transaction"). Yields the outcome of
+    every row a set closed; the others are left to the claims."""
+    started = timezone.now()
+    by_handler: dict[str, list[_Claim]] = {}
+    read = _batch_read(ids=ids, now=started)
+    if read and tracing_enabled():
+        # The message's process span links to the requests that wrote its rows: a batch
+        # has many, none of them its parent.
+        links_add(claim.event.traceparent for claim in read)
+    for claim in read:
+        if integration_batch_get(claim.handler) is not None:
+            by_handler.setdefault(claim.handler, []).append(claim)
+    for handler, group in by_handler.items():
+        integration = integration_batch_get(handler)
+        assert integration is not None
+        # A batch of one too: one write path for a set, whatever its size.
+        if tracing_enabled():
+            with _handler_span(group, handler) as handled:
+                batch = _claims_batch_run(
+                    group, integration, worker=worker, started=started
+                )
+                handled.set_attribute("webhook.applied_as_set", batch is not None)
+                if batch is not None and len(batch) == 1:
+                    handled.set_attribute("webhook.outcome", batch[0].status)
+        else:
+            batch = _claims_batch_run(
+                group, integration, worker=worker, started=started
+            )
+        if batch is not None:
+            yield from zip(group, batch, strict=True)
 
 
 # The batch's log line names at most this many rows (a message carries INBOX_BATCH_SIZE).
@@ -661,16 +724,21 @@ class _BatchRecord:
 
 
 def inbox_events_process(
-    *, ids: list[int], worker: str = ""
+    *, ids: list[int], worker: str = "", sets: bool = True
 ) -> list[ProcessingOutcome]:
-    """Processes a batch of inbox rows through their sources' handlers, each in its own
-    transaction; returns one outcome per id, in the order given.
+    """Processes a batch of inbox rows through their sources' handlers; returns one outcome
+    per id, in the order given.
+
+    On PostgreSQL the rows of an integration that offers ``handle_batch`` run as a set, each
+    set in one transaction with its domain change (``sets``, the default; a message
+    delivered again runs without, docs/subsystems/processing.md, "A set in one
+    transaction"); every other row is claimed, then run in a transaction of its own.
 
     Idempotent per row: a terminal row is never processed again, and of two concurrent runs
-    only the one holding the claim applies anything. Transient failures leave the row
-    ``failed`` with ``next_attempt_at`` (exponential backoff, full jitter) until
-    ``INBOX_MAX_ATTEMPTS``; ``PermanentProcessingError`` and a value the database refuses
-    (``DataError``) dead-letter at once."""
+    only one commits an outcome. Transient failures leave the row ``failed`` with
+    ``next_attempt_at`` (exponential backoff, full jitter) until ``INBOX_MAX_ATTEMPTS``;
+    ``PermanentProcessingError`` and a value the database refuses (``DataError``)
+    dead-letter at once."""
     started = time.monotonic()
     unique = list(dict.fromkeys(ids))  # an id given twice is processed once
     outcomes: dict[int, ProcessingOutcome] = {}
@@ -679,9 +747,16 @@ def inbox_events_process(
     # a time; the set statements set their own transaction's.
     session_timeout = SessionLockTimeout(settings.INBOX_LOCK_TIMEOUT_MS)
     try:
-        claims = _batch_claim_fast(ids=unique, worker=worker)
+        if sets and unique and connection.vendor == "postgresql":
+            for closed, outcome in _sets_run(unique, worker=worker):
+                record.as_set += 1
+                with correlation_id_bound(closed.event.event_id):
+                    record.outcome(closed.event, outcome)
+                outcomes[closed.event.pk] = outcome
+        rest = [pk for pk in unique if pk not in outcomes]
+        claims = _batch_claim_fast(ids=rest, worker=worker)
         claimed = {claim.event.pk for claim in claims}
-        for pk in unique:
+        for pk in rest:
             if pk in claimed:
                 continue
             session_timeout.ensure()
@@ -705,16 +780,18 @@ def inbox_events_process(
                     extra={"inbox_event_id": pk, "reason": claim.skipped},
                 )
         claims.sort(key=lambda c: c.event.pk)
-        if tracing_enabled():
+        if claims and tracing_enabled():
             # The message's process span links to the requests that wrote its rows: a
             # batch has many, none of them its parent.
             links_add(claim.event.traceparent for claim in claims)
-        for claim, outcome, as_set in _claims_run(claims, session_timeout):
-            if outcome.skipped:
-                record.count(outcome.skipped)
-            else:
-                record.as_set += as_set
-                with correlation_id_bound(claim.event.event_id):
+        if claims:
+            session_timeout.ensure()
+        for claim in claims:
+            with correlation_id_bound(claim.event.event_id):
+                outcome = _claim_run(claim)
+                if outcome.skipped:
+                    record.count(outcome.skipped)
+                else:
                     record.outcome(claim.event, outcome)
             outcomes[claim.event.pk] = outcome
     finally:
@@ -723,55 +800,14 @@ def inbox_events_process(
     return [outcomes[pk] for pk in ids]
 
 
-def _claims_run(
-    claims: list[_Claim], session_timeout: SessionLockTimeout
-) -> Iterator[tuple[_Claim, ProcessingOutcome, bool]]:
-    """Runs the claims, in id order within each integration: as a set for an integration that
-    offers ``handle_batch`` (on PostgreSQL), else (and when its batch does not commit) one
-    transaction per event. Yields each claim's outcome and whether it applied as a set."""
-    per_event: list[_Claim] = []
-    by_handler: dict[str, list[_Claim]] = {}
-    for claim in claims:
-        integration = (
-            integration_batch_get(claim.handler)
-            if connection.vendor == "postgresql"
-            else None
-        )
-        if integration is None:
-            per_event.append(claim)
-            continue
-        _body_load(claim)
-        by_handler.setdefault(claim.handler, []).append(claim)
-    for handler, group in by_handler.items():
-        integration = integration_batch_get(handler)
-        assert integration is not None
-        # A batch of one too: one write path for a set, whatever its size.
-        if tracing_enabled():
-            with _handler_span(group, handler) as handled:
-                batch = _claims_batch_run(group, integration)
-                handled.set_attribute("webhook.applied_as_set", batch is not None)
-                if batch is not None and len(batch) == 1:
-                    handled.set_attribute("webhook.outcome", batch[0].status)
-        else:
-            batch = _claims_batch_run(group, integration)
-        if batch is None:
-            per_event.extend(group)
-            continue
-        for claim, outcome in zip(group, batch, strict=True):
-            yield claim, outcome, True
-    if per_event:
-        session_timeout.ensure()
-    for claim in sorted(per_event, key=lambda c: c.event.pk):
-        with correlation_id_bound(claim.event.event_id):
-            if tracing_enabled():
-                with _handler_span([claim], claim.handler) as handled:
-                    outcome = _claimed_event_run(claim)
-                    handled.set_attribute(
-                        "webhook.outcome", outcome.skipped or outcome.status
-                    )
-            else:
-                outcome = _claimed_event_run(claim)
-        yield claim, outcome, False
+def _claim_run(claim: _Claim) -> ProcessingOutcome:
+    """One claimed row in a transaction of its own, within its handler's span when tracing."""
+    if not tracing_enabled():
+        return _claimed_event_run(claim)
+    with _handler_span([claim], claim.handler) as handled:
+        outcome = _claimed_event_run(claim)
+        handled.set_attribute("webhook.outcome", outcome.skipped or outcome.status)
+    return outcome
 
 
 def _handler_span(claims: list[_Claim], handler: str):

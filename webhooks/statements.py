@@ -126,7 +126,7 @@ def day_start(instant: datetime) -> datetime:
 def received_days(instants: list[datetime]) -> tuple[datetime, datetime] | None:
     """The UTC days ``[first, last + 1)`` that hold every one of ``instants`` (rows' received
     times), for a statement on rows known by id to name as constants
-    (``batch_claim_sql``, ``batch_close_sql``); ``None`` for none."""
+    (``batch_claim_sql``, ``batch_read_sql``, ``batch_finish_sql``); ``None`` for none."""
     if not instants:
         return None
     return day_start(min(instants)), day_start(max(instants)) + timedelta(days=1)
@@ -429,10 +429,25 @@ SELECT min(received_at), max(received_at), count(*) FROM {_KEYS}
 """  # noqa: S608 - a table name, values bound
 
 
+# What a row must be for a worker to take it: ``received``, or ``failed`` with its retry due,
+# and not held by a paused source (nor by a drain that has not reached it).
+_CLAIMABLE = f"""NOT EXISTS (
+           SELECT 1 FROM {_HOLDS} AS h
+            WHERE h.source_id = e.source_id
+              AND (h.paused_at IS NOT NULL
+                   OR e.dispatched_at IS NULL
+                   OR e.dispatched_at < h.drain_started_at))
+       AND (e.processing_status = 'received'
+            OR (e.processing_status = 'failed'
+                AND (e.next_attempt_at IS NULL OR e.next_attempt_at <= %(now)s)))"""  # noqa: S608
+
+
 # The claim of a batch, in one statement: the rows that can be taken become ``processing``
 # with their lease, their attempts are inserted (with the event's received time), and
 # ``CLAIMED_FIELDS`` come back, then the source's ``CLAIMED_SOURCE_FIELDS``, the event's
-# received time and the attempt's id. Within ``days`` (``received_days``) when given.
+# received time and the attempt's id. Within ``days`` (``received_days``) when given. What a
+# batch runs event by event claims this way (docs/subsystems/processing.md, "One event at a
+# time"); a set reads its rows with ``batch_read_sql`` instead.
 @functools.lru_cache(maxsize=64)
 def batch_claim_sql(days: tuple[datetime, datetime] | None) -> str:
     return f"""
@@ -448,15 +463,7 @@ WITH claimed AS (
        -- The claim's row locks give up after INBOX_LOCK_TIMEOUT_MS: the statement's own
        -- transaction's lock_timeout, set once (an InitPlan) before any row is locked.
        AND {LOCK_TIMEOUT_IN_STATEMENT}
-       AND NOT EXISTS (
-           SELECT 1 FROM {_HOLDS} AS h
-            WHERE h.source_id = e.source_id
-              AND (h.paused_at IS NOT NULL
-                   OR e.dispatched_at IS NULL
-                   OR e.dispatched_at < h.drain_started_at))
-       AND (e.processing_status = 'received'
-            OR (e.processing_status = 'failed'
-                AND (e.next_attempt_at IS NULL OR e.next_attempt_at <= %(now)s)))
+       AND {_CLAIMABLE}
     RETURNING {_claimed_columns()}
 ), attempt AS (
     INSERT INTO {_ATTEMPTS}
@@ -474,47 +481,66 @@ ORDER BY claimed.id
 BATCH_CLAIM_SQL = batch_claim_sql(None)
 
 
-# The end of a batch's runs (a batch of one too), in one statement: every row's outcome and
-# its attempt's, each only while its claim still holds. The caller compares the attempts
-# closed with the rows given: one claim lost fails the batch (rolled back, then run per event
-# through the ORM). Within ``days`` (``received_days``) when given.
+# The rows of a batch that a set can take, read without a lock or a write: the claim's
+# condition and columns (``attempts`` as the number of the attempt to come), then ``0`` for
+# an attempt not yet written. The set's close (``batch_finish_sql``) takes them only if
+# nothing claimed them meanwhile (docs/subsystems/processing.md, "A set in one transaction").
 @functools.lru_cache(maxsize=64)
-def batch_close_sql(days: tuple[datetime, datetime] | None) -> str:
+def batch_read_sql(days: tuple[datetime, datetime] | None) -> str:
+    columns = _claimed_columns().replace("e.attempts", "e.attempts + 1", 1)
+    return f"""
+SELECT {columns}, 0 FROM {_EVENTS} AS e JOIN {_SOURCES} AS s ON s.id = e.source_id
+ WHERE e.id = ANY(%(ids)s)
+   {_days_condition("e.received_at", days)}
+   AND {_CLAIMABLE}
+ ORDER BY e.id
+"""  # noqa: S608 - table names from the models, values bound
+
+
+# The end of a set (a set of one too), in one statement, in the transaction of its domain
+# change: every row's outcome with its attempt counted, and its attempt inserted whole
+# (started when the set read its rows), each only while the row is still as the read found
+# it (its status claimable, its attempts unchanged: nothing claimed or closed it meanwhile).
+# The caller compares the rows closed with the rows given: one taken meanwhile fails the set
+# (rolled back, then claimed and run per event). Within ``days`` (``received_days``) when
+# given.
+@functools.lru_cache(maxsize=64)
+def batch_finish_sql(days: tuple[datetime, datetime] | None) -> str:
     return f"""
 WITH v AS (
     SELECT * FROM unnest(%(ids)s::bigint[], %(numbers)s::int[], %(statuses)s::text[],
                          %(processed_at)s::timestamptz[], %(errors)s::text[],
-                         %(causes)s::text[], %(next_attempt_at)s::timestamptz[],
-                         %(attempts)s::bigint[], %(outcomes)s::text[],
+                         %(causes)s::text[], %(outcomes)s::text[],
                          %(attempt_errors)s::text[])
-           AS v(id, number, status, processed_at, error, cause, next_attempt_at, attempt,
-                outcome, attempt_error)
+           AS v(id, number, status, processed_at, error, cause, outcome, attempt_error)
 ), closed AS (
     UPDATE {_EVENTS} AS e
        SET processing_status = v.status,
            processed_at = v.processed_at,
            error_message = v.error,
            dead_letter_cause = v.cause,
-           next_attempt_at = v.next_attempt_at,
-           dispatched_at = CASE WHEN v.next_attempt_at IS NOT NULL THEN NULL
-                                ELSE e.dispatched_at END,
-           lease_expires_at = NULL
+           next_attempt_at = NULL,
+           lease_expires_at = NULL,
+           attempts = v.number
       FROM v
-     WHERE e.id = v.id AND e.processing_status = 'processing' AND e.attempts = v.number
+     WHERE e.id = v.id AND e.attempts = v.number - 1
        {_days_condition("e.received_at", days)}
-    RETURNING e.id
+       AND (e.processing_status = 'received'
+            OR (e.processing_status = 'failed'
+                AND (e.next_attempt_at IS NULL OR e.next_attempt_at <= %(started)s)))
+    RETURNING e.id, e.received_at
 )
-UPDATE {_ATTEMPTS} AS a
-   SET finished_at = %(now)s, outcome = v.outcome, resulting_status = v.status,
-       error = v.attempt_error
+INSERT INTO {_ATTEMPTS}
+       (event_id, event_received_at, number, started_at, finished_at, outcome,
+        resulting_status, error, worker)
+SELECT v.id, closed.received_at, v.number, %(started)s, %(now)s, v.outcome, v.status,
+       v.attempt_error, %(worker)s
   FROM v JOIN closed ON closed.id = v.id
- WHERE a.id = v.attempt
-   {_days_condition("a.event_received_at", days)}
-RETURNING a.id
+RETURNING event_id
 """  # noqa: S608 - table names from the models, values bound
 
 
-BATCH_CLOSE_SQL = batch_close_sql(None)
+BATCH_FINISH_SQL = batch_finish_sql(None)
 
 
 # --- the relay ------------------------------------------------------------------------------

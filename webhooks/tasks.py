@@ -14,7 +14,8 @@ from .partitions import inbox_partitions_ensure, inbox_partitions_retire
 from .processing import inbox_events_process
 
 # The database went away mid-batch: try again soon. Rows the batch had claimed but not run
-# keep their lease; the relay's sweep publishes them again once it expires.
+# keep their lease; the relay's sweep publishes them again once it expires. A set that had
+# not committed left nothing: its rows are as they were before it.
 _DATABASE_RETRY = {
     "acks_late": True,
     "reject_on_worker_lost": True,
@@ -30,18 +31,34 @@ def _worker_name(task) -> str:
     return task.request.hostname or f"{socket.gethostname()}:{os.getpid()}"
 
 
+def _first_delivery(task) -> bool:
+    """Whether this is the message's first run: not delivered again by the broker (its
+    worker was lost, or it was never acknowledged) nor a retry of the task. A message run
+    again takes its rows with claims committed first, so that a row whose run kills its
+    worker is counted and, after INBOX_MAX_ATTEMPTS, dead-lettered
+    (docs/subsystems/processing.md, "A set in one transaction")."""
+    request = task.request
+    delivered_again = (request.delivery_info or {}).get("redelivered")
+    return not delivered_again and not request.retries
+
+
 @shared_task(bind=True, name=PROCESS_TASK, **_DATABASE_RETRY)
 def process_inbox_events_task(self, inbox_event_ids: list[int]) -> list[str]:
-    """Processes a batch of inbox rows, each in its own transaction. Idempotent: a second or
-    concurrent run never applies an event twice. A transient failure leaves the row ``failed``
+    """Processes a batch of inbox rows: a set of an integration's rows in one transaction, the
+    others each in its own (``inbox_events_process``). Idempotent: a second or concurrent
+    run never applies an event twice. A transient failure leaves the row ``failed``
     with its retry time; the relay publishes it again when that comes."""
     if tracing_enabled():
         with task_process_span(self, rows=len(inbox_event_ids)):
             outcomes = inbox_events_process(
-                ids=inbox_event_ids, worker=_worker_name(self)
+                ids=inbox_event_ids,
+                worker=_worker_name(self),
+                sets=_first_delivery(self),
             )
     else:
-        outcomes = inbox_events_process(ids=inbox_event_ids, worker=_worker_name(self))
+        outcomes = inbox_events_process(
+            ids=inbox_event_ids, worker=_worker_name(self), sets=_first_delivery(self)
+        )
     return [outcome.skipped or outcome.status for outcome in outcomes]
 
 

@@ -240,10 +240,10 @@ def _partitions_named(text: str, params: dict) -> set[str]:
     return set(re.findall(tables, plan))
 
 
-def test_a_batchs_claim_and_close_plan_over_its_rows_days_alone():
-    """The worker's claim and close name the days their rows were received on
-    (``statements.received_days``, read from the ledger): with a month of partitions
-    ahead they plan over today's partition of each table, none other."""
+def test_a_batchs_claim_read_and_finish_plan_over_its_rows_days_alone():
+    """The worker's claim, a set's read and its close name the days their rows were
+    received on (``statements.received_days``, read from the ledger): with a month of
+    partitions ahead they plan over today's partition of the inbox, none other."""
     inbox_partitions_ensure(ahead_days=30)
     now = timezone.now()
     days = statements.received_days([now])
@@ -257,8 +257,11 @@ def test_a_batchs_claim_and_close_plan_over_its_rows_days_alone():
             "lock_timeout": "1s",
         },
     )
-    close = _partitions_named(
-        statements.batch_close_sql(days),
+    read = _partitions_named(
+        statements.batch_read_sql(days), {"ids": [1, 2], "now": now}
+    )
+    finish = _partitions_named(
+        statements.batch_finish_sql(days),
         {
             name: []
             for name in [
@@ -268,24 +271,20 @@ def test_a_batchs_claim_and_close_plan_over_its_rows_days_alone():
                 "processed_at",
                 "errors",
                 "causes",
-                "next_attempt_at",
-                "attempts",
                 "outcomes",
                 "attempt_errors",
             ]
         }
-        | {"now": now},
+        | {"started": now, "now": now, "worker": "w"},
     )
     today = {
         p.name
-        for table in TABLES
-        for p in partitions(table)
+        for p in partitions(INBOX)
         if p.end > now and (p.start is None or p.start <= now)
     }
     assert len(partitions(INBOX)) > 30
-    # (The claim's attempts are inserted, routed as they go: no partition in its plan.)
-    assert claim == {name for name in today if name.startswith(INBOX.table)}, claim
-    assert close == today, close
+    # (The attempts are inserted, routed as they go: no partition of theirs in a plan.)
+    assert claim == read == finish == today, (claim, read, finish)
 
 
 def test_the_relays_stamp_plans_over_its_rows_days_alone():

@@ -27,7 +27,7 @@ from tests.broker import (
     queued_inbox_event_ids,
 )
 from tests.integrations.research.factories import research_event
-from tests.threads import document_locked, run_together
+from tests.threads import document_locked, row_lock_waited_for, run_together
 from tests.webhooks.factories import (
     InboxEventFactory,
     hold_of,
@@ -400,8 +400,10 @@ def test_a_batch_processes_the_rows_of_other_sources_and_skips_the_held_ones(
 
 
 @threads
-def test_a_row_already_processing_when_the_pause_lands_finishes(settings, paused):
-    """The claim committed before the pause: the run goes on and its outcome is written."""
+@pytest.mark.parametrize("sets", [True, False], ids=["set", "claimed"])
+def test_a_row_already_processing_when_the_pause_lands_finishes(settings, paused, sets):
+    """A set that read the row, or a claim that committed, before the pause: the run goes on
+    and its outcome is written."""
     settings.INBOX_LOCK_TIMEOUT_MS = 20_000
     entity = "doc_pause_running"
     first = InboxEventFactory(
@@ -413,20 +415,24 @@ def test_a_row_already_processing_when_the_pause_lands_finishes(settings, paused
         source=paused, body=research_event(entity_id=entity, source_version=2)
     )
     results = []
+
+    def run() -> None:
+        try:
+            results.append(inbox_events_process(ids=[running.pk], sets=sets))
+        finally:
+            connections.close_all()
+
     with document_locked(entity):
-        worker = threading.Thread(
-            target=lambda: results.append(inbox_events_process(ids=[running.pk])),
-            daemon=True,
-        )
+        worker = threading.Thread(target=run, daemon=True)
         worker.start()
-        processes.wait_until(  # claimed: its handler waits for the lock
-            lambda: (
-                InboxEvent.objects.get(pk=running.pk).processing_status == "processing"
-            ),
+        processes.wait_until(  # read or claimed: its handler waits for the lock
+            row_lock_waited_for,
             timeout=10,
             interval=0.02,
-            what="the event claimed",
+            what="the run to wait for the document",
         )
+        status = InboxEvent.objects.get(pk=running.pk).processing_status
+        assert status == ("received" if sets else "processing")
         pause(paused)
     worker.join(timeout=30)
 

@@ -8,6 +8,7 @@ from datetime import timedelta
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -25,9 +26,9 @@ from tests.integrations.research.factories import (
 )
 from tests.webhooks.factories import inbox_events_bulk_create
 from webhooks.integrations import integration_batch_get
-from webhooks.models import InboxAttempt, InboxEvent
+from webhooks.models import InboxAttempt, InboxEvent, InboxKey
 from webhooks.processing import (
-    _batch_claim_fast,
+    _batch_read,
     _claims_batch_run,
     inbox_event_process,
     inbox_events_process,
@@ -321,38 +322,106 @@ def test_a_batch_writes_each_attempt_with_its_events_received_time():
         prefix=f"t{uuid.uuid4().hex[:8]}",
     )
     for days, row in enumerate(rows, start=1):
-        InboxEvent.objects.filter(pk=row.pk).update(
-            received_at=row.received_at - timedelta(days=days, microseconds=7)
-        )
+        # The row and its key in the ledger, where a batch reads the days of its rows.
+        earlier = row.received_at - timedelta(days=days, microseconds=7)
+        InboxEvent.objects.filter(pk=row.pk).update(received_at=earlier)
+        InboxKey.objects.filter(inbox_event_id=row.pk).update(received_at=earlier)
     with CaptureQueriesContext(connection) as queries:
         outcomes = inbox_events_process(ids=[r.pk for r in rows], worker="w")
     assert [o.status for o in outcomes] == ["processed", "processed"]
-    assert any("WITH claimed AS" in q["sql"] for q in queries.captured_queries)
+    assert any("closed AS" in q["sql"] for q in queries.captured_queries)
     assert_attempts_carry_their_events_time(rows)
 
 
-def test_a_batch_with_a_claim_taken_over_commits_nothing():
+def test_a_set_whose_row_was_claimed_since_its_read_commits_nothing():
+    """A set reads its rows without a lock or a write; its close takes each only if nothing
+    claimed it meanwhile. One taken by another run fails the set: no document, no revision,
+    no attempt of its own, and the other run's claim untouched."""
     prefix = f"x{uuid.uuid4().hex[:8]}"
     rows = rows_for(
         [("a", 1, DOCUMENT_UPDATED, False), ("b", 1, DOCUMENT_UPDATED, False)],
         prefix=prefix,
     )
-    claims = _batch_claim_fast(ids=[r.pk for r in rows], worker="slow")
-    # The lease of the second expired and another run claimed it meanwhile.
-    InboxEvent.objects.filter(pk=rows[1].pk).update(attempts=2)
+    started = timezone.now()
+    claims = _batch_read(ids=[r.pk for r in rows], now=started)
+    assert [c.event.attempts for c in claims] == [1, 1]
+    # Another run claimed the second meanwhile (a message delivered twice).
+    InboxEvent.objects.filter(pk=rows[1].pk).update(
+        processing_status="processing", attempts=1
+    )
 
-    assert _claims_batch_run(claims, integration_batch_get("research")) is None
+    assert (
+        _claims_batch_run(
+            claims, integration_batch_get("research"), worker="w", started=started
+        )
+        is None
+    )
 
     assert not DocumentRevision.objects.filter(inbox_event__in=rows).exists()
     assert not ResearchDocument.objects.filter(entity_id__startswith=prefix).exists()
+    assert list(
+        InboxEvent.objects.filter(pk__in=[r.pk for r in rows])
+        .order_by("pk")
+        .values_list("processing_status", "attempts")
+    ) == [("received", 0), ("processing", 1)]
+    assert not InboxAttempt.objects.filter(event__in=rows).exists()
+
+
+def test_a_set_writes_each_row_once_and_its_attempt_whole():
+    """A set's rows go from ``received`` to their outcome in one new version each, written
+    in the transaction of the domain change, their attempts inserted with start and end: no
+    claim of their own is ever committed (docs/subsystems/processing.md, "A set in one
+    transaction")."""
+    rows = rows_for(
+        [("a", 1, DOCUMENT_UPDATED, False), ("b", 1, DOCUMENT_UPDATED, False)],
+        prefix=f"x{uuid.uuid4().hex[:8]}",
+    )
+    with CaptureQueriesContext(connection) as queries:
+        outcomes = inbox_events_process(ids=[r.pk for r in rows], worker="w")
+    assert [o.status for o in outcomes] == ["processed", "processed"]
+    inbox_writes = [
+        q["sql"]
+        for q in queries.captured_queries
+        if f'UPDATE "{InboxEvent._meta.db_table}"' in q["sql"]
+        or f"UPDATE {InboxEvent._meta.db_table}" in q["sql"]
+    ]
+    assert len(inbox_writes) == 1, inbox_writes
+    assert "closed AS" in inbox_writes[0]
+    attempts = InboxAttempt.objects.filter(event__in=rows).order_by("event_id")
+    assert [(a.number, a.outcome, a.resulting_status, a.worker) for a in attempts] == [
+        (1, "succeeded", "processed", "w")
+    ] * 2
+    assert all(a.started_at <= a.finished_at for a in attempts)
     assert set(
         InboxEvent.objects.filter(pk__in=[r.pk for r in rows]).values_list(
-            "processing_status", flat=True
+            "attempts", "lease_expires_at"
         )
-    ) == {"processing"}
-    assert not InboxAttempt.objects.filter(
-        event__in=rows, finished_at__isnull=False
-    ).exists()
+    ) == {(1, None)}
+
+
+def test_a_message_delivered_again_claims_its_rows_before_running_them():
+    """``sets=False`` (a message the broker delivered again: its worker may have died in
+    the run): the rows are claimed and committed ``processing`` with their lease first, so
+    that a row that kills its worker is counted; they still end as a set would end them."""
+    rows = rows_for(
+        [("a", 1, DOCUMENT_UPDATED, False), ("a", 2, DOCUMENT_UPDATED, False)],
+        prefix=f"x{uuid.uuid4().hex[:8]}",
+    )
+    with CaptureQueriesContext(connection) as queries:
+        outcomes = inbox_events_process(
+            ids=[r.pk for r in rows], worker="w", sets=False
+        )
+    assert [o.status for o in outcomes] == ["processed", "processed"]
+    assert any("WITH claimed AS" in q["sql"] for q in queries.captured_queries)
+    assert not any("closed AS" in q["sql"] for q in queries.captured_queries)
+    assert (
+        list(
+            InboxAttempt.objects.filter(event__in=rows)
+            .order_by("event_id")
+            .values_list("number", "outcome")
+        )
+        == [(1, "succeeded")] * 2
+    )
 
 
 def test_a_document_created_meanwhile_falls_back_to_one_event_at_a_time(monkeypatch):

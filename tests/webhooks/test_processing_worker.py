@@ -3,9 +3,12 @@ PostgreSQL and the Redis broker; killed with SIGKILL as a dying machine would be
 relay in each worker publishes every row waiting for a message and, from its sweep, the rows
 whose message was lost."""
 
+import os
 import random
+import signal
 import time
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 from django.db.models import Count
@@ -14,7 +17,7 @@ from django.utils import timezone
 from research.models import DocumentRevision, ResearchDocument
 from tests import processes
 from tests.integrations.research.factories import research_event
-from tests.threads import document_locked
+from tests.threads import document_locked, row_lock_waited_for
 from tests.webhooks.factories import InboxEventFactory, inbox_events_bulk_create
 from webhooks.models import TERMINAL_STATUSES, InboxAttempt, InboxEvent
 from webhooks.processing import WORKER_LOST_ERROR, inbox_event_process
@@ -262,3 +265,61 @@ def test_a_row_of_weeks_ago_waiting_again_is_processed_by_a_running_worker(worke
     )
     print(f"\nprocessed {time.monotonic() - started:.2f} s after it started waiting")
     assert ResearchDocument.objects.filter(entity_id="doc_look_back_old").exists()
+
+
+def _pool_processes(worker: processes.Process) -> list[int]:
+    """The pids of the worker's pool processes: the children of its main process."""
+    children = Path(f"/proc/{worker.pid}/task/{worker.pid}/children").read_text()
+    return [int(pid) for pid in children.split()]
+
+
+def test_a_set_whose_pool_process_dies_is_claimed_before_it_runs_again(workers):
+    """A set holds no claim while it runs (docs/subsystems/processing.md, "A set in one
+    transaction"): its pool process killed mid-set leaves its row ``received`` with no
+    attempt. The message comes back delivered again (reject on worker lost), and that run
+    claims the row first, committed (``processing``, attempt 1 open): had the row killed its
+    worker once more, the attempt would count towards INBOX_MAX_ATTEMPTS."""
+    # A lock wait longer than the test waits for the claim: a set run again would still be
+    # waiting for the document when it gives up.
+    env = {"INBOX_LOCK_TIMEOUT_MS": "55000", "INBOX_BATCH_SIZE": "1"}
+    seed = InboxEventFactory(
+        body=research_event(entity_id="doc_dies", source_version=1)
+    )
+    inbox_event_process(inbox_event_id=seed.pk)
+    event = InboxEventFactory(
+        body=research_event(entity_id="doc_dies", source_version=2)
+    )
+    with document_locked("doc_dies"):
+        worker = workers.start(env=env)
+        workers.wait_until(row_lock_waited_for, what="the set to wait for the document")
+        event.refresh_from_db()
+        assert (event.processing_status, event.attempts) == ("received", 0)
+        assert not InboxAttempt.objects.filter(event=event).exists()
+        (pool,) = _pool_processes(worker)
+        os.kill(pool, signal.SIGKILL)
+
+        workers.wait_until(
+            lambda: InboxEvent.objects.filter(
+                pk=event.pk, processing_status="processing", attempts=1
+            ).exists(),
+            timeout=30,
+            what="the message delivered again to claim its row first",
+        )
+        (attempt,) = InboxAttempt.objects.filter(event=event)
+        assert (attempt.number, attempt.outcome, attempt.finished_at) == (
+            1,
+            "started",
+            None,
+        )
+    workers.wait_until(
+        lambda: InboxEvent.objects.filter(
+            pk=event.pk, processing_status="processed"
+        ).exists(),
+        what="the event to be processed once the document is free",
+    )
+    event.refresh_from_db()
+    assert event.attempts == 1
+    assert list(
+        InboxAttempt.objects.filter(event=event).values_list("number", "outcome")
+    ) == [(1, "succeeded")]
+    assert DocumentRevision.objects.filter(inbox_event=event).count() == 1
