@@ -30,10 +30,12 @@ empty one first in even rounds, so that load from other processes falls on both 
   time per delivery. The same event ids in both databases: the new events are the fresh
   ``received`` rows the claims take, and the rows the admin's search finds.
 - claims: the relay's (``InboxOutbox.claim``, ``RELAY_BATCH_LIMIT`` rows, after its look for
-  rows waiting since before yesterday, timed apart: ``InboxOutbox.since``) and the worker's
-  batch claim (``processing._batch_claim_fast``, ``INBOX_BATCH_SIZE`` of the fresh rows), as
-  they run (each of their statements), in a transaction rolled back, ``CLAIM_REPEAT`` times
-  a round: milliseconds per claim.
+  rows waiting since before yesterday, timed apart: ``InboxOutbox.since``) and the worker's:
+  a set's read of its rows (``processing._batch_read``, what a message's first delivery
+  runs) and the batch claim (``processing._batch_claim_fast``, what a message delivered
+  again, or another integration's rows, run), each on ``INBOX_BATCH_SIZE`` of the fresh
+  rows, as they run (each of their statements), in a transaction rolled back,
+  ``CLAIM_REPEAT`` times a round: milliseconds per claim.
 - admin pages, through Django's test client logged in as a superuser (as ``bench.admin``):
   the inbox's changelist, its status filter (``received``: a full page in both databases), a
   search by event id prefix that finds the same rows in both, a search for ten events of
@@ -609,10 +611,11 @@ def recent_vacuum() -> None:
 
 
 def claims_round() -> dict:
-    """The relay's claim (``InboxOutbox.claim``: its rows locked, then stamped) and the
-    worker's batch claim (``processing._batch_claim_fast``: its rows' days read from the
-    ledger, then the claim), as the relay and the worker run them, ``CLAIM_REPEAT`` times
-    each, rolled back: milliseconds per claim (median) and the rows each took."""
+    """The relay's claim (``InboxOutbox.claim``: its rows locked, then stamped), a set's read
+    (``processing._batch_read``) and the worker's batch claim
+    (``processing._batch_claim_fast``), each of the worker's with its rows' days read from
+    the ledger first, as the relay and the worker run them, ``CLAIM_REPEAT`` times each,
+    rolled back: milliseconds per claim (median) and the rows each took."""
     from django.conf import settings
     from django.db import connection
     from django.utils import timezone
@@ -620,7 +623,7 @@ def claims_round() -> dict:
     from webhooks import statements
     from webhooks.models import InboxEvent
     from webhooks.outbox import InboxOutbox
-    from webhooks.processing import _batch_claim_fast
+    from webhooks.processing import _batch_claim_fast, _batch_read
 
     def _executed(sql: str, params: dict) -> int:
         with connection.cursor() as cursor:
@@ -637,8 +640,8 @@ def claims_round() -> dict:
         .values_list("id", flat=True)[: settings.INBOX_BATCH_SIZE]
     )
     outbox = InboxOutbox()
-    relay, batch, look, lock = [], [], [], []
-    relay_rows = batch_rows = 0
+    relay, batch, read, look, lock = [], [], [], [], []
+    relay_rows = batch_rows = read_rows = 0
     for _ in range(CLAIM_REPEAT):
         # The relay's look for rows waiting since before yesterday, as it runs at most once
         # a second (``InboxOutbox.since``); the claims then read what it found, as between
@@ -663,13 +666,20 @@ def claims_round() -> dict:
         lock.append(ms)
         # The rows the relay published, as the worker's batch finds them.
         InboxEvent.objects.filter(id__in=fresh).update(dispatched_at=now)
+        ms, read_rows = _timed_rolled_back(
+            lambda: len(_batch_read(ids=fresh, now=timezone.now()))
+        )
+        read.append(ms)
         ms, batch_rows = _timed_rolled_back(
             lambda: len(_batch_claim_fast(ids=fresh, worker="bench-scale"))
         )
         InboxEvent.objects.filter(id__in=fresh).update(dispatched_at=None)
         batch.append(ms)
-    if batch_rows != len(fresh) or not fresh:
-        raise RuntimeError(f"the batch claim took {batch_rows} of {len(fresh)} rows")
+    if batch_rows != len(fresh) or read_rows != len(fresh) or not fresh:
+        raise RuntimeError(
+            f"the batch claim took {batch_rows}, the read {read_rows},"
+            f" of {len(fresh)} rows"
+        )
     return {
         "relay_ms": statistics.median(relay),
         "relay_rows": relay_rows,
@@ -677,6 +687,7 @@ def claims_round() -> dict:
         "lock_ms": statistics.median(lock),
         "batch_ms": statistics.median(batch),
         "batch_rows": batch_rows,
+        "read_ms": statistics.median(read),
     }
 
 
@@ -1183,6 +1194,13 @@ def figures_build(report: dict) -> list:
         "ms",
         ("claims", "look_back_ms"),
         target=None,
+        higher=False,
+    )
+    pair(
+        "worker set read",
+        "ms",
+        ("claims", "read_ms"),
+        target=CLAIM_TARGET,
         higher=False,
     )
     pair(
