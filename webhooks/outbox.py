@@ -122,16 +122,22 @@ def inbox_sweep_due_q(*, now) -> Q:
     return due & not_recently_dispatched & ~Q(source_id__in=_held_source_ids())
 
 
-def _publications(rows: list[tuple[int, str, str]]) -> list[Publication]:
+def _publications(
+    rows: list[tuple[int, str, str]], *, again: bool = False
+) -> list[Publication]:
     """Messages of at most ``INBOX_BATCH_SIZE`` rows, ``(id, event_id, entity_id)`` in the
     order given (id order within each claim). The rows of one entity travel in one message:
-    one worker claims them in one statement and applies them in id order, so that two
-    workers never race one document's events within a claim. Only an entity with more rows
+    one worker takes them together and applies them in id order, so that two workers never
+    race one document's events within a batch. Only an entity with more rows
     than a message holds is split, in id order: a drain never releases that many of one
     entity at once (``_drain_release``), and a bulk replay puts back one of an entity at a
     time (docs/subsystems/relay.md, "Pausing a source"; docs/subsystems/processing.md, "A
     bulk replay job"). A message of one row carries its event id as the correlation id; the
-    worker binds each row's own while it processes it."""
+    worker binds each row's own while it processes it.
+
+    ``again`` (the sweep's: rows whose message may have been lost with a worker that died
+    running them) asks the worker to claim the rows before it runs them
+    (docs/subsystems/processing.md, "A set in one transaction")."""
     size = max(settings.INBOX_BATCH_SIZE, 1)
     groups: dict[str, list[tuple[int, str]]] = {}
     for pk, event_id, entity_id in rows:
@@ -156,7 +162,9 @@ def _publications(rows: list[tuple[int, str, str]]) -> list[Publication]:
         publications.append(
             Publication(
                 task=PROCESS_TASK,
-                args=[[pk for pk, _ in chunk]],
+                args=[[pk for pk, _ in chunk], True]
+                if again
+                else [[pk for pk, _ in chunk]],
                 correlation_id=chunk[0][1] if len(chunk) == 1 else "",
                 rows=tuple(pk for pk, _ in chunk),
             )
@@ -373,7 +381,7 @@ class InboxOutbox(Outbox[int]):
     def sweep(self, limit: int) -> tuple[int, list[Publication]]:
         now = timezone.now()
         rows = _take(InboxEvent.objects.filter(inbox_sweep_due_q(now=now)), limit, now)
-        return len(rows), _publications(rows)
+        return len(rows), _publications(rows, again=True)
 
     def oldest_waiting(self) -> datetime | None:
         """When the oldest event still waiting for its first message was received (the lowest

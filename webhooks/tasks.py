@@ -43,21 +43,29 @@ def _first_delivery(task) -> bool:
 
 
 @shared_task(bind=True, name=PROCESS_TASK, **_DATABASE_RETRY)
-def process_inbox_events_task(self, inbox_event_ids: list[int]) -> list[str]:
+def process_inbox_events_task(
+    self, inbox_event_ids: list[int], again: bool = False
+) -> list[str]:
     """Processes a batch of inbox rows: a set of an integration's rows in one transaction, the
     others each in its own (``inbox_events_process``). Idempotent: a second or concurrent
-    run never applies an event twice. A transient failure leaves the row ``failed``
-    with its retry time; the relay publishes it again when that comes."""
+    run never applies an event twice. A transient failure leaves the row ``failed`` with its
+    retry time; the relay publishes it again when that comes.
+
+    ``again`` (a message of the relay's sweep: the rows' first message may have been lost
+    with a worker that died running them) claims the rows before it runs them, as a message
+    the broker delivered again does."""
     if tracing_enabled():
         with task_process_span(self, rows=len(inbox_event_ids)):
             outcomes = inbox_events_process(
                 ids=inbox_event_ids,
                 worker=_worker_name(self),
-                sets=_first_delivery(self),
+                sets=not again and _first_delivery(self),
             )
     else:
         outcomes = inbox_events_process(
-            ids=inbox_event_ids, worker=_worker_name(self), sets=_first_delivery(self)
+            ids=inbox_event_ids,
+            worker=_worker_name(self),
+            sets=not again and _first_delivery(self),
         )
     return [outcome.skipped or outcome.status for outcome in outcomes]
 

@@ -7,6 +7,7 @@ from collections import Counter
 from datetime import timedelta
 
 import pytest
+from django.db import transaction
 from django.utils import timezone
 from kombu.exceptions import OperationalError
 
@@ -221,6 +222,18 @@ def test_claims_and_sweeps_racing_on_rows_both_would_take_publish_each_once():
 
 
 # --- sweep --------------------------------------------------------------------------------
+
+
+def test_the_sweeps_messages_ask_for_claims_the_claims_do_not():
+    """A row the sweep publishes may have lost its message with a worker that died running
+    it: its message asks the worker to claim it before running it (``again``)."""
+    old = timezone.now() - timedelta(minutes=5)
+    swept = InboxEventFactory(received_at=old, dispatched_at=old)
+    new = InboxEventFactory()
+    with transaction.atomic():
+        assert INBOX_OUTBOX.claim(10)[1][0].args == [[new.pk]]
+    with transaction.atomic():
+        assert INBOX_OUTBOX.sweep(10)[1][0].args == [[swept.pk], True]
 
 
 def test_sweep_redispatches_exactly_the_rows_whose_message_may_be_lost():

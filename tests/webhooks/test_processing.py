@@ -5,6 +5,7 @@ from datetime import timedelta
 
 import pytest
 from django.db import OperationalError, connection, transaction
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from research.models import DocumentRevision, ResearchDocument
@@ -180,6 +181,32 @@ def test_task_body_takes_a_list_of_ids_and_returns_their_outcomes():
         "terminal",
     ]
     assert process_inbox_events_task.apply(([],)).get() == []
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("message", "claimed_first"),
+    [
+        ({}, False),
+        ({"again": True}, True),  # the relay's sweep
+        ({"retries": 1}, True),  # the task's own retry (autoretry)
+    ],
+    ids=["first_delivery", "swept", "retried"],
+)
+def test_a_message_that_may_have_run_before_claims_its_rows_first(
+    message, claimed_first
+):
+    """docs/subsystems/processing.md, "A set in one transaction": only a message's first
+    delivery runs its rows as sets without a claim committed first. (One the broker
+    delivered again: ``test_processing_worker.py``, with a real worker and broker.)"""
+    event = InboxEventFactory(body=research_event(source_version=1))
+    args = ([event.pk], True) if message.get("again") else ([event.pk],)
+    options = {k: v for k, v in message.items() if k != "again"}
+    with CaptureQueriesContext(connection) as queries:
+        assert process_inbox_events_task.apply(args, **options).get() == ["processed"]
+    sql = " ".join(q["sql"] for q in queries.captured_queries)
+    assert ("WITH claimed AS" in sql) == claimed_first
+    assert ("closed AS" in sql) == (not claimed_first)
 
 
 @pytest.mark.django_db
