@@ -8,6 +8,7 @@ of this process and of its database backend printed.
     python -m bench.inprocess bare-narrow 2000  # its narrow insert (the id and the body)
     python -m bench.inprocess deployments 2000  # POST /api/deployments/, a new key each
     python -m bench.inprocess insert 2000       # their floor: /_bench/insert through config.wsgi
+    python -m bench.inprocess process 10000     # processing: see below
 
 On a machine whose speed drifts (a shared host), the times of two runs differ more than the
 code does; the instructions do not: run it under valgrind's callgrind twice with two counts
@@ -15,6 +16,13 @@ code does; the instructions do not: run it under valgrind's callgrind twice with
 difference of the two totals divided by 500 is the instructions one request runs in this
 process, the same from one run to the next within a fraction of a percent
 (docs/bench-log/2026-12-03.md, "Headers read from the environ").
+
+``process``: ``count`` signed new events accepted through config.wsgi (untimed), then
+processed in this process as a worker processes its messages (``inbox_events_process``, in
+batches of ``BENCH_INPROCESS_BATCH`` ids, default ``INBOX_BATCH_SIZE``): the CPU time per
+event of this process and of its database backend, and the WAL the processing wrote per
+event (``pg_current_wal_lsn``; a checkpoint first, so that each run pays its full-page
+images alike). No relay, no broker: what a set costs the database and the worker's Python.
 
 The bench database is reset first with ``--reset`` (else it must hold the bench sources:
 ``python -m bench.ingest`` leaves them)."""
@@ -64,10 +72,11 @@ def main(argv: list[str]) -> int:
     # The bare floors (served by bench.bare_wsgi), then every floor view by its path.
     paths = {"bare": "/_bench/bare-insert-wide", "bare-narrow": "/_bench/bare-insert"}
     floor_paths = {**paths, "insert": "/_bench/insert"}
-    if what not in ("ingest", "ingest-v1a", "deployments", *floor_paths):
+    if what not in ("ingest", "ingest-v1a", "deployments", "process", *floor_paths):
         raise SystemExit(
             "python -m bench.inprocess "
-            "{ingest|ingest-v1a|bare|bare-narrow|deployments|insert} [count] [--reset]"
+            "{ingest|ingest-v1a|bare|bare-narrow|deployments|insert|process} [count]"
+            " [--reset]"
         )
     os.environ.update(stack_env())
     if reset:
@@ -127,6 +136,12 @@ def main(argv: list[str]) -> int:
         body.close()
         statuses[answered[0]] = statuses.get(answered[0], 0) + 1
 
+    if what == "process":
+        for n in range(count):
+            call(n)
+        return _processing_measure(
+            [f"evt-bench-{n}" for n in range(first, first + count)], statuses
+        )
     for n in range(WARM_UP):
         call(n)
     with connection.cursor() as cursor:
@@ -140,6 +155,51 @@ def main(argv: list[str]) -> int:
     print(
         f"{what}: {statuses}; per request: this process {1e6 * process / count:.0f} us, "
         f"its database backend {1e6 * database / count:.0f} us"
+    )
+    return 0
+
+
+def _processing_measure(event_ids: list[str], statuses: dict[str, int]) -> int:
+    """``process``: the accepted events ``event_ids`` processed in batches, measured."""
+    from django.conf import settings
+    from django.db import connection
+
+    from webhooks.models import InboxEvent
+    from webhooks.processing import inbox_events_process
+
+    ids = list(
+        InboxEvent.objects.filter(event_id__in=event_ids)
+        .order_by("id")
+        .values_list("id", flat=True)
+    )
+    batch = int(os.environ.get("BENCH_INPROCESS_BATCH", settings.INBOX_BATCH_SIZE))
+
+    def wal() -> int:
+        return int(sql("SELECT pg_current_wal_lsn() - '0/0'::pg_lsn")[0][0])
+
+    sql("VACUUM ANALYZE webhooks_inboxevent")
+    sql("CHECKPOINT")
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        backend = cursor.fetchone()[0]
+    started, backend_started, wal_started = (
+        time.process_time(),
+        cpu_seconds(backend),
+        wal(),
+    )
+    outcomes: dict[str, int] = {}
+    for start in range(0, len(ids), batch):
+        for outcome in inbox_events_process(ids=ids[start : start + batch], worker="b"):
+            key = str(outcome.skipped or outcome.status)
+            outcomes[key] = outcomes.get(key, 0) + 1
+    process = time.process_time() - started
+    database = cpu_seconds(backend) - backend_started
+    written = wal() - wal_started
+    count = max(len(ids), 1)
+    print(
+        f"process: accepted {statuses}, processed {outcomes} in batches of {batch}; per"
+        f" event: this process {1e6 * process / count:.0f} us, its database backend"
+        f" {1e6 * database / count:.0f} us, WAL {written / count:,.0f} bytes"
     )
     return 0
 

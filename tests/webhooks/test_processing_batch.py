@@ -250,10 +250,9 @@ def test_the_statements_of_a_batch_do_not_grow_with_its_size():
 
     small, large = statements(5), statements(50)
     assert small == large, (small, large)
-    # The rows' days from the ledger (for the claim and the close to name their time
-    # partitions), the claim, the documents' lock, their write, the close: the claim and
-    # the lock set their transactions' lock_timeout themselves, nothing sets or resets the
-    # session's.
+    # The rows' days from the ledger (for the read and the close to name their time
+    # partitions), the read, the documents' lock, their write, the close: the lock sets
+    # its transaction's lock_timeout itself, nothing sets or resets the session's.
     assert large <= 5, large
 
 
