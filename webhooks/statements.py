@@ -446,8 +446,8 @@ _CLAIMABLE = f"""NOT EXISTS (
 # with their lease, their attempts are inserted (with the event's received time), and
 # ``CLAIMED_FIELDS`` come back, then the source's ``CLAIMED_SOURCE_FIELDS``, the event's
 # received time and the attempt's id. Within ``days`` (``received_days``) when given. What a
-# batch runs event by event claims this way (docs/subsystems/processing.md, "One event at a
-# time"); a set reads its rows with ``batch_read_sql`` instead.
+# batch runs event by event claims this way (docs/subsystems/processing.md, "A batch of
+# inbox events on a worker"); a set reads its rows with ``batch_read_sql`` instead.
 @functools.lru_cache(maxsize=64)
 def batch_claim_sql(days: tuple[datetime, datetime] | None) -> str:
     return f"""
