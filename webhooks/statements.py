@@ -405,11 +405,15 @@ CLAIMED_FIELDS = (
 CLAIMED_SOURCE_FIELDS = ("id", "slug", "handler")
 
 
-def _claimed_columns() -> str:
+def _claimed_columns(*, attempts: str = "e.attempts") -> str:
+    """``CLAIMED_FIELDS`` of ``e``, ``attempts`` as given, then the source's and the received
+    time."""
     columns = []
     for name in CLAIMED_FIELDS:
         field = _field(InboxEvent, name)
-        if isinstance(field, models.DateTimeField):
+        if name == "attempts":
+            columns.append(attempts)
+        elif isinstance(field, models.DateTimeField):
             columns.append(f"EXTRACT(EPOCH FROM e.{field.column})")
         else:
             columns.append(f"e.{field.column}")
@@ -429,17 +433,21 @@ SELECT min(received_at), max(received_at), count(*) FROM {_KEYS}
 """  # noqa: S608 - a table name, values bound
 
 
-# What a row must be for a worker to take it: ``received``, or ``failed`` with its retry due,
-# and not held by a paused source (nor by a drain that has not reached it).
-_CLAIMABLE = f"""NOT EXISTS (
+# A row no paused source holds (nor a drain that has not reached it), for a worker to take.
+_NOT_HELD = f"""NOT EXISTS (
            SELECT 1 FROM {_HOLDS} AS h
             WHERE h.source_id = e.source_id
               AND (h.paused_at IS NOT NULL
                    OR e.dispatched_at IS NULL
-                   OR e.dispatched_at < h.drain_started_at))
-       AND (e.processing_status = 'received'
+                   OR e.dispatched_at < h.drain_started_at))"""  # noqa: S608
+
+
+def _takeable(now: str) -> str:
+    """A row a worker may take at ``now`` (a placeholder): ``received``, or ``failed`` with
+    its retry due."""
+    return f"""(e.processing_status = 'received'
             OR (e.processing_status = 'failed'
-                AND (e.next_attempt_at IS NULL OR e.next_attempt_at <= %(now)s)))"""  # noqa: S608
+                AND (e.next_attempt_at IS NULL OR e.next_attempt_at <= {now})))"""
 
 
 # The claim of a batch, in one statement: the rows that can be taken become ``processing``
@@ -463,7 +471,8 @@ WITH claimed AS (
        -- The claim's row locks give up after INBOX_LOCK_TIMEOUT_MS: the statement's own
        -- transaction's lock_timeout, set once (an InitPlan) before any row is locked.
        AND {LOCK_TIMEOUT_IN_STATEMENT}
-       AND {_CLAIMABLE}
+       AND {_NOT_HELD}
+       AND {_takeable("%(now)s")}
     RETURNING {_claimed_columns()}
 ), attempt AS (
     INSERT INTO {_ATTEMPTS}
@@ -487,12 +496,13 @@ BATCH_CLAIM_SQL = batch_claim_sql(None)
 # nothing claimed them meanwhile (docs/subsystems/processing.md, "A set in one transaction").
 @functools.lru_cache(maxsize=64)
 def batch_read_sql(days: tuple[datetime, datetime] | None) -> str:
-    columns = _claimed_columns().replace("e.attempts", "e.attempts + 1", 1)
     return f"""
-SELECT {columns}, 0 FROM {_EVENTS} AS e JOIN {_SOURCES} AS s ON s.id = e.source_id
+SELECT {_claimed_columns(attempts="e.attempts + 1")}, 0
+  FROM {_EVENTS} AS e JOIN {_SOURCES} AS s ON s.id = e.source_id
  WHERE e.id = ANY(%(ids)s)
    {_days_condition("e.received_at", days)}
-   AND {_CLAIMABLE}
+   AND {_NOT_HELD}
+   AND {_takeable("%(now)s")}
  ORDER BY e.id
 """  # noqa: S608 - table names from the models, values bound
 
@@ -525,9 +535,7 @@ WITH v AS (
       FROM v
      WHERE e.id = v.id AND e.attempts = v.number - 1
        {_days_condition("e.received_at", days)}
-       AND (e.processing_status = 'received'
-            OR (e.processing_status = 'failed'
-                AND (e.next_attempt_at IS NULL OR e.next_attempt_at <= %(started)s)))
+       AND {_takeable("%(started)s")}
     RETURNING e.id, e.received_at
 )
 INSERT INTO {_ATTEMPTS}
