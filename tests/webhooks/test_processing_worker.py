@@ -54,6 +54,16 @@ def assert_each_event_applied_at_most_once() -> None:
     assert DocumentRevision.objects.count() == processed.count()
 
 
+def second_version_waiting(entity_id: str) -> InboxEvent:
+    """The document ``entity_id`` at version 1, processed, and the inbox row of its version
+    2, waiting for a worker (whose set locks that document first)."""
+    first = InboxEventFactory(
+        body=research_event(entity_id=entity_id, source_version=1)
+    )
+    inbox_event_process(inbox_event_id=first.pk)
+    return InboxEventFactory(body=research_event(entity_id=entity_id, source_version=2))
+
+
 def test_a_backlog_is_recovered_by_a_worker_alone(workers, broker_url):
     """Rows committed while no worker ran: most never published, some whose message was
     lost with the broker's data. Then one worker starts, with no beat: its relay publishes
@@ -199,13 +209,7 @@ def test_poison_event_dead_letters_after_exactly_max_attempts(workers, broker_ur
         "INBOX_RETRY_MAX_SECONDS": "0.8",
         "INBOX_LOCK_TIMEOUT_MS": "200",
     }
-    seed = InboxEventFactory(
-        body=research_event(entity_id="doc_poison", source_version=1)
-    )
-    inbox_event_process(inbox_event_id=seed.pk)
-    poison = InboxEventFactory(
-        body=research_event(entity_id="doc_poison", source_version=2)
-    )
+    poison = second_version_waiting("doc_poison")
     # Every attempt times out on the lock: a transient failure that never passes. The
     # worker's relay publishes the event, then each retry once it is due.
     with document_locked("doc_poison"):
@@ -282,13 +286,7 @@ def test_a_set_whose_pool_process_dies_is_claimed_before_it_runs_again(workers):
     # A lock wait longer than the test waits for the claim: a set run again would still be
     # waiting for the document when it gives up.
     env = {"INBOX_LOCK_TIMEOUT_MS": "55000", "INBOX_BATCH_SIZE": "1"}
-    seed = InboxEventFactory(
-        body=research_event(entity_id="doc_dies", source_version=1)
-    )
-    inbox_event_process(inbox_event_id=seed.pk)
-    event = InboxEventFactory(
-        body=research_event(entity_id="doc_dies", source_version=2)
-    )
+    event = second_version_waiting("doc_dies")
     with document_locked("doc_dies"):
         worker = workers.start(env=env)
         workers.wait_until(row_lock_waited_for, what="the set to wait for the document")
