@@ -159,14 +159,13 @@ def _publications(
         chunks.append(current)
     publications = []
     for chunk in chunks:
+        ids = [pk for pk, _ in chunk]
         publications.append(
             Publication(
                 task=PROCESS_TASK,
-                args=[[pk for pk, _ in chunk], True]
-                if again
-                else [[pk for pk, _ in chunk]],
+                args=[ids, True] if again else [ids],
                 correlation_id=chunk[0][1] if len(chunk) == 1 else "",
-                rows=tuple(pk for pk, _ in chunk),
+                rows=tuple(ids),
             )
         )
     return publications

@@ -594,27 +594,24 @@ def _claims_batch_run(
 
 
 def _sets_run(
-    ids: list[int], *, worker: str
+    read: list[_Claim], *, worker: str, started: datetime
 ) -> Iterator[tuple[_Claim, ProcessingOutcome]]:
-    """The rows of ``ids`` whose integration offers ``handle_batch``, as sets (PostgreSQL):
-    read, then each integration's in one transaction with its domain change
-    (docs/subsystems/processing.md, "A set in one transaction"). Yields the outcome of
-    every row a set closed; the others are left to the claims."""
-    started = timezone.now()
-    by_handler: dict[str, list[_Claim]] = {}
-    read = _batch_read(ids=ids, now=started)
-    if read and tracing_enabled():
-        # The message's process span links to the requests that wrote its rows: a batch
-        # has many, none of them its parent.
-        links_add(claim.event.traceparent for claim in read)
+    """The rows ``read`` (``_batch_read`` at ``started``) whose integration offers
+    ``handle_batch``, as sets (PostgreSQL): each integration's in one transaction with its
+    domain change (docs/subsystems/processing.md, "A set in one transaction"). Yields the
+    outcome of every row a set closed; the others are left to the claims."""
+    groups: dict[str, tuple[BatchIntegration, list[_Claim]]] = {}
     for claim in read:
-        if integration_batch_get(claim.handler) is not None:
-            by_handler.setdefault(claim.handler, []).append(claim)
-    for handler, group in by_handler.items():
-        integration = integration_batch_get(handler)
-        assert integration is not None
+        integration = integration_batch_get(claim.handler)
+        if integration is not None:
+            groups.setdefault(claim.handler, (integration, []))[1].append(claim)
+    for handler, (integration, group) in groups.items():
         # A batch of one too: one write path for a set, whatever its size.
-        if tracing_enabled():
+        if not tracing_enabled():
+            batch = _claims_batch_run(
+                group, integration, worker=worker, started=started
+            )
+        else:
             with _handler_span(group, handler) as handled:
                 batch = _claims_batch_run(
                     group, integration, worker=worker, started=started
@@ -622,10 +619,6 @@ def _sets_run(
                 handled.set_attribute("webhook.applied_as_set", batch is not None)
                 if batch is not None and len(batch) == 1:
                     handled.set_attribute("webhook.outcome", batch[0].status)
-        else:
-            batch = _claims_batch_run(
-                group, integration, worker=worker, started=started
-            )
         if batch is not None:
             yield from zip(group, batch, strict=True)
 
@@ -746,9 +739,12 @@ def inbox_events_process(
     # The session's lock_timeout, for the claims taken one by one and the events run one at
     # a time; the set statements set their own transaction's.
     session_timeout = SessionLockTimeout(settings.INBOX_LOCK_TIMEOUT_MS)
+    read: list[_Claim] = []
     try:
         if sets and unique and connection.vendor == "postgresql":
-            for closed, outcome in _sets_run(unique, worker=worker):
+            now = timezone.now()
+            read = _batch_read(ids=unique, now=now)
+            for closed, outcome in _sets_run(read, worker=worker, started=now):
                 record.as_set += 1
                 with correlation_id_bound(closed.event.event_id):
                     record.outcome(closed.event, outcome)
@@ -780,10 +776,12 @@ def inbox_events_process(
                     extra={"inbox_event_id": pk, "reason": claim.skipped},
                 )
         claims.sort(key=lambda c: c.event.pk)
-        if claims and tracing_enabled():
-            # The message's process span links to the requests that wrote its rows: a
-            # batch has many, none of them its parent.
-            links_add(claim.event.traceparent for claim in claims)
+        if tracing_enabled():
+            # The message's process span links to the requests that wrote its rows (once
+            # each: a row a set read and then claimed is one request): a batch has many,
+            # none of them its parent.
+            linked = {c.event.pk: c.event.traceparent for c in (*read, *claims)}
+            links_add(linked.values())
         if claims:
             session_timeout.ensure()
         for claim in claims:

@@ -1,3 +1,4 @@
+import functools
 import os
 import socket
 
@@ -54,19 +55,17 @@ def process_inbox_events_task(
     ``again`` (a message of the relay's sweep: the rows' first message may have been lost
     with a worker that died running them) claims the rows before it runs them, as a message
     the broker delivered again does."""
+    processed = functools.partial(
+        inbox_events_process,
+        ids=inbox_event_ids,
+        worker=_worker_name(self),
+        sets=not again and _first_delivery(self),
+    )
     if tracing_enabled():
         with task_process_span(self, rows=len(inbox_event_ids)):
-            outcomes = inbox_events_process(
-                ids=inbox_event_ids,
-                worker=_worker_name(self),
-                sets=not again and _first_delivery(self),
-            )
+            outcomes = processed()
     else:
-        outcomes = inbox_events_process(
-            ids=inbox_event_ids,
-            worker=_worker_name(self),
-            sets=not again and _first_delivery(self),
-        )
+        outcomes = processed()
     return [outcome.skipped or outcome.status for outcome in outcomes]
 
 
