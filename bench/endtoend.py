@@ -165,6 +165,18 @@ def _wait_drained(after_id: int, timeout: float = 180) -> None:
     )
 
 
+def _events_per_message(after_id: int) -> float:
+    """The events of the run's rows over the messages that processed them: a message's
+    events share their attempts' start (a set's read, or a batch claim); an event run alone
+    counts as a message of its own."""
+    events, messages = sql(
+        "SELECT count(*), count(DISTINCT a.started_at) FROM webhooks_inboxevent e "
+        "JOIN webhooks_inboxattempt a ON a.event_id = e.id WHERE e.id > %s",
+        [after_id],
+    )[0]
+    return events / max(messages, 1)
+
+
 def _run_at(base: str, numbers: _Numbers, *, rate: float, seconds: float) -> dict:
     """``seconds`` of signed new events offered at ``rate`` per second; the run's verdict and
     its figures."""
@@ -215,6 +227,7 @@ def _run_at(base: str, numbers: _Numbers, *, rate: float, seconds: float) -> dic
         "max_queue_lag_s": max_lag,
         "p50_ms": percentile(waits, 50) * 1000,
         "p99_ms": percentile(waits, 99) * 1000,
+        "events_per_message": _events_per_message(after_id),
         "holds": not reasons,
         "why_not": "; ".join(reasons),
     }
@@ -222,7 +235,8 @@ def _run_at(base: str, numbers: _Numbers, *, rate: float, seconds: float) -> dic
     print(
         f"[endtoend] {rate:,.0f}/s for {seconds:g} s: {verdict}; "
         f"max lag {max_lag:.2f} s, p50 {result['p50_ms']:.0f} ms, "
-        f"p99 {result['p99_ms']:.0f} ms",
+        f"p99 {result['p99_ms']:.0f} ms, {result['events_per_message']:.1f} events a "
+        "message",
         flush=True,
     )
     return result
@@ -419,6 +433,17 @@ def run(ctx: BenchContext) -> list[Figure]:
                 "ev/s",
                 floor_name="ingest only, at the start",
                 floor_value=ingest_rps,
+            )
+        )
+        # What a message's cost weighs against an event's: the relay's pause grows with the
+        # rate (docs/subsystems/relay.md, "How fast it wakes"), so a slower host holds a
+        # lower rate in emptier messages, and processing costs it more an event.
+        figures.append(
+            Figure(
+                "endtoend",
+                "events a message at the sustained rate",
+                sustained["events_per_message"],
+                "events",
             )
         )
         figures.append(
