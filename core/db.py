@@ -120,17 +120,46 @@ def set_statement_sql(sql: str) -> str:
 
 
 def set_statement_execute(
-    sql: str, params: dict[str, Any], *, lock_timeout_ms: float | None = None
+    sql: str,
+    params: dict[str, Any],
+    *,
+    lock_timeout_ms: float | None = None,
+    planned_for_values: bool = False,
 ) -> list[tuple]:
     """Runs one set statement of an app's ``statements.py`` and returns its rows: its arrays
     bound in binary where they can be (``set_statement_sql``); with ``lock_timeout_ms``, the
     statement's own transaction gives up waiting for a row lock after that long (the
-    statement holds ``LOCK_TIMEOUT_IN_STATEMENT``), raising ``LockWaitExceeded``."""
+    statement holds ``LOCK_TIMEOUT_IN_STATEMENT``), raising ``LockWaitExceeded``; with
+    ``planned_for_values``, never prepared (``values_planned``)."""
     if lock_timeout_ms is not None:
         params = {**params, "lock_timeout": lock_timeout_value(lock_timeout_ms)}
-    with lock_wait_bounded(), connections[DEFAULT_DB_ALIAS].cursor() as cursor:
+    planned = values_planned() if planned_for_values else contextlib.nullcontext()
+    with lock_wait_bounded(), planned, connections[DEFAULT_DB_ALIAS].cursor() as cursor:
         cursor.execute(set_statement_sql(sql), params)
         return cursor.fetchall()
+
+
+@contextlib.contextmanager
+def values_planned() -> Iterator[None]:
+    """The statements run inside are sent unnamed, never prepared: PostgreSQL plans each one
+    for its values and for the tables' sizes at that moment. For a statement that finds a
+    batch's rows by id in the day's time partition: prepared, PostgreSQL may keep a generic
+    plan made while the day was still empty, which reads the day's waiting rows through
+    another index for every batch once thousands wait (docs/scaling.md, "Plans made on an
+    empty day"). Only the client's side changes (psycopg's ``prepare_threshold``), as for
+    the console (``core.plans``)."""
+    wrapper = connections[DEFAULT_DB_ALIAS]
+    if wrapper.vendor != "postgresql":
+        yield
+        return
+    wrapper.ensure_connection()
+    raw = wrapper.connection
+    threshold = raw.prepare_threshold
+    raw.prepare_threshold = None
+    try:
+        yield
+    finally:
+        raw.prepare_threshold = threshold
 
 
 @contextlib.contextmanager

@@ -42,7 +42,7 @@ from django.db.models import (
 )
 from django.utils import timezone
 
-from core.db import set_statement_sql
+from core.db import set_statement_sql, values_planned
 from core.relay.outbox import Outbox, Publication, relay_round
 
 from . import statements
@@ -363,7 +363,7 @@ class InboxOutbox(Outbox[int]):
             if not taken:
                 return 0, []
             days = statements.received_days([row[4] for row in taken])
-            with connection.cursor() as cursor:
+            with values_planned(), connection.cursor() as cursor:
                 cursor.execute(
                     set_statement_sql(statements.relay_stamp_sql(days)),
                     {"ids": [row[1] for row in taken], "now": now},

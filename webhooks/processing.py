@@ -214,6 +214,7 @@ def _batch_claim_fast(*, ids: list[int], worker: str) -> list[_Claim]:
             "worker": worker[:255],
         },
         lock_timeout_ms=settings.INBOX_LOCK_TIMEOUT_MS,
+        planned_for_values=True,
     )
     return _claims_built(rows)
 
@@ -223,7 +224,9 @@ def _batch_read(*, ids: list[int], now: datetime) -> list[_Claim]:
     ``statements.batch_read_sql``. Each claim's ``attempt_pk`` is 0 (its attempt is written
     by the set's close, ``statements.batch_finish_sql``)."""
     rows = set_statement_execute(
-        statements.batch_read_sql(_batch_days(ids)), {"ids": list(ids), "now": now}
+        statements.batch_read_sql(_batch_days(ids)),
+        {"ids": list(ids), "now": now},
+        planned_for_values=True,
     )
     return _claims_built(rows)
 
@@ -548,6 +551,7 @@ def _batch_finish(
             "now": now,
             "worker": worker[:255],
         },
+        planned_for_values=True,
     )
     if len(closed) != len(claims):
         raise _LeaseLost()

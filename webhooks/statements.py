@@ -180,7 +180,10 @@ def inbox_record_sql(
     instead and raises ``IntegrityError``.
 
     Either way the ledger's unique index decides races. A duplicate's status is read by the
-    update of its row, in the statement's snapshot, among the rows received in ``days``
+    update of its row, found by its primary key from the key's values (one probe, never a
+    join: a generic plan made while a day's partition was empty had walked the whole day for
+    every delivery, docs/scaling.md, "Plans made on an empty day"), in the
+    statement's snapshot, among the rows received in ``days``
     (``recent_days``): NULL when the row committed after the statement began (a concurrent
     first delivery, which the ledger waited for), was received earlier than ``days`` (a
     redelivery days later) or has left the inbox; the caller then counts it with
@@ -215,9 +218,10 @@ def inbox_record_sql(
     SELECT {", ".join(values)} FROM k WHERE k.delivery_count = 1
     RETURNING processing_status
 ), counted AS (
-    UPDATE {events} AS e SET delivery_count = k.delivery_count, last_seen_at = %s
-      FROM k WHERE k.delivery_count > 1 AND e.id = k.inbox_event_id
-       AND e.received_at = k.received_at
+    UPDATE {events} AS e
+       SET delivery_count = (SELECT delivery_count FROM k), last_seen_at = %s
+     WHERE e.id = (SELECT inbox_event_id FROM k WHERE delivery_count > 1)
+       AND e.received_at = (SELECT received_at FROM k)
        {_days_condition("e.received_at", days)}
     RETURNING e.processing_status
 )
@@ -444,10 +448,14 @@ _NOT_HELD = f"""NOT EXISTS (
 
 def _takeable(now: str) -> str:
     """A row a worker may take at ``now`` (a placeholder): ``received``, or ``failed`` with
-    its retry due."""
-    return f"""(e.processing_status = 'received'
-            OR (e.processing_status = 'failed'
-                AND (e.next_attempt_at IS NULL OR e.next_attempt_at <= {now})))"""
+    its retry due. Written as a ``CASE``, which no index serves, so that the statements
+    that take it find their rows by id whatever their plan counts: a generic plan made while
+    the day's partition was empty had read the status index instead, every waiting row of
+    the day, for a batch of fifty (docs/scaling.md, "Plans made on an empty day")."""
+    return f"""CASE e.processing_status
+              WHEN 'received' THEN true
+              WHEN 'failed' THEN e.next_attempt_at IS NULL OR e.next_attempt_at <= {now}
+              ELSE false END"""
 
 
 # The claim of a batch, in one statement: the rows that can be taken become ``processing``
@@ -533,7 +541,7 @@ WITH v AS (
            lease_expires_at = NULL,
            attempts = v.number
       FROM v
-     WHERE e.id = v.id AND e.attempts = v.number - 1
+     WHERE e.id = ANY(%(ids)s::bigint[]) AND e.id = v.id AND e.attempts = v.number - 1
        {_days_condition("e.received_at", days)}
        AND {_takeable("%(started)s")}
     RETURNING e.id, e.received_at

@@ -19,11 +19,13 @@ from core.relay.loop import Relay
 from tests import processes
 from tests.broker import broker_reset, queued_inbox_event_ids
 from tests.integrations.research.factories import research_event
+from tests.plans import generic_plan_rows_read
 from tests.webhooks.factories import (
     RESEARCH_SOURCE,
     InboxAttemptFactory,
     InboxEventFactory,
     inbox_events_bulk_create,
+    research_source,
     signed_post,
 )
 from trail.models import OperatorAction
@@ -232,6 +234,96 @@ def test_the_record_statement_plans_over_two_days_of_partitions_however_many_exi
     assert named and named <= current, plan
 
 
+def _record(event_id: str, now, fingerprint: str = "f" * 64) -> tuple[str, list]:
+    """The record statement of a delivery to the research source, and its values."""
+    values = {
+        "source_id": research_source().pk,
+        "event_id": event_id,
+        "body_key": None,
+        "content_fingerprint": fingerprint,
+        "received_at": now,
+        "last_seen_at": now,
+    }
+    text = statements.inbox_record_sql(
+        connection.vendor,
+        on="event_id",
+        given=tuple(values),
+        days=statements.recent_days(now),
+    )
+    return text, statements.inbox_record_params(values)
+
+
+def test_the_record_statements_generic_plan_made_on_an_empty_day_reads_no_row_of_it():
+    """A connection prepares the record statement at its sixth run, and PostgreSQL may then
+    keep a generic plan made without the values. Made on a day's partition still empty (the
+    first deliveries after midnight, or after a deploy, before autovacuum analyses the
+    day), that plan had walked every row of the day to count a duplicate, for a new event
+    too: ingest slowed with each row the day gained, to half its rate within seconds
+    (docs/bench-log/2026-12-07.md, "The record statement's plan made on an empty day").
+    Here the plan is made on the empty day, the day filled, and the plan run for a new
+    event and for a duplicate: each reads at most its own row of the inbox."""
+    now = timezone.now()
+    text, first = _record("evt-generic-first", now)
+    _, new = _record("evt-generic-new", now)
+
+    def fill() -> None:
+        inbox_events_bulk_create(
+            [research_event() for _ in range(2000)], received_at=now
+        )
+
+    assert generic_plan_rows_read(text, first, new, fill=fill, table=INBOX.table) == 0
+    stored = inbox_events_bulk_create([research_event()], received_at=now)[0]
+    _, duplicate = _record(stored.event_id, now, stored.content_fingerprint)
+    assert (
+        generic_plan_rows_read(text, first, duplicate, fill=fill, table=INBOX.table)
+        == 1
+    )
+
+
+def _prepared() -> list[str]:
+    """The statements this connection has prepared on the server."""
+    return [text for (text,) in sql("SELECT statement FROM pg_prepared_statements")]
+
+
+def test_a_batchs_and_the_relays_statements_by_id_are_planned_for_their_values_every_run(
+    client,
+):
+    """The statements that find a batch's rows by id in their day's partition (the relay's
+    stamp; a set's read and close; the claim) are never prepared, however often a
+    connection runs them: under a generic plan made while the day was empty, PostgreSQL
+    read the day's waiting rows through the status or the received-time index for every
+    batch (3,000 rows for a batch of 3, measured with ``tests.plans``), which a backlog
+    after an outage would make slower with every row that waits. The record statement,
+    which keeps its prepared plan (found by its key, ``test_the_record_statements_...``),
+    shows that the connection does prepare what it runs often."""
+    now = timezone.now()
+    rows = inbox_events_bulk_create(
+        [research_event() for _ in range(24)], received_at=now
+    )
+    outbox = InboxOutbox()
+    for _ in range(8):
+        outbox.claim(2)  # the relay's claim, then its stamp
+    for start in range(0, 16, 2):
+        ids = [row.pk for row in rows[start : start + 2]]
+        inbox_events_process(ids=ids, worker="w")  # a set's read and close
+    for start in range(16, 24):
+        # A message delivered again: its row claimed first.
+        inbox_events_process(ids=[rows[start].pk], worker="w", sets=False)
+    assert InboxEvent.objects.filter(processing_status="processed").count() == 24
+    prepared = "\n".join(_prepared())
+    for fragment in (
+        "SET dispatched_at",  # the relay's stamp
+        "e.attempts + 1",  # the set's read
+        "AS v(id, number, status",  # the set's close
+        "SET processing_status = 'processing'",  # the claim
+    ):
+        assert fragment not in prepared, fragment
+    research_source()
+    for _ in range(8):
+        assert signed_post(client, RESEARCH_SOURCE, research_event()).status_code == 202
+    assert 'INSERT INTO "webhooks_inboxkey"' in "\n".join(_prepared())
+
+
 def _partitions_named(text: str, params: dict) -> set[str]:
     with connection.cursor() as cursor:
         cursor.execute("EXPLAIN (COSTS OFF) " + text, params)
@@ -263,19 +355,18 @@ def test_a_batchs_claim_read_and_finish_plan_over_its_rows_days_alone():
     finish = _partitions_named(
         statements.batch_finish_sql(days),
         {
-            name: []
-            for name in [
-                "ids",
-                "numbers",
-                "statuses",
-                "processed_at",
-                "errors",
-                "causes",
-                "outcomes",
-                "attempt_errors",
-            ]
-        }
-        | {"started": now, "now": now, "worker": "w"},
+            "ids": [1, 2],
+            "numbers": [1, 1],
+            "statuses": ["processed"] * 2,
+            "processed_at": [now] * 2,
+            "errors": [""] * 2,
+            "causes": [""] * 2,
+            "outcomes": ["succeeded"] * 2,
+            "attempt_errors": [""] * 2,
+            "started": now,
+            "now": now,
+            "worker": "w",
+        },
     )
     today = {
         p.name
