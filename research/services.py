@@ -265,6 +265,8 @@ def _documents_lock(*, entity_ids: list[str]) -> dict[str, LockedDocument]:
             statements.DOCUMENTS_LOCK_SQL,
             {"entity_ids": sorted(entity_ids)},
             lock_timeout_ms=settings.INBOX_LOCK_TIMEOUT_MS,
+            # Prepared, a plan made while the table was empty read every document.
+            planned_for_values=True,
         )
     except LockWaitExceeded as exc:
         raise _lock_waited_too_long(f"{len(entity_ids)} documents") from exc

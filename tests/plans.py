@@ -18,7 +18,7 @@ from typing import Any
 import psycopg
 from django.db import connection
 
-_NAMED = re.compile(r"%\((\w+)\)s")
+_NAMED = re.compile(r"%\((\w+)\)[sb]")
 
 
 def _numbered(statement: str, params: Sequence | Mapping) -> tuple[str, list]:
