@@ -263,16 +263,20 @@ def test_the_record_statements_generic_plan_made_on_an_empty_day_reads_no_row_of
     Here the plan is made on the empty day, the day filled, and the plan run for a new
     event and for a duplicate: each reads at most its own row of the inbox."""
     now = timezone.now()
+    # Each delivery its own received time, as ingest gives them (the filling rows share one).
     text, first = _record("evt-generic-first", now)
-    _, new = _record("evt-generic-new", now)
+    _, new = _record("evt-generic-new", now - timedelta(milliseconds=1))
 
     def fill() -> None:
         inbox_events_bulk_create(
-            [research_event() for _ in range(2000)], received_at=now
+            [research_event() for _ in range(2000)],
+            received_at=now - timedelta(seconds=1),
         )
 
     assert generic_plan_rows_read(text, first, new, fill=fill, table=INBOX.table) == 0
-    stored = inbox_events_bulk_create([research_event()], received_at=now)[0]
+    stored = inbox_events_bulk_create(
+        [research_event()], received_at=now - timedelta(milliseconds=2)
+    )[0]
     _, duplicate = _record(stored.event_id, now, stored.content_fingerprint)
     assert (
         generic_plan_rows_read(text, first, duplicate, fill=fill, table=INBOX.table)
