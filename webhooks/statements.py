@@ -451,7 +451,7 @@ def _takeable(now: str) -> str:
     its retry due. Written as a ``CASE``, which no index serves, so that the statements
     that take it find their rows by id whatever their plan counts: a generic plan made while
     the day's partition was empty had read the status index instead, every waiting row of
-    the day, for a batch of fifty (docs/scaling.md, "Plans made on an empty day")."""
+    the day, for every batch (docs/scaling.md, "Plans made on an empty day")."""
     return f"""CASE e.processing_status
               WHEN 'received' THEN true
               WHEN 'failed' THEN e.next_attempt_at IS NULL OR e.next_attempt_at <= {now}
