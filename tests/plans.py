@@ -71,16 +71,24 @@ def generic_plan_rows_read(
         with connection.cursor() as cursor:
             cursor.execute("DEALLOCATE generic_plan_read")
             cursor.execute("SET LOCAL plan_cache_mode = auto")
-    read = 0
+    return sum(
+        (node["Actual Rows"] + node.get("Rows Removed by Filter", 0))
+        * node["Actual Loops"]
+        for node in plan_nodes(plan[0]["Plan"], table)
+        if "Scan" in node["Node Type"]
+    )
+
+
+def plan_nodes(plan: dict, table: str) -> list[dict]:
+    """The nodes of an ``EXPLAIN (FORMAT JSON)`` plan that name ``table`` or one of its
+    partitions, in the plan's order."""
+    found = []
 
     def walk(node: dict) -> None:
-        nonlocal read
-        relation = node.get("Relation Name") or ""
-        if relation.startswith(table) and "Scan" in node["Node Type"]:
-            returned = node["Actual Rows"] + node.get("Rows Removed by Filter", 0)
-            read += returned * node["Actual Loops"]
+        if (node.get("Relation Name") or "").startswith(table):
+            found.append(node)
         for child in node.get("Plans", []):
             walk(child)
 
-    walk(plan[0]["Plan"])
-    return read
+    walk(plan)
+    return found

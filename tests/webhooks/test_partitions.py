@@ -19,7 +19,7 @@ from core.relay.loop import Relay
 from tests import processes
 from tests.broker import broker_reset, queued_inbox_event_ids
 from tests.integrations.research.factories import research_event
-from tests.plans import generic_plan_rows_read
+from tests.plans import generic_plan_rows_read, plan_nodes
 from tests.webhooks.factories import (
     RESEARCH_SOURCE,
     InboxAttemptFactory,
@@ -446,16 +446,7 @@ def _scans(statement: str, params, table: str, *, analyze: bool = True) -> list[
     with connection.cursor() as cursor:
         cursor.execute(explain + statement, params)
         plan = cursor.fetchone()[0][0]["Plan"]
-    found = []
-
-    def walk(node):
-        if (node.get("Relation Name") or "").startswith(table):
-            found.append(node)
-        for child in node.get("Plans", []):
-            walk(child)
-
-    walk(plan)
-    return found
+    return plan_nodes(plan, table)
 
 
 def _rows_read(statement: str, params: dict) -> int:
