@@ -48,8 +48,9 @@ class AuditSealEntry(AppendOnlyModel):
     that a deleted row is named by ``audit_verify``."""
 
     inbox_event_id = models.BigIntegerField()
+    # No index of its own: ``audit_sealentry_seal_idx`` leads with it.
     seal = models.ForeignKey(
-        AuditSeal, on_delete=models.PROTECT, related_name="entries"
+        AuditSeal, on_delete=models.PROTECT, related_name="entries", db_index=False
     )
     row_digest = models.CharField(max_length=64)
 
@@ -74,8 +75,12 @@ class AuditSealActionEntry(AppendOnlyModel):
     so that a deleted action is named by ``audit_verify``."""
 
     operator_action_id = models.BigIntegerField()
+    # No index of its own: ``audit_sealaction_seal_idx`` leads with it.
     seal = models.ForeignKey(
-        AuditSeal, on_delete=models.PROTECT, related_name="action_entries"
+        AuditSeal,
+        on_delete=models.PROTECT,
+        related_name="action_entries",
+        db_index=False,
     )
     row_digest = models.CharField(max_length=64)
 
@@ -167,8 +172,12 @@ class LogCheckpointDelivery(AppendOnlyModel):
     """A checkpoint that the witness (``AUDIT_WITNESS_URL``) accepted: the next round sends
     the latest checkpoint again until one is recorded here."""
 
+    # No index of its own: ``audit_checkpointdelivery_uniq`` leads with it.
     checkpoint = models.ForeignKey(
-        LogCheckpoint, on_delete=models.PROTECT, related_name="deliveries"
+        LogCheckpoint,
+        on_delete=models.PROTECT,
+        related_name="deliveries",
+        db_index=False,
     )
     target = models.TextField(
         help_text="The witness's URL without user info or query (a fingerprint of the "

@@ -93,7 +93,8 @@ class DeployTarget(models.Model):
         DEPLOYMENTS = "deployments", "deployments only"
         BUILDS = "builds", "builds only"
 
-    name = models.SlugField(max_length=64)
+    # No index of its own: the unique constraint on it is one.
+    name = models.SlugField(max_length=64, db_index=False)
     repository_pattern = models.CharField(
         max_length=200,
         default="*",
@@ -233,8 +234,9 @@ class DeployTargetTest(models.Model):
         NOT_REACHED = "not_reached", "not reached (no HTTP answer)"
         NOTHING = "nothing", "nothing to send: this executor calls nothing"
 
+    # No index of its own: ``deployments_test_target_idx`` leads with it.
     target = models.ForeignKey(
-        DeployTarget, on_delete=models.PROTECT, related_name="tests"
+        DeployTarget, on_delete=models.PROTECT, related_name="tests", db_index=False
     )
     # The test message's webhook-id (tst_...), fresh per test.
     message_id = models.CharField(max_length=32)
@@ -651,8 +653,9 @@ class TriggerAttempt(models.Model):
         REJECTED = "rejected"  # a permanent refusal (4xx): the job fails
         LOST = "lost"  # no outcome within the lease: the worker was lost mid-attempt
 
+    # No index of its own: ``deployments_attempt_job_number_uniq`` leads with it.
     job = models.ForeignKey(
-        Job, on_delete=models.PROTECT, related_name="trigger_attempts"
+        Job, on_delete=models.PROTECT, related_name="trigger_attempts", db_index=False
     )
     number = models.PositiveIntegerField()
     executor = models.CharField(max_length=32)

@@ -51,8 +51,12 @@ class ResearchDocument(models.Model):
 class Citation(models.Model):
     """One citation of a document's current state, in the producer's order."""
 
+    # No index of its own: ``research_citation_position_uniq`` leads with it.
     document = models.ForeignKey(
-        ResearchDocument, on_delete=models.CASCADE, related_name="citations"
+        ResearchDocument,
+        on_delete=models.CASCADE,
+        related_name="citations",
+        db_index=False,
     )
     position = models.PositiveIntegerField()
     text = models.TextField()
@@ -79,16 +83,21 @@ class DocumentRevision(models.Model):
         UPDATED = "updated"
         DELETED = "deleted"
 
+    # No index of its own: ``research_revision_doc_idx`` leads with it.
     document = models.ForeignKey(
-        ResearchDocument, on_delete=models.PROTECT, related_name="revisions"
+        ResearchDocument,
+        on_delete=models.PROTECT,
+        related_name="revisions",
+        db_index=False,
     )
     # The event applied, by id: no foreign key constraint into the inbox, whose rows leave
     # with retention while the revision stays (docs/scaling.md, "Time partitions of the
-    # inbox").
+    # inbox"). Its index is the unique constraint on it (``research_revision_event_uniq``).
     inbox_event = models.ForeignKey(
         "webhooks.InboxEvent",
         on_delete=models.PROTECT,
         db_constraint=False,
+        db_index=False,
         related_name="revisions",
     )
     event_id = models.CharField(max_length=128)

@@ -30,7 +30,8 @@ MIN_EXPECTED_DELIVERY_INTERVAL_SECONDS = 60
 class WebhookSource(models.Model):
     """A producer that POSTs to /webhooks/<slug>/, with its scheme, handler and secrets."""
 
-    slug = models.SlugField(max_length=64)
+    # No index of its own: the unique constraint on it is one.
+    slug = models.SlugField(max_length=64, db_index=False)
     # Both from their registries: a new scheme or integration needs no migration.
     scheme = models.CharField(
         max_length=32, choices=scheme_choices, default=DEFAULT_SCHEME
@@ -175,8 +176,9 @@ class WebhookSecret(models.Model):
         SECRET = "secret"  # noqa: S105 - a kind's name
         PUBLIC_KEY = "public_key", "public key"
 
+    # No index of its own: ``webhooks_secret_valid_idx`` leads with it.
     source = models.ForeignKey(
-        WebhookSource, on_delete=models.CASCADE, related_name="secrets"
+        WebhookSource, on_delete=models.CASCADE, related_name="secrets", db_index=False
     )
     # The secret, or the public key as ``whpk_`` + base64 of its 32 bytes
     # (``schemes.public_key_parse``); the verifier tells them apart by that prefix.
@@ -493,10 +495,12 @@ class InboxAttempt(models.Model):
     # An id, not a foreign key constraint: an event and its attempts are stored, and leave,
     # together by the event's received time (``event_received_at``), which is what time
     # partitions of both tables need (docs/scaling.md, "Time partitions of the inbox").
+    # No index of its own: ``webhooks_attempt_event_idx`` leads with it.
     event = models.ForeignKey(
         InboxEvent,
         on_delete=models.CASCADE,
         db_constraint=False,
+        db_index=False,
         related_name="attempt_log",
     )
     # The event's ``received_at``, written with the attempt (the claim reads it with the
@@ -602,8 +606,12 @@ class SignatureFailure(models.Model):
     """Failed authentication, counted per (source, reason, minute): the bounded write an
     unauthenticated request may cost. Never the body, never the signature."""
 
+    # No index of its own: ``webhooks_sigfail_window_uniq`` leads with it.
     source = models.ForeignKey(
-        WebhookSource, on_delete=models.CASCADE, related_name="signature_failures"
+        WebhookSource,
+        on_delete=models.CASCADE,
+        related_name="signature_failures",
+        db_index=False,
     )
     reason = models.CharField(max_length=32)
     window_start = models.DateTimeField()
