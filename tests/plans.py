@@ -5,7 +5,9 @@ PostgreSQL may then keep a generic plan, made without the values, for as long as
 connection lives or nothing invalidates it. A generic plan made while a table (or a day's
 partition) was empty counts on it staying empty: a join may then walk the whole table on
 every run once it has filled. ``generic_plan_rows_read`` makes that plan on purpose and
-counts what it reads (docs/scaling.md, "Plans made on an empty day").
+counts what it reads (docs/scaling.md, "Plans made on an empty day"); ``rows_read``
+counts what a statement reads under the plan made for its values, as on a day's partition
+that no analyze has visited yet.
 """
 
 from __future__ import annotations
@@ -71,10 +73,25 @@ def generic_plan_rows_read(
         with connection.cursor() as cursor:
             cursor.execute("DEALLOCATE generic_plan_read")
             cursor.execute("SET LOCAL plan_cache_mode = auto")
+    return _scanned(plan[0]["Plan"], table)
+
+
+def rows_read(statement: str, params: Mapping, *, table: str) -> int:
+    """The rows of ``table`` (and of its partitions) that ``statement`` reads run once with
+    ``params`` under the plan made for those values, as the product's unprepared statements
+    are (``core.db.values_planned``): each row a scan returned or removed by its filter. Runs
+    in the test's transaction and leaves the statement's effects in it."""
+    with connection.cursor() as cursor:
+        cursor.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + statement, params)
+        [(plan,)] = cursor.fetchall()
+    return _scanned(plan[0]["Plan"], table)
+
+
+def _scanned(plan: dict, table: str) -> int:
     return sum(
         (node["Actual Rows"] + node.get("Rows Removed by Filter", 0))
         * node["Actual Loops"]
-        for node in plan_nodes(plan[0]["Plan"], table)
+        for node in plan_nodes(plan, table)
         if "Scan" in node["Node Type"]
     )
 

@@ -362,11 +362,17 @@ class InboxOutbox(Outbox[int]):
                 taken = sorted(cursor.fetchall())
             if not taken:
                 return 0, []
-            days = statements.received_days([row[4] for row in taken])
+            received = [row[4] for row in taken]
             with values_planned(), connection.cursor() as cursor:
                 cursor.execute(
-                    set_statement_sql(statements.relay_stamp_sql(days)),
-                    {"ids": [row[1] for row in taken], "now": now},
+                    set_statement_sql(
+                        statements.relay_stamp_sql(statements.received_days(received))
+                    ),
+                    {
+                        "ids": [row[1] for row in taken],
+                        "received": received,
+                        "now": now,
+                    },
                 )
             rows = [row[1:4] for row in taken]
             return len(rows), _publications(rows)

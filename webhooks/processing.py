@@ -205,10 +205,12 @@ def _batch_claim_fast(*, ids: list[int], worker: str) -> list[_Claim]:
     if connection.vendor != "postgresql" or not ids:
         return []
     now = timezone.now()
+    days, received = _batch_received(ids)
     rows = set_statement_execute(
-        statements.batch_claim_sql(_batch_days(ids)),
+        statements.batch_claim_sql(days),
         {
             "ids": list(ids),
+            "received": received,
             "now": now,
             "lease": now + timedelta(seconds=settings.INBOX_PROCESSING_LEASE_SECONDS),
             "worker": worker[:255],
@@ -223,9 +225,10 @@ def _batch_read(*, ids: list[int], now: datetime) -> list[_Claim]:
     """The rows of ``ids`` a set can take (PostgreSQL), read without a lock or a write:
     ``statements.batch_read_sql``. Each claim's ``attempt_pk`` is 0 (its attempt is written
     by the set's close, ``statements.batch_finish_sql``)."""
+    days, received = _batch_received(ids)
     rows = set_statement_execute(
-        statements.batch_read_sql(_batch_days(ids)),
-        {"ids": list(ids), "now": now},
+        statements.batch_read_sql(days),
+        {"ids": list(ids), "received": received, "now": now},
         planned_for_values=True,
     )
     return _claims_built(rows)
@@ -253,17 +256,21 @@ def _claims_built(rows: list[tuple]) -> list[_Claim]:
     return claims
 
 
-def _batch_days(ids: list[int]) -> tuple[datetime, datetime] | None:
-    """The days the rows ``ids`` were received on, from their keys in the ledger, for the
-    claim to name (``statements.received_days``): planned over those days' time partitions
-    alone, however many the inbox holds (docs/scaling.md, "Time partitions of the inbox").
-    ``None`` (every partition) when a row has no key: one that is gone, say."""
-    first, last, found = set_statement_execute(
-        statements.BATCH_DAYS_SQL, {"ids": list(ids)}
+def _batch_received(
+    ids: list[int],
+) -> tuple[tuple[datetime, datetime] | None, list[datetime]]:
+    """The days the rows ``ids`` were received on and each row's received time, from their
+    keys in the ledger, for the claim and a set's read to name
+    (``statements.received_days``): planned over those days' time partitions alone, however
+    many the inbox holds, and reading the rows alone whatever the partition's statistics
+    say (docs/scaling.md, "Time partitions of the inbox"). ``(None, [])`` (every partition)
+    when a row has no key: one that is gone, say."""
+    received, found = set_statement_execute(
+        statements.BATCH_RECEIVED_SQL, {"ids": list(ids)}
     )[0]
     if found < len(set(ids)):
-        return None
-    return statements.received_days([first, last])
+        return None, []
+    return statements.received_days(received), received
 
 
 def _dead_letter_at_claim(event: InboxEvent, *, error: str) -> None:
@@ -532,12 +539,12 @@ def _batch_finish(
     the read."""
     now = timezone.now()
     processed_at = [now if c.status in HANDLER_STATUSES else None for c in closes]
+    received = [claim.received_at for claim in claims]
     closed = set_statement_execute(
-        statements.batch_finish_sql(
-            statements.received_days([claim.received_at for claim in claims])
-        ),
+        statements.batch_finish_sql(statements.received_days(received)),
         {
             "ids": [claim.event.pk for claim in claims],
+            "received": received,
             "numbers": [claim.event.attempts for claim in claims],
             "statuses": [c.status for c in closes],
             "processed_at": processed_at,

@@ -147,6 +147,22 @@ def _range_condition(
     return f"{_since_condition(column, since)}{before}"
 
 
+def _rows_days_condition(column: str, days: tuple[datetime, datetime] | None) -> str:
+    """For a statement on rows known by id: ``column`` within ``days`` (constants, which
+    plan it over those days' partitions alone) and among the rows' own received times
+    (``%(received)s``). Named one by one, the received times leave no plan a way to read
+    more than the rows: on a day's partition that no analyze has visited, PostgreSQL guesses
+    a half percent of the partition for the days' range and had read the whole day through
+    its received-time index to find a batch (docs/scaling.md, "Plans made on an empty
+    day"). Nothing for ``None``: every partition."""
+    if days is None:
+        return ""
+    return (
+        f"{_days_condition(column, days)}"
+        f" AND {column} = ANY(%(received)s::timestamptz[])"
+    )
+
+
 def _days_condition(column: str, days: tuple[datetime, datetime] | None) -> str:
     """``column`` within ``days``, written as constants: what lets PostgreSQL plan a
     statement over those days' time partitions alone (``recent_days``). Nothing for
@@ -429,10 +445,11 @@ def _claimed_columns(*, attempts: str = "e.attempts") -> str:
     return ", ".join(columns)
 
 
-# The days of a batch's rows, read from the ledger (which holds every row's received time,
-# and is one table): ``(first, last, keys found)``, for ``batch_claim_sql``.
-BATCH_DAYS_SQL = f"""
-SELECT min(received_at), max(received_at), count(*) FROM {_KEYS}
+# The received times of a batch's rows, read from the ledger (which holds every row's, and
+# is one table): ``(received times, keys found)``, for the statements that name them
+# (``_rows_days_condition``).
+BATCH_RECEIVED_SQL = f"""
+SELECT coalesce(array_agg(received_at), '{{}}'), count(*) FROM {_KEYS}
  WHERE inbox_event_id = ANY(%(ids)s::bigint[])
 """  # noqa: S608 - a table name, values bound
 
@@ -474,7 +491,7 @@ WITH claimed AS (
            lease_expires_at = %(lease)s
       FROM {_SOURCES} AS s
      WHERE e.id = ANY(%(ids)s)
-       {_days_condition("e.received_at", days)}
+       {_rows_days_condition("e.received_at", days)}
        AND s.id = e.source_id
        -- The claim's row locks give up after INBOX_LOCK_TIMEOUT_MS: the statement's own
        -- transaction's lock_timeout, set once (an InitPlan) before any row is locked.
@@ -508,7 +525,7 @@ def batch_read_sql(days: tuple[datetime, datetime] | None) -> str:
 SELECT {_claimed_columns(attempts="e.attempts + 1")}, 0
   FROM {_EVENTS} AS e JOIN {_SOURCES} AS s ON s.id = e.source_id
  WHERE e.id = ANY(%(ids)s)
-   {_days_condition("e.received_at", days)}
+   {_rows_days_condition("e.received_at", days)}
    AND {_NOT_HELD}
    AND {_takeable("%(now)s")}
  ORDER BY e.id
@@ -542,7 +559,7 @@ WITH v AS (
            attempts = v.number
       FROM v
      WHERE e.id = ANY(%(ids)s::bigint[]) AND e.id = v.id AND e.attempts = v.number - 1
-       {_days_condition("e.received_at", days)}
+       {_rows_days_condition("e.received_at", days)}
        AND {_takeable("%(started)s")}
     RETURNING e.id, e.received_at
 )
@@ -652,7 +669,8 @@ def relay_stamp_sql(days: tuple[datetime, datetime] | None) -> str:
     """The rows ``relay_claim_sql`` locked, stamped dispatched (and out of any hold)."""
     return (
         f"UPDATE {_EVENTS} SET dispatched_at = %(now)s, held_at = NULL"  # noqa: S608
-        f" WHERE id = ANY(%(ids)s::bigint[]) {_days_condition('received_at', days)}"
+        f" WHERE id = ANY(%(ids)s::bigint[])"
+        f" {_rows_days_condition('received_at', days)}"
     )
 
 
