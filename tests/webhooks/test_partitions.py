@@ -447,6 +447,20 @@ def test_a_batchs_statements_by_id_read_their_rows_alone_on_a_day_never_analysed
     assert (read, claim, finish, stamp) == (50, 50, 50, 50)
 
 
+def test_the_relays_claim_reads_its_rows_alone_on_a_day_never_analysed():
+    """The relay's claim reads each partition's waiting rows through its partial index in
+    id order and stops at the rows it takes (``statements.relay_claim_sql``), on a day no
+    analyze has visited as on any other: 50 rows read of 2,000 waiting."""
+    inbox_events_bulk_create(
+        [research_event() for _ in range(2000)],
+        received_at=timezone.now() - timedelta(seconds=5),
+    )
+    claim = statements.relay_claim_sql(InboxOutbox().claim_starts())
+    assert (
+        rows_read(claim, {"limit": 50, "now": timezone.now()}, table=INBOX.table) == 50
+    )
+
+
 def test_the_relays_stamp_plans_over_its_rows_days_alone():
     inbox_partitions_ensure(ahead_days=30)
     now = timezone.now()
