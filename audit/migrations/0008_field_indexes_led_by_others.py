@@ -1,7 +1,5 @@
-"""The indexes these fields made for themselves, each led by another index of its table
-(named beside the field in the model), dropped: every row written paid for an entry in both
-(docs/scaling.md, "Indexes a table does not need"). Concurrently on PostgreSQL
-(``core.index_migrations.FieldIndexDrop``)."""
+"""The own indexes of the seal entries' seal and a checkpoint delivery's checkpoint, each led by
+another index of its table, dropped."""
 
 import django.db.models.deletion
 from django.db import migrations, models

@@ -9,8 +9,11 @@ field without a model of its own keep Django's indexes: the product does not own
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from django.apps import apps
+from django.conf import settings
 from django.db import connection
 
 pytestmark = [
@@ -19,18 +22,6 @@ pytestmark = [
         connection.vendor != "postgresql", reason="read from PostgreSQL's catalog"
     ),
 ]
-
-PRODUCT_APPS = (
-    "core",
-    "trail",
-    "webhooks",
-    "idempotency",
-    "research",
-    "deployments",
-    "audit",
-    "demo",
-    "ops",
-)
 
 # Each plain index (no condition, no expression, not unique) whose key columns and their
 # operator classes are the leading ones of another index of the same table. A partition's
@@ -54,11 +45,15 @@ ORDER BY 1, 2
 
 
 def _product_tables() -> list[str]:
+    """The tables of the models of the apps that live in the repository."""
+    root = Path(settings.BASE_DIR)
     return [
         model._meta.db_table
-        for label in PRODUCT_APPS
-        for model in apps.get_app_config(label).get_models(include_auto_created=True)
-        if not model._meta.auto_created and model._meta.managed
+        for app in apps.get_app_configs()
+        if Path(app.path).is_relative_to(root)
+        and "site-packages" not in Path(app.path).parts
+        for model in app.get_models()
+        if model._meta.managed
     ]
 
 

@@ -324,6 +324,26 @@ def _partitions_named(text: str, params: dict) -> set[str]:
     return set(re.findall(tables, plan))
 
 
+def _finish_params(ids: list[int], received: list, now) -> dict:
+    """The values of a set's close (``statements.batch_finish_sql``) of rows ``ids``, each
+    closed ``processed`` at its first attempt."""
+    count = len(ids)
+    return {
+        "ids": ids,
+        "received": received,
+        "numbers": [1] * count,
+        "statuses": ["processed"] * count,
+        "processed_at": [now] * count,
+        "errors": [""] * count,
+        "causes": [""] * count,
+        "outcomes": ["succeeded"] * count,
+        "attempt_errors": [""] * count,
+        "started": now,
+        "now": now,
+        "worker": "w",
+    }
+
+
 def test_a_batchs_claim_read_and_finish_plan_over_its_rows_days_alone():
     """The worker's claim, a set's read and its close name the days their rows were
     received on (``statements.received_days``, read from the ledger): with a month of
@@ -346,21 +366,7 @@ def test_a_batchs_claim_read_and_finish_plan_over_its_rows_days_alone():
         statements.batch_read_sql(days), {"ids": [1, 2], "received": [now], "now": now}
     )
     finish = _partitions_named(
-        statements.batch_finish_sql(days),
-        {
-            "ids": [1, 2],
-            "received": [now, now],
-            "numbers": [1, 1],
-            "statuses": ["processed"] * 2,
-            "processed_at": [now] * 2,
-            "errors": [""] * 2,
-            "causes": [""] * 2,
-            "outcomes": ["succeeded"] * 2,
-            "attempt_errors": [""] * 2,
-            "started": now,
-            "now": now,
-            "worker": "w",
-        },
+        statements.batch_finish_sql(days), _finish_params([1, 2], [now, now], now)
     )
     today = {
         p.name
@@ -423,20 +429,7 @@ def test_a_batchs_statements_by_id_read_their_rows_alone_on_a_day_never_analysed
     )
     finish = rows_read(
         statements.batch_finish_sql(days),
-        {
-            "ids": batch,
-            "received": received,
-            "numbers": [1] * 50,
-            "statuses": ["processed"] * 50,
-            "processed_at": [now] * 50,
-            "errors": [""] * 50,
-            "causes": [""] * 50,
-            "outcomes": ["succeeded"] * 50,
-            "attempt_errors": [""] * 50,
-            "started": now,
-            "now": now,
-            "worker": "w",
-        },
+        _finish_params(batch, received, now),
         table=INBOX.table,
     )
     stamp = rows_read(

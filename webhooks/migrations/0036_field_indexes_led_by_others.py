@@ -1,7 +1,6 @@
-"""The indexes these fields made for themselves, each led by another index of its table
-(named beside the field in the model), dropped: every row written paid for an entry in both
-(docs/scaling.md, "Indexes a table does not need"). Concurrently on PostgreSQL
-(``core.index_migrations.FieldIndexDrop``)."""
+"""The own indexes of the attempts' event, a secret's and a signature failure's source and the
+sources' slug, each led by another index of its table, dropped (docs/scaling.md, "Indexes a
+table does not need")."""
 
 import django.db.models.deletion
 from django.db import migrations, models
