@@ -81,10 +81,18 @@ def rows_read(statement: str, params: Mapping, *, table: str) -> int:
     ``params`` under the plan made for those values, as the product's unprepared statements
     are (``core.db.values_planned``): each row a scan returned or removed by its filter. Runs
     in the test's transaction and leaves the statement's effects in it."""
+    return _scanned(explained(statement, params), table)
+
+
+def explained(statement: str, params, *, analyze: bool = True) -> dict:
+    """The plan of ``statement`` with ``params`` (``EXPLAIN (FORMAT JSON)``'s top node), run
+    in the test's transaction with ``ANALYZE`` (its actual rows and loops), or only planned
+    without ``analyze``."""
+    explain = "EXPLAIN (ANALYZE, FORMAT JSON) " if analyze else "EXPLAIN (FORMAT JSON) "
     with connection.cursor() as cursor:
-        cursor.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + statement, params)
+        cursor.execute(explain + statement, params)
         [(plan,)] = cursor.fetchall()
-    return _scanned(plan[0]["Plan"], table)
+    return plan[0]["Plan"]
 
 
 def _scanned(plan: dict, table: str) -> int:

@@ -19,7 +19,7 @@ from core.relay.loop import Relay
 from tests import processes
 from tests.broker import broker_reset, queued_inbox_event_ids
 from tests.integrations.research.factories import research_event
-from tests.plans import generic_plan_rows_read, plan_nodes, rows_read
+from tests.plans import explained, generic_plan_rows_read, plan_nodes, rows_read
 from tests.webhooks.factories import (
     RESEARCH_SOURCE,
     InboxAttemptFactory,
@@ -526,11 +526,7 @@ def _scans(statement: str, params, table: str, *, analyze: bool = True) -> list[
     """The plan nodes of the statement's scans of ``table``'s partitions, run (in the test's
     transaction) with ``EXPLAIN ANALYZE``: their actual rows and loops (only planned, those
     the planner has not pruned, without ``analyze``)."""
-    explain = "EXPLAIN (ANALYZE, FORMAT JSON) " if analyze else "EXPLAIN (FORMAT JSON) "
-    with connection.cursor() as cursor:
-        cursor.execute(explain + statement, params)
-        plan = cursor.fetchone()[0][0]["Plan"]
-    return plan_nodes(plan, table)
+    return plan_nodes(explained(statement, params, analyze=analyze), table)
 
 
 def _rows_read(statement: str, params: dict) -> int:
