@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import operator
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -10,7 +11,7 @@ from typing import TYPE_CHECKING, TypedDict
 
 from django.conf import settings
 from django.db import DataError, connection, models
-from django.db.models import Count, Max, OuterRef, Q, QuerySet, Subquery
+from django.db.models import Count, Max, Min, OuterRef, Q, QuerySet, Subquery, Value
 from django.db.models.functions import Cast, Coalesce
 from django.utils import timezone
 
@@ -32,6 +33,7 @@ from .models import (
     WebhookSecret,
     WebhookSource,
 )
+from .partitions import INBOX, Partition, partitions
 
 
 @dataclass(frozen=True)
@@ -535,8 +537,9 @@ def inbox_event_search_q(*, term: str) -> Q:
 
 
 # The most rows a search reads the received times of, to bound its page's statements by
-# them; a search finding more (a prefix as short as ``evt``) is not bounded.
-SEARCH_BOUNDS_ROWS = 1000
+# them; a search finding more (a prefix as short as ``evt``) is bounded by the days (time
+# partitions) that hold one of its rows instead.
+SEARCH_BOUNDS_ROWS = 10_000
 
 
 def inbox_events_search(
@@ -547,29 +550,90 @@ def inbox_events_search(
     ``SEARCH_BOUNDS_ROWS`` of them, a probe of the two prefix indexes a partition). On
     partitions, every statement of a page then reads the days those rows lie in, not every
     day kept (docs/scaling.md, "Time partitions of the inbox"); no row found, no other
-    statement reads the inbox's rows. A row received after that first statement is in the
-    next page shown."""
+    statement reads the inbox's rows. A search that finds more is bounded by the days that
+    hold one of its rows (``_days_found``). A row received after that first statement is in
+    the next page shown."""
     matches = inbox_event_search_q(term=term)
-    found = list(
+    # The first and last of them in the database (an aggregate over the rows read, not
+    # PostgreSQL's walk of the received-time index for a MIN and a MAX).
+    bounds = (
         InboxEvent.objects.filter(matches)
         .order_by()
-        .values_list("received_at", flat=True)[: SEARCH_BOUNDS_ROWS + 1]
+        .values("received_at")[: SEARCH_BOUNDS_ROWS + 1]
+        .aggregate(first=Min("received_at"), last=Max("received_at"), found=Count("*"))
     )
-    if not found:
+    if not bounds["found"]:
         return queryset.none()
     queryset = queryset.filter(matches)
-    if len(found) > SEARCH_BOUNDS_ROWS:
-        return queryset
-    return queryset.filter(received_at__gte=min(found), received_at__lte=max(found))
+    if bounds["found"] > SEARCH_BOUNDS_ROWS:
+        days = _days_found(matches)
+        return queryset if days is None else queryset.filter(days)
+    return queryset.filter(
+        received_at__gte=bounds["first"], received_at__lte=bounds["last"]
+    )
+
+
+def _days_found(matches: Q) -> Q | None:
+    """The received times of the inbox's partitions that hold a row ``matches`` finds, one
+    probe of the prefix indexes a partition in one statement (each partition's ``LIMIT
+    1``); adjacent days are one range. None when the inbox is not partitioned (SQLite).
+
+    Without it, a search of many rows that all lie in older days let PostgreSQL read the
+    newest days row by row through the received-time index, looking for a match that is not
+    there: its plan for the page (newest first) and for the date hierarchy's first and last
+    received times assumes the matches spread evenly over every day kept. On three million
+    rows over 30 days, a prefix of 100,000 rows of one day 28 days back took 5.6 s a page
+    (docs/scaling.md, "Time partitions of the inbox")."""
+    days = partitions(INBOX)
+    if not days:
+        return None
+    probes = [
+        InboxEvent.objects.filter(matches, **_partition_bounds(day))
+        .order_by()
+        .annotate(day=Value(number))
+        .values_list("day", flat=True)[:1]
+        for number, day in enumerate(days)
+    ]
+    held = set(probes[0].union(*probes[1:], all=True))
+    ranges: list[list] = []
+    for number in sorted(held):
+        day = days[number]
+        if ranges and ranges[-1][1] == day.start:
+            ranges[-1][1] = day.end
+        else:
+            ranges.append([day.start, day.end])
+    if not ranges:
+        return Q(pk__in=[])
+    return functools.reduce(
+        operator.or_,
+        (
+            Q(received_at__lt=end)
+            & (Q() if start is None else Q(received_at__gte=start))
+            for start, end in ranges
+        ),
+    )
+
+
+def _partition_bounds(day: Partition) -> dict[str, datetime]:
+    bounds = {"received_at__lt": day.end}
+    if day.start is not None:
+        bounds["received_at__gte"] = day.start
+    return bounds
 
 
 def operator_actions_on_events_q(*, term: str) -> Q | None:
-    """Operator actions on an inbox row whose event id starts with ``term`` (the first
-    ``ACTION_SEARCH_EVENTS_MAX`` such rows), or None when no row matches."""
+    """Operator actions on an inbox row whose event id starts with ``term`` (the newest
+    ``ACTION_SEARCH_EVENTS_MAX`` such rows, in the days that hold one), or None when no row
+    matches."""
+    matches = Q(event_id__startswith=term)
+    rows = InboxEvent.objects.filter(matches)
+    days = _days_found(matches)
+    if days is not None:  # the newest rows of the days that hold one (_days_found)
+        rows = rows.filter(days)
     pks = list(
-        InboxEvent.objects.filter(event_id__startswith=term)
-        .order_by("-received_at")
-        .values_list("pk", flat=True)[:ACTION_SEARCH_EVENTS_MAX]
+        rows.order_by("-received_at").values_list("pk", flat=True)[
+            :ACTION_SEARCH_EVENTS_MAX
+        ]
     )
     if not pks:
         return None
