@@ -5,6 +5,7 @@ from datetime import timedelta
 
 import pytest
 from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
@@ -134,6 +135,39 @@ def test_the_prefix_search_is_an_index_scan():
     assert (
         "webhooks_inbox_event_id_like" in plan and "webhooks_inbox_entity_like" in plan
     ), plan
+
+
+@pytest.mark.skipif(
+    connection.vendor != "postgresql", reason="SQLite keeps the inbox in one table"
+)
+def test_the_operator_actions_search_reads_the_newest_rows_of_the_days_holding_them():
+    """The actions' search by an event id prefix reads its newest rows only in the days
+    that hold one (11.4 s on three million rows when it walked every newer day)."""
+    inbox_partitions_ensure(ahead_days=4)
+    now = timezone.now()
+    for days in (1, 3):
+        InboxEventFactory(
+            body=research_event(event_id=f"evt_named_{days}"),
+            received_at=now + days * DAY,
+        )
+    for days in (0, 2, 4):
+        InboxEventFactory(received_at=now + days * DAY)
+    with CaptureQueriesContext(connection) as captured:
+        assert selectors.operator_actions_on_events_q(term="evt_named") is not None
+    [newest] = [
+        query["sql"]
+        for query in captured.captured_queries
+        if query["sql"].startswith(f'SELECT "{INBOX_TABLE.table}"."id"')
+    ]
+    scanned = {
+        node["Relation Name"]
+        for node in plan_nodes(
+            explained(newest, None, analyze=False), INBOX_TABLE.table
+        )
+    }
+    assert scanned == {
+        partition_name(INBOX_TABLE, day_start(now + days * DAY)) for days in (1, 3)
+    }
 
 
 def test_operator_actions_are_found_by_the_event_they_were_on(auditor_client, operator):
