@@ -95,6 +95,16 @@ def explained(statement: str, params, *, analyze: bool = True) -> dict:
     return plan[0]["Plan"]
 
 
+def partitions_planned(statement: str, params, *tables: str) -> set[str]:
+    """The partitions of ``tables`` (time partitions: ``<table>_p0``, ``<table>_pYYYYMMDD``)
+    that the plan of ``statement`` with ``params`` reads, only planned."""
+    with connection.cursor() as cursor:
+        cursor.execute("EXPLAIN (COSTS OFF) " + statement, params)
+        plan = "\n".join(line for (line,) in cursor.fetchall())
+    names = "|".join(re.escape(table) for table in tables)
+    return set(re.findall(rf"(?:{names})_p(?:0|\d{{8}})\b", plan))
+
+
 def _scanned(plan: dict, table: str) -> int:
     return sum(
         (node["Actual Rows"] + node.get("Rows Removed by Filter", 0))

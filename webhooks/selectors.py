@@ -33,7 +33,7 @@ from .models import (
     WebhookSecret,
     WebhookSource,
 )
-from .partitions import INBOX, Partition, partitions
+from .partitions import INBOX, partitions
 
 
 @dataclass(frozen=True)
@@ -588,7 +588,7 @@ def _days_found(matches: Q) -> Q | None:
     if not days:
         return None
     probes = [
-        InboxEvent.objects.filter(matches, **_partition_bounds(day))
+        InboxEvent.objects.filter(matches, _received_within(day.start, day.end))
         .order_by()
         .annotate(day=Value(number))
         .values_list("day", flat=True)[:1]
@@ -605,20 +605,14 @@ def _days_found(matches: Q) -> Q | None:
     if not ranges:
         return Q(pk__in=[])
     return functools.reduce(
-        operator.or_,
-        (
-            Q(received_at__lt=end)
-            & (Q() if start is None else Q(received_at__gte=start))
-            for start, end in ranges
-        ),
+        operator.or_, (_received_within(start, end) for start, end in ranges)
     )
 
 
-def _partition_bounds(day: Partition) -> dict[str, datetime]:
-    bounds = {"received_at__lt": day.end}
-    if day.start is not None:
-        bounds["received_at__gte"] = day.start
-    return bounds
+def _received_within(start: datetime | None, end: datetime) -> Q:
+    """Received from ``start`` (None: the first partition, from the earliest) to ``end``."""
+    within = Q(received_at__lt=end)
+    return within if start is None else within & Q(received_at__gte=start)
 
 
 def operator_actions_on_events_q(*, term: str) -> Q | None:

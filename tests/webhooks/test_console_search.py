@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from core.actors import Actor
 from tests.integrations.research.factories import research_event
-from tests.plans import explained, plan_nodes
+from tests.plans import partitions_planned
 from tests.webhooks.factories import DeadLetteredEventFactory, InboxEventFactory
 from webhooks import selectors
 from webhooks.models import InboxEvent
@@ -83,8 +83,7 @@ def test_a_search_finds_its_rows_on_every_day_with_or_without_their_bounds(
 
 def _days_read(statement: str, params) -> set[str]:
     """The inbox's partitions that ``statement``'s plan reads."""
-    plan = explained(statement, params, analyze=False)
-    return {node["Relation Name"] for node in plan_nodes(plan, INBOX_TABLE.table)}
+    return partitions_planned(statement, params, INBOX_TABLE.table)
 
 
 def _days(now, *days: int) -> set[str]:

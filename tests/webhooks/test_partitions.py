@@ -5,7 +5,6 @@ partition, an event and its attempts in the same day's, deduplication across day
 from __future__ import annotations
 
 import itertools
-import re
 from datetime import timedelta
 
 import pytest
@@ -19,7 +18,13 @@ from core.relay.loop import Relay
 from tests import processes
 from tests.broker import broker_reset, queued_inbox_event_ids
 from tests.integrations.research.factories import research_event
-from tests.plans import explained, generic_plan_rows_read, plan_nodes, rows_read
+from tests.plans import (
+    explained,
+    generic_plan_rows_read,
+    partitions_planned,
+    plan_nodes,
+    rows_read,
+)
 from tests.webhooks.factories import (
     RESEARCH_SOURCE,
     InboxAttemptFactory,
@@ -225,18 +230,15 @@ def test_the_record_statement_plans_over_two_days_of_partitions_however_many_exi
     inbox_partitions_ensure(ahead_days=30)
     now = timezone.now()
     text, params = _record("evt-plan", now)
-    with connection.cursor() as cursor:
-        cursor.execute("EXPLAIN (COSTS OFF) " + text, params)
-        plan = "\n".join(line for (line,) in cursor.fetchall())
     # Partitions, not their indexes (``..._p0_key``).
-    named = set(re.findall(rf"{INBOX.table}_p(?:0|\d{{8}})\b", plan))
+    named = partitions_planned(text, params, INBOX.table)
     current = {
         p.name
         for p in partitions(INBOX)
         if p.end > now - DAY and (p.start is None or p.start <= now)
     }
     assert len(partitions(INBOX)) > 30
-    assert named and named <= current, plan
+    assert named and named <= current, named
 
 
 def test_the_record_statements_generic_plan_made_on_an_empty_day_reads_no_row_of_it():
@@ -317,11 +319,7 @@ def test_a_batchs_and_the_relays_statements_by_id_are_planned_for_their_values_e
 
 
 def _partitions_named(text: str, params: dict) -> set[str]:
-    with connection.cursor() as cursor:
-        cursor.execute("EXPLAIN (COSTS OFF) " + text, params)
-        plan = "\n".join(line for (line,) in cursor.fetchall())
-    tables = rf"(?:{INBOX.table}|{ATTEMPTS.table})_p(?:0|\d{{8}})\b"
-    return set(re.findall(tables, plan))
+    return partitions_planned(text, params, INBOX.table, ATTEMPTS.table)
 
 
 def _finish_params(ids: list[int], received: list, now) -> dict:
