@@ -236,10 +236,12 @@ def _record_execute_in_steps(*, values: dict[str, Any], on: str) -> tuple | None
     vendor = connection.vendor
     with connection.cursor() as cursor:
         if on == "event_id":
+            fingerprint = values["content_fingerprint"]
             match = [
                 values["source_id"],
                 values["event_id"],
-                values["content_fingerprint"],
+                bytes.fromhex(fingerprint),
+                fingerprint,
             ]
         else:
             match = [values["source_id"], values["body_key"]]
@@ -256,7 +258,7 @@ def _record_execute_in_steps(*, values: dict[str, Any], on: str) -> tuple | None
                 inbox_event_id, status = cursor.fetchone()
                 cursor.execute(
                     statements.key_insert_sql(vendor),
-                    [inbox_event_id, *(values[n] for n in statements.KEY_COLUMNS)],
+                    [inbox_event_id, *statements.key_params(values)],
                 )
         except IntegrityError:
             if on == "body":
@@ -365,7 +367,7 @@ def _evidence_record(
         event.pk,
         raw_body,
         _db_value(FingerprintMismatch, "headers", headers),
-        event.content_fingerprint,
+        event.fingerprint,
         conflicting_fingerprint,
         payload_hash,
         remote_addr,
@@ -425,7 +427,7 @@ def _inbox_upsert(
         # there whether or not the row is still in the inbox.
         original = (
             InboxKey.objects.filter(source=source, event_id=envelope.event_id)
-            .only("inbox_event_id", "content_fingerprint")
+            .only("inbox_event_id", "content_digest", "content_fingerprint")
             .first()
         )
         if original is None:

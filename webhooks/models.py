@@ -434,7 +434,13 @@ class InboxKey(models.Model):
     )
     event_id = models.CharField(max_length=128)
     body_key = models.CharField(max_length=64, null=True, blank=True)  # noqa: DJ001
-    content_fingerprint = models.CharField(max_length=64)
+    # The content's fingerprint as the 32 bytes of its SHA-256 (``webhooks.0037``): what a
+    # later delivery under the same id is compared with, after the row has left too. Keys
+    # written before 0037 hold it as its 64 hex characters in ``content_fingerprint`` (this
+    # column NULL), read the same way until the ledger's horizon takes them
+    # (docs/subsystems/inbox.md, "The deduplication ledger"). Read ``fingerprint``.
+    content_digest = models.BinaryField(max_length=32, null=True)
+    content_fingerprint = models.CharField(max_length=64, null=True, blank=True)  # noqa: DJ001
     received_at = models.DateTimeField()
     delivery_count = models.PositiveIntegerField(default=1)
     # The status the row had when retention dropped it with its day's partition, unless it
@@ -459,6 +465,14 @@ class InboxKey(models.Model):
 
     def __str__(self) -> str:
         return f"{self.source_id}/{self.event_id}"
+
+    @property
+    def fingerprint(self) -> str:
+        """The content's fingerprint as the inbox row and the evidence hold it: 64 hex
+        characters, whichever form the key stores."""
+        if self.content_digest is not None:
+            return bytes(self.content_digest).hex()
+        return self.content_fingerprint or ""
 
 
 class InboxKeyPurge(models.Model):

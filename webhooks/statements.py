@@ -73,7 +73,7 @@ def inbox_new_row_fields(given: tuple[str, ...]) -> tuple[models.Field, ...]:
     )
 
 
-# The ledger's columns of a delivery, bound first, in this order (``InboxKey``).
+# The delivery's values its key in the ledger holds, bound first, in this order (``InboxKey``).
 KEY_COLUMNS = (
     "source_id",
     "event_id",
@@ -82,17 +82,42 @@ KEY_COLUMNS = (
     "received_at",
 )
 
+# The one the ledger stores in another form than the inbox row: the content's fingerprint,
+# as the 32 bytes of its SHA-256 (``InboxKey.content_digest``), not its 64 hex characters.
+_KEY_DIGEST = "content_fingerprint"
+
+
+def _key_column(name: str) -> str:
+    """The ledger's column holding the delivery's value ``name`` (of ``KEY_COLUMNS``)."""
+    return "content_digest" if name == _KEY_DIGEST else name
+
+
+def key_params(values: dict[str, Any]) -> list[Any]:
+    """SQLite: the ledger's values of a delivery's ``KEY_COLUMNS``, in their order, as the
+    ledger stores them (``key_insert_sql``)."""
+    return [
+        bytes.fromhex(values[name]) if name == _KEY_DIGEST else values[name]
+        for name in KEY_COLUMNS
+    ]
+
 
 def _key_conflict(on: str) -> tuple[str, str]:
     """The ledger's unique index a delivery is recorded on, and the condition under which a
     conflict there counts as a duplicate (see ``inbox_record_sql``)."""
     keys = connection.ops.quote_name(_KEYS)
     if on == "event_id":
+        # A key written before ``webhooks.0037`` holds its fingerprint as hex text.
         return (
             "(source_id, event_id)",
-            f" WHERE {keys}.content_fingerprint = EXCLUDED.content_fingerprint",
+            f" WHERE {keys}.content_digest = EXCLUDED.content_digest"
+            f" OR {keys}.content_fingerprint = encode(EXCLUDED.content_digest, 'hex')",
         )
     return "(source_id, body_key) WHERE body_key IS NOT NULL", ""
+
+
+def _key_value(name: str, bound: str) -> str:
+    """The ledger's value of the delivery's ``name`` from its ``bound`` parameter."""
+    return f"decode({bound}, 'hex')" if name == _KEY_DIGEST else bound
 
 
 def _cast_type(field: models.Field) -> str:
@@ -207,12 +232,21 @@ def inbox_record_sql(
     quote = connection.ops.quote_name
     events, keys = quote(_EVENTS), quote(_KEYS)
     column = {f.attname: f.column for f in InboxEvent._meta.concrete_fields}
-    key_names = ", ".join(quote(column[name]) for name in KEY_COLUMNS)
+    key_names = ", ".join(quote(_key_column(name)) for name in KEY_COLUMNS)
     key_values = ", ".join(
-        f"%s::{_cast_type(_field(InboxEvent, name))}" for name in KEY_COLUMNS
+        _key_value(name, f"%s::{_cast_type(_field(InboxEvent, name))}")
+        for name in KEY_COLUMNS
     )
     names = ["id", *(quote(column[name]) for name in KEY_COLUMNS)]
-    values = ["k.inbox_event_id", *(f"k.{column[name]}" for name in KEY_COLUMNS)]
+    values = [
+        "k.inbox_event_id",
+        *(
+            "encode(k.content_digest, 'hex')"
+            if name == _KEY_DIGEST
+            else f"k.{column[name]}"
+            for name in KEY_COLUMNS
+        ),
+    ]
     for name in given:
         if name in KEY_COLUMNS:
             continue
@@ -272,7 +306,8 @@ def key_count_sql(vendor: str, *, on: str) -> str:
     when the key is not there or (``on="event_id"``) its fingerprint differs."""
     keys = connection.ops.quote_name(_KEYS)
     where = (
-        "source_id = %s AND event_id = %s AND content_fingerprint = %s"
+        "source_id = %s AND event_id = %s"
+        " AND (content_digest = %s OR content_fingerprint = %s)"
         if on == "event_id"
         else "source_id = %s AND body_key = %s"
     )
@@ -303,9 +338,11 @@ def inbox_insert_sql(vendor: str, *, given: tuple[str, ...]) -> str:
 
 @functools.cache
 def key_insert_sql(vendor: str) -> str:
-    """SQLite: a new event's key, its row's id first, then ``KEY_COLUMNS``."""
+    """SQLite: a new event's key, its row's id first, then ``key_params``."""
     quote = connection.ops.quote_name
-    columns = ", ".join(["inbox_event_id", *KEY_COLUMNS, "delivery_count"])
+    columns = ", ".join(
+        ["inbox_event_id", *map(_key_column, KEY_COLUMNS), "delivery_count"]
+    )
     placeholders = ", ".join(["%s"] * (len(KEY_COLUMNS) + 1))
     return f"INSERT INTO {quote(_KEYS)} ({columns}) VALUES ({placeholders}, 1)"  # noqa: S608
 

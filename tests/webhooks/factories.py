@@ -214,7 +214,7 @@ def inbox_keys_create(rows: list[InboxEvent]) -> None:
                 source_id=row.source_id,
                 event_id=row.event_id,
                 body_key=row.body_key,
-                content_fingerprint=row.content_fingerprint,
+                content_digest=bytes.fromhex(row.content_fingerprint),
                 received_at=row.received_at,
                 delivery_count=row.delivery_count,
             )

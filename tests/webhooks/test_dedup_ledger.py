@@ -47,7 +47,10 @@ def test_a_new_event_writes_its_key_with_the_row_under_the_same_id(http, source)
     key = InboxKey.objects.get()
     assert key.inbox_event_id == row.pk
     assert (key.source_id, key.event_id) == (row.source_id, row.event_id)
-    assert key.content_fingerprint == row.content_fingerprint
+    # The fingerprint as its 32 bytes (webhooks.0037), read back as the row holds it.
+    assert bytes(key.content_digest) == bytes.fromhex(row.content_fingerprint)
+    assert key.content_fingerprint is None
+    assert key.fingerprint == row.content_fingerprint
     assert key.received_at == row.received_at
     assert key.body_key is None  # a signed id: no body key
     assert key.delivery_count == 1
@@ -100,6 +103,43 @@ def test_a_conflict_after_the_row_left_is_409_with_its_evidence(http, source):
     assert bytes(evidence.raw_body) == encode(conflicting)
     assert InboxEvent.objects.count() == 0
     assert InboxKey.objects.get().delivery_count == 1  # a conflict counts nothing
+
+
+def _key_as_written_before_0037(event_id: str) -> str:
+    """The key of ``event_id`` made as migration 0037 finds the keys stored before it: the
+    fingerprint as hex text, no digest. Returns that text."""
+    key = InboxKey.objects.get(event_id=event_id)
+    fingerprint = key.fingerprint
+    InboxKey.objects.filter(pk=key.pk).update(
+        content_fingerprint=fingerprint, content_digest=None
+    )
+    return fingerprint
+
+
+@pytest.mark.parametrize("row_left", [False, True], ids=["row-stored", "row-left"])
+def test_a_key_stored_before_the_digest_answers_duplicates_and_conflicts_as_before(
+    http, source, row_left
+):
+    original = research_event()
+    assert signed_post(http, RESEARCH_SOURCE, original).status_code == 202
+    fingerprint = _key_as_written_before_0037(original["event_id"])
+    row_id = InboxEvent.objects.get().pk
+    if row_left:
+        _row_leaves(original["event_id"])
+
+    again = signed_post(http, RESEARCH_SOURCE, original)
+    conflicting = original | {"data": {"summary": "rewritten"}}
+    refused = signed_post(http, RESEARCH_SOURCE, conflicting)
+
+    assert again.status_code == 200
+    assert again.json()["event_id"] == original["event_id"]
+    assert refused.status_code == 409
+    assert refused.json()["error"] == "inconsistent_duplicate"
+    evidence = FingerprintMismatch.objects.get()
+    assert (evidence.event_id, evidence.original_fingerprint) == (row_id, fingerprint)
+    key = InboxKey.objects.get()
+    assert (key.delivery_count, key.content_digest) == (2, None)  # left as it was
+    assert InboxEvent.objects.count() == (0 if row_left else 1)
 
 
 def test_a_github_body_under_a_fresh_id_after_the_row_left_names_the_stored_event(
