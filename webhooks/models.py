@@ -390,16 +390,20 @@ class InboxEvent(models.Model):
             ),
             # Equality and prefix (``LIKE 'evt_doc%'``, the console's search) lookups of an
             # event or entity id: the pattern operator class serves both whatever the
-            # database's collation.
+            # database's collation. Each holds the received time too (PostgreSQL only,
+            # ``webhooks.0038``): the search reads the first and last received time of the
+            # rows it finds from the index alone (``selectors.inbox_events_search``).
             models.Index(
                 fields=["entity_id"],
                 name="webhooks_inbox_entity_like",
                 opclasses=["varchar_pattern_ops"],
+                include=["received_at"],
             ),
             models.Index(
                 fields=["event_id"],
                 name="webhooks_inbox_event_id_like",
                 opclasses=["varchar_pattern_ops"],
+                include=["received_at"],
             ),
             *log_ticket_indexes("webhooks_inbox"),
         ]

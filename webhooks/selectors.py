@@ -533,13 +533,20 @@ ACTION_SEARCH_EVENTS_MAX = 50
 def inbox_event_search_q(*, term: str) -> Q:
     """Inbox rows whose event id or entity id starts with ``term`` (an index range scan on
     each: the two id indexes use the pattern operator class)."""
-    return Q(event_id__startswith=term) | Q(entity_id__startswith=term)
+    return functools.reduce(operator.or_, _search_prefixes(term))
+
+
+def _search_prefixes(term: str) -> list[Q]:
+    """What ``inbox_event_search_q`` finds, one condition an id index."""
+    return [Q(event_id__startswith=term), Q(entity_id__startswith=term)]
 
 
 # The most rows a search reads the received times of, to bound its page's statements by
 # them; a search finding more (a prefix as short as ``evt``) is bounded by the days (time
-# partitions) that hold one of its rows instead.
-SEARCH_BOUNDS_ROWS = 10_000
+# partitions) that hold one of its rows instead. Read from an id index alone, 100,000 rows'
+# times take about 20 ms on PostgreSQL (10,000 read row by row took about 10), 500,000 take
+# 110-160 ms (docs/scaling.md, "A search reads the days of the rows it finds").
+SEARCH_BOUNDS_ROWS = 100_000
 
 
 def inbox_events_search(
@@ -547,46 +554,82 @@ def inbox_events_search(
 ) -> QuerySet[InboxEvent]:
     """The rows of ``queryset`` that ``term`` finds (``inbox_event_search_q``), bounded by
     the first and last received time of the rows it finds, read first (up to
-    ``SEARCH_BOUNDS_ROWS`` of them, a probe of the two prefix indexes a partition). On
+    ``SEARCH_BOUNDS_ROWS`` of them from each of the two id indexes, which hold them). On
     partitions, every statement of a page then reads the days those rows lie in, not every
     day kept (docs/scaling.md, "Time partitions of the inbox"); no row found, no other
     statement reads the inbox's rows. A search that finds more is bounded by the days that
     hold one of its rows (``_days_found``). A row received after that first statement is in
     the next page shown."""
+    prefixes = _search_prefixes(term)
     matches = inbox_event_search_q(term=term)
-    # The first and last of them in the database (an aggregate over the rows read, not
-    # PostgreSQL's walk of the received-time index for a MIN and a MAX).
-    bounds = (
-        InboxEvent.objects.filter(matches)
-        .order_by()
-        .values("received_at")[: SEARCH_BOUNDS_ROWS + 1]
-        .aggregate(first=Min("received_at"), last=Max("received_at"), found=Count("*"))
-    )
-    if not bounds["found"]:
+    bounds = _received_bounds(prefixes)
+    if bounds is None:
         return queryset.none()
     queryset = queryset.filter(matches)
-    if bounds["found"] > SEARCH_BOUNDS_ROWS:
-        days = _days_found(matches)
+    if bounds.capped:
+        days = _days_found(prefixes)
         return queryset if days is None else queryset.filter(days)
-    return queryset.filter(
-        received_at__gte=bounds["first"], received_at__lte=bounds["last"]
-    )
+    return queryset.filter(received_at__gte=bounds.first, received_at__lte=bounds.last)
 
 
-def _days_found(matches: Q) -> Q | None:
-    """The received times of the inbox's partitions that hold a row ``matches`` finds, one
-    probe of the prefix indexes a partition in one statement (each partition's ``LIMIT
-    1``); adjacent days are one range. None when the inbox is not partitioned (SQLite).
+@dataclass(frozen=True)
+class _Bounds:
+    first: datetime
+    last: datetime
+    capped: bool  # an index held more than SEARCH_BOUNDS_ROWS: the times are of some
 
-    Without it, a search of many rows that all lie in older days let PostgreSQL read the
-    newest days row by row through the received-time index, looking for a match that is not
-    there: its plan for the page (newest first) and for the date hierarchy's first and last
-    received times assumes the matches spread evenly over every day kept. On three million
-    rows over 30 days, a prefix of 100,000 rows of one day 28 days back took 5.6 s a page
-    (docs/scaling.md, "Time partitions of the inbox")."""
+
+def _received_bounds(prefixes: list[Q], within: Q | None = None) -> _Bounds | None:
+    """The first and last received time of the rows ``prefixes`` find (``within`` a range
+    of received times, if given), one aggregate in the database for each id index, of up
+    to ``SEARCH_BOUNDS_ROWS`` rows each; None when none is found. Each reads the received
+    times its index holds beside the ids (``webhooks.0038``), so that neither visits a row:
+    the conditions together would be read as a bitmap of rows, each row visited, and
+    PostgreSQL's own MIN and MAX walk the received-time index through every row of the day
+    that does not match."""
+    first: datetime | None = None
+    last: datetime | None = None
+    capped = False
+    for prefix in prefixes:
+        rows = InboxEvent.objects.filter(prefix)
+        if within is not None:
+            rows = rows.filter(within)
+        bounds = (
+            rows.order_by()
+            .values("received_at")[: SEARCH_BOUNDS_ROWS + 1]
+            .aggregate(first=Min("received_at"), last=Max("received_at"), n=Count("*"))
+        )
+        if not bounds["n"]:
+            continue
+        capped = capped or bounds["n"] > SEARCH_BOUNDS_ROWS
+        first = bounds["first"] if first is None else min(first, bounds["first"])
+        last = bounds["last"] if last is None else max(last, bounds["last"])
+    if first is None or last is None:
+        return None
+    return _Bounds(first=first, last=last, capped=capped)
+
+
+def _days_found(prefixes: list[Q]) -> Q | None:
+    """The received times of the inbox's partitions that hold a row ``prefixes`` find, one
+    probe of the id indexes a partition in one statement (each partition's ``LIMIT 1``);
+    adjacent days are one range. Within the first and the last of those days, from the
+    first and to the last of the rows found there (``_received_bounds``), unless a day
+    holds more than ``SEARCH_BOUNDS_ROWS`` of them. None when the inbox is not partitioned
+    (SQLite).
+
+    Without the days, a search of many rows that all lie in older days let PostgreSQL read
+    the newest days row by row through the received-time index, looking for a match that
+    is not there: its plan for the page (newest first) and for the date hierarchy's first
+    and last received times assumes the matches spread evenly over every day kept. On
+    three million rows over 30 days, a prefix of 100,000 rows of one day 28 days back took
+    5.6 s a page. Without the bounds within the first and last day, the same walk went
+    through the rows of those days received after the last match or before the first:
+    440 ms a page for a prefix of 1,000,000 rows over three days and a few of a fourth, on
+    ten million rows (docs/scaling.md, "Time partitions of the inbox")."""
     days = partitions(INBOX)
     if not days:
         return None
+    matches = functools.reduce(operator.or_, prefixes)
     probes = [
         InboxEvent.objects.filter(matches, _received_within(day.start, day.end))
         .order_by()
@@ -595,6 +638,8 @@ def _days_found(matches: Q) -> Q | None:
         for number, day in enumerate(days)
     ]
     held = set(probes[0].union(*probes[1:], all=True))
+    if not held:
+        return Q(pk__in=[])
     ranges: list[list] = []
     for number in sorted(held):
         day = days[number]
@@ -602,11 +647,21 @@ def _days_found(matches: Q) -> Q | None:
             ranges[-1][1] = day.end
         else:
             ranges.append([day.start, day.end])
-    if not ranges:
-        return Q(pk__in=[])
-    return functools.reduce(
+    found = functools.reduce(
         operator.or_, (_received_within(start, end) for start, end in ranges)
     )
+    edges = {
+        number: _received_bounds(
+            prefixes, _received_within(days[number].start, days[number].end)
+        )
+        for number in {min(held), max(held)}
+    }
+    oldest, newest = edges[min(held)], edges[max(held)]
+    if oldest is not None and not oldest.capped:
+        found &= Q(received_at__gte=oldest.first)
+    if newest is not None and not newest.capped:
+        found &= Q(received_at__lte=newest.last)
+    return found
 
 
 def _received_within(start: datetime | None, end: datetime) -> Q:
@@ -621,7 +676,7 @@ def operator_actions_on_events_q(*, term: str) -> Q | None:
     matches."""
     matches = Q(event_id__startswith=term)
     rows = InboxEvent.objects.filter(matches)
-    days = _days_found(matches)
+    days = _days_found([matches])
     if days is not None:  # the newest rows of the days that hold one (_days_found)
         rows = rows.filter(days)
     pks = list(

@@ -302,3 +302,69 @@ def test_the_inbox_is_partitioned_while_deliveries_keep_arriving(
             f" max {blocked:.3f} s"
         )
     assert blocked < MAX_BLOCKED_SECONDS
+
+
+BEFORE_COVERING = "0037_inbox_key_content_digest"
+COVERING = "0038_inbox_id_indexes_hold_received_at"
+
+
+def test_the_id_indexes_are_built_again_while_deliveries_keep_arriving(
+    tmp_path, capsys
+):
+    """0038 builds the two id indexes again with the received time, on every partition,
+    beside the old ones (``CREATE INDEX CONCURRENTLY``), while signed deliveries keep
+    arriving: every delivery is accepted and stored once, and afterwards the parent index
+    and each partition's copy hold the received time."""
+    migrate([("webhooks", BEFORE_COVERING)])
+    try:
+        live = WebhookSourceFactory(slug="live")
+        server, url = start_server(tmp_path)
+        try:
+            with Producers(f"{url}/webhooks/live/") as producers:
+                while producers.count() < 50:
+                    time.sleep(0.05)
+                started = time.monotonic()
+                migrate([("webhooks", COVERING)])
+                ended = time.monotonic()
+                time.sleep(0.5)
+        finally:
+            server.stop()
+    finally:
+        migrate(MigrationExecutor(connection).loader.graph.leaf_nodes())
+
+    deliveries = producers.deliveries
+    assert [d for d in deliveries if d.status != 202] == [], server.log()[-3000:]
+    accepted = sorted(d.event_id for d in deliveries)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT event_id FROM webhooks_inboxevent WHERE source_id = %s ORDER BY 1",
+            [live.pk],
+        )
+        assert [row[0] for row in cursor.fetchall()] == accepted
+        cursor.execute(
+            "SELECT c.relname, pg_get_indexdef(c.oid) FROM pg_class c"
+            " JOIN pg_index i ON i.indexrelid = c.oid"
+            " JOIN pg_class t ON t.oid = i.indrelid"
+            " WHERE (t.relname = 'webhooks_inboxevent' OR t.relispartition)"
+            "   AND t.relname LIKE 'webhooks_inboxevent%%'"
+            "   AND pg_get_indexdef(c.oid) LIKE '%%varchar_pattern_ops%%'"
+        )
+        definitions = dict(cursor.fetchall())
+    partitions = scalar(
+        "SELECT count(*) FROM pg_inherits"
+        " WHERE inhparent = 'webhooks_inboxevent'::regclass"
+    )
+    # Two a partition and the parent's two, nothing left of the old ones.
+    assert len(definitions) == 2 * (partitions + 1), definitions
+    assert all("INCLUDE (received_at)" in d for d in definitions.values()), definitions
+    during = [
+        d.seconds for d in deliveries if d.ended >= started and d.started <= ended
+    ]
+    assert during  # ingest went on while it ran
+    with capsys.disabled():
+        print(
+            f"\n0038 on {partitions} partitions under ingest: {ended - started:.2f} s;"
+            f" {len(deliveries)} deliveries, {len(during)} while migrating, the longest"
+            f" {max(during):.3f} s"
+        )
+    assert max(during) < MAX_BLOCKED_SECONDS
