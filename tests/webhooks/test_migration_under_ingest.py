@@ -210,6 +210,27 @@ class Producers:
             return len(self.deliveries)
 
 
+def migrated_under_ingest(tmp_path, slug: str, *targets: str, settle: float):
+    """The migrations ``targets`` of webhooks run one after the other while ``Producers``
+    post to the source ``slug`` on a live server (from its 50th delivery on), ``settle``
+    seconds of ingest after them. Returns the stopped server, the producers and the
+    monotonic times before the first migration and after each."""
+    server, url = start_server(tmp_path)
+    try:
+        with Producers(f"{url}/webhooks/{slug}/") as producers:
+            while producers.count() < 50:
+                time.sleep(0.05)
+            time.sleep(settle)
+            times = [time.monotonic()]
+            for target in targets:
+                migrate([("webhooks", target)])
+                times.append(time.monotonic())
+            time.sleep(settle)
+    finally:
+        server.stop()
+    return server, producers, times
+
+
 def scalar(sql: str, params: list | None = None):
     with connection.cursor() as cursor:
         cursor.execute(sql, params or [])
@@ -228,21 +249,10 @@ def test_the_inbox_is_partitioned_while_deliveries_keep_arriving(
     last_stored_id = scalar("SELECT max(id) FROM webhooks_inboxevent")
     assert rows_before == ROWS
 
-    server, url = start_server(tmp_path)
-    try:
-        with Producers(f"{url}/webhooks/live/") as producers:
-            # Ingest under way on the unpartitioned inbox first.
-            while producers.count() < 50:
-                time.sleep(0.05)
-            time.sleep(1)
-            started = time.monotonic()
-            migrate([("webhooks", PARTITIONED)])
-            partitioned = time.monotonic()
-            migrate([("webhooks", LAST_UNDER_INGEST)])
-            ended = time.monotonic()
-            time.sleep(1)
-    finally:
-        server.stop()
+    # Ingest under way on the unpartitioned inbox first.
+    server, producers, (started, partitioned, ended) = migrated_under_ingest(
+        tmp_path, "live", PARTITIONED, LAST_UNDER_INGEST, settle=1.0
+    )
 
     deliveries = producers.deliveries
     # Every delivery answered: accepted, or refused for a retry with nothing stored.
@@ -318,17 +328,9 @@ def test_the_id_indexes_are_built_again_while_deliveries_keep_arriving(
     migrate([("webhooks", BEFORE_COVERING)])
     try:
         live = WebhookSourceFactory(slug="live")
-        server, url = start_server(tmp_path)
-        try:
-            with Producers(f"{url}/webhooks/live/") as producers:
-                while producers.count() < 50:
-                    time.sleep(0.05)
-                started = time.monotonic()
-                migrate([("webhooks", COVERING)])
-                ended = time.monotonic()
-                time.sleep(0.5)
-        finally:
-            server.stop()
+        server, producers, (started, ended) = migrated_under_ingest(
+            tmp_path, "live", COVERING, settle=0.5
+        )
     finally:
         migrate(MigrationExecutor(connection).loader.graph.leaf_nodes())
 

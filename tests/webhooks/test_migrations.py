@@ -10,6 +10,7 @@ bound with a 503 until it is run again (0031)."""
 from __future__ import annotations
 
 import contextlib
+import importlib
 from datetime import timedelta
 
 import pytest
@@ -390,3 +391,45 @@ def test_a_delivery_past_the_bound_of_a_run_that_stopped_is_503_and_run_again_it
         # Once partitioned, a table is left as it is.
         table_partition("webhooks_inboxevent", "received_at", cutover=timezone.now())
         assert partitions(INBOX)[0] == first
+
+
+@pytest.mark.skipif(
+    connection.vendor != "postgresql", reason="SQLite's indexes hold no other column"
+)
+def test_the_id_indexes_run_that_stopped_after_one_is_run_again(
+    migrated_back, monkeypatch
+):
+    """0038 stopped after it made the first of the two id indexes again (a run is not
+    atomic): run again, it leaves that one as it is and makes the other; every copy, the
+    parent's and each partition's, holds the received time."""
+    covering = importlib.import_module(
+        "webhooks.migrations.0038_inbox_id_indexes_hold_received_at"
+    )
+    migrated_back("0037_inbox_key_content_digest")
+    first = dict(list(covering.INDEXES.items())[:1])
+    with monkeypatch.context() as patch:
+        patch.setattr(covering, "INDEXES", first)
+        with connection.schema_editor(atomic=False) as editor:
+            covering.covering_build(None, editor)
+
+    migrate([("webhooks", "0038_inbox_id_indexes_hold_received_at")])
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT c.relname, pg_get_indexdef(c.oid) FROM pg_class c"
+            " JOIN pg_index i ON i.indexrelid = c.oid"
+            " JOIN pg_class t ON t.oid = i.indrelid"
+            " WHERE t.relname LIKE 'webhooks\\_inboxevent%%'"
+            "   AND pg_get_indexdef(c.oid) LIKE '%%varchar_pattern_ops%%'"
+        )
+        definitions = dict(cursor.fetchall())
+        cursor.execute(
+            "SELECT count(*) FROM pg_inherits"
+            " WHERE inhparent = 'webhooks_inboxevent'::regclass"
+        )
+        partitions = cursor.fetchone()[0]
+    assert len(definitions) == 2 * (partitions + 1), definitions
+    assert all("INCLUDE (received_at)" in d for d in definitions.values()), definitions
+    assert {"webhooks_inbox_event_id_like", "webhooks_inbox_entity_like"} <= set(
+        definitions
+    )

@@ -9,8 +9,8 @@ with ``CREATE INDEX CONCURRENTLY`` (ingest goes on; each waits only for the tran
 that were running when it began) and attached to a new partitioned index made ``ON ONLY`` the
 inbox; then the old index is dropped (the inbox's lock for a moment, as 0035's drop) and the
 new one takes its name. A partition created meanwhile gets the new index with the table. A
-run that stopped is run again from where it was: what it built is kept, a build left invalid
-is made again. SQLite has no covering columns: its indexes stay as they are. Reversed, the
+run that stopped is run again from where it was: an index made is left as it is, what was
+built of one is kept, a build left invalid is made again. SQLite has no covering columns: its indexes stay as they are. Reversed, the
 same steps without the received time."""
 
 from django.db import migrations, models
@@ -79,6 +79,14 @@ def _rebuild(schema_editor, *, covering: bool) -> None:
     ]
     for name, column in INDEXES.items():
         building = f"{name}_next"
+        [(made, under_way)] = _fetch(
+            schema_editor,
+            "SELECT pg_get_indexdef(to_regclass(%s)), to_regclass(%s) IS NOT NULL",
+            [name, building],
+        )
+        done = made is not None and ("INCLUDE (received_at)" in made) == covering
+        if done and not under_way:
+            continue  # made already, by a run that stopped at the next one
         definition = f"({column} varchar_pattern_ops){include}"
         if _valid(schema_editor, building) is False and not partitioned:
             execute(f'DROP INDEX CONCURRENTLY "{building}"')
