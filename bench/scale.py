@@ -702,9 +702,9 @@ PAGES = {
     # A prefix of 100,000 rows of that same day (as many as a search reads the received
     # times of, from the id indexes); in the empty inbox, the same ten rows.
     "search_wide": "/admin/webhooks/inboxevent/?q={wide}",
-    # A prefix of 1,000,000 rows over several days, the first and last of them crowded
-    # with more than that (bounded by the days that hold one, the page reading through
-    # the last day's later rows): measured, held to nothing (docs/scaling.md).
+    # A prefix of 1,000,000 rows over several days (more than a search reads the times
+    # of: bounded by the days that hold one, the page reading through the last day's rows
+    # received after them): measured, held to nothing (docs/scaling.md).
     "search_days": "/admin/webhooks/inboxevent/?q={days}",
     "dashboard": "/admin/",
 }

@@ -567,7 +567,7 @@ def inbox_events_search(
         return queryset.none()
     queryset = queryset.filter(matches)
     if bounds.capped:
-        days = _days_found(prefixes)
+        days = _days_found(matches)
         return queryset if days is None else queryset.filter(days)
     return queryset.filter(received_at__gte=bounds.first, received_at__lte=bounds.last)
 
@@ -579,23 +579,20 @@ class _Bounds:
     capped: bool  # an index held more than SEARCH_BOUNDS_ROWS: the times are of some
 
 
-def _received_bounds(prefixes: list[Q], within: Q | None = None) -> _Bounds | None:
-    """The first and last received time of the rows ``prefixes`` find (``within`` a range
-    of received times, if given), one aggregate in the database for each id index, of up
-    to ``SEARCH_BOUNDS_ROWS`` rows each; None when none is found. Each reads the received
-    times its index holds beside the ids (``webhooks.0038``), so that neither visits a row:
-    the conditions together would be read as a bitmap of rows, each row visited, and
-    PostgreSQL's own MIN and MAX walk the received-time index through every row of the day
-    that does not match."""
+def _received_bounds(prefixes: list[Q]) -> _Bounds | None:
+    """The first and last received time of the rows ``prefixes`` find, one aggregate in
+    the database for each id index, of up to ``SEARCH_BOUNDS_ROWS`` rows each; None when
+    none is found. Each reads the received times its index holds beside the ids
+    (``webhooks.0038``), so that neither visits a row: the conditions together would be
+    read as a bitmap of rows, each row visited, and PostgreSQL's own MIN and MAX walk the
+    received-time index through every row of the day that does not match."""
     first: datetime | None = None
     last: datetime | None = None
     capped = False
     for prefix in prefixes:
-        rows = InboxEvent.objects.filter(prefix)
-        if within is not None:
-            rows = rows.filter(within)
         bounds = (
-            rows.order_by()
+            InboxEvent.objects.filter(prefix)
+            .order_by()
             .values("received_at")[: SEARCH_BOUNDS_ROWS + 1]
             .aggregate(first=Min("received_at"), last=Max("received_at"), n=Count("*"))
         )
@@ -609,27 +606,20 @@ def _received_bounds(prefixes: list[Q], within: Q | None = None) -> _Bounds | No
     return _Bounds(first=first, last=last, capped=capped)
 
 
-def _days_found(prefixes: list[Q]) -> Q | None:
-    """The received times of the inbox's partitions that hold a row ``prefixes`` find, one
+def _days_found(matches: Q) -> Q | None:
+    """The received times of the inbox's partitions that hold a row ``matches`` finds, one
     probe of the id indexes a partition in one statement (each partition's ``LIMIT 1``);
-    adjacent days are one range. Within the first and the last of those days, from the
-    first and to the last of the rows found there (``_received_bounds``), unless a day
-    holds more than ``SEARCH_BOUNDS_ROWS`` of them. None when the inbox is not partitioned
-    (SQLite).
+    adjacent days are one range. None when the inbox is not partitioned (SQLite).
 
-    Without the days, a search of many rows that all lie in older days let PostgreSQL read
-    the newest days row by row through the received-time index, looking for a match that
-    is not there: its plan for the page (newest first) and for the date hierarchy's first
-    and last received times assumes the matches spread evenly over every day kept. On
-    three million rows over 30 days, a prefix of 100,000 rows of one day 28 days back took
-    5.6 s a page. Without the bounds within the first and last day, the same walk went
-    through the rows of those days received after the last match or before the first:
-    440 ms a page for a prefix of 1,000,000 rows over three days and a few of a fourth, on
-    ten million rows (docs/scaling.md, "Time partitions of the inbox")."""
+    Without it, a search of many rows that all lie in older days let PostgreSQL read the
+    newest days row by row through the received-time index, looking for a match that is not
+    there: its plan for the page (newest first) and for the date hierarchy's first and last
+    received times assumes the matches spread evenly over every day kept. On three million
+    rows over 30 days, a prefix of 100,000 rows of one day 28 days back took 5.6 s a page
+    (docs/scaling.md, "Time partitions of the inbox")."""
     days = partitions(INBOX)
     if not days:
         return None
-    matches = functools.reduce(operator.or_, prefixes)
     probes = [
         InboxEvent.objects.filter(matches, _received_within(day.start, day.end))
         .order_by()
@@ -638,8 +628,6 @@ def _days_found(prefixes: list[Q]) -> Q | None:
         for number, day in enumerate(days)
     ]
     held = set(probes[0].union(*probes[1:], all=True))
-    if not held:
-        return Q(pk__in=[])
     ranges: list[list] = []
     for number in sorted(held):
         day = days[number]
@@ -647,21 +635,11 @@ def _days_found(prefixes: list[Q]) -> Q | None:
             ranges[-1][1] = day.end
         else:
             ranges.append([day.start, day.end])
-    found = functools.reduce(
+    if not ranges:
+        return Q(pk__in=[])
+    return functools.reduce(
         operator.or_, (_received_within(start, end) for start, end in ranges)
     )
-    edges = {
-        number: _received_bounds(
-            prefixes, _received_within(days[number].start, days[number].end)
-        )
-        for number in {min(held), max(held)}
-    }
-    oldest, newest = edges[min(held)], edges[max(held)]
-    if oldest is not None and not oldest.capped:
-        found &= Q(received_at__gte=oldest.first)
-    if newest is not None and not newest.capped:
-        found &= Q(received_at__lte=newest.last)
-    return found
 
 
 def _received_within(start: datetime | None, end: datetime) -> Q:
@@ -676,7 +654,7 @@ def operator_actions_on_events_q(*, term: str) -> Q | None:
     matches."""
     matches = Q(event_id__startswith=term)
     rows = InboxEvent.objects.filter(matches)
-    days = _days_found([matches])
+    days = _days_found(matches)
     if days is not None:  # the newest rows of the days that hold one (_days_found)
         rows = rows.filter(days)
     pks = list(
