@@ -235,17 +235,10 @@ def _partition_missing(exc: IntegrityError) -> bool:
 def _record_execute_in_steps(*, values: dict[str, Any], on: str) -> tuple | None:
     vendor = connection.vendor
     with connection.cursor() as cursor:
-        if on == "event_id":
-            fingerprint = values["content_fingerprint"]
-            match = [
-                values["source_id"],
-                values["event_id"],
-                bytes.fromhex(fingerprint),
-                fingerprint,
-            ]
-        else:
-            match = [values["source_id"], values["body_key"]]
-        cursor.execute(statements.key_count_sql(vendor, on=on), match)
+        cursor.execute(
+            statements.key_count_sql(vendor, on=on),
+            statements.key_count_params(values, on=on),
+        )
         counted = cursor.fetchone()
         if counted is not None:
             return (*counted[:3], None, counted[3])

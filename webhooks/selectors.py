@@ -561,7 +561,7 @@ def inbox_events_search(
     hold one of its rows (``_days_found``). A row received after that first statement is in
     the next page shown."""
     prefixes = _search_prefixes(term)
-    matches = inbox_event_search_q(term=term)
+    matches = functools.reduce(operator.or_, prefixes)
     bounds = _received_bounds(prefixes)
     if bounds is None:
         return queryset.none()

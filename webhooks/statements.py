@@ -299,6 +299,19 @@ def inbox_duplicate_count_sql(vendor: str) -> str:
     )
 
 
+def key_count_params(values: dict[str, Any], *, on: str) -> list[Any]:
+    """SQLite: the parameters of ``key_count_sql`` for a delivery's (adapted) ``values``."""
+    if on != "event_id":
+        return [values["source_id"], values["body_key"]]
+    fingerprint = values[_KEY_DIGEST]
+    return [
+        values["source_id"],
+        values["event_id"],
+        bytes.fromhex(fingerprint),
+        fingerprint,
+    ]
+
+
 @functools.cache
 def key_count_sql(vendor: str, *, on: str) -> str:
     """SQLite: a duplicate counted on its key, by the unique index ``on`` names (see

@@ -23,7 +23,11 @@ from django.db.migrations.executor import MigrationExecutor
 from tests.integrations.research.factories import research_event
 from tests.webhooks.factories import WebhookSourceFactory, encode, signed_headers
 from tests.webhooks.test_ingest_live import start_server
-from tests.webhooks.test_migrations import ledger_digest_column, migrate
+from tests.webhooks.test_migrations import (
+    id_index_definitions,
+    ledger_digest_column,
+    migrate,
+)
 from webhooks.partitions import INBOX, is_partitioned
 
 pytestmark = [
@@ -343,19 +347,7 @@ def test_the_id_indexes_are_built_again_while_deliveries_keep_arriving(
             [live.pk],
         )
         assert [row[0] for row in cursor.fetchall()] == accepted
-        cursor.execute(
-            "SELECT c.relname, pg_get_indexdef(c.oid) FROM pg_class c"
-            " JOIN pg_index i ON i.indexrelid = c.oid"
-            " JOIN pg_class t ON t.oid = i.indrelid"
-            " WHERE (t.relname = 'webhooks_inboxevent' OR t.relispartition)"
-            "   AND t.relname LIKE 'webhooks_inboxevent%%'"
-            "   AND pg_get_indexdef(c.oid) LIKE '%%varchar_pattern_ops%%'"
-        )
-        definitions = dict(cursor.fetchall())
-    partitions = scalar(
-        "SELECT count(*) FROM pg_inherits"
-        " WHERE inhparent = 'webhooks_inboxevent'::regclass"
-    )
+    definitions, partitions = id_index_definitions()
     # Two a partition and the parent's two, nothing left of the old ones.
     assert len(definitions) == 2 * (partitions + 1), definitions
     assert all("INCLUDE (received_at)" in d for d in definitions.values()), definitions

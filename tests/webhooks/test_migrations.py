@@ -46,6 +46,26 @@ def ledger_digest_column():
             cursor.execute("ALTER TABLE webhooks_inboxkey DROP COLUMN content_digest")
 
 
+def id_index_definitions() -> tuple[dict[str, str], int]:
+    """The inbox's id indexes (those of the pattern operator class), the parent's and each
+    partition's, by name with their definition; and how many partitions the inbox has."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT c.relname, pg_get_indexdef(c.oid) FROM pg_class c"
+            " JOIN pg_index i ON i.indexrelid = c.oid"
+            " JOIN pg_class t ON t.oid = i.indrelid"
+            " WHERE (t.relname = 'webhooks_inboxevent' OR t.relispartition)"
+            "   AND t.relname LIKE 'webhooks\\_inboxevent%%'"
+            "   AND pg_get_indexdef(c.oid) LIKE '%%varchar_pattern_ops%%'"
+        )
+        definitions = dict(cursor.fetchall())
+        cursor.execute(
+            "SELECT count(*) FROM pg_inherits"
+            " WHERE inhparent = 'webhooks_inboxevent'::regclass"
+        )
+        return definitions, cursor.fetchone()[0]
+
+
 @pytest.fixture
 def migrated_back():
     """The inbox as it was at the migration asked for; the database ends where it started."""
@@ -414,20 +434,7 @@ def test_the_id_indexes_run_that_stopped_after_one_is_run_again(
 
     migrate([("webhooks", "0038_inbox_id_indexes_hold_received_at")])
 
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT c.relname, pg_get_indexdef(c.oid) FROM pg_class c"
-            " JOIN pg_index i ON i.indexrelid = c.oid"
-            " JOIN pg_class t ON t.oid = i.indrelid"
-            " WHERE t.relname LIKE 'webhooks\\_inboxevent%%'"
-            "   AND pg_get_indexdef(c.oid) LIKE '%%varchar_pattern_ops%%'"
-        )
-        definitions = dict(cursor.fetchall())
-        cursor.execute(
-            "SELECT count(*) FROM pg_inherits"
-            " WHERE inhparent = 'webhooks_inboxevent'::regclass"
-        )
-        partitions = cursor.fetchone()[0]
+    definitions, partitions = id_index_definitions()
     assert len(definitions) == 2 * (partitions + 1), definitions
     assert all("INCLUDE (received_at)" in d for d in definitions.values()), definitions
     assert {"webhooks_inbox_event_id_like", "webhooks_inbox_entity_like"} <= set(
