@@ -1,6 +1,7 @@
 """A request's cost without the server around it: the WSGI application called in this process
 for each of ``count`` signed deliveries, after 200 to warm it up, and the CPU time per request
-of this process and of its database backend printed.
+of this process and of its database backend printed, with the WAL it wrote per request
+(``bench.wal``: in all, and by relation where ``pg_waldump`` can read the log).
 
     python -m bench.inprocess ingest 2000       # POST /webhooks/<slug>/ through config.wsgi
     python -m bench.inprocess ingest-v1a 2000   # the same, signed v1a (Ed25519)
@@ -22,7 +23,10 @@ processed in this process as a worker processes its messages (``inbox_events_pro
 batches of ``BENCH_INPROCESS_BATCH`` ids, default ``INBOX_BATCH_SIZE``): the CPU time per
 event of this process and of its database backend, and the WAL the processing wrote per
 event (``pg_current_wal_lsn``; a checkpoint first, so that each run pays its full-page
-images alike). No relay, no broker: what a set costs the database and the worker's Python.
+images alike), then that WAL by relation (``bench.wal``: every heap and index, read back with
+``pg_waldump``). No broker: what a set costs the database and the worker's Python. With
+``--relay``, the relay's claims of the rows come first, measured the same way (its stamps,
+the messages built and not published).
 
 The bench database is reset first with ``--reset`` (else it must hold the bench sources:
 ``python -m bench.ingest`` leaves them)."""
@@ -37,6 +41,7 @@ import time
 from django.http.request import HttpHeaders
 
 from bench.harness import cpu_seconds, database_reset, manage, sql, stack_env
+from bench.wal import WalRange, breakdown, report
 
 WARM_UP = 200
 # Requests built ahead whatever the count, so that two counts differ by their requests only.
@@ -66,7 +71,8 @@ def _environ(request, *, path: str) -> dict:
 
 def main(argv: list[str]) -> int:
     reset = "--reset" in argv
-    args = [a for a in argv if a != "--reset"]
+    relay = "--relay" in argv
+    args = [a for a in argv if a not in ("--reset", "--relay")]
     what = args[0] if args else "ingest"
     count = int(args[1]) if len(args) > 1 else 2000
     # The bare floors (served by bench.bare_wsgi), then every floor view by its path.
@@ -76,7 +82,7 @@ def main(argv: list[str]) -> int:
         raise SystemExit(
             "python -m bench.inprocess "
             "{ingest|ingest-v1a|bare|bare-narrow|deployments|insert|process} [count]"
-            " [--reset]"
+            " [--reset] [--relay]"
         )
     os.environ.update(stack_env())
     if reset:
@@ -140,27 +146,39 @@ def main(argv: list[str]) -> int:
         for n in range(count):
             call(n)
         return _processing_measure(
-            [f"evt-bench-{n}" for n in range(first, first + count)], statuses
+            [f"evt-bench-{n}" for n in range(first, first + count)],
+            statuses,
+            relay=relay,
         )
     for n in range(WARM_UP):
         call(n)
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_backend_pid()")
         backend = cursor.fetchone()[0]
+    span = WalRange()
+    span.start()
     started, backend_started = time.process_time(), cpu_seconds(backend)
     for n in range(WARM_UP, WARM_UP + count):
         call(n)
     process = time.process_time() - started
     database = cpu_seconds(backend) - backend_started
+    span.stop()
     print(
         f"{what}: {statuses}; per request: this process {1e6 * process / count:.0f} us, "
-        f"its database backend {1e6 * database / count:.0f} us"
+        f"its database backend {1e6 * database / count:.0f} us, "
+        f"WAL {span.written / count:,.0f} bytes"
     )
+    relations = breakdown(span)
+    if relations:
+        report(what, relations, count)
     return 0
 
 
-def _processing_measure(event_ids: list[str], statuses: dict[str, int]) -> int:
-    """``process``: the accepted events ``event_ids`` processed in batches, measured."""
+def _processing_measure(
+    event_ids: list[str], statuses: dict[str, int], *, relay: bool = False
+) -> int:
+    """``process``: the accepted events ``event_ids`` processed in batches, measured; with
+    ``relay``, claimed by the relay first (measured apart), as a worker's messages find them."""
     from django.conf import settings
     from django.db import connection
 
@@ -173,35 +191,68 @@ def _processing_measure(event_ids: list[str], statuses: dict[str, int]) -> int:
         .values_list("id", flat=True)
     )
     batch = int(os.environ.get("BENCH_INPROCESS_BATCH", settings.INBOX_BATCH_SIZE))
-
-    def wal() -> int:
-        return int(sql("SELECT pg_current_wal_lsn() - '0/0'::pg_lsn")[0][0])
-
-    sql("VACUUM ANALYZE webhooks_inboxevent")
-    sql("CHECKPOINT")
+    count = max(len(ids), 1)
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_backend_pid()")
         backend = cursor.fetchone()[0]
-    started, backend_started, wal_started = (
-        time.process_time(),
-        cpu_seconds(backend),
-        wal(),
-    )
+
+    def measured(label: str, work) -> str:
+        """Runs ``work`` after a vacuum and a checkpoint (so that each step pays its
+        full-page images alike); prints its CPU and WAL per event, and the WAL by relation."""
+        sql("VACUUM ANALYZE webhooks_inboxevent")
+        sql("CHECKPOINT")
+        span = WalRange()
+        span.start()
+        started, backend_started = time.process_time(), cpu_seconds(backend)
+        outcome = work()
+        process = time.process_time() - started
+        database = cpu_seconds(backend) - backend_started
+        span.stop()
+        print(
+            f"{label}: {outcome}; per event: this process {1e6 * process / count:.0f} us,"
+            f" its database backend {1e6 * database / count:.0f} us,"
+            f" WAL {span.written / count:,.0f} bytes"
+        )
+        relations = breakdown(span)
+        if relations:
+            report(label, relations, count)
+        return outcome
+
+    if relay:
+        measured("relay", _relay_claims)
     outcomes: dict[str, int] = {}
-    for start in range(0, len(ids), batch):
-        for outcome in inbox_events_process(ids=ids[start : start + batch], worker="b"):
-            key = str(outcome.skipped or outcome.status)
-            outcomes[key] = outcomes.get(key, 0) + 1
-    process = time.process_time() - started
-    database = cpu_seconds(backend) - backend_started
-    written = wal() - wal_started
-    count = max(len(ids), 1)
-    print(
-        f"process: accepted {statuses}, processed {outcomes} in batches of {batch}; per"
-        f" event: this process {1e6 * process / count:.0f} us, its database backend"
-        f" {1e6 * database / count:.0f} us, WAL {written / count:,.0f} bytes"
-    )
+
+    def process_all() -> str:
+        for start in range(0, len(ids), batch):
+            for outcome in inbox_events_process(
+                ids=ids[start : start + batch], worker="b"
+            ):
+                key = str(outcome.skipped or outcome.status)
+                outcomes[key] = outcomes.get(key, 0) + 1
+        return f"accepted {statuses}, processed {outcomes} in batches of {batch}"
+
+    measured("process", process_all)
     return 0
+
+
+def _relay_claims() -> str:
+    """The relay's claims of every waiting row, as its rounds make them (``relay_round``'s
+    transaction, the claim and its stamp), the messages built and not published."""
+    from django.conf import settings
+    from django.db import transaction
+
+    from webhooks.outbox import INBOX_OUTBOX
+
+    claimed = messages = 0
+    INBOX_OUTBOX.look_everywhere()
+    while True:
+        with transaction.atomic():
+            taken, publications = INBOX_OUTBOX.claim(settings.RELAY_BATCH_LIMIT)
+        if not taken:
+            break
+        claimed += taken
+        messages += len(publications)
+    return f"claimed {claimed} rows in {messages} messages"
 
 
 if __name__ == "__main__":
