@@ -37,6 +37,7 @@ import io
 import os
 import sys
 import time
+from collections.abc import Callable
 
 from django.http.request import HttpHeaders
 
@@ -99,7 +100,6 @@ def main(argv: list[str]) -> int:
             sql(statement)
     else:
         from config.wsgi import application
-    from django.db import connection
 
     from bench.deployments import TOKEN, deployment_requests
     from bench.ingest import signed_events
@@ -152,26 +152,41 @@ def main(argv: list[str]) -> int:
         )
     for n in range(WARM_UP):
         call(n)
+
+    def requests_all() -> str:
+        for n in range(WARM_UP, WARM_UP + count):
+            call(n)
+        return str(statuses)
+
+    _measured(what, requests_all, count=count, unit="request")
+    return 0
+
+
+def _measured(label: str, work: Callable[[], str], *, count: int, unit: str) -> None:
+    """Runs ``work`` on this process's database connection; prints what it returns with the
+    CPU of this process and of its database backend, and the WAL written, per ``unit``
+    (``count`` of them), then that WAL by relation (``bench.wal``)."""
+    from django.db import connection
+
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_backend_pid()")
         backend = cursor.fetchone()[0]
     span = WalRange()
     span.start()
     started, backend_started = time.process_time(), cpu_seconds(backend)
-    for n in range(WARM_UP, WARM_UP + count):
-        call(n)
+    outcome = work()
     process = time.process_time() - started
     database = cpu_seconds(backend) - backend_started
     span.stop()
+    count = max(count, 1)
     print(
-        f"{what}: {statuses}; per request: this process {1e6 * process / count:.0f} us, "
-        f"its database backend {1e6 * database / count:.0f} us, "
-        f"WAL {span.written / count:,.0f} bytes"
+        f"{label}: {outcome}; per {unit}: this process {1e6 * process / count:.0f} us,"
+        f" its database backend {1e6 * database / count:.0f} us,"
+        f" WAL {span.written / count:,.0f} bytes"
     )
     relations = breakdown(span)
     if relations:
-        report(what, relations, count)
-    return 0
+        report(label, relations, count)
 
 
 def _processing_measure(
@@ -180,7 +195,6 @@ def _processing_measure(
     """``process``: the accepted events ``event_ids`` processed in batches, measured; with
     ``relay``, claimed by the relay first (measured apart), as a worker's messages find them."""
     from django.conf import settings
-    from django.db import connection
 
     from webhooks.models import InboxEvent
     from webhooks.processing import inbox_events_process
@@ -191,32 +205,13 @@ def _processing_measure(
         .values_list("id", flat=True)
     )
     batch = int(os.environ.get("BENCH_INPROCESS_BATCH", settings.INBOX_BATCH_SIZE))
-    count = max(len(ids), 1)
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_backend_pid()")
-        backend = cursor.fetchone()[0]
 
-    def measured(label: str, work) -> str:
-        """Runs ``work`` after a vacuum and a checkpoint (so that each step pays its
-        full-page images alike); prints its CPU and WAL per event, and the WAL by relation."""
+    def measured(label: str, work: Callable[[], str]) -> None:
+        """``work`` after a vacuum and a checkpoint, so that each step pays its full-page
+        images alike."""
         sql("VACUUM ANALYZE webhooks_inboxevent")
         sql("CHECKPOINT")
-        span = WalRange()
-        span.start()
-        started, backend_started = time.process_time(), cpu_seconds(backend)
-        outcome = work()
-        process = time.process_time() - started
-        database = cpu_seconds(backend) - backend_started
-        span.stop()
-        print(
-            f"{label}: {outcome}; per event: this process {1e6 * process / count:.0f} us,"
-            f" its database backend {1e6 * database / count:.0f} us,"
-            f" WAL {span.written / count:,.0f} bytes"
-        )
-        relations = breakdown(span)
-        if relations:
-            report(label, relations, count)
-        return outcome
+        _measured(label, work, count=len(ids), unit="event")
 
     if relay:
         measured("relay", _relay_claims)
