@@ -14,7 +14,11 @@ the relay, the message's way to a worker, the batch's run), and how busy the cor
 (``/proc/stat``) and how long tasks waited for one (``/proc/pressure/cpu``, where present).
 
 Rates: ``BENCH_COSTS_SHARES`` (``0.3,0.6``) of the ingest-only rate measured first, as
-``bench.endtoend`` measures it; ``BENCH_COSTS_SECONDS`` (20) per run.
+``bench.endtoend`` measures it; ``BENCH_COSTS_SECONDS`` (20) per run. At each rate,
+``BENCH_COSTS_ROUNDS`` (2) rounds of the two runs back to back, ingest alone first in even
+rounds and second in odd ones: each round's processing is judged against its own round's
+accepting, and a figure is the median of the rounds' (a host whose speed drifts moves a
+round's two runs together, docs/benchmarks.md, "How to read it").
 
 Run alone: ``python -m bench.costs``.
 """
@@ -25,6 +29,7 @@ import os
 import resource
 import time
 from pathlib import Path
+from statistics import median
 
 from bench.endtoend import (
     SLUG,
@@ -54,6 +59,7 @@ from bench.ingest import signed_events
 
 SHARES = [float(s) for s in os.environ.get("BENCH_COSTS_SHARES", "0.3,0.6").split(",")]
 SECONDS = float(os.environ.get("BENCH_COSTS_SECONDS", "20"))
+ROUNDS = max(int(os.environ.get("BENCH_COSTS_ROUNDS", "2")), 1)
 WORKERS = int(os.environ.get("BENCH_E2E_WORKERS", "2"))
 CONNECTIONS = 32
 KINDS = ("web", "worker_main", "pool", "postgres", "redis", "load")
@@ -232,68 +238,100 @@ def run(ctx: BenchContext) -> list[Figure]:
     base, numbers, ingest_rps, _ = stack_start(ctx, label="costs")
     web = next(p for p in ctx.processes if "gunicorn" in p.args[0]).pid
 
-    runs = []
-    for share in SHARES:
-        rate = share * ingest_rps
+    def accepting_run(rate: float) -> dict:
         accepting = _measured_run(base, numbers, rate=rate, web=web, workers=[])
         _print("ingest only", accepting)
+        return accepting
+
+    def end_to_end_run(rate: float) -> dict:
         workers = [ctx.celery_worker(name=f"costs{i}").pid for i in range(WORKERS)]
         time.sleep(3)  # the workers connect and their relays start
         both = _measured_run(base, numbers, rate=rate, web=web, workers=workers)
         _print("end to end", both)
         for process in [p for p in ctx.processes if p.pid in workers]:
             ctx.stop(process)
-        runs.append((share, accepting, both))
+        return both
 
     figures = []
-    for share, accepting, both in runs:
-        # Accepting: what the web, the database and the load generator cost with no worker.
-        accept_us = (
-            accepting["all_us_per_event"] - accepting["cpu_us_per_event"]["load"]
-        )
-        process_us = both["all_us_per_event"] - accepting["all_us_per_event"]
-        extra = {"ingest_only": accepting, "end_to_end": both, "share": share}
-        figures += [
-            Figure(
-                "costs",
-                f"CPU to process an event, at {share:g} of ingest only",
-                process_us,
-                "us",
-                floor_name="CPU to accept one",
-                floor_value=accept_us,
-                target_ratio=1.0,
-                higher_is_better=False,
-                extra=extra,
-            ),
-            Figure(
-                "costs",
-                f"events per message, at {share:g} of ingest only",
-                both["events_per_message"],
-                "events",
-            ),
-            # What one message costs: the processing CPU of its events, and the workers'
-            # own share of it (the consumer, the relay's thread and the pool process).
-            Figure(
-                "costs",
-                f"CPU to process a message, at {share:g} of ingest only, no target",
-                process_us * both["events_per_message"] / 1000,
-                "ms",
-                higher_is_better=False,
-            ),
-            Figure(
-                "costs",
-                f"workers' CPU per message, at {share:g} of ingest only, no target",
-                (
-                    both["cpu_us_per_event"]["worker_main"]
-                    + both["cpu_us_per_event"]["pool"]
-                )
-                * both["events_per_message"]
-                / 1000,
-                "ms",
-                higher_is_better=False,
-            ),
-        ]
+    for share in SHARES:
+        rate = share * ingest_rps
+        rounds = []
+        for number in range(ROUNDS):
+            if number % 2 == 0:
+                accepting = accepting_run(rate)
+                both = end_to_end_run(rate)
+            else:
+                both = end_to_end_run(rate)
+                accepting = accepting_run(rate)
+            rounds.append(_round_figures(accepting, both))
+        figures += _share_figures(share, rounds)
     return figures
+
+
+def _round_figures(accepting: dict, both: dict) -> dict:
+    """One round's figures: accepting (the web, the database and the load generator with no
+    worker, the load's own CPU left out), processing (what end to end costs beyond accepting
+    all of it), per event and per message."""
+    process_us = both["all_us_per_event"] - accepting["all_us_per_event"]
+    per_message = both["events_per_message"] / 1000
+    workers_us = (
+        both["cpu_us_per_event"]["worker_main"] + both["cpu_us_per_event"]["pool"]
+    )
+    return {
+        "accept_us": accepting["all_us_per_event"]
+        - accepting["cpu_us_per_event"]["load"],
+        "process_us": process_us,
+        "events_per_message": both["events_per_message"],
+        "message_ms": process_us * per_message,
+        "workers_message_ms": workers_us * per_message,
+        "ingest_only": accepting,
+        "end_to_end": both,
+    }
+
+
+def _share_figures(share: float, rounds: list[dict]) -> list[Figure]:
+    """The figures of one rate: each the median of its rounds'; the CPU to process an event
+    judged by the median of each round's ratio to its own round's CPU to accept one."""
+
+    def middle(key: str) -> float:
+        return median(r[key] for r in rounds)
+
+    return [
+        Figure(
+            "costs",
+            f"CPU to process an event, at {share:g} of ingest only",
+            middle("process_us"),
+            "us",
+            floor_name="CPU to accept one",
+            floor_value=middle("accept_us"),
+            target_ratio=1.0,
+            higher_is_better=False,
+            extra={"share": share, "rounds": rounds},
+            round_ratios=[r["process_us"] / r["accept_us"] for r in rounds],
+        ),
+        Figure(
+            "costs",
+            f"events per message, at {share:g} of ingest only",
+            middle("events_per_message"),
+            "events",
+        ),
+        # What one message costs: the processing CPU of its events, and the workers' own
+        # share of it (the consumer, the relay's thread and the pool process).
+        Figure(
+            "costs",
+            f"CPU to process a message, at {share:g} of ingest only, no target",
+            middle("message_ms"),
+            "ms",
+            higher_is_better=False,
+        ),
+        Figure(
+            "costs",
+            f"workers' CPU per message, at {share:g} of ingest only, no target",
+            middle("workers_message_ms"),
+            "ms",
+            higher_is_better=False,
+        ),
+    ]
 
 
 def main() -> None:
