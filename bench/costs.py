@@ -271,13 +271,22 @@ def run(ctx: BenchContext) -> list[Figure]:
 def _round_figures(accepting: dict, both: dict) -> dict:
     """One round's figures: accepting (the web, the database and the load generator with no
     worker, the load's own CPU left out), processing (what end to end costs beyond accepting
-    all of it), per event and per message."""
+    all of it, the web's difference included), the workers' own with what they add to the
+    database and the broker, per event and per message."""
     process_us = both["all_us_per_event"] - accepting["all_us_per_event"]
     per_message = both["events_per_message"] / 1000
     workers_us = (
         both["cpu_us_per_event"]["worker_main"] + both["cpu_us_per_event"]["pool"]
     )
+    # The workers and what they add to the database and the broker, without the web's
+    # difference between the two runs (which moves with the host's speed by more than
+    # processing costs, either way).
+    servers_us = sum(
+        both["cpu_us_per_event"][kind] - accepting["cpu_us_per_event"][kind]
+        for kind in ("postgres", "redis")
+    )
     return {
+        "workers_and_servers_us": workers_us + servers_us,
         "accept_us": accepting["all_us_per_event"]
         - accepting["cpu_us_per_event"]["load"],
         "process_us": process_us,
@@ -308,6 +317,13 @@ def _share_figures(share: float, rounds: list[dict]) -> list[Figure]:
             higher_is_better=False,
             extra={"share": share, "rounds": rounds},
             round_ratios=[r["process_us"] / r["accept_us"] for r in rounds],
+        ),
+        Figure(
+            "costs",
+            f"workers' and their servers' CPU an event, at {share:g}, no target",
+            middle("workers_and_servers_us"),
+            "us",
+            higher_is_better=False,
         ),
         Figure(
             "costs",
