@@ -41,6 +41,7 @@ from bench.harness import (
     sql,
 )
 from bench.ingest import signed_events, sources_create
+from bench.wal import WalRange
 
 LOADS = os.environ.get("BENCH_INTERFERENCE_LOADS", "wal:7,cpu:0.25:20,cpu:0.25:3")
 ROUNDS = int(os.environ.get("BENCH_INTERFERENCE_ROUNDS", "3"))
@@ -137,10 +138,6 @@ def _rows_per_ms() -> float:
     return median(rates)
 
 
-def _wal_bytes() -> int:
-    return int(sql("SELECT pg_current_wal_lsn() - '0/0'::pg_lsn")[0][0])
-
-
 def run(ctx: BenchContext) -> list[Figure]:
     loads = [Load.parse(text) for text in LOADS.split(",") if text]
     database_reset()
@@ -167,10 +164,13 @@ def run(ctx: BenchContext) -> list[Figure]:
                 background.ready.wait(10)
                 time.sleep(0.5)
             cpu_before = cpu_seconds(background.pid) if background else 0.0
-            wal_before, started = _wal_bytes(), time.monotonic()
+            span = WalRange()
+            span.start()
+            started = time.monotonic()
             result = load_run(url, requests_=signed_events(numbers.take(count)))
             seconds = time.monotonic() - started
-            wal = (_wal_bytes() - wal_before) / seconds / 1e6
+            span.stop()
+            wal = span.written / seconds / 1e6
             cores = (
                 (cpu_seconds(background.pid) - cpu_before) / seconds
                 if background

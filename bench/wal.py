@@ -30,10 +30,8 @@ _RECORD = re.compile(
     r"^rmgr: (?P<rmgr>\S+)\s+len \(rec/tot\):\s+(?P<record>\d+)/\s*(?P<total>\d+),.*?"
     r"desc: (?P<desc>\S+)(?P<rest>.*)$"
 )
-_BLOCK = re.compile(
-    r"blkref #\d+: rel \d+/(?P<database>\d+)/(?P<node>\d+)(?: fork \w+)? blk \d+"
-    r"(?P<fpw> FPW)?"
-)
+# A record's first block reference: the relation it is counted against.
+_BLOCK = re.compile(r"blkref #\d+: rel \d+/(?P<database>\d+)/(?P<node>\d+)")
 
 
 @dataclass
@@ -74,8 +72,7 @@ class Relation:
 
     records: int = 0
     written: int = 0  # bytes, full-page images included
-    images: int = 0  # full-page images among them
-    image_bytes: int = 0  # what they took of ``written``
+    image_bytes: int = 0  # what full-page images took of ``written``
     kinds: dict[str, int] = field(default_factory=lambda: defaultdict(int))
 
 
@@ -134,42 +131,31 @@ def breakdown(span: WalRange) -> dict[tuple[str, str], Relation] | None:
             url=span.url,
         )[0][0]
     )
-    by_node: dict[int, Relation] = defaultdict(Relation)
-    others: dict[str, Relation] = defaultdict(Relation)
-    kinds_no_rel: dict[str, Relation] = defaultdict(Relation)
+    records = []
     for line in done.stdout.splitlines():
         record = _RECORD.match(line)
         if record is None:
             continue
         kind = f"{record['rmgr']}/{record['desc'].rstrip(',')}"
-        blocks = list(_BLOCK.finditer(record["rest"]))
-        if not blocks:
-            target = kinds_no_rel[kind]
-        elif int(blocks[0]["database"]) == database:
-            target = by_node[int(blocks[0]["node"])]
+        block = _BLOCK.search(record["rest"])
+        if block is None:
+            key: tuple[str, str] | int = ("(no relation)", kind)
+        elif int(block["database"]) == database:
+            key = int(block["node"])  # named below, once every file is known
         else:
-            target = others[kind]
-        target.records += 1
-        target.written += int(record["total"])
-        target.images += sum(1 for b in blocks if b["fpw"])
-        target.image_bytes += int(record["total"]) - int(record["record"])
-        target.kinds[kind] += 1
-    names = _names(set(by_node), span.url)
-    result: dict[tuple[str, str], Relation] = {}
-    for node, relation in by_node.items():
-        key = names.get(node, ("(unknown relation)", str(node)))
-        merged = result.setdefault(key, Relation())
-        merged.records += relation.records
-        merged.written += relation.written
-        merged.images += relation.images
-        merged.image_bytes += relation.image_bytes
-        for kind, n in relation.kinds.items():
-            merged.kinds[kind] += n
-    for kind, relation in kinds_no_rel.items():
-        result[("(no relation)", kind)] = relation
-    for kind, relation in others.items():
-        result[("(another database)", kind)] = relation
-    return result
+            key = ("(another database)", kind)
+        records.append((key, kind, int(record["total"]), int(record["record"])))
+    names = _names({key for key, *_ in records if isinstance(key, int)}, span.url)
+    result: dict[tuple[str, str], Relation] = defaultdict(Relation)
+    for key, kind, total, without_images in records:
+        if isinstance(key, int):
+            key = names.get(key, ("(unknown relation)", str(key)))
+        relation = result[key]
+        relation.records += 1
+        relation.written += total
+        relation.image_bytes += total - without_images
+        relation.kinds[kind] += 1
+    return dict(result)
 
 
 def report(label: str, relations: dict[tuple[str, str], Relation], units: int) -> None:
