@@ -54,6 +54,7 @@ from bench.harness import (
     percentile,
     report,
     sql,
+    workers_ready,
 )
 from bench.ingest import signed_events
 
@@ -244,8 +245,10 @@ def run(ctx: BenchContext) -> list[Figure]:
         return accepting
 
     def end_to_end_run(rate: float) -> dict:
-        workers = [ctx.celery_worker(name=f"costs{i}").pid for i in range(WORKERS)]
-        time.sleep(3)  # the workers connect and their relays start
+        since = time.time()
+        started = [ctx.celery_worker(name=f"costs{i}") for i in range(WORKERS)]
+        workers_ready(started, since=since)
+        workers = [process.pid for process in started]
         both = _measured_run(base, numbers, rate=rate, web=web, workers=workers)
         _print("end to end", both)
         for process in [p for p in ctx.processes if p.pid in workers]:

@@ -39,6 +39,7 @@ from bench.harness import (
     sql,
     wait_for,
     wait_until,
+    workers_ready,
 )
 from bench.ingest import SECRET, SLUG, signed_events
 from tests.processes import Process
@@ -377,8 +378,9 @@ def run(ctx: BenchContext) -> list[Figure]:
     workers: list[Process] = []
 
     def workers_start() -> None:
+        since = time.time()
         workers.extend(ctx.celery_worker(name=f"e2e{i}") for i in range(WORKERS))
-        time.sleep(3)  # the workers connect and their relays start
+        workers_ready(workers, since=since)
 
     def floor() -> float:
         """The ingest-only rate again, in the state the first was read in: no worker running,

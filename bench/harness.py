@@ -293,6 +293,40 @@ class BenchContext:
             self.processes.remove(process)
 
 
+def workers_ready(
+    workers: Sequence[Process],
+    *,
+    since: float,
+    timeout: float = 120,
+    url: str = BENCH_DATABASE_URL,
+) -> float:
+    """Until every worker of ``workers`` consumes (its log says it is ready) and has its
+    relay report itself from ``since`` on (seconds since the epoch, read before they
+    started), one of those relays publishing; returns the seconds waited. A run measured
+    right after workers start then begins with them working: a fixed pause had let a start
+    that took longer (5 to 8 s on this machine, docs/bench-log/2026-12-07.md, "Workers
+    measured before they had started") into the run, its first events waiting for it."""
+    started = time.monotonic()
+    deadline = started + timeout
+    while time.monotonic() < deadline:
+        for worker in workers:
+            if not worker.alive():
+                raise RuntimeError(
+                    f"a worker ended while starting:\n{worker.log()[-3000:]}"
+                )
+        if all(" ready." in worker.log() for worker in workers):
+            [(relays, active)] = sql(
+                "SELECT count(*), count(*) FILTER (WHERE active) FROM core_relayheartbeat "
+                "WHERE started_at >= to_timestamp(%s)",
+                [since],
+                url=url,
+            )
+            if relays >= len(workers) and active:
+                return time.monotonic() - started
+        time.sleep(0.1)
+    raise RuntimeError(f"{len(workers)} workers not ready within {timeout:g} s")
+
+
 def broker_purge(url: str = BENCH_BROKER_URL) -> None:
     import redis
 

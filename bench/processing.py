@@ -38,6 +38,7 @@ from bench.harness import (
     report,
     sql,
     wait_for,
+    workers_ready,
 )
 from bench.processing_floor import FLOOR_TABLE
 
@@ -268,8 +269,9 @@ def _latency(ctx: BenchContext) -> dict:
     from webhooks.models import TERMINAL_STATUSES, InboxEvent
 
     broker_purge()
+    since = time.time()
     started = _workers(ctx, 2)
-    time.sleep(3)  # let the workers connect
+    workers_ready(started, since=since)
     count = int(LATENCY_SECONDS * LATENCY_RATE)
     ids = []
     t0 = time.monotonic()

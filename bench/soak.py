@@ -53,6 +53,7 @@ from bench.harness import (
     percentile,
     report,
     sql,
+    workers_ready,
 )
 from bench.ingest import SLUG, event_body, signed_delivery
 from tests.integrations.research.factories import research_event
@@ -192,8 +193,10 @@ def _error_lines(ctx: BenchContext) -> list[str]:
 def run(ctx: BenchContext) -> list[Figure]:
     base, numbers, ingest_rps, _ = stack_start(ctx, label="soak")
     web = next(p for p in ctx.processes if "gunicorn" in p.args[0]).pid
-    workers = [ctx.celery_worker(name=f"soak{i}").pid for i in range(WORKERS)]
-    time.sleep(3)  # the workers connect and their relays start
+    since = time.time()
+    started = [ctx.celery_worker(name=f"soak{i}") for i in range(WORKERS)]
+    workers_ready(started, since=since)
+    workers = [process.pid for process in started]
 
     count = int(RATE * SECONDS * 1.05) + 1000
     first = numbers.take(count).start

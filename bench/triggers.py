@@ -41,6 +41,7 @@ from bench.harness import (
     report,
     stack_env,
     wait_for,
+    workers_ready,
 )
 
 JOBS = int(os.environ.get("BENCH_TRIGGER_JOBS", "1000"))
@@ -216,6 +217,7 @@ def _waiting_cost(ctx: BenchContext, receiver) -> dict:
     from tests.deployments.receiver import Fault
 
     broker_purge()
+    since = time.time()
     workers = _workers(
         ctx,
         "wait",
@@ -223,7 +225,8 @@ def _waiting_cost(ctx: BenchContext, receiver) -> dict:
         DEPLOY_HTTP_URL=receiver.url,
         DEPLOY_HTTP_SECRET=receiver.secret,
     )
-    time.sleep(5)  # started, connected, their relays polling: idle
+    workers_ready(workers, since=since)
+    time.sleep(2)  # their first rounds over: idle
     before = _group_cpu_seconds(workers)
     time.sleep(WAIT_SECONDS)
     idle = _group_cpu_seconds(workers) - before
