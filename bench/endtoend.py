@@ -6,13 +6,14 @@ the probes, the confirmations, what "holds" means, the queue lag, latency at hal
 why the run vacuums where autovacuum is off) is docs/benchmarks.md, "End to end: how a rate is
 held". The knobs are ``BENCH_E2E_SECONDS``, ``BENCH_E2E_PROBE_SECONDS``,
 ``BENCH_E2E_LATENCY_SECONDS``, ``CONFIRMATIONS``, ``LAG_LIMIT_SECONDS``, ``WRITTEN_TABLES``
-and ``VACUUM_SECONDS``.
+and the autovacuum stand-in's rules (``_autovacuum_due``).
 
 Run alone: ``python -m bench.endtoend``.
 """
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import os
 import threading
@@ -64,7 +65,6 @@ SAME_RATE = 1.01
 REFINEMENTS = 2
 TARGET_RATIO = 0.7
 TERMINAL_OK = ("processed", "ignored_out_of_order", "ignored_duplicate_version")
-VACUUM_SECONDS = 20.0
 
 
 # The tables a run writes: the inbox, its ledger and its attempts (three dead versions of an
@@ -84,31 +84,135 @@ _VACUUM_SQL = f"VACUUM (ANALYZE) {', '.join(WRITTEN_TABLES)}"
 _VACUUM_LOCK = threading.Lock()
 
 
+# Autovacuum's settings (PostgreSQL's "The Autovacuum Daemon"), each of which a table may set
+# for itself (the inbox's partitions do, webhooks.0020 and 0021).
+_AUTOVACUUM_SETTINGS = (
+    "autovacuum_vacuum_threshold",
+    "autovacuum_vacuum_scale_factor",
+    "autovacuum_vacuum_insert_threshold",
+    "autovacuum_vacuum_insert_scale_factor",
+    "autovacuum_analyze_threshold",
+    "autovacuum_analyze_scale_factor",
+    "autovacuum_vacuum_cost_delay",
+)
+# The tables a run writes, each partition apart (``pg_partition_tree`` lists none of a table
+# that is not partitioned: that one is its own), with what autovacuum reads of them.
+_AUTOVACUUM_TABLES_SQL = """
+SELECT c.oid::regclass::text, greatest(c.reltuples, 0), s.n_dead_tup, s.n_ins_since_vacuum,
+    s.n_mod_since_analyze, coalesce(c.reloptions, '{}')
+FROM unnest(%s::regclass[]) AS written(relid),
+    LATERAL (
+        SELECT tree.relid FROM pg_partition_tree(written.relid) AS tree WHERE tree.isleaf
+        UNION ALL
+        SELECT oid FROM pg_class WHERE oid = written.relid AND relkind = 'r'
+    ) AS leaf
+JOIN pg_class AS c ON c.oid = leaf.relid
+JOIN pg_stat_user_tables AS s ON s.relid = c.oid
+"""
+
+
+def _autovacuum_due(connection) -> list[tuple[str, float]]:
+    """The statements autovacuum would run now on the tables a run writes, by its own rules,
+    each with the pause (ms) autovacuum's cost-based delay would make in it: a table (each
+    partition apart; a partitioned table itself it never analyzes) is vacuumed once its dead
+    row versions pass ``threshold + scale_factor x rows``, or the rows inserted since its last
+    vacuum pass the insert threshold so computed, and analyzed once the rows changed since its
+    last analyze pass the analyze threshold; the server's settings, unless the table sets its
+    own, and none for a table it is turned off for."""
+    server = {
+        name: float(
+            connection.execute(
+                "SELECT setting FROM pg_settings WHERE name = %s", [name]
+            ).fetchone()[0]
+        )
+        for name in _AUTOVACUUM_SETTINGS
+    }
+    due = []
+    rows = connection.execute(_AUTOVACUUM_TABLES_SQL, [list(WRITTEN_TABLES)]).fetchall()
+    for name, reltuples, dead, inserted, changed, options in rows:
+        own = dict(option.split("=", 1) for option in options)
+        if own.get("autovacuum_enabled", "true").lower() in ("false", "off", "0"):
+            continue
+        setting = {key: float(own.get(key, value)) for key, value in server.items()}
+
+        def past(count, base: str, share: str, rows=reltuples, setting=setting) -> bool:
+            return count > setting[base] + setting[share] * rows
+
+        vacuum = past(
+            dead, "autovacuum_vacuum_threshold", "autovacuum_vacuum_scale_factor"
+        ) or (
+            setting["autovacuum_vacuum_insert_threshold"] >= 0
+            and past(
+                inserted,
+                "autovacuum_vacuum_insert_threshold",
+                "autovacuum_vacuum_insert_scale_factor",
+            )
+        )
+        analyze = past(
+            changed, "autovacuum_analyze_threshold", "autovacuum_analyze_scale_factor"
+        )
+        if vacuum or analyze:
+            what = (
+                "VACUUM (ANALYZE)"
+                if vacuum and analyze
+                else "VACUUM"
+                if vacuum
+                else "ANALYZE"
+            )
+            due.append((f"{what} {name}", setting["autovacuum_vacuum_cost_delay"]))
+    return due
+
+
 @contextlib.contextmanager
 def _autovacuum_stand_in():
-    """Yields whether the server's autovacuum is off, vacuuming and analyzing the tables the
-    run writes every ``VACUUM_SECONDS`` in a thread meanwhile if it is."""
+    """Yields whether the server's autovacuum is off and, if it is, a list of what a thread
+    meanwhile ran in its place: every ``autovacuum_naptime`` (the server's setting), what
+    autovacuum would run then on the tables the run writes (``_autovacuum_due``), throttled
+    by autovacuum's cost-based delay and limit. A fixed ``VACUUM (ANALYZE)`` of all of them
+    every 20 s, unthrottled, which stood here, did more than autovacuum does: about 1.3 s of
+    a backend's CPU each time on the inbox of a run's end, most of it analyzing the
+    partitioned tables themselves, which autovacuum never analyzes
+    (docs/bench-log/2026-12-07.md, "The bench's autovacuum as autovacuum decides")."""
     if not autovacuum_off():
-        yield False
+        yield None
         return
+    naptime = float(
+        sql("SELECT setting FROM pg_settings WHERE name = 'autovacuum_naptime'")[0][0]
+    )
     print(
         f"[endtoend] the server runs with autovacuum off: the tables the run writes "
-        f"({', '.join(WRITTEN_TABLES)}) are vacuumed and analyzed every "
-        f"{VACUUM_SECONDS:g} s during the run, as autovacuum would",
+        f"({', '.join(WRITTEN_TABLES)}) are vacuumed and analyzed as autovacuum would, "
+        f"looked at every {naptime:g} s (autovacuum_naptime)",
         flush=True,
     )
     stop = threading.Event()
+    done: list[str] = []
 
     def vacuum() -> None:
         with psycopg.connect(BENCH_DATABASE_URL, autocommit=True) as connection:
-            while not stop.wait(VACUUM_SECONDS):
+            # Autovacuum's cost limit (-1: the one a manual VACUUM has).
+            limit = connection.execute(
+                "SELECT CASE WHEN current_setting('autovacuum_vacuum_cost_limit') = '-1' "
+                "THEN current_setting('vacuum_cost_limit') "
+                "ELSE current_setting('autovacuum_vacuum_cost_limit') END"
+            ).fetchone()[0]
+            connection.execute(
+                "SELECT set_config('vacuum_cost_limit', %s, false)", [limit]
+            )
+            while not stop.wait(naptime):
                 with _VACUUM_LOCK:
-                    connection.execute(_VACUUM_SQL)
+                    for statement, delay in _autovacuum_due(connection):
+                        connection.execute(
+                            "SELECT set_config('vacuum_cost_delay', %s, false)",
+                            [f"{delay:g}ms"],
+                        )
+                        connection.execute(statement)
+                        done.append(statement)
 
     thread = threading.Thread(target=vacuum, name="vacuum", daemon=True)
     thread.start()
     try:
-        yield True
+        yield done
     finally:
         stop.set()
         thread.join(timeout=60)
@@ -411,8 +515,11 @@ def run(ctx: BenchContext) -> list[Figure]:
         "gunicorn_workers": BENCH_WEB_WORKERS,
         "connections": CONNECTIONS,
         "lag_limit_s": LAG_LIMIT_SECONDS,
-        "tables_vacuumed_every_s": VACUUM_SECONDS if vacuumed else None,
-        "tables_vacuumed": list(WRITTEN_TABLES) if vacuumed else [],
+        # What the autovacuum stand-in ran over the whole run, each statement how often
+        # (None: the server's own autovacuum was on).
+        "autovacuum_stand_in": None
+        if vacuumed is None
+        else dict(collections.Counter(vacuumed)),
     }
     figures = [
         Figure(
