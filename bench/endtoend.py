@@ -199,12 +199,14 @@ def _autovacuum_stand_in():
             connection.execute(
                 "SELECT set_config('vacuum_cost_limit', %s, false)", [limit]
             )
+            manual_delay = connection.execute("SHOW vacuum_cost_delay").fetchone()[0]
             while not stop.wait(naptime):
                 with _VACUUM_LOCK:
                     for statement, delay in _autovacuum_due(connection):
+                        # -1: autovacuum's delay is the one a manual VACUUM has.
                         connection.execute(
                             "SELECT set_config('vacuum_cost_delay', %s, false)",
-                            [f"{delay:g}ms"],
+                            [f"{delay:g}ms" if delay >= 0 else manual_delay],
                         )
                         connection.execute(statement)
                         done.append(statement)
