@@ -245,9 +245,8 @@ def run(ctx: BenchContext) -> list[Figure]:
         return accepting
 
     def end_to_end_run(rate: float) -> dict:
-        since = time.time()
         started = [ctx.celery_worker(name=f"costs{i}") for i in range(WORKERS)]
-        workers_ready(started, since=since)
+        workers_ready(started)
         workers = [process.pid for process in started]
         both = _measured_run(base, numbers, rate=rate, web=web, workers=workers)
         _print("end to end", both)

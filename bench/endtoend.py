@@ -17,7 +17,6 @@ import collections
 import contextlib
 import os
 import threading
-import time
 from collections.abc import Callable
 
 import psycopg
@@ -120,12 +119,11 @@ def _autovacuum_due(connection) -> list[tuple[str, float]]:
     last analyze pass the analyze threshold; the server's settings, unless the table sets its
     own, and none for a table it is turned off for."""
     server = {
-        name: float(
-            connection.execute(
-                "SELECT setting FROM pg_settings WHERE name = %s", [name]
-            ).fetchone()[0]
+        name: float(setting)
+        for name, setting in connection.execute(
+            "SELECT name, setting FROM pg_settings WHERE name = ANY(%s)",
+            [list(_AUTOVACUUM_SETTINGS)],
         )
-        for name in _AUTOVACUUM_SETTINGS
     }
     due = []
     rows = connection.execute(_AUTOVACUUM_TABLES_SQL, [list(WRITTEN_TABLES)]).fetchall()
@@ -484,9 +482,8 @@ def run(ctx: BenchContext) -> list[Figure]:
     workers: list[Process] = []
 
     def workers_start() -> None:
-        since = time.time()
         workers.extend(ctx.celery_worker(name=f"e2e{i}") for i in range(WORKERS))
-        workers_ready(workers, since=since)
+        workers_ready(workers)
 
     def floor() -> float:
         """The ingest-only rate again, in the state the first was read in: no worker running,

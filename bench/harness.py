@@ -294,18 +294,15 @@ class BenchContext:
 
 
 def workers_ready(
-    workers: Sequence[Process],
-    *,
-    since: float,
-    timeout: float = 120,
-    url: str = BENCH_DATABASE_URL,
+    workers: Sequence[Process], *, timeout: float = 120, url: str = BENCH_DATABASE_URL
 ) -> float:
     """Until every worker of ``workers`` consumes (its log says it is ready) and has its
-    relay report itself from ``since`` on (seconds since the epoch, read before they
-    started), one of those relays publishing; returns the seconds waited. A run measured
+    relay report itself since the first of them was started, one of those relays
+    publishing; returns the seconds waited. A run measured
     right after workers start then begins with them working: a fixed pause had let a start
     that took longer (5 to 8 s on this machine, docs/bench-log/2026-12-07.md, "Workers
     measured before they had started") into the run, its first events waiting for it."""
+    since = min(worker.started_at or 0.0 for worker in workers)
     started = time.monotonic()
     deadline = started + timeout
     while time.monotonic() < deadline:

@@ -269,9 +269,8 @@ def _latency(ctx: BenchContext) -> dict:
     from webhooks.models import TERMINAL_STATUSES, InboxEvent
 
     broker_purge()
-    since = time.time()
     started = _workers(ctx, 2)
-    workers_ready(started, since=since)
+    workers_ready(started)
     count = int(LATENCY_SECONDS * LATENCY_RATE)
     ids = []
     t0 = time.monotonic()

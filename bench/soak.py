@@ -193,9 +193,8 @@ def _error_lines(ctx: BenchContext) -> list[str]:
 def run(ctx: BenchContext) -> list[Figure]:
     base, numbers, ingest_rps, _ = stack_start(ctx, label="soak")
     web = next(p for p in ctx.processes if "gunicorn" in p.args[0]).pid
-    since = time.time()
     started = [ctx.celery_worker(name=f"soak{i}") for i in range(WORKERS)]
-    workers_ready(started, since=since)
+    workers_ready(started)
     workers = [process.pid for process in started]
 
     count = int(RATE * SECONDS * 1.05) + 1000

@@ -217,7 +217,6 @@ def _waiting_cost(ctx: BenchContext, receiver) -> dict:
     from tests.deployments.receiver import Fault
 
     broker_purge()
-    since = time.time()
     workers = _workers(
         ctx,
         "wait",
@@ -225,7 +224,7 @@ def _waiting_cost(ctx: BenchContext, receiver) -> dict:
         DEPLOY_HTTP_URL=receiver.url,
         DEPLOY_HTTP_SECRET=receiver.secret,
     )
-    workers_ready(workers, since=since)
+    workers_ready(workers)
     time.sleep(2)  # their first rounds over: idle
     before = _group_cpu_seconds(workers)
     time.sleep(WAIT_SECONDS)

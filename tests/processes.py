@@ -64,8 +64,10 @@ class Process:
         self.log_path = log_path
         self.cwd = cwd
         self.popen: subprocess.Popen | None = None
+        self.started_at: float | None = None  # seconds since the epoch, when started
 
     def start(self) -> Process:
+        self.started_at = time.time()
         log = open(self.log_path, "ab")  # noqa: SIM115 - closed by the child's exit
         self.popen = subprocess.Popen(
             self.args,
