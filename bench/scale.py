@@ -704,14 +704,14 @@ PAGES = {
     "search_wide": "/admin/webhooks/inboxevent/?q={wide}",
     # A prefix of 1,000,000 rows over several days (more than a search reads the times
     # of: bounded by the days that hold one, the page reading through the last day's rows
-    # received after them): measured, held to nothing (docs/scaling.md).
+    # received after them; docs/scaling.md); in the empty inbox, the same ten rows.
     "search_days": "/admin/webhooks/inboxevent/?q={days}",
     "dashboard": "/admin/",
 }
 # Pages whose rows differ between the two inboxes: held to the time bound alone.
-PAGES_ALONE = ("search_wide",)
+PAGES_ALONE = ("search_wide", "search_days")
 # Such pages measured only.
-PAGES_MEASURED = ("search_days",)
+PAGES_MEASURED: tuple[str, ...] = ()
 
 
 def pages_round(client) -> tuple[dict, dict]:

@@ -30,6 +30,34 @@ class AppendOnlyManager(models.Manager.from_queryset(AppendOnlyQuerySet)):  # ty
     pass
 
 
+class PeriodQuerySet(models.QuerySet):
+    """A queryset that may know, without reading its rows, a period of a time column that
+    holds all of them (``period_known``): the admin's date hierarchy then offers that
+    period's dates instead of reading the first and last row
+    (``core.templatetags.admin_bounded``; docs/console.md, "Finding things"). A selector that has
+    bounded its rows sets it; every queryset made from this one keeps it (a filter only
+    narrows the rows within it)."""
+
+    _periods: dict[str, tuple[Any, Any]] = {}
+
+    def period_known(self, field: str, first, last) -> PeriodQuerySet:
+        """This queryset, knowing that every row's ``field`` lies from ``first`` to
+        ``last`` (both included)."""
+        clone = self.all()
+        clone._periods = {**self._periods, field: (first, last)}
+        return clone
+
+    def known_period(self, field: str) -> tuple[Any, Any] | None:
+        return self._periods.get(field)
+
+    def _clone(self):
+        # Every queryset made from this one is made by this copy (Django's own, which
+        # django-stubs does not declare).
+        clone = super()._clone()  # type: ignore[misc]
+        clone._periods = self._periods
+        return clone
+
+
 class AppendOnlyModel(models.Model):
     """A ledger row is written once: ``save`` of an existing row, ``delete``, and bulk
     ``update()``/``delete()`` through the ORM refuse. (The database itself is the audit

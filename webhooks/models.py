@@ -13,6 +13,7 @@ from django.utils import timezone
 
 from core.models import (
     ApiClient,
+    PeriodQuerySet,
     log_ticket_field,
     log_ticket_indexes,
 )
@@ -341,6 +342,9 @@ class InboxEvent(models.Model):
         max_length=55, blank=True, default="", db_default="", editable=False
     )
     log_ticket = log_ticket_field()
+
+    # A search knows the days its rows lie in (``selectors.inbox_events_search``).
+    objects = PeriodQuerySet.as_manager()
 
     class Meta:
         # No unique constraint: the deduplication ledger (``InboxKey``) decides new,

@@ -1,5 +1,7 @@
 """The admin's date hierarchy without ``SELECT DISTINCT date_trunc(...)`` over the whole table:
-the periods offered are the ones between the first and the last row (two index lookups)."""
+the periods offered are the ones between the first and the last row (two index lookups), or
+within the period the list's queryset knows its rows lie in (``core.models.PeriodQuerySet``),
+read from no row at all."""
 
 import calendar
 import datetime
@@ -15,10 +17,15 @@ register = template.Library()
 
 
 def _range(cl):
-    bounds = cl.queryset.order_by().aggregate(
-        first=models.Min(cl.date_hierarchy), last=models.Max(cl.date_hierarchy)
-    )
-    first, last = bounds["first"], bounds["last"]
+    known = getattr(cl.queryset, "known_period", None)
+    period = known(cl.date_hierarchy) if known is not None else None
+    if period is not None:
+        first, last = period
+    else:
+        bounds = cl.queryset.order_by().aggregate(
+            first=models.Min(cl.date_hierarchy), last=models.Max(cl.date_hierarchy)
+        )
+        first, last = bounds["first"], bounds["last"]
     if first is None or last is None:
         return None, None
     if timezone.is_aware(first):
