@@ -30,17 +30,22 @@ class AppendOnlyManager(models.Manager.from_queryset(AppendOnlyQuerySet)):  # ty
     pass
 
 
-class PeriodQuerySet(models.QuerySet):
-    """A queryset that may know, without reading its rows, a period of a time column that
-    holds all of them (``period_known``): the admin's date hierarchy then offers that
-    period's dates instead of reading the first and last row
-    (``core.templatetags.admin_bounded``; docs/console.md, "Finding things"). A selector that has
-    bounded its rows sets it; every queryset made from this one keeps it (a filter only
-    narrows the rows within it)."""
+class BoundedQuerySet(models.QuerySet):
+    """A queryset that may know bounds of its rows without reading them: a period of a time
+    column that holds every one of them (``period_known``), and a number of rows they are
+    more than (``more_than_known``). The admin's date hierarchy then offers that period's
+    dates instead of reading the first and last row (``core.templatetags.admin_bounded``),
+    and its capped count counts nothing it knows to be past the cap
+    (``core.selectors.capped_count``; docs/console.md, "Finding things"). A selector that
+    has bounded its rows sets them; every queryset made from this one keeps them, so only
+    the selector's own rows may be filtered further after it (a filter narrows the rows
+    within the period, but may leave fewer than it knew): a changelist applies its search
+    last."""
 
     _periods: dict[str, tuple[Any, Any]] = {}
+    _more_than = 0
 
-    def period_known(self, field: str, first, last) -> PeriodQuerySet:
+    def period_known(self, field: str, first, last) -> BoundedQuerySet:
         """This queryset, knowing that every row's ``field`` lies from ``first`` to
         ``last`` (both included)."""
         clone = self.all()
@@ -50,11 +55,22 @@ class PeriodQuerySet(models.QuerySet):
     def known_period(self, field: str) -> tuple[Any, Any] | None:
         return self._periods.get(field)
 
+    def more_than_known(self, rows: int) -> BoundedQuerySet:
+        """This queryset, knowing that it holds more than ``rows`` rows."""
+        clone = self.all()
+        clone._more_than = rows
+        return clone
+
+    def known_more_than(self) -> int:
+        """A number of rows this queryset is known to hold more than (0: none known)."""
+        return self._more_than
+
     def _clone(self):
         # Every queryset made from this one is made by this copy (Django's own, which
         # django-stubs does not declare).
         clone = super()._clone()  # type: ignore[misc]
         clone._periods = self._periods
+        clone._more_than = self._more_than
         return clone
 
 

@@ -48,5 +48,12 @@ def api_client_by_token(*, token: str) -> ApiClient | None:
 
 
 def capped_count(queryset: QuerySet, *, cap: int = COUNT_CAP) -> int:
-    """``min(count, cap + 1)``: a count that never reads more than ``cap + 1`` rows."""
+    """``min(count, cap + 1)``: a count that never reads more than ``cap + 1`` rows, and
+    none when the queryset knows it holds more than ``cap`` (``core.models.BoundedQuerySet``:
+    a search that found more than that, say, whose rows may lie anywhere in the days it
+    bounds them by, and a count would read those days in their order on disk until it had
+    ``cap + 1``)."""
+    known = getattr(queryset, "known_more_than", None)
+    if known is not None and known() >= cap:
+        return cap + 1
     return queryset.order_by().values("pk")[: cap + 1].count()

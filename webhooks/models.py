@@ -13,7 +13,7 @@ from django.utils import timezone
 
 from core.models import (
     ApiClient,
-    PeriodQuerySet,
+    BoundedQuerySet,
     log_ticket_field,
     log_ticket_indexes,
 )
@@ -344,7 +344,7 @@ class InboxEvent(models.Model):
     log_ticket = log_ticket_field()
 
     # A search knows the days its rows lie in (``selectors.inbox_events_search``).
-    objects = PeriodQuerySet.as_manager()
+    objects = BoundedQuerySet.as_manager()
 
     class Meta:
         # No unique constraint: the deduplication ledger (``InboxKey``) decides new,

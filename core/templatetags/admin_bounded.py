@@ -1,6 +1,6 @@
 """The admin's date hierarchy without ``SELECT DISTINCT date_trunc(...)`` over the whole table:
 the periods offered are the ones between the first and the last row (two index lookups), or
-within the period the list's queryset knows its rows lie in (``core.models.PeriodQuerySet``),
+within the period the list's queryset knows its rows lie in (``core.models.BoundedQuerySet``),
 read from no row at all."""
 
 import calendar

@@ -11,6 +11,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from core.actors import Actor
+from core.admin import pagination
 from tests.integrations.research.factories import research_event
 from tests.plans import partitions_planned
 from tests.webhooks.factories import DeadLetteredEventFactory, InboxEventFactory
@@ -167,6 +168,70 @@ def test_a_search_finding_many_rows_offers_the_dates_of_its_days_without_reading
     assert offered and len(reads) == 1  # the first and last row found, read
     monkeypatch.setattr(selectors, "SEARCH_BOUNDS_ROWS", 2)
     assert page() == (offered, [])
+
+
+@pytest.mark.skipif(
+    connection.vendor != "postgresql", reason="SQLite keeps the inbox in one table"
+)
+def test_the_days_of_a_search_are_probed_through_the_id_indexes_alone(monkeypatch):
+    """Each day's probe for a row the search finds is an index-only scan of one id index,
+    which stops at the first entry of the prefix's range: a probe of both ids together
+    cannot be one, and was planned as a scan of the day's rows in their order on disk, up
+    to the first match (167 ms at ten million rows, docs/bench-log/2026-12-07.md)."""
+    inbox_partitions_ensure(ahead_days=2)
+    now = timezone.now()
+    for n in range(3):
+        InboxEventFactory(
+            body=research_event(event_id=f"evt_probe_{n}"), received_at=now + n * DAY
+        )
+    monkeypatch.setattr(selectors, "SEARCH_BOUNDS_ROWS", 2)
+    with CaptureQueriesContext(connection) as statements:
+        list(selectors.inbox_events_search(InboxEvent.objects.all(), term="evt_probe"))
+    [probe] = [q["sql"] for q in statements.captured_queries if 'AS "day"' in q["sql"]]
+    with connection.cursor() as cursor:
+        # Empty days are read cheapest through any index: every other way is ruled out,
+        # so that the plan shows what the statement allows.
+        for way in ("seqscan", "bitmapscan", "indexscan"):
+            cursor.execute(f"SET LOCAL enable_{way} = off")
+        cursor.execute(f"EXPLAIN {probe}")
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+    scans = [line for line in plan.splitlines() if "Scan" in line]
+    assert scans, plan
+    assert all("Index Only Scan" in line for line in scans), plan
+
+
+@pytest.mark.skipif(
+    connection.vendor != "postgresql", reason="SQLite keeps the inbox in one table"
+)
+def test_a_search_known_to_find_more_than_the_cap_is_not_counted(
+    auditor_client, monkeypatch
+):
+    """A search whose index held more rows than the page's count is capped at shows the
+    capped count without counting (a count read its days in their order on disk until it
+    had enough, docs/scaling.md); with a filter before it, whose rows it cannot know, it
+    counts them. The same count shown either way."""
+    inbox_partitions_ensure(ahead_days=2)
+    now = timezone.now()
+    for n in range(4):
+        InboxEventFactory(
+            body=research_event(event_id=f"evt_many_{n}"), received_at=now + n % 2 * DAY
+        )
+    monkeypatch.setattr(selectors, "SEARCH_BOUNDS_ROWS", 2)
+    monkeypatch.setattr(pagination, "COUNT_CAP", 2)
+    # A statement's start looked for among those run, never run itself.
+    count = f'SELECT COUNT(*) FROM (SELECT "{INBOX_TABLE.table}"."id"'  # noqa: S608
+
+    def page(**params) -> tuple[int, bool]:
+        with CaptureQueriesContext(connection) as captured:
+            response = auditor_client.get(reverse(INBOX), {"q": "evt_many", **params})
+        assert response.status_code == 200
+        assert len(response.context["cl"].result_list) == 4
+        assert 'id="count-capped"' in response.content.decode()  # "more than 2"
+        counted = any(count in q["sql"] for q in captured.captured_queries)
+        return response.context["cl"].result_count, counted
+
+    assert page() == (3, False)  # more than 2
+    assert page(processing_status__exact="received") == (3, True)
 
 
 @pytest.mark.skipif(
