@@ -37,10 +37,9 @@ class BoundedQuerySet(models.QuerySet):
     dates instead of reading the first and last row (``core.templatetags.admin_bounded``),
     and its capped count counts nothing it knows to be past the cap
     (``core.selectors.capped_count``; docs/console.md, "Finding things"). A selector that
-    has bounded its rows sets them; every queryset made from this one keeps them, so only
-    the selector's own rows may be filtered further after it (a filter narrows the rows
-    within the period, but may leave fewer than it knew): a changelist applies its search
-    last."""
+    has bounded its rows sets them. Every queryset made from this one keeps the period (a
+    filter only narrows the rows within it), none the number (a filter may leave fewer):
+    that holds for this queryset alone, as a changelist's paginator counts it."""
 
     _periods: dict[str, tuple[Any, Any]] = {}
     _more_than = 0
@@ -56,7 +55,8 @@ class BoundedQuerySet(models.QuerySet):
         return self._periods.get(field)
 
     def more_than_known(self, rows: int) -> BoundedQuerySet:
-        """This queryset, knowing that it holds more than ``rows`` rows."""
+        """This queryset, knowing that it holds more than ``rows`` rows (a queryset made
+        from it does not know it)."""
         clone = self.all()
         clone._more_than = rows
         return clone
@@ -70,7 +70,6 @@ class BoundedQuerySet(models.QuerySet):
         # django-stubs does not declare).
         clone = super()._clone()  # type: ignore[misc]
         clone._periods = self._periods
-        clone._more_than = self._more_than
         return clone
 
 
