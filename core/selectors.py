@@ -4,7 +4,7 @@ from django.conf import settings
 from django.db import connection
 from django.db.models import QuerySet
 
-from .models import ApiClient, token_hash
+from .models import ApiClient, BoundedQuerySet, token_hash
 
 # Counts that could grow without limit (admin lists, the dashboard) stop here.
 COUNT_CAP = 10_000
@@ -53,7 +53,6 @@ def capped_count(queryset: QuerySet, *, cap: int = COUNT_CAP) -> int:
     a search that found more than that, say, whose rows may lie anywhere in the days it
     bounds them by, and a count would read those days in their order on disk until it had
     ``cap + 1``)."""
-    known = getattr(queryset, "known_more_than", None)
-    if known is not None and known() >= cap:
+    if isinstance(queryset, BoundedQuerySet) and queryset.known_more_than() >= cap:
         return cap + 1
     return queryset.order_by().values("pk")[: cap + 1].count()

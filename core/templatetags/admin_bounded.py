@@ -13,12 +13,17 @@ from django.utils import formats, timezone
 from django.utils.text import capfirst
 from django.utils.translation import gettext as _
 
+from core.models import BoundedQuerySet
+
 register = template.Library()
 
 
 def _range(cl):
-    known = getattr(cl.queryset, "known_period", None)
-    period = known(cl.date_hierarchy) if known is not None else None
+    period = (
+        cl.queryset.known_period(cl.date_hierarchy)
+        if isinstance(cl.queryset, BoundedQuerySet)
+        else None
+    )
     if period is not None:
         first, last = period
     else:
