@@ -129,13 +129,13 @@ class DateRangeFilter(admin.DateFieldListFilter):
         return queryset
 
 
-def message_once(request: HttpRequest, text: str) -> None:
-    """An error message on the page, once however often the list builds its filters (it
-    builds them again for each filter's counts)."""
+def message_once(request: HttpRequest, text: str, level: int = messages.ERROR) -> None:
+    """A message on the page (an error unless ``level`` says otherwise), once however often
+    the list builds its filters (it builds them again for each filter's counts)."""
     shown = request.__dict__.setdefault("_console_errors_shown", set())
     if text not in shown:
         shown.add(text)
-        messages.error(request, text)
+        messages.add_message(request, level, text)
 
 
 class CalendarEndsChangeList(ChangeList):

@@ -1,17 +1,21 @@
-"""Pages that stay cheap on big tables: a changelist's count that stops at ``COUNT_CAP`` and
-an inline shown a page at a time (docs/console.md).
+"""Pages that stay cheap on big tables: a changelist's count that stops at ``COUNT_CAP``, a
+sort by a column no index orders made only within it, and an inline shown a page at a time
+(docs/console.md).
 """
 
 from __future__ import annotations
 
 from typing import cast
 
+from django.contrib import messages
+from django.contrib.admin.views.main import ORDER_VAR, ChangeList
 from django.core.paginator import Paginator
-from django.db.models import QuerySet
+from django.db.models import F, OrderBy, QuerySet
 from django.forms.models import BaseInlineFormSet
 from django.utils.functional import cached_property
 
 from ..selectors import COUNT_CAP, capped_count
+from .filters import message_once
 
 
 class BoundedCountPaginator(Paginator):
@@ -29,6 +33,64 @@ class BoundedCountPaginator(Paginator):
     @property
     def is_capped(self) -> bool:
         return self.count > self.cap
+
+
+def _named(ordering: list, pk_names: set[str]) -> tuple[str, ...] | None:
+    """An ordering as field names (``-`` before a descending one), without the primary key
+    Django ends it with; ``None`` when an expression other than a field orders it."""
+    names = []
+    for entry in ordering:
+        if isinstance(entry, str):
+            names.append(entry)
+        elif isinstance(entry, OrderBy) and isinstance(entry.expression, F):
+            names.append(("-" if entry.descending else "") + entry.expression.name)
+        else:
+            return None
+    while names and names[-1].removeprefix("-") in pk_names:
+        names.pop()
+    return tuple(names)
+
+
+def _reversed(names: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(n.removeprefix("-") if n.startswith("-") else f"-{n}" for n in names)
+
+
+class CappedSortChangeList(ChangeList):
+    """A list sorted, at the header's click, in an order no index gives only while it holds
+    at most ``COUNT_CAP`` rows: past that, every row of the list would be read and sorted for
+    a page of fifty (seconds at millions of rows, past the web's statement timeout). Such a
+    list keeps its own order and the page says how to narrow it (docs/console.md, "Sorting a
+    long list"). ``index_orders`` on the model's admin names the orders an index gives the
+    whole list in (read either way): a sort in one of them is always made."""
+
+    def _index_ordered(self, ordering: list) -> bool:
+        pk = self.lookup_opts.pk
+        names = _named(ordering, {"pk", pk.name, pk.attname})
+        if not names:
+            return names is not None
+        orders = getattr(self.model_admin, "index_orders", ())
+        return any(names in (order, _reversed(order)) for order in orders)
+
+    def get_queryset(self, request, exclude_parameters=None):
+        # The sort is read before the search narrows the list (Django's order): the rows
+        # are counted once both have.
+        queryset = super().get_queryset(request, exclude_parameters)
+        if not self.params.get(ORDER_VAR):
+            return queryset
+        if self._index_ordered(self.get_ordering(request, queryset.order_by())):
+            return queryset
+        cap = COUNT_CAP
+        if capped_count(queryset, cap=cap) <= cap:
+            return queryset
+        del self.params[ORDER_VAR]
+        message_once(
+            request,
+            f"This list holds more than {cap} rows: it is sorted so once a filter, a "
+            f"search or a date narrows it to {cap} rows or fewer. Until then it is shown "
+            "in its own order.",
+            level=messages.WARNING,
+        )
+        return queryset.order_by(*self.get_ordering(request, queryset.order_by()))
 
 
 class PagedInlineFormSet(BaseInlineFormSet):

@@ -1,0 +1,126 @@
+"""Sorting the inbox's list by a column no index orders: only a list of at most the count's
+cap of rows is sorted so (docs/console.md, "Sorting a long list")."""
+
+import pytest
+from django.contrib.messages import get_messages
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.urls import reverse
+from django.utils import timezone
+
+from core.admin import pagination
+from tests.integrations.research.factories import research_event
+from tests.webhooks.factories import InboxEventFactory
+from webhooks.partitions import DAY
+
+pytestmark = pytest.mark.django_db
+
+INBOX = "admin:webhooks_inboxevent_changelist"
+
+
+def _column(client, name: str) -> int:
+    """The number of the list's column ``name`` in the ``o`` parameter."""
+    response = client.get(reverse(INBOX))
+    return list(response.context["cl"].list_display).index(name)
+
+
+def _page(client, **params):
+    with CaptureQueriesContext(connection) as captured:
+        response = client.get(reverse(INBOX), params)
+    assert response.status_code == 200
+    cl = response.context["cl"]
+    said = [str(m) for m in get_messages(response.wsgi_request)]
+    statements = [q["sql"] for q in captured.captured_queries]
+    return cl, said, statements
+
+
+@pytest.fixture
+def versions():
+    """Four events of two entities, their versions in no order of their received times."""
+    now = timezone.now()
+    rows = []
+    for n, (entity, version) in enumerate(
+        (("doc_a", 7), ("doc_b", 3), ("doc_a", 9), ("doc_b", 1))
+    ):
+        rows.append(
+            InboxEventFactory(
+                body=research_event(
+                    event_id=f"evt_sort_{n}",
+                    entity_id=entity,
+                    source_version=version,
+                ),
+                received_at=now - n * DAY / 24,
+            )
+        )
+    return rows
+
+
+def test_a_list_past_the_cap_keeps_its_order_and_says_why(
+    auditor_client, versions, monkeypatch
+):
+    """Past the cap, a sort by version (no index orders it: every row of the list would be
+    read and sorted) is not made: the list keeps its newest-first order, the header shows
+    no sort, and the page says how to get one. Within the cap the same sort is made."""
+    monkeypatch.setattr(pagination, "COUNT_CAP", 3)
+    version = _column(auditor_client, "version")
+    newest_first = [row.pk for row in versions]
+
+    cl, said, statements = _page(auditor_client, o=str(version))
+    assert [row.pk for row in cl.result_list] == newest_first
+    assert version not in cl.get_ordering_field_columns()
+    assert any("more than 3 rows" in text for text in said), said
+    assert not any(
+        '"source_version"' in sql.split("ORDER BY")[-1] for sql in statements
+    )
+
+    # A search leaves two rows: sorted by version, ascending and descending.
+    cl, said, _ = _page(auditor_client, o=str(version), q="doc_a")
+    assert [row.source_version for row in cl.result_list] == [7, 9]
+    assert cl.get_ordering_field_columns() == {version: "asc"}
+    assert said == []
+    cl, _, _ = _page(auditor_client, o=f"-{version}", q="doc_b")
+    assert [row.source_version for row in cl.result_list] == [3, 1]
+
+    # Within a cap of four, the whole list is sorted.
+    monkeypatch.setattr(pagination, "COUNT_CAP", 4)
+    cl, said, _ = _page(auditor_client, o=str(version))
+    assert [row.source_version for row in cl.result_list] == [1, 3, 7, 9]
+    assert said == []
+
+
+def test_the_orders_an_index_gives_sort_any_list_without_a_count_of_their_own(
+    auditor_client, versions, monkeypatch
+):
+    """The received time, and the status, the source and the type each then the received
+    time, are orders an index gives the whole list (either way): made past the cap, counted
+    once (the page's own capped count), no message. The status then the received time in
+    the other direction is not one: past the cap, not made."""
+    monkeypatch.setattr(pagination, "COUNT_CAP", 1)
+    received = _column(auditor_client, "received_time")
+    status = _column(auditor_client, "status")
+    versions[1].processing_status = "dead_lettered"
+    versions[1].save(update_fields=["processing_status"])
+    newest_first = [row.pk for row in versions]
+    made = (
+        (str(received), newest_first[::-1]),
+        (f"-{received}", newest_first),
+        # Django's first click on a header: that column, then the list's own order.
+        (
+            f"{status}.-{received}",
+            [newest_first[1], *newest_first[:1], *newest_first[2:]],
+        ),
+        (
+            f"-{status}.{received}",
+            [*newest_first[2:][::-1], newest_first[0], newest_first[1]],
+        ),
+    )
+    for order, expected in made:
+        cl, said, statements = _page(auditor_client, o=order)
+        assert [row.pk for row in cl.result_list] == expected, order
+        assert said == [], order
+        counts = [sql for sql in statements if sql.startswith("SELECT COUNT(*)")]
+        assert len(counts) == 1, counts
+
+    cl, said, _ = _page(auditor_client, o=f"-{status}.-{received}")
+    assert [row.pk for row in cl.result_list] == newest_first
+    assert any("more than 1 rows" in text for text in said), said
