@@ -12,7 +12,7 @@ from django.contrib.admin.options import IncorrectLookupParameters
 from django.contrib.admin.views.main import ChangeList
 
 from .filters import CalendarEndsChangeList, message_once
-from .pagination import BoundedCountPaginator, CappedSortChangeList, PagedInlineFormSet
+from .pagination import BoundedCountPaginator, LongListChangeList, PagedInlineFormSet
 
 # The mixins below are combined with the admin's classes; the type checker sees them as what
 # they extend, so that their attributes and ``super()`` calls are checked against those.
@@ -59,16 +59,16 @@ class CalendarEndsAdminMixin(_ModelAdmin):
             raise
 
 
-class CappedSortAdminMixin(_ModelAdmin):
+class LongListAdminMixin(_ModelAdmin):
     """A list of millions of rows: sorted in an order no index gives only once it is
-    narrowed to ``COUNT_CAP`` rows (``pagination.CappedSortChangeList``). ``index_orders``
+    narrowed to ``COUNT_CAP`` rows (``pagination.LongListChangeList``). ``index_orders``
     names the orders an index gives the whole list in, each read either way: the fields of
     an index, ``-`` before a descending one (the primary key Django ends a sort with aside)."""
 
     index_orders: tuple[tuple[str, ...], ...] = ()
 
     def get_changelist(self, request, **kwargs):
-        return CappedSortChangeList
+        return LongListChangeList
 
 
 class _NoWritesMixin:

@@ -55,13 +55,32 @@ def _reversed(names: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(n.removeprefix("-") if n.startswith("-") else f"-{n}" for n in names)
 
 
-class CappedSortChangeList(ChangeList):
-    """A list sorted, at the header's click, in an order no index gives only while it holds
-    at most ``COUNT_CAP`` rows: past that, every row of the list would be read and sorted for
-    a page of fifty (seconds at millions of rows, past the web's statement timeout). Such a
-    list keeps its own order and the page says how to narrow it (docs/console.md, "Sorting a
-    long list"). ``index_orders`` on the model's admin names the orders an index gives the
-    whole list in (read either way): a sort in one of them is always made."""
+class LongListChangeList(ChangeList):
+    """A list of millions of rows (docs/console.md, "Sorting a long list" and "A list that
+    fits one page").
+
+    Sorted, at the header's click, in an order no index gives only while it holds at most
+    ``COUNT_CAP`` rows: past that, every row of the list would be read and sorted for a page
+    of fifty (seconds at millions of rows, past the web's statement timeout). Such a list
+    keeps its own order and the page says how to narrow it. ``index_orders`` on the model's
+    admin names the orders an index gives the whole list in (read either way): a sort in one
+    of them is always made.
+
+    A list that fits one page is read up to the rows counted: Django reads it without a
+    limit, so that a filter matching few or none of the rows read every row its index held
+    to find them again after the count had."""
+
+    def get_results(self, request):
+        super().get_results(request)
+        if self.rows_all_shown():
+            self.result_list = self.queryset[: self.result_count]
+
+    def rows_all_shown(self) -> bool:
+        """Whether the page shows every row of the list, counted exactly (the date
+        hierarchy then takes its dates from them, ``core.templatetags.admin_bounded``)."""
+        return self.result_count <= COUNT_CAP and (
+            not self.multi_page or (self.show_all and self.can_show_all)
+        )
 
     def _index_ordered(self, ordering: list) -> bool:
         pk = self.lookup_opts.pk

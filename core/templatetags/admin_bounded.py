@@ -1,7 +1,7 @@
 """The admin's date hierarchy without ``SELECT DISTINCT date_trunc(...)`` over the whole table:
 the periods offered are the ones between the first and the last row (two index lookups), or
 within the period the list's queryset knows its rows lie in (``core.models.BoundedQuerySet``),
-read from no row at all."""
+read from no row at all, or those of the rows the page shows when it shows every row."""
 
 import calendar
 import datetime
@@ -13,9 +13,22 @@ from django.utils import formats, timezone
 from django.utils.text import capfirst
 from django.utils.translation import gettext as _
 
+from core.admin.pagination import LongListChangeList
 from core.models import BoundedQuerySet
 
 register = template.Library()
+
+
+def _shown_range(cl):
+    """The first and last time of the rows the page shows, when it shows every row of the
+    list and holds the times (``core.admin.pagination.LongListChangeList``); else ``None``."""
+    if not (isinstance(cl, LongListChangeList) and cl.rows_all_shown()):
+        return None
+    rows = list(cl.result_list)
+    if any(cl.date_hierarchy in row.get_deferred_fields() for row in rows):
+        return None
+    times = [t for t in (getattr(row, cl.date_hierarchy) for row in rows) if t]
+    return (min(times), max(times)) if times else (None, None)
 
 
 def _range(cl):
@@ -24,6 +37,8 @@ def _range(cl):
         if isinstance(cl.queryset, BoundedQuerySet)
         else None
     )
+    if period is None:
+        period = _shown_range(cl)
     if period is not None:
         first, last = period
     else:

@@ -1,6 +1,8 @@
 """Sorting the inbox's list by a column no index orders: only a list of at most the count's
 cap of rows is sorted so (docs/console.md, "Sorting a long list")."""
 
+import re
+
 import pytest
 from django.contrib.messages import get_messages
 from django.db import connection
@@ -124,3 +126,37 @@ def test_the_orders_an_index_gives_sort_any_list_without_a_count_of_their_own(
     cl, said, _ = _page(auditor_client, o=f"-{status}.-{received}")
     assert [row.pk for row in cl.result_list] == newest_first
     assert any("more than 1 rows" in text for text in said), said
+
+
+def test_a_list_that_fits_one_page_reads_its_counted_rows_and_no_date_bounds(
+    auditor_client, versions
+):
+    """Django reads a list that fits one page without a limit, and its date hierarchy reads
+    the first and last row apart: a filter that matched none of ten million rows read every
+    row of its index three times (count, rows, bounds), seconds. The rows are read up to the
+    count, none when it is none, and the hierarchy's dates come from the rows shown."""
+    table = '"webhooks_inboxevent"'
+
+    cl, _, statements = _page(
+        auditor_client, processing_status__exact="dead_lettered", event_type="none.such"
+    )
+    assert list(cl.result_list) == []
+    # The statements that read the list's rows (the type filter's choices read its index).
+    reads = [sql for sql in statements if "'none.such'" in sql]
+    assert len(reads) == 1 and reads[0].startswith("SELECT COUNT(*)"), reads
+
+    response = auditor_client.get(reverse(INBOX), {"q": "doc_a"})
+    with CaptureQueriesContext(connection) as captured:
+        again = auditor_client.get(reverse(INBOX), {"q": "doc_a"})
+    statements = [q["sql"] for q in captured.captured_queries]
+    rows = [sql for sql in statements if sql.startswith(f"SELECT {table}.")]
+    assert rows and all(sql.rstrip().endswith("LIMIT 2") for sql in rows), rows
+    assert not any(
+        'MIN("webhooks_inboxevent"."received_at")' in sql for sql in statements
+    )
+    # The same dates offered as when the bounds were read.
+    assert again.context["cl"].result_count == 2
+    links = re.findall(r'href="(\?[^"]*received_at__[^"]*)"', again.content.decode())
+    assert links and links == re.findall(
+        r'href="(\?[^"]*received_at__[^"]*)"', response.content.decode()
+    )

@@ -15,7 +15,7 @@ from core.admin.actions import ReasonForm, confirm_with_reason
 from core.admin.evidence import EvidenceAdminMixin, LogEntryAdminMixin
 from core.admin.filters import DateRangeFilter, StatusFilter
 from core.admin.mixins import (
-    CappedSortAdminMixin,
+    LongListAdminMixin,
     ReadOnlyAdminMixin,
     ReadOnlyInlineMixin,
 )
@@ -170,7 +170,7 @@ class InboxAttemptInline(LogEntryAdminMixin, ReadOnlyInlineMixin, admin.TabularI
 class InboxEventAdmin(
     RetentionPageMixin,
     EventPageMixin,
-    CappedSortAdminMixin,
+    LongListAdminMixin,
     ReadOnlyAdminMixin,
     LogEntryAdminMixin,
     EvidenceAdminMixin,
