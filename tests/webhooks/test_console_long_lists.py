@@ -1,5 +1,6 @@
-"""Sorting the inbox's list by a column no index orders: only a list of at most the count's
-cap of rows is sorted so (docs/console.md, "Sorting a long list")."""
+"""The inbox's list at millions of rows: a sort no index gives is made only for a list of at
+most the count's cap of rows (docs/console.md, "Sorting a long list"), and a list that fits
+one page reads its rows up to its count ("A list that fits one page")."""
 
 import re
 
