@@ -63,9 +63,12 @@ class LongListAdminMixin(_ModelAdmin):
     """A list of millions of rows: sorted in an order no index gives only once it is
     narrowed to ``COUNT_CAP`` rows (``pagination.LongListChangeList``). ``index_orders``
     names the orders an index gives the whole list in, each read either way: the fields of
-    an index, ``-`` before a descending one (the primary key Django ends a sort with aside)."""
+    an index, ``-`` before a descending one (the primary key Django ends a sort with aside).
+    No counts beside the filters' choices (Django's facets): each filter's would count
+    every row of the list without that filter, every choice of it in one pass."""
 
     index_orders: tuple[tuple[str, ...], ...] = ()
+    show_facets = admin.ShowFacets.NEVER
 
     def get_changelist(self, request, **kwargs):
         return LongListChangeList
