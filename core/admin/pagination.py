@@ -62,9 +62,9 @@ class LongListChangeList(ChangeList):
     Sorted, at the header's click, in an order no index gives only while it holds at most
     ``COUNT_CAP`` rows: past that, every row of the list would be read and sorted for a page
     of fifty (seconds at millions of rows, past the web's statement timeout). Such a list
-    keeps its own order and the page says how to narrow it. ``index_orders`` on the model's
-    admin names the orders an index gives the whole list in (read either way): a sort in one
-    of them is always made.
+    keeps its own order and the page says how to narrow it. The list's own order (either
+    way) is always made; so are, on the list unfiltered, the orders ``index_orders`` on the
+    model's admin names (read either way).
 
     A list that fits one page is read up to the rows counted: Django reads it without a
     limit, so that a filter matching few or none of the rows read every row its index held
@@ -82,13 +82,21 @@ class LongListChangeList(ChangeList):
             not self.multi_page or (self.show_all and self.can_show_all)
         )
 
-    def _index_ordered(self, ordering: list) -> bool:
+    def _index_ordered(self, request, ordering: list, *, filtered: bool) -> bool:
+        """Whether an index gives ``ordering``: the list's own order (either way) always;
+        another of ``index_orders`` only for the list unfiltered, since a filter's rows may
+        lie anywhere along that index: the dead letters, all of one type, sorted by type
+        walked every row of the types before it (1 s at a million rows)."""
         pk = self.lookup_opts.pk
-        names = _named(ordering, {"pk", pk.name, pk.attname})
+        pk_names = {"pk", pk.name, pk.attname}
+        names = _named(ordering, pk_names)
         if not names:
             return names is not None
-        orders = getattr(self.model_admin, "index_orders", ())
-        return any(names in (order, _reversed(order)) for order in orders)
+        own = _named(list(self.model_admin.get_ordering(request) or ()), pk_names)
+        orders = (
+            [own] if filtered else [own, *getattr(self.model_admin, "index_orders", ())]
+        )
+        return any(names in (order, _reversed(order)) for order in orders if order)
 
     def get_queryset(self, request, exclude_parameters=None):
         # The sort is read before the search narrows the list (Django's order): the rows
@@ -96,7 +104,8 @@ class LongListChangeList(ChangeList):
         queryset = super().get_queryset(request, exclude_parameters)
         if not self.params.get(ORDER_VAR):
             return queryset
-        if self._index_ordered(self.get_ordering(request, queryset.order_by())):
+        ordering = self.get_ordering(request, queryset.order_by())
+        if self._index_ordered(request, ordering, filtered=bool(queryset.query.where)):
             return queryset
         cap = COUNT_CAP
         if capped_count(queryset, cap=cap) <= cap:

@@ -97,7 +97,8 @@ def test_the_orders_an_index_gives_sort_any_list_without_a_count_of_their_own(
     """The received time, and the status, the source and the type each then the received
     time, are orders an index gives the whole list (either way): made past the cap, counted
     once (the page's own capped count), no message. The status then the received time in
-    the other direction is not one: past the cap, not made."""
+    the other direction is not one: past the cap, not made. On a filtered list, only the
+    list's own order is."""
     monkeypatch.setattr(pagination, "COUNT_CAP", 1)
     received = _column(auditor_client, "received_time")
     status = _column(auditor_client, "status")
@@ -127,6 +128,20 @@ def test_the_orders_an_index_gives_sort_any_list_without_a_count_of_their_own(
     cl, said, _ = _page(auditor_client, o=f"-{status}.-{received}")
     assert [row.pk for row in cl.result_list] == newest_first
     assert any("more than 1 rows" in text for text in said), said
+
+    # A filter's rows may lie anywhere along the type's or the status's index (the dead
+    # letters, all of one type, behind every row of the types before it): on a filtered
+    # list past the cap only the list's own order, either way, is made.
+    event_type = _column(auditor_client, "event_type")
+    filtered = {"processing_status__exact": versions[0].processing_status}
+    cl, said, _ = _page(auditor_client, o=f"{event_type}.-{received}", **filtered)
+    assert any("more than 1 rows" in text for text in said), said
+    assert event_type not in cl.get_ordering_field_columns()
+    cl, said, _ = _page(auditor_client, o=str(received), **filtered)
+    assert said == []
+    assert [row.pk for row in cl.result_list] == [
+        pk for pk in newest_first[::-1] if pk != versions[1].pk
+    ]
 
 
 def test_a_list_that_fits_one_page_reads_its_counted_rows_and_no_date_bounds(
