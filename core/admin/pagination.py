@@ -92,7 +92,9 @@ class LongListChangeList(ChangeList):
         names = _named(ordering, pk_names)
         if not names:
             return names is not None
-        own = _named(list(self.model_admin.get_ordering(request) or ()), pk_names)
+        # The list's own order as Django reads it (the admin's, else the model's).
+        default = self.model_admin.get_ordering(request) or self.lookup_opts.ordering
+        own = _named(list(default or ()), pk_names)
         orders = (
             [own] if filtered else [own, *getattr(self.model_admin, "index_orders", ())]
         )
