@@ -68,6 +68,9 @@ class LongListAdminMixin(_ModelAdmin):
     every row of the list without that filter, every choice of it in one pass."""
 
     index_orders: tuple[tuple[str, ...], ...] = ()
+    # ``newest_first(request, queryset, rows=...)``, when an admin defines it: the whole
+    # list in its own order as the page's statements read it, for a page counting up to
+    # ``rows`` (``pagination.LongListChangeList``).
     show_facets = admin.ShowFacets.NEVER
 
     def get_changelist(self, request, **kwargs):

@@ -68,9 +68,16 @@ class LongListChangeList(ChangeList):
 
     A list that fits one page is read up to the rows counted: Django reads it without a
     limit, so that a filter matching few or none of the rows read every row its index held
-    to find them again after the count had."""
+    to find them again after the count had.
+
+    The whole list in its own order is read as the model's admin bounds it
+    (``newest_first(request, queryset, rows=COUNT_CAP)``, when it has one): the inbox's,
+    from its newest partitions (docs/console.md, "The first pages of the whole inbox")."""
 
     def get_results(self, request):
+        # The page's rows only: an action on the list selected whole takes every row
+        # (Django's ``cl.get_queryset``).
+        self.queryset = self._newest_first(request, self.queryset)
         super().get_results(request)
         if self.rows_all_shown():
             self.result_list = self.queryset[: self.result_count]
@@ -87,18 +94,34 @@ class LongListChangeList(ChangeList):
         another of ``index_orders`` only for the list unfiltered, since a filter's rows may
         lie anywhere along that index: the dead letters, all of one type, sorted by type
         walked every row of the types before it (1 s at a million rows)."""
-        pk = self.lookup_opts.pk
-        pk_names = {"pk", pk.name, pk.attname}
-        names = _named(ordering, pk_names)
+        names = _named(ordering, self._pk_names)
         if not names:
             return names is not None
-        # The list's own order as Django reads it (the admin's, else the model's).
-        default = self.model_admin.get_ordering(request) or self.lookup_opts.ordering
-        own = _named(list(default or ()), pk_names)
+        own = self._own_order(request)
         orders = (
             [own] if filtered else [own, *getattr(self.model_admin, "index_orders", ())]
         )
         return any(names in (order, _reversed(order)) for order in orders if order)
+
+    def _newest_first(self, request, queryset):
+        """The whole list in its own order as its admin reads it (``newest_first``)."""
+        newest = getattr(self.model_admin, "newest_first", None)
+        if newest is None or queryset.query.where:
+            return queryset
+        names = _named(self.get_ordering(request, queryset.order_by()), self._pk_names)
+        if names is None or names != self._own_order(request):
+            return queryset
+        return newest(request, queryset, rows=COUNT_CAP)
+
+    @cached_property
+    def _pk_names(self) -> set[str]:
+        pk = self.lookup_opts.pk
+        return {"pk", pk.name, pk.attname}
+
+    def _own_order(self, request) -> tuple[str, ...] | None:
+        """The list's own order as Django reads it (the admin's, else the model's)."""
+        default = self.model_admin.get_ordering(request) or self.lookup_opts.ordering
+        return _named(list(default or ()), self._pk_names)
 
     def get_queryset(self, request, exclude_parameters=None):
         # The sort is read before the search narrows the list (Django's order): the rows

@@ -187,3 +187,101 @@ def test_the_list_offers_no_counts_beside_its_filters(auditor_client, versions):
     cl, _, statements = _page(auditor_client, _facets="True")
     assert not cl.add_facets
     assert not any(" FILTER (WHERE " in sql for sql in statements), statements
+
+
+@pytest.fixture
+def days_later(monkeypatch):
+    """Five events: two received now (the test database's first partition), three on the
+    next two days; the inbox's selectors reading the time two days on, so that those two
+    days are yesterday's partition and today's."""
+    from types import SimpleNamespace
+
+    from webhooks import selectors
+
+    now = timezone.now()
+    rows = [
+        InboxEventFactory(received_at=now + offset)
+        for offset in (
+            2 * DAY - DAY / 24,
+            2 * DAY - DAY / 12,
+            DAY,
+            -DAY / 24,
+            -DAY / 12,
+        )
+    ]
+    later = now + 2 * DAY
+    monkeypatch.setattr(selectors, "timezone", SimpleNamespace(now=lambda: later))
+    return rows
+
+
+def _inbox_reads(statements: list[str]) -> list[str]:
+    """The statements that read the inbox's rows (the type filter's choices aside)."""
+    return [
+        sql
+        for sql in statements
+        if 'FROM "webhooks_inboxevent"' in sql and not sql.lstrip().startswith("WITH")
+    ]
+
+
+def _dates_offered(client, **params) -> list[str]:
+    return re.findall(
+        r'href="(\?[^"]*received_at__[^"]*)"',
+        client.get(reverse(INBOX), params).content.decode(),
+    )
+
+
+def test_the_whole_list_newest_first_reads_its_newest_days_alone(
+    auditor_client, days_later, monkeypatch
+):
+    """The whole list newest first is read from yesterday's partition on when those days
+    hold more rows than the page counts: every row a page offers lies there. Each statement
+    of the page is bounded by that day but the whole inbox's first and last row, and the
+    page shows the same rows and offers the same dates as read over every partition."""
+    from webhooks.admin.inbox import InboxEventAdmin
+
+    newest_first = [row.pk for row in days_later]
+    monkeypatch.setattr(InboxEventAdmin, "list_per_page", 2)
+    monkeypatch.setattr(pagination, "COUNT_CAP", 10)
+    over_every_day = _dates_offered(auditor_client)
+    cl, _, statements = _page(auditor_client, p="2")
+    assert [row.pk for row in cl.result_list] == newest_first[2:4]
+    # Three rows since yesterday's start, within a cap of ten: counted, then every day read.
+    rows = [
+        sql for sql in statements if sql.startswith('SELECT "webhooks_inboxevent".')
+    ]
+    assert rows and all('"received_at" >=' not in sql for sql in rows), rows
+
+    # Three rows since yesterday's start, a cap of two: only those days are read.
+    monkeypatch.setattr(pagination, "COUNT_CAP", 2)
+    day = f"'{days_later[2].received_at.date()} 00:00:00"
+    since = f'"received_at" >= {day}'
+    for page, shown in (("1", newest_first[:2]), ("2", newest_first[2:3])):
+        cl, _, statements = _page(auditor_client, p=page)
+        assert cl.result_count == 3 and cl.multi_page
+        assert [row.pk for row in cl.result_list] == shown
+        reads = _inbox_reads(statements)
+        bounded = [sql for sql in reads if since in sql]
+        unbounded = [sql for sql in reads if sql not in bounded]
+        # The whole inbox's first and last row, its one statement without a value.
+        assert len(unbounded) == 1 and "MIN(" in unbounded[0], unbounded
+        assert "WHERE" not in unbounded[0] and "MAX(" in unbounded[0]
+        # The newest days' rows counted, and the page's rows (whose attempts are read from
+        # those days' partitions too).
+        assert [sql.split(" ", 2)[1] for sql in bounded] == [
+            "COUNT(*)",
+            '"webhooks_inboxevent"."id",',
+        ], bounded
+        assert bounded[1].count(f'"event_received_at" >= {day}') == 2
+    assert _dates_offered(auditor_client) == over_every_day
+    # An action on the list selected whole takes every row, not the page's days.
+    response = auditor_client.get(reverse(INBOX))
+    cl = response.context["cl"]
+    assert cl.get_queryset(response.wsgi_request).count() == len(days_later)
+
+    # Filtered, or in another order, the list is read as before.
+    for params in (
+        {"processing_status__exact": days_later[0].processing_status},
+        {"o": str(_column(auditor_client, "received_time"))},
+    ):
+        _, _, statements = _page(auditor_client, **params)
+        assert all(since not in sql for sql in _inbox_reads(statements)), params

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 from django import forms
 from django.contrib import admin, messages
@@ -22,6 +22,7 @@ from core.admin.mixins import (
 from core.admin.render import admin_link, fieldset_fields, json_block
 from core.admin.status import status_badge, status_field_badge
 from core.errors import ServiceError
+from core.models import BoundedQuerySet
 from core.selectors import COUNT_CAP
 from core.times import duration_display, time_display
 
@@ -35,6 +36,7 @@ from ..selectors import (
     inbox_event_products,
     inbox_event_types,
     inbox_events_attempts_annotate,
+    inbox_events_newest,
     inbox_events_replay_repeats,
     inbox_events_search,
 )
@@ -289,6 +291,17 @@ class InboxEventAdmin(
                 )
             )
         )
+
+    def newest_first(self, request, queryset, *, rows):
+        """The whole inbox newest first, read from its newest partitions when they hold
+        more than the ``rows`` the page counts (``inbox_events_newest``)."""
+        newest, since = inbox_events_newest(queryset, rows=rows)
+        if since is None:
+            return queryset
+        # Annotated again, the queryset no longer knows its count (a new one's is unknown);
+        # a bounded one (``since`` is only given for one) stays one.
+        annotated = inbox_events_attempts_annotate(newest, received_since=since)
+        return cast(BoundedQuerySet, annotated).more_than_known(rows)
 
     def get_search_results(self, request, queryset, search_term):
         """Prefix matches on the two indexed ids, not ``icontains`` over a million rows,
