@@ -140,7 +140,31 @@ def set_statement_execute(
 
 
 @contextlib.contextmanager
-def values_planned() -> Iterator[None]:
+def _prepare_threshold(threshold: int | None) -> Iterator[None]:
+    """psycopg's ``prepare_threshold`` of the default connection for the statements run
+    inside (nothing on SQLite)."""
+    wrapper = connections[DEFAULT_DB_ALIAS]
+    if wrapper.vendor != "postgresql":
+        yield
+        return
+    wrapper.ensure_connection()
+    raw = wrapper.connection
+    kept = raw.prepare_threshold
+    raw.prepare_threshold = threshold
+    try:
+        yield
+    finally:
+        raw.prepare_threshold = kept
+
+
+def prepared_at_once() -> contextlib.AbstractContextManager[None]:
+    """The statements run inside are prepared at their first run on the connection, not its
+    fifth: for a statement without values, whose one plan is the one PostgreSQL would make
+    each time, planned once per connection from then on (the console's, ``core.plans``)."""
+    return _prepare_threshold(0)
+
+
+def values_planned() -> contextlib.AbstractContextManager[None]:
     """The statements run inside are sent unnamed, never prepared: PostgreSQL plans each one
     for its values and for the tables' sizes at that moment. For a statement that finds a
     batch's rows by id in the day's time partition: prepared, PostgreSQL may keep a generic
@@ -148,18 +172,7 @@ def values_planned() -> Iterator[None]:
     another index for every batch once thousands wait (docs/scaling.md, "Plans made on an
     empty day"). Only the client's side changes (psycopg's ``prepare_threshold``), as for
     the console (``core.plans``)."""
-    wrapper = connections[DEFAULT_DB_ALIAS]
-    if wrapper.vendor != "postgresql":
-        yield
-        return
-    wrapper.ensure_connection()
-    raw = wrapper.connection
-    threshold = raw.prepare_threshold
-    raw.prepare_threshold = None
-    try:
-        yield
-    finally:
-        raw.prepare_threshold = threshold
+    return _prepare_threshold(None)
 
 
 @contextlib.contextmanager
