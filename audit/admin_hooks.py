@@ -36,6 +36,36 @@ class LogAdmin:
             ),
         )
 
+    def entries_keyed(self, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        """``log_record_id`` per row alone (no lookup: ``entries_fill`` reads the entries
+        of the rows read)."""
+        ledger = ledger_for_model(queryset.model)
+        return queryset if ledger is None else ledger.with_record_id(queryset)
+
+    def entries_fill(self, rows: list[Any]) -> None:
+        """``log_index`` and ``log_checkpoint_size`` on each of ``rows`` (of one model): the
+        log's leaves of their record ids in one query (the log's unique (kind, record_id)
+        index), and the latest checkpoint's size."""
+        if not rows:
+            return
+        ledger = ledger_for_model(type(rows[0]))
+        if ledger is None:
+            return
+        records = [getattr(row, "log_record_id", row.pk) for row in rows]
+        indexes = dict(
+            LogLeaf.objects.filter(
+                kind=ledger.kind, record_id__in=[r for r in records if r is not None]
+            ).values_list("record_id", "index")
+        )
+        size = (
+            LogCheckpoint.objects.order_by("-tree_size")
+            .values_list("tree_size", flat=True)
+            .first()
+        )
+        for row, record in zip(rows, records, strict=True):
+            row.log_index = indexes.get(record)
+            row.log_checkpoint_size = size
+
     def entry_html(self, obj: Model) -> str:
         index = getattr(obj, "log_index", _UNSET)
         size = getattr(obj, "log_checkpoint_size", _UNSET)

@@ -7,7 +7,7 @@ import operator
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, TypedDict
+from typing import TYPE_CHECKING, Any, TypedDict, cast
 
 from django.conf import settings
 from django.db import DataError, connection, models
@@ -478,32 +478,53 @@ def inbox_event_body(*, inbox_event_id: int) -> bytes | None:
     return bytes(body) if body is not None else None
 
 
-def inbox_events_attempts_annotate(
-    queryset: QuerySet[InboxEvent], *, received_since: datetime | None = None
-) -> QuerySet[InboxEvent]:
-    """The rows with ``attempts_total``, their attempts in every round, and
-    ``attempt_rounds``, the rounds that made one (a round's first attempt is number 1:
-    a replay starts the count again): two lookups per row in the attempts' (event, number)
-    index, for the page's rows only. ``attempts`` stays the current round's count, which the
-    retry policy reads. Each lookup names the row's received time too, the attempts'
-    partition key: PostgreSQL then reads the one partition that holds them, not every
-    partition's index (2.2 against 5.4 ms for a page of 50 over 36 partitions).
-    ``received_since``, when the rows are known to be received since then
-    (``inbox_events_newest``), bounds the lookups too: PostgreSQL then plans only the
-    partitions from that day on, where the row's own time prunes them as each row is read."""
+def inbox_events_attempts_alias(queryset: QuerySet[InboxEvent]) -> QuerySet[InboxEvent]:
+    """The rows, sortable by ``attempts_total``, their attempts in every round, and
+    ``attempt_rounds``, the rounds that made one (a round's first attempt is number 1: a
+    replay starts the count again). An alias: the counts enter a statement only when it
+    sorts by them, two lookups per row in the attempts' (event, number) index, each naming
+    the row's received time too, the attempts' partition key, so that each reads the one
+    partition holding them. What a page shows is read for its rows alone, after them
+    (``inbox_events_attempts_fill``): a lookup in the rows' statement is planned over every
+    attempts partition whatever the rows, and over a year of daily partitions that planning
+    cost more than the rows (docs/scaling.md, "At a year of daily partitions")."""
     attempts = InboxAttempt.objects.filter(
         event=OuterRef("pk"), event_received_at=OuterRef("received_at")
     ).order_by()
-    if received_since is not None:
-        attempts = attempts.filter(event_received_at__gte=received_since)
     counted = attempts.values("event").annotate(n=Count("pk")).values("n")
     firsts = (
         attempts.filter(number=1).values("event").annotate(n=Count("pk")).values("n")
     )
-    return queryset.annotate(
+    return queryset.alias(
         attempts_total=Coalesce(Subquery(counted), 0),
         attempt_rounds=Coalesce(Subquery(firsts), 0),
     )
+
+
+def inbox_events_attempts_fill(rows: list[InboxEvent]) -> list[InboxEvent]:
+    """``rows``, each with ``attempts_total`` and ``attempt_rounds`` as
+    ``inbox_events_attempts_alias`` names them, read in one statement bounded by the rows'
+    first and last received time: PostgreSQL plans and reads only the attempts partitions
+    of the days the rows were received on."""
+    if not rows:
+        return rows
+    times = [row.received_at for row in rows]
+    counts: dict[Any, tuple[int, int]] = {
+        event: (total, rounds)
+        for event, total, rounds in InboxAttempt.objects.filter(
+            event_id__in=[row.pk for row in rows],
+            event_received_at__gte=min(times),
+            event_received_at__lte=max(times),
+        )
+        .order_by()
+        .values("event")
+        .annotate(total=Count("pk"), rounds=Count("pk", filter=Q(number=1)))
+        .values_list("event", "total", "rounds")
+    }
+    # Attributes of the rows as the console shows them, not columns.
+    for row in cast(list[Any], rows):
+        row.attempts_total, row.attempt_rounds = counts.get(row.pk, (0, 0))
+    return rows
 
 
 def inbox_events_by_pks(*, pks: list[int]) -> QuerySet[InboxEvent]:
@@ -534,7 +555,7 @@ def inbox_event_products(*, event: InboxEvent, limit: int = 10) -> list[models.M
 
 def inbox_events_newest(
     queryset: QuerySet[InboxEvent], *, rows: int = COUNT_CAP
-) -> tuple[QuerySet[InboxEvent], datetime | None]:
+) -> QuerySet[InboxEvent]:
     """The whole inbox newest first (``queryset`` unfiltered), read from the start of
     yesterday's partition period on when those rows alone are more than ``rows``
     (docs/scaling.md, "The console's first pages at ten million rows"): every page a count
@@ -542,23 +563,21 @@ def inbox_events_newest(
     queryset returned knows it holds more than ``rows`` rows and the period of the whole
     inbox, from its first row to its newest (``core.models.BoundedQuerySet``): the page's
     statements plan and open the newest partitions only, where over every partition kept
-    PostgreSQL plans and opens each of them for each statement. Returned with the time it
-    reads from (its attempts' subqueries are bounded by it too,
-    ``inbox_events_attempts_annotate``); else, or on the embedded SQLite default,
-    ``queryset`` as it was and None."""
+    PostgreSQL plans and opens each of them for each statement. Else, or on the embedded
+    SQLite default, ``queryset`` as it was."""
     if connection.vendor != "postgresql" or not isinstance(queryset, BoundedQuerySet):
-        return queryset, None
+        return queryset
     since = period_start(period_start(timezone.now()) - timedelta(microseconds=1))
     recent = queryset.filter(received_at__gte=since)
     if capped_count(recent, cap=rows) <= rows:
-        return queryset, None
+        return queryset
     # The whole inbox's first and last row, in a statement without values: prepared, it is
     # planned once per connection (core/plans.py), where planned for a bound it costs more.
     bounds = queryset.order_by().aggregate(
         first=Min("received_at"), last=Max("received_at")
     )
     first, last = bounds["first"], bounds["last"]
-    return recent.period_known("received_at", first, last).more_than_known(rows), since
+    return recent.period_known("received_at", first, last).more_than_known(rows)
 
 
 # How many inbox rows an id prefix may name when the operator actions are searched by it.

@@ -24,6 +24,16 @@ class LogAdminHooks(Protocol):
         """The rows with their log index and the latest checkpoint's size (one query)."""
         ...
 
+    def entries_keyed(self, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        """The rows with their record id in the log alone, their entries read after them
+        (``entries_fill``)."""
+        ...
+
+    def entries_fill(self, rows: list[Any]) -> None:
+        """The log index and the latest checkpoint's size on each of ``rows`` (two queries
+        for them all)."""
+        ...
+
     def entry_html(self, obj: Model) -> str:
         """A row's entry: its index and whether the latest checkpoint covers it."""
         ...
@@ -53,10 +63,28 @@ class LogEntryAdminMixin:
     """A ledger's admin (or inline) that shows each row's entry in the verifiable log: list
     ``"log_entry"`` in ``list_display``, ``fields`` or ``readonly_fields``."""
 
+    # Set by a list's admin that reads what its page shows of other tables after the page's
+    # rows (``page_rows``, ``core.admin.pagination.LongListChangeList``): each row's entry is
+    # then read for the page's rows after them (``log_entries_fill``), where a lookup in the
+    # rows' statement names the ledger's kind, a value, so that the statement is planned
+    # anew at every load of the list (core/plans.py).
+    log_entries_after_rows = False
+
     def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
         queryset = super().get_queryset(request)  # type: ignore[misc]
         hooks = _hooks()
-        return hooks.entries_annotate(queryset) if hooks else queryset
+        if hooks is None:
+            return queryset
+        if self.log_entries_after_rows:
+            return hooks.entries_keyed(queryset)
+        return hooks.entries_annotate(queryset)
+
+    def log_entries_fill(self, rows: list[Any]) -> list[Any]:
+        """``rows`` with their log entries, read for them all (``log_entries_after_rows``)."""
+        hooks = _hooks()
+        if hooks is not None:
+            hooks.entries_fill(rows)
+        return rows
 
     @admin.display(description="log entry")
     def log_entry(self, obj: Model) -> str:

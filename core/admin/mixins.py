@@ -70,7 +70,9 @@ class LongListAdminMixin(_ModelAdmin):
     index_orders: tuple[tuple[str, ...], ...] = ()
     # ``newest_first(request, queryset, rows=...)``, when an admin defines it: the whole
     # list in its own order as the page's statements read it, for a page counting up to
-    # ``rows`` (``pagination.LongListChangeList``).
+    # ``rows`` (``pagination.LongListChangeList``). ``page_rows(request, rows)``, when it
+    # defines it: the page's rows, a list, as the list shows them, given what is read for
+    # them alone after them.
     show_facets = admin.ShowFacets.NEVER
 
     def get_changelist(self, request, **kwargs):

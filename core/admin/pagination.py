@@ -81,6 +81,24 @@ class LongListChangeList(ChangeList):
         super().get_results(request)
         if self.rows_all_shown():
             self.result_list = self.queryset[: self.result_count]
+        complete = getattr(self.model_admin, "page_rows", None)
+        if complete is not None:
+            self.result_list = complete(request, list(self.result_list))
+
+    def page_newest(self, field: str):
+        """The newest ``field`` of the whole list, read from the page: its first row's
+        when the page is the list's first and the list is sorted by ``field`` newest first
+        (a column without NULLs, loaded in the rows); else ``None``, unknown."""
+        column = self.lookup_opts.get_field(field)
+        if self.page_num != 1 or getattr(column, "null", True):
+            return None
+        names = _named(list(self.queryset.query.order_by), self._pk_names)
+        if not names or names[0] != f"-{field}":
+            return None
+        rows = self.result_list
+        if not rows or field in rows[0].get_deferred_fields():
+            return None
+        return getattr(rows[0], field)
 
     def rows_all_shown(self) -> bool:
         """Whether the page shows every row of the list, counted exactly (the date

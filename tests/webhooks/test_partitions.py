@@ -51,7 +51,7 @@ from webhooks.partitions import (
     partitions,
 )
 from webhooks.processing import inbox_events_process
-from webhooks.selectors import inbox_events_attempts_annotate
+from webhooks.selectors import inbox_events_attempts_alias, inbox_events_attempts_fill
 
 pytestmark = [
     pytest.mark.django_db,
@@ -617,25 +617,54 @@ def test_a_claim_reads_the_due_retries_it_takes_soonest_due_first(settings):
     }
 
 
-def test_a_pages_attempt_counts_read_each_rows_own_partition():
-    """The console's list counts each row's attempts (``inbox_events_attempts_annotate``)
-    by its id and its received time, the attempts' partition key: each count reads the
-    partition of the row's day only (checked: without the received time each count read
-    every partition's index)."""
+def test_a_pages_attempt_counts_are_read_from_its_rows_days_alone():
+    """The console's list reads the page's attempt counts after its rows, in one statement
+    bounded by the rows' received times (``inbox_events_attempts_fill``): PostgreSQL plans
+    and reads the attempts partitions of the rows' days alone, where lookups in the rows'
+    statement were planned over every attempts partition. Sorted by the counts
+    (``inbox_events_attempts_alias``), each row's lookup names its received time, the
+    attempts' partition key, and reads that one partition (checked: without the received
+    time each lookup read every partition's index)."""
     inbox_partitions_ensure(ahead_days=5)
     now = timezone.now()
-    events = [InboxEventFactory(received_at=now - n * DAY) for n in range(3)]
+    # On three days ahead, each its own partition (today's may be the test database's first).
+    events = [InboxEventFactory(received_at=now + n * DAY) for n in (3, 2, 1)]
     for event in events:
         InboxAttemptFactory(event=event)
         InboxAttemptFactory(event=event, number=2)
+    InboxAttemptFactory(event=events[0], number=1)  # a replay's round
     attempts_partitions = list(partitions(ATTEMPTS))
     assert len(attempts_partitions) >= 8
-    rows = inbox_events_attempts_annotate(InboxEvent.objects.order_by("-received_at"))
-    assert [(r.attempts_total, r.attempt_rounds) for r in rows] == [(2, 1)] * 3
-    statement, params = rows.query.sql_with_params()
+
+    page = list(InboxEvent.objects.order_by("-received_at")[:2])
+    read = []
+
+    def kept(execute, statement, params, many, context):
+        read.append((statement, params))
+        return execute(statement, params, many, context)
+
+    with connection.execute_wrapper(kept):
+        rows = inbox_events_attempts_fill(page)
+    assert rows is page
+    assert [(r.attempts_total, r.attempt_rounds) for r in rows] == [(3, 2), (2, 1)]
+    [(statement, params)] = read
+    planned = _scans(statement, params, ATTEMPTS.table, analyze=False)
+    days = {partition_name(ATTEMPTS, day_start(r.received_at)) for r in rows}
+    assert days <= {p.name for p in attempts_partitions}
+    assert {node["Relation Name"] for node in planned} == days
+    fresh = InboxEventFactory(received_at=now)
+    assert inbox_events_attempts_fill([fresh])[0].attempts_total == 0
+    assert inbox_events_attempts_fill([]) == []
+
+    ordered = inbox_events_attempts_alias(InboxEvent.objects.all()).order_by(
+        "-attempts_total", "received_at"
+    )
+    assert list(ordered) == [events[0], events[2], events[1], fresh]
+    sorted_rows = ordered.filter(pk__in=[e.pk for e in events])
+    statement, params = sorted_rows.query.sql_with_params()
     scans = _scans(statement, params, ATTEMPTS.table)
-    # Two counts a row, each one partition's index.
-    assert sum(node["Actual Loops"] for node in scans) == 2 * len(events)
+    # The one count sorted by (the rounds are not read), one partition's index a row.
+    assert sum(node["Actual Loops"] for node in scans) == len(events)
 
 
 def _inbox_partitions_planned(statement: str) -> set[str]:

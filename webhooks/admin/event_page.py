@@ -39,6 +39,7 @@ from ..replay import inbox_events_replay
 from ..selectors import (
     inbox_event_body,
     inbox_event_occurred_at,
+    inbox_events_attempts_fill,
     webhook_secret_kind,
 )
 from ..story import Round, StoryEntry, inbox_event_story
@@ -478,11 +479,10 @@ class EventPageMixin(_ModelAdmin):
     def attempts_summary(self, obj: InboxEvent) -> str:
         """Every attempt and the rounds they were in, as the list says it, and the current
         round's count (what the retry policy reads) when it is not all of them."""
-        total = getattr(obj, "attempts_total", None)
-        rounds = getattr(obj, "attempt_rounds", None)
-        if total is None or rounds is None:
-            total = obj.attempt_log.count()
-            rounds = obj.attempt_log.filter(number=1).count()
+        shown: Any = obj
+        if not hasattr(shown, "attempts_total"):
+            inbox_events_attempts_fill([obj])
+        total, rounds = shown.attempts_total, shown.attempt_rounds
         words = attempts_words(total=total, rounds=rounds)
         if obj.attempts == total:
             return words

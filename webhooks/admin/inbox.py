@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from typing import Any, ClassVar, cast
+from typing import Any, ClassVar
 
 from django import forms
 from django.contrib import admin, messages
@@ -22,7 +22,6 @@ from core.admin.mixins import (
 from core.admin.render import admin_link, fieldset_fields, json_block
 from core.admin.status import status_badge, status_field_badge
 from core.errors import ServiceError
-from core.models import BoundedQuerySet
 from core.selectors import COUNT_CAP
 from core.times import duration_display, time_display
 
@@ -35,7 +34,8 @@ from ..selectors import (
     inbox_event_occurred_at,
     inbox_event_products,
     inbox_event_types,
-    inbox_events_attempts_annotate,
+    inbox_events_attempts_alias,
+    inbox_events_attempts_fill,
     inbox_events_newest,
     inbox_events_replay_repeats,
     inbox_events_search,
@@ -179,6 +179,7 @@ class InboxEventAdmin(
     admin.ModelAdmin,
 ):
     evidence_subject = "inbox_event"
+    log_entries_after_rows = True
     change_list_template = "admin/webhooks/inboxevent/change_list.html"
     # What an operator scans a list for; the rest is on the event's page (docs/console.md).
     list_display: tuple[str, ...] = (
@@ -280,8 +281,9 @@ class InboxEventAdmin(
     def get_queryset(self, request):
         # The raw body is read only on the detail page. ``occurred_at`` is never loaded into
         # the row: an older deployment may have stored a date Python cannot hold, and the
-        # page must render anyway. The latency is computed by the database.
-        return inbox_events_attempts_annotate(
+        # page must render anyway. The latency is computed by the database. The attempt
+        # counts are read for the page's rows after them (``page_rows``).
+        return inbox_events_attempts_alias(
             super()
             .get_queryset(request)
             .defer("raw_body", "headers", "occurred_at")
@@ -295,13 +297,14 @@ class InboxEventAdmin(
     def newest_first(self, request, queryset, *, rows):
         """The whole inbox newest first, read from its newest partitions when they hold
         more than the ``rows`` the page counts (``inbox_events_newest``)."""
-        newest, since = inbox_events_newest(queryset, rows=rows)
-        if since is None:
-            return queryset
-        # Annotated again, the queryset no longer knows its count (a new one's is unknown);
-        # a bounded one (``since`` is only given for one) stays one.
-        annotated = inbox_events_attempts_annotate(newest, received_since=since)
-        return cast(BoundedQuerySet, annotated).more_than_known(rows)
+        return inbox_events_newest(queryset, rows=rows)
+
+    def page_rows(self, request, rows):
+        """The page's rows with their log entries and their attempt counts
+        (``inbox_events_attempts_fill``), read for them after them: the rows' statement of
+        the whole list then holds no value, and is planned once per connection
+        (core/plans.py; docs/scaling.md, "At a year of daily partitions")."""
+        return inbox_events_attempts_fill(self.log_entries_fill(rows))
 
     def get_search_results(self, request, queryset, search_term):
         """Prefix matches on the two indexed ids, not ``icontains`` over a million rows,
