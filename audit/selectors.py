@@ -13,6 +13,7 @@ from django.db.models import Sum
 from django.db.models.functions import Left
 from django.utils import timezone
 
+from core.models import Constant
 from core.selectors import COUNT_CAP, capped_count
 from deployments.models import Build, Deployment, JobStatus, TriggerAttempt
 from idempotency.selectors import idempotency_records_stuck
@@ -193,8 +194,11 @@ def dashboard_figures(*, now: datetime | None = None) -> dict:
     held = inbox.latency.get(LatencyFigure.HELD, {})
     h50, h95 = latency_percentiles(held)
     d50, d95 = latency_percentiles(inbox.latency.get(LatencyFigure.PRODUCER_DELAY, {}))
+    # The status written into the statement: prepared on the console (``Constant``).
     dead_letters = capped_count(
-        InboxEvent.objects.filter(processing_status=ProcessingStatus.DEAD_LETTERED)
+        InboxEvent.objects.filter(
+            processing_status=Constant(ProcessingStatus.DEAD_LETTERED)
+        )
     )
     by_status = inbox.by_status
     status_rows = [

@@ -1,13 +1,14 @@
 from __future__ import annotations
 
 import hashlib
+import re
 import secrets
 from datetime import timedelta
 from typing import Any
 
 from django.db import models
 from django.db.models import Q
-from django.db.models.expressions import Expression
+from django.db.models.expressions import Expression, Value
 from django.utils import timezone
 from django.utils.deconstruct import deconstructible
 
@@ -90,6 +91,28 @@ class AppendOnlyModel(models.Model):
 
     def delete(self, *args, **kwargs):
         raise AppendOnlyError(f"{type(self).__name__} rows are append-only")
+
+
+_CONSTANT = re.compile(r"[a-z0-9_.]{1,64}")
+
+
+class Constant(Value):
+    """A constant of the code written into a statement itself, not sent beside it as a
+    value: a statement whose only values are such constants has one plan, made for them,
+    whatever runs it, and the console prepares it at its first run on a connection
+    (core/plans.py), where a value has it planned anew at every load, over every partition
+    of the inbox (docs/scaling.md, "At a year of daily partitions"). Only a short word of
+    lowercase letters, digits, ``_`` and ``.`` (a status, a kind): anything else is
+    refused, so that nothing else can be written into a statement this way."""
+
+    def __init__(self, value: str) -> None:
+        word = str(value)
+        if not _CONSTANT.fullmatch(word):
+            raise ValueError(f"not a constant of the code: {word!r}")
+        super().__init__(word, output_field=models.CharField())
+
+    def as_sql(self, compiler: Any, connection: Any) -> tuple[str, list[Any]]:
+        return f"'{self.value}'", []
 
 
 @deconstructible(path="core.models.TransactionTicket")

@@ -20,7 +20,10 @@ which a pooler in transaction mode could hand to another client. A statement wit
 values has one plan whatever runs it: the console's are prepared at their first run on the
 connection rather than their fifth, as the connection would have prepared them anyway; a
 console page loaded a few times a minute reused none before (docs/scaling.md, "The console's
-first pages at ten million rows"). Everything else keeps its prepared statements.
+first pages at ten million rows"). A status the code knows (the dead-letter queue's, a
+status filter's choice) is written into the statement rather than sent as a value
+(``core.models.Constant``), so that such a list's statements are of that kind too, one plan
+per status. Everything else keeps its prepared statements.
 """
 
 from __future__ import annotations

@@ -5,6 +5,7 @@ use shows on its page (docs/security.md, "Values the database refuses").
 
 from __future__ import annotations
 
+import contextlib
 from datetime import UTC, date, datetime, time, timedelta
 from typing import Any, cast
 
@@ -14,12 +15,27 @@ from django.contrib.admin.views.main import ChangeList
 from django.http import HttpRequest
 from django.utils import timezone
 
+from ..models import Constant
 from .status import status_words
 
 
 class StatusFilter(admin.ChoicesFieldListFilter):
     """A status column's filter, its choices in the badges' words (``STATUS_WORDS``), not
     the model's labels: ``("processing_status", StatusFilter)`` in ``list_filter``."""
+
+    def queryset(self, request, queryset):
+        """A status among the column's choices written into the statements (``Constant``):
+        they are then prepared, one plan per status (core/plans.py); anything else is
+        filtered on as Django does."""
+        known = {str(v) for v, _ in self.field.flatchoices if v is not None}
+        if list(self.used_parameters) == [self.lookup_kwarg]:
+            # A list of the values given (Django's ``prepare_lookup_value``).
+            values = cast(list[str], self.used_parameters[self.lookup_kwarg])
+            if len(values) == 1 and values[0] in known:
+                with contextlib.suppress(ValueError):  # not a word a statement may hold
+                    constant = Constant(values[0])
+                    return queryset.filter(**{self.lookup_kwarg: constant})
+        return super().queryset(request, queryset)
 
     def choices(self, changelist):
         values = iter(str(v) for v, _ in self.field.flatchoices if v is not None)

@@ -87,3 +87,49 @@ def test_a_console_statement_without_values_is_planned_once_per_connection(
         )
         generic, custom = cursor.fetchone()
     assert (generic, custom) == (4, 0)
+
+
+def test_a_status_the_code_knows_is_written_into_the_list_s_statements(operator_client):
+    """The dead-letter queue's status, and a status chosen in the inbox's filter among the
+    column's choices, are written into the statements (``core.models.Constant``), not sent
+    as values: the list's count, rows and first row then hold no value and are prepared at
+    their first run, planned once per connection for that status. A value that is not a
+    choice is sent as a value, as Django sends it, and finds nothing."""
+    InboxEventFactory(event_id="evt_plan_1", processing_status="dead_lettered")
+    InboxEventFactory(event_id="evt_plan_2", processing_status="processed")
+    pages = {
+        "/admin/webhooks/deadletteredevent/": ["evt_plan_1"],
+        "/admin/webhooks/inboxevent/?processing_status__exact=processed": [
+            "evt_plan_2"
+        ],
+    }
+    for url, shown in pages.items():
+        response = operator_client.get(url)
+        assert response.status_code == 200
+        assert [e.event_id for e in response.context["cl"].result_list] == shown
+    prepared = _prepared_inbox_statements(with_values=False)
+    for status in ("dead_lettered", "processed"):
+        assert any(
+            s.startswith('SELECT "webhooks_inboxevent"."id", ')
+            and f"\"processing_status\" = '{status}'" in s
+            for s in prepared
+        ), (status, prepared)
+    assert _prepared_inbox_statements() == []
+
+    response = operator_client.get(
+        "/admin/webhooks/inboxevent/", {"processing_status__exact": "x' OR 'a'='a"}
+    )
+    assert response.status_code == 200
+    assert list(response.context["cl"].result_list) == []
+    assert not any(
+        "OR 'a'='a" in s for s in _prepared_inbox_statements(with_values=False)
+    )
+
+
+def test_a_constant_is_a_word_of_the_code_or_refused():
+    from core.models import Constant
+
+    assert Constant("dead_lettered").as_sql(None, None) == ("'dead_lettered'", [])
+    for value in ("x' OR 'a'='a", "Dead", "", "a" * 65, "a b", "a;b"):
+        with pytest.raises(ValueError, match="not a constant"):
+            Constant(value)

@@ -22,6 +22,7 @@ from core.admin.mixins import (
 from core.admin.render import admin_link, fieldset_fields, json_block
 from core.admin.status import status_badge, status_field_badge
 from core.errors import ServiceError
+from core.models import Constant
 from core.selectors import COUNT_CAP
 from core.times import duration_display, time_display
 
@@ -408,7 +409,8 @@ class DeadLetteredEventAdmin(InboxEventAdmin):
         return (
             super()
             .get_queryset(request)
-            .filter(processing_status=ProcessingStatus.DEAD_LETTERED)
+            # Written into the statements: they are then prepared (``Constant``).
+            .filter(processing_status=Constant(ProcessingStatus.DEAD_LETTERED))
         )
 
     def has_replay_permission(self, request):
