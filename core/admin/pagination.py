@@ -11,6 +11,7 @@ from django.contrib import messages
 from django.contrib.admin.views.main import ORDER_VAR, ChangeList
 from django.core.paginator import Paginator
 from django.db.models import F, OrderBy, QuerySet
+from django.db.models.constants import LOOKUP_SEP
 from django.forms.models import BaseInlineFormSet
 from django.utils.functional import cached_property
 
@@ -88,9 +89,11 @@ class LongListChangeList(ChangeList):
     def page_newest(self, field: str):
         """The newest ``field`` of the whole list, read from the page: its first row's
         when the page is the list's first and the list is sorted by ``field`` newest first
-        (a column without NULLs, loaded in the rows); else ``None``, unknown."""
-        column = self.lookup_opts.get_field(field)
-        if self.page_num != 1 or getattr(column, "null", True):
+        (a column of the model's own without NULLs, loaded in the rows); else ``None``,
+        unknown."""
+        if self.page_num != 1 or LOOKUP_SEP in field:
+            return None
+        if getattr(self.lookup_opts.get_field(field), "null", True):
             return None
         names = _named(list(self.queryset.query.order_by), self._pk_names)
         if not names or names[0] != f"-{field}":

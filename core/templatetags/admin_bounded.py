@@ -8,6 +8,7 @@ import datetime
 
 from django import template
 from django.contrib.admin.templatetags.admin_list import date_hierarchy
+from django.contrib.admin.utils import get_fields_from_path
 from django.utils import formats, timezone
 from django.utils.text import capfirst
 from django.utils.translation import gettext as _
@@ -38,7 +39,7 @@ def _ends(cl):
     "At a year of daily partitions")."""
     field = cl.date_hierarchy
     times = cl.queryset.order_by().values_list(field, flat=True)
-    if cl.lookup_opts.get_field(field).null:
+    if get_fields_from_path(cl.model, field)[-1].null:
         times = times.filter(**{f"{field}__isnull": False})
     last = cl.page_newest(field) if isinstance(cl, LongListChangeList) else None
     if last is None:
