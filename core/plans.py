@@ -21,9 +21,9 @@ values has one plan whatever runs it: the console's are prepared at their first 
 connection rather than their fifth, as the connection would have prepared them anyway; a
 console page loaded a few times a minute reused none before (docs/scaling.md, "The console's
 first pages at ten million rows"). A status the code knows (the dead-letter queue's, a
-status filter's choice) is written into the statement rather than sent as a value
-(``core.models.Constant``), so that such a list's statements are of that kind too, one plan
-per status. Everything else keeps its prepared statements.
+status filter's choice, a type among the type filter's) is written into the statement
+rather than sent as a value (``core.models.Constant``), so that such a list's statements
+are of that kind too, one plan per word. Everything else keeps its prepared statements.
 """
 
 from __future__ import annotations

@@ -89,38 +89,42 @@ def test_a_console_statement_without_values_is_planned_once_per_connection(
     assert (generic, custom) == (4, 0)
 
 
-def test_a_status_the_code_knows_is_written_into_the_list_s_statements(operator_client):
-    """The dead-letter queue's status, and a status chosen in the inbox's filter among the
-    column's choices, are written into the statements (``core.models.Constant``), not sent
-    as values: the list's count, rows and first row then hold no value and are prepared at
-    their first run, planned once per connection for that status. A value that is not a
-    choice is sent as a value, as Django sends it, and finds nothing."""
+def test_a_word_the_code_knows_is_written_into_the_list_s_statements(operator_client):
+    """The dead-letter queue's status, a status chosen in the inbox's filter among the
+    column's choices and a type among the type filter's are written into the statements
+    (``core.models.Constant``), not sent as values: the list's count, rows and first row
+    then hold no value and are prepared at their first run, planned once per connection
+    for that word. A value that is not a choice is sent as a value, as Django sends it, and
+    finds nothing."""
     InboxEventFactory(event_id="evt_plan_1", processing_status="dead_lettered")
     InboxEventFactory(event_id="evt_plan_2", processing_status="processed")
+    inbox = "/admin/webhooks/inboxevent/"
     pages = {
-        "/admin/webhooks/deadletteredevent/": ["evt_plan_1"],
-        "/admin/webhooks/inboxevent/?processing_status__exact=processed": [
-            "evt_plan_2"
-        ],
+        ("/admin/webhooks/deadletteredevent/", ""): ["evt_plan_1"],
+        (inbox, "processing_status__exact=processed"): ["evt_plan_2"],
+        (inbox, "event_type=research.document.updated"): ["evt_plan_2", "evt_plan_1"],
     }
-    for url, shown in pages.items():
-        response = operator_client.get(url)
+    for (url, query), shown in pages.items():
+        response = operator_client.get(f"{url}?{query}")
         assert response.status_code == 200
         assert [e.event_id for e in response.context["cl"].result_list] == shown
     prepared = _prepared_inbox_statements(with_values=False)
-    for status in ("dead_lettered", "processed"):
+    for column, word in (
+        ("processing_status", "dead_lettered"),
+        ("processing_status", "processed"),
+        ("event_type", "research.document.updated"),
+    ):
         assert any(
             s.startswith('SELECT "webhooks_inboxevent"."id", ')
-            and f"\"processing_status\" = '{status}'" in s
+            and f"\"{column}\" = '{word}'" in s
             for s in prepared
-        ), (status, prepared)
+        ), (word, prepared)
     assert _prepared_inbox_statements() == []
 
-    response = operator_client.get(
-        "/admin/webhooks/inboxevent/", {"processing_status__exact": "x' OR 'a'='a"}
-    )
-    assert response.status_code == 200
-    assert list(response.context["cl"].result_list) == []
+    for param in ("processing_status__exact", "event_type"):
+        response = operator_client.get(inbox, {param: "x' OR 'a'='a"})
+        assert response.status_code == 200
+        assert list(response.context["cl"].result_list) == []
     assert not any(
         "OR 'a'='a" in s for s in _prepared_inbox_statements(with_values=False)
     )

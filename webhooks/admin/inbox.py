@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import contextlib
 from typing import Any, ClassVar
 
 from django import forms
@@ -92,9 +93,15 @@ class EventTypeFilter(admin.SimpleListFilter):
         return [(name, name) for name in inbox_event_types()]
 
     def queryset(self, request, queryset):
-        if self.value():
-            return queryset.filter(event_type=self.value())
-        return queryset
+        value = self.value()
+        if not value:
+            return queryset
+        # One of the choices read from the inbox, a word a statement may hold: written into
+        # the statements, which are then prepared (``Constant``); anything else is a value.
+        if value in {name for name, _ in self.lookup_choices}:
+            with contextlib.suppress(ValueError):
+                return queryset.filter(event_type=Constant(value))
+        return queryset.filter(event_type=value)
 
 
 class BulkJobFilter(admin.SimpleListFilter):
