@@ -97,13 +97,14 @@ _CONSTANT = re.compile(r"[a-z0-9_.]{1,64}")
 
 
 class Constant(Value):
-    """A constant of the code written into a statement itself, not sent beside it as a
+    """A constant of the code (a status), or a word a console filter offers among its
+    choices (an event type), written into a statement itself, not sent beside it as a
     value: a statement whose only values are such constants has one plan, made for them,
     whatever runs it, and the console prepares it at its first run on a connection
     (core/plans.py), where a value has it planned anew at every load, over every partition
     of the inbox (docs/scaling.md, "At a year of daily partitions"). Only a short word of
-    lowercase letters, digits, ``_`` and ``.`` (a status, a kind): anything else is
-    refused, so that nothing else can be written into a statement this way."""
+    lowercase letters, digits, ``_`` and ``.``: anything else is refused, so that nothing
+    that could end the literal or hold a quote is ever written in this way."""
 
     def __init__(self, value: str) -> None:
         word = str(value)
