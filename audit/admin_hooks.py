@@ -51,7 +51,11 @@ class LogAdmin:
         ledger = ledger_for_model(type(rows[0]))
         if ledger is None:
             return
-        records = [getattr(row, "log_record_id", row.pk) for row in rows]
+        # The record id the rows were read with (``entries_keyed``), else the row's own.
+        records = [
+            getattr(row, "log_record_id", getattr(row, "record_id", row.pk))
+            for row in rows
+        ]
         indexes = dict(
             LogLeaf.objects.filter(
                 kind=ledger.kind, record_id__in=[r for r in records if r is not None]
@@ -70,21 +74,11 @@ class LogAdmin:
         index = getattr(obj, "log_index", _UNSET)
         size = getattr(obj, "log_checkpoint_size", _UNSET)
         if index is _UNSET or size is _UNSET:
-            ledger = ledger_for_model(type(obj))
-            if ledger is None:
+            if ledger_for_model(type(obj)) is None:
                 return "-"
-            index = (
-                LogLeaf.objects.filter(
-                    kind=ledger.kind, record_id=getattr(obj, "record_id", obj.pk)
-                )
-                .values_list("index", flat=True)
-                .first()
-            )
-            size = (
-                LogCheckpoint.objects.order_by("-tree_size")
-                .values_list("tree_size", flat=True)
-                .first()
-            )
+            shown: Any = obj
+            self.entries_fill([shown])
+            index, size = shown.log_index, shown.log_checkpoint_size
         if index is None:
             return "not in the log yet"
         if isinstance(size, int) and isinstance(index, int) and index < size:

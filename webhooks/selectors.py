@@ -481,10 +481,10 @@ def inbox_event_body(*, inbox_event_id: int) -> bytes | None:
 def inbox_events_attempts_alias(queryset: QuerySet[InboxEvent]) -> QuerySet[InboxEvent]:
     """The rows, sortable by ``attempts_total``, their attempts in every round, and
     ``attempt_rounds``, the rounds that made one (a round's first attempt is number 1: a
-    replay starts the count again). An alias: the counts enter a statement only when it
-    sorts by them, two lookups per row in the attempts' (event, number) index, each naming
-    the row's received time too, the attempts' partition key, so that each reads the one
-    partition holding them. What a page shows is read for its rows alone, after them
+    replay starts the count again). An alias: a count enters a statement only when it sorts
+    by it, a lookup per row in the attempts' (event, number) index naming the row's received
+    time too, the attempts' partition key, so that it reads the one partition holding them.
+    What a page shows is read for its rows alone, after them
     (``inbox_events_attempts_fill``): a lookup in the rows' statement is planned over every
     attempts partition whatever the rows, and over a year of daily partitions that planning
     cost more than the rows (docs/scaling.md, "At a year of daily partitions")."""

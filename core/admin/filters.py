@@ -19,6 +19,17 @@ from ..models import Constant
 from .status import status_words
 
 
+def choice_filter(queryset, lookup: str, value: str, choices: set[str]):
+    """``queryset`` filtered on ``lookup`` equal to ``value``: written into the statements
+    (``core.models.Constant``) when ``value`` is one of the filter's ``choices`` and a word a
+    statement may hold, so that they are prepared, one plan per choice (core/plans.py);
+    else sent as a value, as Django sends it."""
+    if value in choices:
+        with contextlib.suppress(ValueError):
+            return queryset.filter(**{lookup: Constant(value)})
+    return queryset.filter(**{lookup: value})
+
+
 class StatusFilter(admin.ChoicesFieldListFilter):
     """A status column's filter, its choices in the badges' words (``STATUS_WORDS``), not
     the model's labels: ``("processing_status", StatusFilter)`` in ``list_filter``."""
@@ -27,14 +38,12 @@ class StatusFilter(admin.ChoicesFieldListFilter):
         """A status among the column's choices written into the statements (``Constant``):
         they are then prepared, one plan per status (core/plans.py); anything else is
         filtered on as Django does."""
-        known = {str(v) for v, _ in self.field.flatchoices if v is not None}
         if list(self.used_parameters) == [self.lookup_kwarg]:
             # A list of the values given (Django's ``prepare_lookup_value``).
             values = cast(list[str], self.used_parameters[self.lookup_kwarg])
-            if len(values) == 1 and values[0] in known:
-                with contextlib.suppress(ValueError):  # not a word a statement may hold
-                    constant = Constant(values[0])
-                    return queryset.filter(**{self.lookup_kwarg: constant})
+            if len(values) == 1:
+                known = {str(v) for v, _ in self.field.flatchoices if v is not None}
+                return choice_filter(queryset, self.lookup_kwarg, values[0], known)
         return super().queryset(request, queryset)
 
     def choices(self, changelist):

@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import contextlib
 from typing import Any, ClassVar
 
 from django import forms
@@ -14,7 +13,7 @@ from django.utils.safestring import mark_safe
 from core.actors import Actor
 from core.admin.actions import ReasonForm, confirm_with_reason
 from core.admin.evidence import EvidenceAdminMixin, LogEntryAdminMixin
-from core.admin.filters import DateRangeFilter, StatusFilter
+from core.admin.filters import DateRangeFilter, StatusFilter, choice_filter
 from core.admin.mixins import (
     LongListAdminMixin,
     ReadOnlyAdminMixin,
@@ -96,12 +95,9 @@ class EventTypeFilter(admin.SimpleListFilter):
         value = self.value()
         if not value:
             return queryset
-        # One of the choices read from the inbox, a word a statement may hold: written into
-        # the statements, which are then prepared (``Constant``); anything else is a value.
-        if value in {name for name, _ in self.lookup_choices}:
-            with contextlib.suppress(ValueError):
-                return queryset.filter(event_type=Constant(value))
-        return queryset.filter(event_type=value)
+        # A type among the choices read from the inbox is written into the statements.
+        known = {name for name, _ in self.lookup_choices}
+        return choice_filter(queryset, "event_type", value, known)
 
 
 class BulkJobFilter(admin.SimpleListFilter):
